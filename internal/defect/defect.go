@@ -1,0 +1,20 @@
+// Package defect opens receivers that are wrong on purpose. The tests and
+// the lab use it to show that their assertions go red when a decisive check
+// is removed. It is internal so that no program outside this module can
+// reach it: the public API has no way to weaken a receiver.
+package defect
+
+// Variant names the checks a defective receiver skips.
+type Variant struct {
+	// SkipAuthority skips Submit's checks 2-4 (mode, epoch, active grant),
+	// the control that rejects a superseded worker.
+	SkipAuthority bool
+	// SkipAnchor opens without comparing the database with its anchor, the
+	// control that detects a restored copy of the database.
+	SkipAnchor bool
+}
+
+// Open opens the receiver database at path with the given *kvfence.Options
+// (nil for defaults) as the given variant and returns a *kvfence.Receiver.
+// The kvfence package installs it when it is initialised.
+var Open func(path string, opts any, v Variant) (any, error)

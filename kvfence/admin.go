@@ -1,0 +1,282 @@
+package kvfence
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/kvfence/kvfence/audit"
+)
+
+// Admin is the privileged handle of a receiver: it creates scopes and
+// targets, activates grants and commits holds. An embedding service keeps
+// it for its administrators and never hands it to workers, which get only
+// Submit.
+type Admin struct {
+	r *Receiver
+}
+
+// Admin returns the receiver's administrative handle.
+func (r *Receiver) Admin() *Admin { return &Admin{r: r} }
+
+// CreateScope creates a protected scope at epoch 1, held, with no active
+// grant.
+func (a *Admin) CreateScope(ctx context.Context, scope string) error {
+	if err := checkName("scope", scope); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return a.r.update(func(w *wtx) error {
+		c, err := w.control(scope)
+		if err != nil {
+			return err
+		}
+		if c != nil {
+			return fmt.Errorf("%w: %s", ErrScopeExists, scope)
+		}
+		c = &controlRecord{Epoch: 1, Mode: ModeHeld, CreatedAt: w.now.UnixNano()}
+		if err := w.putControl(scope, c); err != nil {
+			return err
+		}
+		_, err = w.appendAudit(&audit.Entry{Kind: KindScopeCreated, Scope: scope, Epoch: 1})
+		return err
+	})
+}
+
+// CreateTarget creates a target in an existing scope at revision 1.
+func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []byte) error {
+	if err := checkName("scope", scope); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if err := checkName("target", target); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return a.r.update(func(w *wtx) error {
+		c, err := w.control(scope)
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			return fmt.Errorf("%w: %s", ErrUnknownScope, scope)
+		}
+		t, err := w.target(target)
+		if err != nil {
+			return err
+		}
+		if t != nil {
+			return fmt.Errorf("%w: %s", ErrTargetExists, target)
+		}
+		if err := w.put(bucketTargets, []byte(target), &targetRecord{Scope: scope, Revision: 1, Value: value}); err != nil {
+			return err
+		}
+		sum := sha256.Sum256(value)
+		_, err = w.appendAudit(&audit.Entry{Kind: KindTargetCreated, Scope: scope, Epoch: c.Epoch,
+			Target: target, RevAfter: 1, ValueSHA256: sum[:]})
+		return err
+	})
+}
+
+// ActivateRequest describes a grant to activate.
+type ActivateRequest struct {
+	Scope    string
+	Executor string
+	Claim    string
+	// Request is the exact approved request bytes; the grant binds their
+	// SHA-256 and the action they name.
+	Request []byte
+	// Epoch, when non-zero, must equal the scope's current epoch: it makes
+	// activation a compare-and-swap against a hold the approver did not see.
+	Epoch uint64
+	// NotBefore is the start of the validity window; zero means now.
+	NotBefore time.Time
+	// NotAfter is the end of the window (exclusive); zero means NotBefore+TTL.
+	NotAfter time.Time
+	// TTL is used when NotAfter is zero; zero means 15 minutes.
+	TTL time.Duration
+	// Decision references the review that approved the grant.
+	Decision string
+}
+
+// DefaultGrantTTL is a grant's lifetime when neither NotAfter nor TTL is set.
+const DefaultGrantTTL = 15 * time.Minute
+
+// Activate mints a grant for a held scope at its current epoch and opens the
+// scope with it. It never advances the epoch.
+func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error) {
+	for _, f := range []struct{ name, val string }{
+		{"scope", req.Scope}, {"executor", req.Executor}, {"claim", req.Claim},
+	} {
+		if err := checkName(f.name, f.val); err != nil {
+			return Grant{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+	}
+	if req.Decision != "" {
+		if err := checkName("decision", req.Decision); err != nil {
+			return Grant{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+	}
+	parsed, err := DecodeRequest(req.Request, a.r.opts.MaxEnvelopeSize)
+	if err != nil {
+		return Grant{}, err
+	}
+	if req.TTL < 0 {
+		return Grant{}, fmt.Errorf("%w: negative ttl", ErrInvalidWindow)
+	}
+	id, err := newGrantID(a.r.opts.Rand)
+	if err != nil {
+		return Grant{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Grant{}, err
+	}
+	digest := sha256.Sum256(req.Request)
+	var g grantRecord
+	var seq uint64
+	err = a.r.update(func(w *wtx) error {
+		c, err := w.control(req.Scope)
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			return fmt.Errorf("%w: %s", ErrUnknownScope, req.Scope)
+		}
+		if c.Mode != ModeHeld {
+			return fmt.Errorf("%w: %s is open with grant %s; hold it first", ErrNotHeld, req.Scope, c.ActiveGrant)
+		}
+		if req.Epoch != 0 && req.Epoch != c.Epoch {
+			return fmt.Errorf("%w: %s is at epoch %d, the activation names %d", ErrEpochMismatch, req.Scope, c.Epoch, req.Epoch)
+		}
+		t, err := w.target(parsed.Target)
+		if err != nil {
+			return err
+		}
+		if t == nil || t.Scope != req.Scope {
+			return fmt.Errorf("%w: the request names %q, which is not a target of scope %s", ErrUnknownTarget, parsed.Target, req.Scope)
+		}
+		if existing, err := w.grant(id); err != nil {
+			return err
+		} else if existing != nil {
+			return fmt.Errorf("kvfence: grant id collision on %s; refusing to reuse it", id)
+		}
+		nb := req.NotBefore
+		if nb.IsZero() {
+			nb = w.now
+		}
+		na := req.NotAfter
+		if na.IsZero() {
+			ttl := req.TTL
+			if ttl == 0 {
+				ttl = DefaultGrantTTL
+			}
+			na = nb.Add(ttl)
+		}
+		if !na.After(nb) || !na.After(w.now) {
+			return fmt.Errorf("%w: [%s, %s) at %s", ErrInvalidWindow, nb.UTC().Format(time.RFC3339Nano),
+				na.UTC().Format(time.RFC3339Nano), w.now.UTC().Format(time.RFC3339Nano))
+		}
+		g = grantRecord{ID: id, Scope: req.Scope, Epoch: c.Epoch, Executor: req.Executor, Claim: req.Claim,
+			Action: parsed.Action, RequestSHA256: digest[:], NotBefore: nb.UnixNano(), NotAfter: na.UnixNano(),
+			Decision: req.Decision, CreatedAt: w.now.UnixNano()}
+		if err := w.put(bucketGrants, []byte(id), &g); err != nil {
+			return err
+		}
+		c.Mode, c.ActiveGrant, c.ActivatedAt = ModeOpen, id, w.now.UnixNano()
+		if err := w.putControl(req.Scope, c); err != nil {
+			return err
+		}
+		seq, err = w.appendAudit(&audit.Entry{Kind: KindActivate, Scope: req.Scope, Epoch: c.Epoch,
+			Grant: id, Executor: req.Executor, Action: parsed.Action, RequestSHA256: digest[:],
+			Target: parsed.Target, Decision: req.Decision, Note: "claim " + req.Claim})
+		return err
+	})
+	if err != nil {
+		return Grant{}, err
+	}
+	out := g.public()
+	out.AuditSeq = seq
+	return out, nil
+}
+
+// HoldRequest names the scopes to hold and why.
+type HoldRequest struct {
+	Scopes []string
+	Reason string
+}
+
+// Hold advances the epoch of every named scope, clears its active grant and
+// puts it in held mode, all in one transaction: every scope is held or, on
+// any error, none is. A scope at the largest epoch makes the whole hold fail
+// with ErrEpochExhausted.
+func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
+	requested := a.r.opts.Now()
+	if len(req.Scopes) == 0 {
+		return HoldResult{}, fmt.Errorf("%w: no scope to hold", ErrInvalidArgument)
+	}
+	seen := make(map[string]bool, len(req.Scopes))
+	for _, s := range req.Scopes {
+		if err := checkName("scope", s); err != nil {
+			return HoldResult{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+		if seen[s] {
+			return HoldResult{}, fmt.Errorf("%w: scope %s named twice", ErrInvalidArgument, s)
+		}
+		seen[s] = true
+	}
+	if err := checkName("reason", req.Reason); err != nil {
+		return HoldResult{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return HoldResult{}, err
+	}
+	var res HoldResult
+	err := a.r.update(func(w *wtx) error {
+		res = HoldResult{HoldRequestedAt: requested.UTC(), HoldCommittedAt: w.now.UTC()}
+		for _, s := range req.Scopes {
+			c, err := w.control(s)
+			if err != nil {
+				return err
+			}
+			if c == nil {
+				return fmt.Errorf("%w: %s", ErrUnknownScope, s)
+			}
+			if c.Epoch == math.MaxUint64 {
+				return fmt.Errorf("%w: %s is at epoch %d", ErrEpochExhausted, s, c.Epoch)
+			}
+			prev := c.Epoch
+			c.Epoch++
+			c.Mode, c.ActiveGrant = ModeHeld, ""
+			c.HoldRequestedAt, c.HoldCommittedAt = requested.UnixNano(), w.now.UnixNano()
+			if err := w.putControl(s, c); err != nil {
+				return err
+			}
+			seq, err := w.appendAudit(&audit.Entry{Kind: KindHold, Scope: s, Epoch: c.Epoch,
+				Note: fmt.Sprintf("previous epoch %d; requested %s; reason: %s", prev,
+					requested.UTC().Format(time.RFC3339Nano), req.Reason)})
+			if err != nil {
+				return err
+			}
+			res.Scopes = append(res.Scopes, HeldScope{Scope: s, PreviousEpoch: prev, Epoch: c.Epoch})
+			res.AuditSeq = seq
+		}
+		return nil
+	})
+	if err != nil {
+		return HoldResult{}, err
+	}
+	return res, nil
+}
+
+func (g *grantRecord) public() Grant {
+	out := Grant{ID: g.ID, Scope: g.Scope, Epoch: g.Epoch, Executor: g.Executor, Claim: g.Claim,
+		Action: g.Action, NotBefore: fromNanos(g.NotBefore), NotAfter: fromNanos(g.NotAfter),
+		Decision: g.Decision, CreatedAt: fromNanos(g.CreatedAt)}
+	copy(out.RequestSHA256[:], g.RequestSHA256)
+	return out
+}

@@ -1,0 +1,84 @@
+// Package kvfence is a fenced receiver: the place where an effect is
+// committed, which refuses requests whose authority has been superseded.
+//
+// A receiver is one bbolt file. Each protected scope has a control record
+// (epoch, mode, active grant), and owns targets (key, value, revision).
+// [Receiver.Submit] checks a worker's envelope against that state and, only
+// if every check passes, applies the mutation, all inside one bbolt write
+// transaction; a hold and a mutation are therefore strictly ordered.
+//
+// # Guarantee
+//
+// After the receiver commits a hold for a scope, requests that use the
+// superseded grant never create a new mutation in that scope — including
+// requests that arrive before the replacement's first write and requests
+// that copy the new epoch number. Every decision, applied or denied, and
+// every state change is appended to a hash-chained audit log in the same
+// transaction (see package audit).
+//
+// # Checks
+//
+// Submit runs these in order and stops at the first that fails; each
+// failure is a [Result] with Outcome [Denied] and a stable [Reason]:
+//
+//	0  envelope and request decode strictly       malformed_envelope, malformed_request
+//	1  scope exists                                unknown_scope
+//	2  scope is open                               receiver_held
+//	3  envelope epoch == scope epoch               stale_or_unknown_epoch
+//	4  envelope grant == scope's active grant      inactive_grant
+//	5  grant exists for this scope and epoch       unknown_grant
+//	6  caller == envelope executor == grant's      executor_mismatch
+//	7  envelope claim == grant's                   claim_mismatch
+//	8  SHA-256(request) and action == grant's      request_mismatch
+//	9  now in [not_before, not_after)              grant_not_yet_valid, grant_expired
+//	10 receipt for (scope, action): same digest is already_applied,
+//	   another digest                              action_reuse_conflict
+//	11 target in scope; expected revision/value;
+//	   a patch's test ops hold                     unknown_target, precondition_failed
+//	12 apply: value, revision+1, receipt, audit entry, all or nothing
+//
+// Errors are faults (storage, corruption, a closed receiver). An error never
+// means "go ahead" and never leaves a partial write.
+//
+// # Envelope and request format
+//
+// Both are CBOR (RFC 8949) maps with text keys in core deterministic
+// encoding (§4.2.1): shortest-form integers and lengths, definite lengths,
+// keys sorted bytewise by their encoding. An envelope has exactly these
+// keys, in this order:
+//
+//	"v"        uint   1
+//	"claim"    tstr   the claim ref the grant binds
+//	"epoch"    uint   the scope epoch the grant was minted at
+//	"grant"    tstr   the grant id (32 lowercase hex digits as minted)
+//	"scope"    tstr
+//	"request"  bstr   the exact approved request bytes
+//	"executor" tstr   must equal the authenticated caller
+//
+// A request has "v" (1), "set" (bstr) or "patch" (bstr, an RFC 6902 JSON
+// Patch), "action" (tstr), "target" (tstr), and optionally
+// "expect_value" (bstr) and "expect_revision" (uint, at least 1), in the
+// same canonical order (by encoded length, then bytewise). The size limit is
+// 64 KiB by default. The decoders decode, re-encode, and require the same
+// bytes, so duplicate keys, unknown keys, missing keys, indefinite lengths,
+// tags, floats, non-shortest forms, unsorted keys and trailing bytes are all
+// rejected. Identifiers are 1-512 bytes of UTF-8 without control characters.
+// The grant binds SHA-256 of the request bytes exactly as the envelope
+// carries them; the receiver never re-encodes what it hashes.
+//
+// # Authority
+//
+// The caller passed to Submit is the identity the embedding application
+// authenticated on its own channel; it is never read from the envelope.
+// Scope creation, target creation, activation and holds are on [Admin],
+// a handle an embedding service keeps for its administrators.
+//
+// # Caveats
+//
+// The receiver guarantees nothing about effects outside its own
+// transaction: a target that stands for a remote system is only as fenced
+// as that system's own conditional write. Identity strings are compared,
+// not authenticated. A process that can write the database file can change
+// anything in it; the audit chain and its anchor detect such changes but
+// cannot prevent them.
+package kvfence

@@ -1,0 +1,52 @@
+package kvfence
+
+import "errors"
+
+// Errors returned when opening or creating a receiver.
+var (
+	// ErrNotInitialized means the database file does not exist; Open never creates one.
+	ErrNotInitialized = errors.New("kvfence: receiver not initialized (no database file)")
+	// ErrAlreadyInitialized means Init found a file at the path and refused to touch it.
+	ErrAlreadyInitialized = errors.New("kvfence: receiver already initialized (file exists)")
+	// ErrStorageBusy means the database lock was not obtained within Options.LockTimeout.
+	ErrStorageBusy = errors.New("kvfence: storage busy (database locked by another process)")
+	// ErrBadFormat means the file is not a kvfence receiver of a supported format version.
+	ErrBadFormat = errors.New("kvfence: not a kvfence receiver database of a supported format")
+	// ErrClosed means the receiver was closed.
+	ErrClosed = errors.New("kvfence: receiver closed")
+)
+
+// Errors returned by administrative calls. An administrative call that
+// returns an error changed nothing.
+var (
+	// ErrScopeExists means CreateScope named a scope that already exists.
+	ErrScopeExists = errors.New("kvfence: scope already exists")
+	// ErrUnknownScope means an administrative call named a scope that does not exist.
+	ErrUnknownScope = errors.New("kvfence: unknown scope")
+	// ErrTargetExists means CreateTarget named a target that already exists.
+	ErrTargetExists = errors.New("kvfence: target already exists")
+	// ErrUnknownTarget means a lookup named a target that does not exist.
+	ErrUnknownTarget = errors.New("kvfence: unknown target")
+	// ErrNotHeld means Activate was called on a scope that is open; hold it first.
+	ErrNotHeld = errors.New("kvfence: scope is not held")
+	// ErrEpochExhausted means a hold would advance an epoch past the uint64 limit.
+	ErrEpochExhausted = errors.New("kvfence: epoch exhausted")
+	// ErrInvalidWindow means a grant's validity window is empty or already over.
+	ErrInvalidWindow = errors.New("kvfence: invalid grant validity window")
+	// ErrInvalidArgument means an administrative call's argument failed validation.
+	ErrInvalidArgument = errors.New("kvfence: invalid argument")
+	// ErrNotFound means an observation found no record under the given key.
+	ErrNotFound = errors.New("kvfence: not found")
+)
+
+// Errors wrapped by the strict decoders. Submit reports these as denials
+// (malformed_envelope, malformed_request), never as errors.
+var (
+	// ErrMalformedEnvelope means envelope bytes are not a canonical, well-formed envelope.
+	ErrMalformedEnvelope = errors.New("kvfence: malformed envelope")
+	// ErrMalformedRequest means request bytes are not a canonical, well-formed request.
+	ErrMalformedRequest = errors.New("kvfence: malformed request")
+)
+
+// ErrEpochMismatch means an activation named an epoch other than the scope's current one.
+var ErrEpochMismatch = errors.New("kvfence: epoch mismatch")

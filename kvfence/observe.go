@@ -1,0 +1,144 @@
+package kvfence
+
+import (
+	"fmt"
+
+	"github.com/kvfence/kvfence/audit"
+	bolt "go.etcd.io/bbolt"
+)
+
+// The observation path reads state in read-only transactions. Nothing here
+// authorises anything: a receipt or a status is evidence, not permission.
+
+// Status returns the control state of one scope, or ErrUnknownScope.
+func (r *Receiver) Status(scope string) (ScopeStatus, error) {
+	var st ScopeStatus
+	err := r.view(func(tx *bolt.Tx) error {
+		c, err := getControl(tx, scope)
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			return fmt.Errorf("%w: %s", ErrUnknownScope, scope)
+		}
+		st = c.public(scope)
+		return nil
+	})
+	return st, err
+}
+
+// Scopes returns the control state of every scope, ordered by name.
+func (r *Receiver) Scopes() ([]ScopeStatus, error) {
+	var out []ScopeStatus
+	err := r.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketControl).ForEach(func(k, _ []byte) error {
+			c, err := getControl(tx, string(k))
+			if err != nil {
+				return err
+			}
+			out = append(out, c.public(string(k)))
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Target returns a target's value and revision, or ErrUnknownTarget.
+func (r *Receiver) Target(name string) (Target, error) {
+	var out Target
+	err := r.view(func(tx *bolt.Tx) error {
+		t, err := getTarget(tx, name)
+		if err != nil {
+			return err
+		}
+		if t == nil {
+			return fmt.Errorf("%w: %s", ErrUnknownTarget, name)
+		}
+		out = Target{Name: name, Scope: t.Scope, Revision: t.Revision, Value: t.Value}
+		return nil
+	})
+	return out, err
+}
+
+// Receipt returns the receipt of an applied action, or ErrNotFound.
+func (r *Receiver) Receipt(scope, action string) (Receipt, error) {
+	var out Receipt
+	err := r.view(func(tx *bolt.Tx) error {
+		rc, err := getReceipt(tx, scope, action)
+		if err != nil {
+			return err
+		}
+		if rc == nil {
+			return fmt.Errorf("%w: no receipt for action %q in scope %s", ErrNotFound, action, scope)
+		}
+		out = Receipt{Scope: scope, Action: action, Grant: rc.Grant, Target: rc.Target,
+			RevBefore: rc.RevBefore, RevAfter: rc.RevAfter, AuditSeq: rc.AuditSeq, At: fromNanos(rc.At)}
+		copy(out.RequestSHA256[:], rc.RequestSHA256)
+		return nil
+	})
+	return out, err
+}
+
+// Grant returns a grant by id, or ErrNotFound. Grants are kept after a hold
+// as evidence; a stored grant is not an active one.
+func (r *Receiver) Grant(id string) (Grant, error) {
+	var out Grant
+	err := r.view(func(tx *bolt.Tx) error {
+		g, err := getGrant(tx, id)
+		if err != nil {
+			return err
+		}
+		if g == nil {
+			return fmt.Errorf("%w: no grant %q", ErrNotFound, id)
+		}
+		out = g.public()
+		return nil
+	})
+	return out, err
+}
+
+// Event is one audit entry with its link hash.
+type Event struct {
+	audit.Entry
+	Hash audit.Hash
+}
+
+// Events calls fn for each audit entry with seq >= since, in order, until fn
+// returns false. It holds a read transaction while it runs.
+func (r *Receiver) Events(since uint64, fn func(Event) bool) error {
+	return r.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketAudit).Cursor()
+		for k, v := c.Seek(audit.SeqKey(since)); k != nil; k, v = c.Next() {
+			e, err := audit.DecodeEntry(v)
+			if err != nil {
+				return fmt.Errorf("%w: audit entry %x: %v", ErrBadFormat, k, err)
+			}
+			if !fn(Event{Entry: e, Hash: audit.HashEntry(v)}) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// Head returns the audit chain's newest entry as of the last committed
+// write of this handle.
+func (r *Receiver) Head() audit.Head {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	return r.head
+}
+
+func (c *controlRecord) public(scope string) ScopeStatus {
+	st := ScopeStatus{Scope: scope, Epoch: c.Epoch, Mode: c.Mode, ActiveGrant: c.ActiveGrant,
+		CreatedAt: fromNanos(c.CreatedAt), HoldRequestedAt: fromNanos(c.HoldRequestedAt),
+		HoldCommittedAt: fromNanos(c.HoldCommittedAt), ActivatedAt: fromNanos(c.ActivatedAt),
+		LastStaleRejectionAt: fromNanos(c.LastStaleRejectionAt), StaleRejections: c.StaleRejections}
+	if len(c.Denials) > 0 {
+		st.Denials = make(map[Reason]uint64, len(c.Denials))
+		for k, v := range c.Denials {
+			st.Denials[k] = v
+		}
+	}
+	return st
+}

@@ -1,0 +1,404 @@
+package kvfence
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/defect"
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// DefaultLockTimeout is how long Open waits for the database lock when
+// Options.LockTimeout is zero.
+const DefaultLockTimeout = time.Second
+
+// Options configures Open. A nil *Options means the defaults.
+type Options struct {
+	// LockTimeout bounds the wait for the database's exclusive (or, when
+	// ReadOnly, shared) lock. Zero means DefaultLockTimeout; a negative value
+	// means do not wait at all. A lock not obtained in time is ErrStorageBusy.
+	LockTimeout time.Duration
+	// ReadOnly opens for observation only, under a shared lock that other
+	// readers may also hold. Every state-changing call returns ErrReadOnly.
+	ReadOnly bool
+	// Now is the receiver's clock, used for validity windows and
+	// timestamps. Nil means time.Now.
+	Now func() time.Time
+	// Rand is the source of grant ids. Nil means crypto/rand.Reader.
+	Rand io.Reader
+	// MaxEnvelopeSize bounds envelope bytes accepted by Submit. Zero means
+	// DefaultMaxEnvelopeSize.
+	MaxEnvelopeSize int
+	// NoSync skips fsync on commit. It is for benchmarks that label their
+	// results as not durable; a receiver in service must never set it.
+	NoSync bool
+}
+
+// ErrReadOnly means a state-changing call was made on a receiver opened with
+// Options.ReadOnly.
+var ErrReadOnly = errors.New("kvfence: receiver opened read-only")
+
+// Receiver is an open receiver database. Submit and the observation methods
+// are safe for concurrent use. Administrative calls are on Admin.
+type Receiver struct {
+	db   *bolt.DB
+	path string
+	id   string
+	opts Options
+	// pub and recoveryPub are the keys recorded at Init.
+	pub, recoveryPub ed25519.PublicKey
+	defect           defect.Variant
+	faults           faultHooks
+
+	// wmu serialises write transactions together with head, the audit
+	// chain's newest entry, which a write transaction reads at its start and
+	// which is replaced only after its commit succeeded.
+	wmu  sync.Mutex
+	head audit.Head
+}
+
+// faultHooks lets this package's tests make a write transaction fail at a
+// named step, to show that the whole transaction then rolls back.
+type faultHooks struct {
+	beforeReceipt func() error
+	beforeAudit   func() error
+}
+
+func init() {
+	defect.Open = func(path string, opts any, v defect.Variant) (any, error) {
+		o, _ := opts.(*Options)
+		return open(path, o, v)
+	}
+}
+
+// InitOptions configures Init.
+type InitOptions struct {
+	// ReceiverID names the receiver in its audit chain and checkpoints.
+	ReceiverID string
+	// ReceiverKey is the public half of the receiver's Ed25519 signing key.
+	// The administrative CLI refuses a private key that does not match it.
+	ReceiverKey ed25519.PublicKey
+	// RecoveryKey, if set, is the public half of the separately held key
+	// that alone may sign a recovery admission.
+	RecoveryKey ed25519.PublicKey
+	// Now is the clock for the init entry. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Init creates a new receiver database at path, with mode 0600. It refuses
+// an existing file (ErrAlreadyInitialized) and, if it fails, leaves no file
+// behind.
+func Init(path string, opts *InitOptions) (err error) {
+	if opts == nil {
+		opts = &InitOptions{}
+	}
+	if err := checkName("receiver id", opts.ReceiverID); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if len(opts.ReceiverKey) != ed25519.PublicKeySize {
+		return fmt.Errorf("%w: receiver key must be an Ed25519 public key", ErrInvalidArgument)
+	}
+	if opts.RecoveryKey != nil && len(opts.RecoveryKey) != ed25519.PublicKeySize {
+		return fmt.Errorf("%w: recovery key must be an Ed25519 public key", ErrInvalidArgument)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	// O_EXCL makes "refuse an existing file" atomic; bbolt then lays out an
+	// empty file itself.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%w: %s", ErrAlreadyInitialized, path)
+		}
+		return fmt.Errorf("kvfence: init: %w", err)
+	}
+	f.Close()
+	defer func() {
+		if err != nil {
+			os.Remove(path)
+		}
+	}()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: DefaultLockTimeout})
+	if err != nil {
+		return fmt.Errorf("kvfence: init: %w", err)
+	}
+	defer func() {
+		if cerr := db.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("kvfence: init: %w", cerr)
+		}
+	}()
+	return db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if err := meta.Put(metaFormat, []byte(formatVersion)); err != nil {
+			return err
+		}
+		if err := meta.Put(metaReceiver, []byte(opts.ReceiverID)); err != nil {
+			return err
+		}
+		if err := meta.Put(metaReceiverKey, opts.ReceiverKey); err != nil {
+			return err
+		}
+		if opts.RecoveryKey != nil {
+			if err := meta.Put(metaRecoveryKey, opts.RecoveryKey); err != nil {
+				return err
+			}
+		}
+		w := &wtx{tx: tx, chain: audit.NewChain(audit.Head{}), now: now()}
+		_, err := w.appendAudit(&audit.Entry{Kind: KindInit, Note: "receiver " + opts.ReceiverID})
+		return err
+	})
+}
+
+// Open opens an existing receiver database. It never creates one: a missing
+// file is ErrNotInitialized. A lock not obtained within opts.LockTimeout is
+// ErrStorageBusy. A file that is not a receiver database of this format is
+// ErrBadFormat.
+func Open(path string, opts *Options) (*Receiver, error) {
+	return open(path, opts, defect.Variant{})
+}
+
+func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.LockTimeout == 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Reader
+	}
+	if o.MaxEnvelopeSize <= 0 {
+		o.MaxEnvelopeSize = DefaultMaxEnvelopeSize
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%w: %s", ErrNotInitialized, path)
+	case err != nil:
+		return nil, fmt.Errorf("kvfence: open: %w", err)
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadFormat, path)
+	}
+	timeout := o.LockTimeout
+	if timeout < 0 {
+		timeout = time.Nanosecond
+	}
+	bo := &bolt.Options{
+		Timeout:  timeout,
+		ReadOnly: o.ReadOnly,
+		NoSync:   o.NoSync,
+		// Never create: the file was there a moment ago, and if it is gone
+		// now that is ErrNotInitialized, not a fresh empty receiver.
+		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			return os.OpenFile(name, flag&^os.O_CREATE, perm)
+		},
+	}
+	db, err := openBolt(path, bo)
+	if err != nil {
+		return nil, err
+	}
+	r = &Receiver{db: db, path: path, opts: o, defect: v}
+	defer func() {
+		if err != nil {
+			db.Close()
+		}
+	}()
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// openBolt opens the bbolt file and maps its failures onto this package's
+// errors. bbolt may panic on a corrupt file; that is a bad file, not a crash.
+func openBolt(path string, bo *bolt.Options) (db *bolt.DB, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			db, err = nil, fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, path, p)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, bo)
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s", ErrStorageBusy, path)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%w: %s", ErrNotInitialized, path)
+	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch),
+		errors.Is(err, bolterrors.ErrChecksum):
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadFormat, path, err)
+	default:
+		return nil, fmt.Errorf("kvfence: open %s: %w", path, err)
+	}
+}
+
+// load checks the layout and reads the receiver id and the chain head.
+func (r *Receiver) load() error {
+	return r.view(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if tx.Bucket(name) == nil {
+				return fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, r.path, name)
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(metaFormat); string(v) != formatVersion {
+			return fmt.Errorf("%w: %s: format version %q, want %q", ErrBadFormat, r.path, v, formatVersion)
+		}
+		id := meta.Get(metaReceiver)
+		if err := checkName("receiver id", string(id)); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrBadFormat, r.path, err)
+		}
+		r.id = string(id)
+		key := meta.Get(metaReceiverKey)
+		if len(key) != ed25519.PublicKeySize {
+			return fmt.Errorf("%w: %s: receiver key is %d bytes", ErrBadFormat, r.path, len(key))
+		}
+		r.pub = append(ed25519.PublicKey(nil), key...)
+		if rk := meta.Get(metaRecoveryKey); rk != nil {
+			if len(rk) != ed25519.PublicKeySize {
+				return fmt.Errorf("%w: %s: recovery key is %d bytes", ErrBadFormat, r.path, len(rk))
+			}
+			r.recoveryPub = append(ed25519.PublicKey(nil), rk...)
+		}
+		head, err := readHead(tx)
+		if err != nil {
+			return err
+		}
+		r.head = head
+		return nil
+	})
+}
+
+// readHead returns the newest audit entry's position.
+func readHead(tx *bolt.Tx) (audit.Head, error) {
+	k, v := tx.Bucket(bucketAudit).Cursor().Last()
+	if k == nil {
+		return audit.Head{}, fmt.Errorf("%w: empty audit chain", ErrBadFormat)
+	}
+	e, err := audit.DecodeEntry(v)
+	if err != nil {
+		return audit.Head{}, fmt.Errorf("%w: newest audit entry: %v", ErrBadFormat, err)
+	}
+	if string(k) != string(audit.SeqKey(e.Seq)) {
+		return audit.Head{}, fmt.Errorf("%w: newest audit entry stored under the wrong key", ErrBadFormat)
+	}
+	return audit.Head{Seq: e.Seq, Hash: audit.HashEntry(v)}, nil
+}
+
+// ID returns the receiver id given at Init.
+func (r *Receiver) ID() string { return r.id }
+
+// PublicKey returns the receiver's public key recorded at Init.
+func (r *Receiver) PublicKey() ed25519.PublicKey { return r.pub }
+
+// RecoveryKey returns the recovery public key recorded at Init, or nil.
+func (r *Receiver) RecoveryKey() ed25519.PublicKey { return r.recoveryPub }
+
+// Path returns the database file's path.
+func (r *Receiver) Path() string { return r.path }
+
+// Close releases the database and its lock.
+func (r *Receiver) Close() error { return r.db.Close() }
+
+// view runs fn in a read-only transaction, turning a bbolt panic on a
+// corrupt page into an error.
+func (r *Receiver) view(fn func(tx *bolt.Tx) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, r.path, p)
+		}
+	}()
+	return r.db.View(fn)
+}
+
+// update runs fn in one write transaction. The audit entries fn appends and
+// every change it makes commit together or not at all; the cached chain head
+// moves only when the commit succeeded.
+func (r *Receiver) update(fn func(w *wtx) error) (err error) {
+	if r.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	var w *wtx
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, r.path, p)
+		}
+	}()
+	err = r.db.Update(func(tx *bolt.Tx) error {
+		w = &wtx{tx: tx, chain: audit.NewChain(r.head), now: r.opts.Now(), faults: &r.faults}
+		return fn(w)
+	})
+	if err != nil {
+		if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
+			return ErrClosed
+		}
+		return err
+	}
+	r.head = w.chain.Head()
+	return nil
+}
+
+// wtx is one write transaction with the audit chain it extends.
+type wtx struct {
+	tx     *bolt.Tx
+	chain  *audit.Chain
+	now    time.Time
+	faults *faultHooks
+}
+
+// appendAudit fills in e's time, links it into the chain and stores it. It
+// returns the entry's seq.
+func (w *wtx) appendAudit(e *audit.Entry) (uint64, error) {
+	if w.faults != nil && w.faults.beforeAudit != nil {
+		if err := w.faults.beforeAudit(); err != nil {
+			return 0, err
+		}
+	}
+	e.At = w.now.UnixNano()
+	e.Note = boundNote(e.Note)
+	raw, _, err := w.chain.Append(e)
+	if err != nil {
+		return 0, err
+	}
+	if err := w.tx.Bucket(bucketAudit).Put(audit.SeqKey(e.Seq), raw); err != nil {
+		return 0, err
+	}
+	return e.Seq, nil
+}
+
+// maxNoteLen bounds an audit entry's free-text note.
+const maxNoteLen = 1024
+
+// boundNote keeps notes valid UTF-8 (a CBOR text string must be) and short,
+// since they may quote decoder errors about hostile input.
+func boundNote(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) > maxNoteLen {
+		s = strings.ToValidUTF8(s[:maxNoteLen], "") + "..."
+	}
+	return s
+}

@@ -1,0 +1,141 @@
+package kvfence
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// Bucket names. Keys: control and receipts by scope (receipts by scope, a
+// zero byte, then action), grants by grant id, targets by target name, audit
+// by 8-byte big-endian seq.
+var (
+	bucketMeta        = []byte("meta")
+	bucketControl     = []byte("control")
+	bucketGrants      = []byte("grants")
+	bucketTargets     = []byte("targets")
+	bucketReceipts    = []byte("receipts")
+	bucketAudit       = []byte("audit")
+	bucketCheckpoints = []byte("checkpoints")
+
+	allBuckets = [][]byte{bucketMeta, bucketControl, bucketGrants, bucketTargets, bucketReceipts, bucketAudit, bucketCheckpoints}
+
+	metaFormat      = []byte("format")
+	metaReceiver    = []byte("receiver")
+	metaReceiverKey = []byte("receiver_key")
+	metaRecoveryKey = []byte("recovery_key")
+)
+
+// formatVersion is the on-disk format this package reads and writes.
+const formatVersion = "1"
+
+// Mode is a scope's mode: held (nothing is authorised) or open (the active
+// grant may be used).
+type Mode string
+
+// The two modes of a scope.
+const (
+	ModeHeld Mode = "held"
+	ModeOpen Mode = "open"
+)
+
+// controlRecord is the stored form of a scope's control state. Times are
+// Unix nanoseconds on the receiver's clock; zero means never.
+type controlRecord struct {
+	Epoch                uint64            `cbor:"epoch"`
+	Mode                 Mode              `cbor:"mode"`
+	ActiveGrant          string            `cbor:"active_grant,omitempty"`
+	CreatedAt            int64             `cbor:"created_at"`
+	HoldRequestedAt      int64             `cbor:"hold_requested_at,omitempty"`
+	HoldCommittedAt      int64             `cbor:"hold_committed_at,omitempty"`
+	ActivatedAt          int64             `cbor:"activated_at,omitempty"`
+	LastStaleRejectionAt int64             `cbor:"last_stale_rejection_at,omitempty"`
+	StaleRejections      uint64            `cbor:"stale_rejections,omitempty"`
+	Denials              map[Reason]uint64 `cbor:"denials,omitempty"`
+}
+
+// grantRecord is the stored form of a grant.
+type grantRecord struct {
+	ID            string `cbor:"id"`
+	Scope         string `cbor:"scope"`
+	Epoch         uint64 `cbor:"epoch"`
+	Executor      string `cbor:"executor"`
+	Claim         string `cbor:"claim"`
+	Action        string `cbor:"action"`
+	RequestSHA256 []byte `cbor:"request_sha256"`
+	NotBefore     int64  `cbor:"not_before"`
+	NotAfter      int64  `cbor:"not_after"`
+	Decision      string `cbor:"decision,omitempty"`
+	CreatedAt     int64  `cbor:"created_at"`
+}
+
+// targetRecord is the stored form of a target.
+type targetRecord struct {
+	Scope    string `cbor:"scope"`
+	Revision uint64 `cbor:"revision"`
+	Value    []byte `cbor:"value"`
+}
+
+// receiptRecord is the stored form of a receipt.
+type receiptRecord struct {
+	Grant         string `cbor:"grant"`
+	RequestSHA256 []byte `cbor:"request_sha256"`
+	Target        string `cbor:"target"`
+	RevBefore     uint64 `cbor:"rev_before"`
+	RevAfter      uint64 `cbor:"rev_after"`
+	AuditSeq      uint64 `cbor:"audit_seq"`
+	At            int64  `cbor:"at"`
+}
+
+var recordDec cbor.DecMode
+
+func init() {
+	var err error
+	recordDec, err = cbor.DecOptions{
+		DupMapKey:         cbor.DupMapKeyEnforcedAPF,
+		IndefLength:       cbor.IndefLengthForbidden,
+		TagsMd:            cbor.TagsForbidden,
+		ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
+		FieldNameMatching: cbor.FieldNameMatchingCaseSensitive,
+		MaxNestedLevels:   4,
+		MaxMapPairs:       64,
+		UTF8:              cbor.UTF8RejectInvalid,
+	}.DecMode()
+	if err != nil {
+		panic(err)
+	}
+}
+
+// decodeRecord decodes a stored record. A record that does not decode is
+// corruption, reported as an error that names the bucket and key; the
+// transaction that met it then changes nothing.
+func decodeRecord(bucket, key, raw []byte, v any) error {
+	if err := recordDec.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%w: record %q/%q: %v", ErrBadFormat, bucket, key, err)
+	}
+	return nil
+}
+
+func encodeRecord(v any) ([]byte, error) { return wireEnc.Marshal(v) }
+
+func receiptKey(scope, action string) []byte {
+	k := make([]byte, 0, len(scope)+1+len(action))
+	k = append(k, scope...)
+	k = append(k, 0)
+	return append(k, action...)
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}

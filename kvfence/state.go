@@ -1,0 +1,109 @@
+package kvfence
+
+import (
+	"encoding/hex"
+	"fmt"
+	"io"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The state accessors below are the only code that knows the bucket layout.
+// A nil record with a nil error means "absent".
+
+func (w *wtx) control(scope string) (*controlRecord, error) {
+	return getControl(w.tx, scope)
+}
+
+func getControl(tx *bolt.Tx, scope string) (*controlRecord, error) {
+	raw := tx.Bucket(bucketControl).Get([]byte(scope))
+	if raw == nil {
+		return nil, nil
+	}
+	var c controlRecord
+	if err := decodeRecord(bucketControl, []byte(scope), raw, &c); err != nil {
+		return nil, err
+	}
+	if c.Epoch == 0 || (c.Mode != ModeHeld && c.Mode != ModeOpen) {
+		return nil, fmt.Errorf("%w: control record %q: epoch %d mode %q", ErrBadFormat, scope, c.Epoch, c.Mode)
+	}
+	return &c, nil
+}
+
+func (w *wtx) putControl(scope string, c *controlRecord) error {
+	return w.put(bucketControl, []byte(scope), c)
+}
+
+func (w *wtx) grant(id string) (*grantRecord, error) { return getGrant(w.tx, id) }
+
+func getGrant(tx *bolt.Tx, id string) (*grantRecord, error) {
+	raw := tx.Bucket(bucketGrants).Get([]byte(id))
+	if raw == nil {
+		return nil, nil
+	}
+	var g grantRecord
+	if err := decodeRecord(bucketGrants, []byte(id), raw, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
+
+func (w *wtx) target(name string) (*targetRecord, error) { return getTarget(w.tx, name) }
+
+func getTarget(tx *bolt.Tx, name string) (*targetRecord, error) {
+	raw := tx.Bucket(bucketTargets).Get([]byte(name))
+	if raw == nil {
+		return nil, nil
+	}
+	var t targetRecord
+	if err := decodeRecord(bucketTargets, []byte(name), raw, &t); err != nil {
+		return nil, err
+	}
+	// Values read inside a transaction live in the mmap; callers may keep
+	// them after it ends, so copy.
+	t.Value = append([]byte(nil), t.Value...)
+	return &t, nil
+}
+
+func (w *wtx) receipt(scope, action string) (*receiptRecord, error) {
+	return getReceipt(w.tx, scope, action)
+}
+
+func getReceipt(tx *bolt.Tx, scope, action string) (*receiptRecord, error) {
+	key := receiptKey(scope, action)
+	raw := tx.Bucket(bucketReceipts).Get(key)
+	if raw == nil {
+		return nil, nil
+	}
+	var rc receiptRecord
+	if err := decodeRecord(bucketReceipts, key, raw, &rc); err != nil {
+		return nil, err
+	}
+	return &rc, nil
+}
+
+func (w *wtx) putReceipt(scope, action string, rc *receiptRecord) error {
+	if w.faults != nil && w.faults.beforeReceipt != nil {
+		if err := w.faults.beforeReceipt(); err != nil {
+			return err
+		}
+	}
+	return w.put(bucketReceipts, receiptKey(scope, action), rc)
+}
+
+func (w *wtx) put(bucket, key []byte, v any) error {
+	raw, err := encodeRecord(v)
+	if err != nil {
+		return err
+	}
+	return w.tx.Bucket(bucket).Put(key, raw)
+}
+
+// newGrantID returns 128 random bits as 32 lowercase hex digits.
+func newGrantID(rnd io.Reader) (string, error) {
+	var b [16]byte
+	if _, err := io.ReadFull(rnd, b[:]); err != nil {
+		return "", fmt.Errorf("kvfence: grant id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}

@@ -1,0 +1,219 @@
+package kvfence
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"unicode/utf8"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/fxamacker/cbor/v2"
+)
+
+// WireVersion is the only envelope and request version this package speaks.
+const WireVersion = 1
+
+// DefaultMaxEnvelopeSize is the size limit for an envelope, and for the
+// request it carries, when Options.MaxEnvelopeSize is zero.
+const DefaultMaxEnvelopeSize = 64 << 10
+
+// maxNameLen bounds scope, target, action, grant, executor and claim names.
+const maxNameLen = 512
+
+// Envelope is what a worker submits: the authority it claims to hold and the
+// exact approved request bytes. The caller's identity is never taken from
+// the envelope; Submit compares Executor with the authenticated caller.
+type Envelope struct {
+	V        uint64 `cbor:"v"`
+	Scope    string `cbor:"scope"`
+	Epoch    uint64 `cbor:"epoch"`
+	Grant    string `cbor:"grant"`
+	Executor string `cbor:"executor"`
+	Claim    string `cbor:"claim"`
+	Request  []byte `cbor:"request"`
+}
+
+// Request is the approved change: the logical action, the target, its
+// preconditions and exactly one mutation (Set or Patch).
+type Request struct {
+	V              uint64  `cbor:"v"`
+	Action         string  `cbor:"action"`
+	Target         string  `cbor:"target"`
+	ExpectRevision *uint64 `cbor:"expect_revision,omitempty"`
+	ExpectValue    *[]byte `cbor:"expect_value,omitempty"`
+	Set            *[]byte `cbor:"set,omitempty"`
+	Patch          []byte  `cbor:"patch,omitempty"`
+}
+
+var (
+	wireEnc cbor.EncMode
+	wireDec cbor.DecMode
+)
+
+func init() {
+	var err error
+	// Core deterministic encoding (RFC 8949 §4.2.1): shortest integers,
+	// definite lengths, map keys sorted bytewise.
+	wireEnc, err = cbor.CoreDetEncOptions().EncMode()
+	if err != nil {
+		panic(err)
+	}
+	wireDec, err = cbor.DecOptions{
+		DupMapKey:         cbor.DupMapKeyEnforcedAPF,
+		IndefLength:       cbor.IndefLengthForbidden,
+		TagsMd:            cbor.TagsForbidden,
+		ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
+		FieldNameMatching: cbor.FieldNameMatchingCaseSensitive,
+		MaxNestedLevels:   4,
+		MaxArrayElements:  16,
+		MaxMapPairs:       16,
+		UTF8:              cbor.UTF8RejectInvalid,
+	}.DecMode()
+	if err != nil {
+		panic(err)
+	}
+}
+
+// EncodeEnvelope returns the canonical encoding of e after checking its
+// fields. The request bytes are carried unchanged.
+func EncodeEnvelope(e *Envelope) ([]byte, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return wireEnc.Marshal(e)
+}
+
+// EncodeRequest returns the canonical encoding of r after checking its
+// fields. These are the bytes an approver reviews and a grant binds.
+func EncodeRequest(r *Request) ([]byte, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	return wireEnc.Marshal(r)
+}
+
+// DecodeEnvelope decodes b strictly: it must be the canonical encoding of an
+// envelope no larger than limit bytes (DefaultMaxEnvelopeSize if limit <= 0),
+// with every field present and no other. Errors wrap ErrMalformedEnvelope.
+func DecodeEnvelope(b []byte, limit int) (*Envelope, error) {
+	var e Envelope
+	if err := decodeCanonical(b, limit, &e); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformedEnvelope, err)
+	}
+	if err := e.check(); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// DecodeRequest decodes b strictly, as DecodeEnvelope does, into a request.
+// Errors wrap ErrMalformedRequest.
+func DecodeRequest(b []byte, limit int) (*Request, error) {
+	var r Request
+	if err := decodeCanonical(b, limit, &r); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformedRequest, err)
+	}
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// RequestDigest returns the SHA-256 of the exact request bytes, the value a
+// grant binds.
+func RequestDigest(request []byte) [32]byte { return sha256.Sum256(request) }
+
+// decodeCanonical decodes into v and then requires that re-encoding v gives
+// back exactly b. That one comparison rejects non-shortest integers, unsorted
+// keys, missing required fields, and explicitly encoded empty optionals;
+// the decoder options reject the rest (duplicates, unknown keys, indefinite
+// lengths, tags, trailing bytes, floats by type mismatch).
+func decodeCanonical(b []byte, limit int, v any) error {
+	if limit <= 0 {
+		limit = DefaultMaxEnvelopeSize
+	}
+	if len(b) == 0 {
+		return fmt.Errorf("empty input")
+	}
+	if len(b) > limit {
+		return fmt.Errorf("%d bytes exceeds the %d-byte limit", len(b), limit)
+	}
+	if b[0]&0xe0 != 0xa0 {
+		return fmt.Errorf("not a CBOR map")
+	}
+	if err := wireDec.Unmarshal(b, v); err != nil {
+		return err
+	}
+	again, err := wireEnc.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(again, b) {
+		return fmt.Errorf("not in canonical form (a required field is missing, an integer or length is not shortest, keys are out of order, or an optional field is encoded empty)")
+	}
+	return nil
+}
+
+func (e *Envelope) check() error {
+	if e.V != WireVersion {
+		return fmt.Errorf("%w: version %d, want %d", ErrMalformedEnvelope, e.V, WireVersion)
+	}
+	for _, f := range []struct{ name, val string }{
+		{"scope", e.Scope}, {"grant", e.Grant}, {"executor", e.Executor}, {"claim", e.Claim},
+	} {
+		if err := checkName(f.name, f.val); err != nil {
+			return fmt.Errorf("%w: %v", ErrMalformedEnvelope, err)
+		}
+	}
+	if len(e.Request) == 0 {
+		return fmt.Errorf("%w: request is empty", ErrMalformedEnvelope)
+	}
+	return nil
+}
+
+func (r *Request) check() error {
+	if r.V != WireVersion {
+		return fmt.Errorf("%w: version %d, want %d", ErrMalformedRequest, r.V, WireVersion)
+	}
+	if err := checkName("action", r.Action); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformedRequest, err)
+	}
+	if err := checkName("target", r.Target); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformedRequest, err)
+	}
+	switch {
+	case r.Set != nil && r.Patch != nil:
+		return fmt.Errorf("%w: set and patch are mutually exclusive", ErrMalformedRequest)
+	case r.Set == nil && r.Patch == nil:
+		return fmt.Errorf("%w: one of set or patch is required", ErrMalformedRequest)
+	case r.Patch != nil:
+		if _, err := jsonpatch.DecodePatch(r.Patch); err != nil {
+			return fmt.Errorf("%w: patch is not an RFC 6902 JSON Patch: %v", ErrMalformedRequest, err)
+		}
+	}
+	if r.ExpectRevision != nil && *r.ExpectRevision == 0 {
+		return fmt.Errorf("%w: expect_revision 0 never matches (revisions start at 1)", ErrMalformedRequest)
+	}
+	return nil
+}
+
+// checkName enforces the rules shared by every identifier on the wire and in
+// admin calls: non-empty, bounded, valid UTF-8 without control characters, so
+// that identifiers print unambiguously in audit output.
+func checkName(field, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s is empty", field)
+	}
+	if len(s) > maxNameLen {
+		return fmt.Errorf("%s is %d bytes, over the %d-byte limit", field, len(s), maxNameLen)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%s is not valid UTF-8", field)
+	}
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%s contains a control character", field)
+		}
+	}
+	return nil
+}
