@@ -1,0 +1,468 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kvfence/kvfence/internal/fixture"
+	"github.com/kvfence/kvfence/kvfence"
+)
+
+// Options configures Run.
+type Options struct {
+	// Output is the directory to create. It must not exist; its parent must.
+	Output string
+	// Executable is the binary to re-execute as worker processes; it must
+	// dispatch WorkerCommand to WorkerMain. Empty means os.Executable().
+	Executable string
+	// Env is added to the worker processes' environment.
+	Env []string
+	// Progress receives one line per step; nil discards them.
+	Progress io.Writer
+}
+
+// ErrOutputExists means the output directory already exists; the lab never
+// writes into an existing directory.
+var ErrOutputExists = errors.New("lab: output directory already exists")
+
+// ErrPrecondition means a demonstration's schedule did not happen as
+// designed, so its result would say nothing; the lab fails instead of
+// reporting a vacuous pass.
+var ErrPrecondition = errors.New("lab: demonstration precondition did not hold")
+
+// Summary is summary.json: one value per claim the lab checks.
+type Summary struct {
+	StaleWorkerAccepted                  bool   `json:"stale_worker_accepted"`
+	MutationsBeforeCurrentWorker         uint64 `json:"mutations_before_current_worker"`
+	CurrentWorkerAccepted                bool   `json:"current_worker_accepted"`
+	DefectiveReceiverAcceptedStaleWorker bool   `json:"defective_receiver_accepted_stale_worker"`
+	ProductionAuthorization              string `json:"production_authorization"`
+}
+
+// Run runs the demonstrations in real processes and writes their evidence
+// under opts.Output. An interrupted run's output is kept.
+func Run(ctx context.Context, opts Options) (*Summary, error) {
+	if err := makeOutput(opts.Output); err != nil {
+		return nil, err
+	}
+	if opts.Executable == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("lab: locating own binary: %w", err)
+		}
+		opts.Executable = exe
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	l := &lab{opts: opts}
+	if err := l.writeManifests(); err != nil {
+		return nil, err
+	}
+	sum := &Summary{ProductionAuthorization: "not_assessed"}
+
+	d1, err := l.pausedWorker(ctx, "01-paused-worker", false)
+	if err != nil {
+		return nil, err
+	}
+	sum.StaleWorkerAccepted = d1.Stale.Outcome == string(kvfence.Applied)
+	sum.MutationsBeforeCurrentWorker = d1.MutationsBeforeCurrentWorker
+	sum.CurrentWorkerAccepted = d1.Current.Outcome == string(kvfence.Applied)
+
+	d2, err := l.pausedWorker(ctx, "02-defective-receiver", true)
+	if err != nil {
+		return nil, err
+	}
+	sum.DefectiveReceiverAcceptedStaleWorker = d2.Stale.Outcome == string(kvfence.Applied)
+
+	if err := writeJSON(filepath.Join(opts.Output, "summary.json"), sum); err != nil {
+		return nil, err
+	}
+	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2); err != nil {
+		return nil, err
+	}
+	return sum, nil
+}
+
+// makeOutput creates dir, refusing an existing one or a missing parent.
+func makeOutput(dir string) error {
+	if dir == "" {
+		return errors.New("lab: an output directory is required")
+	}
+	parent := filepath.Dir(filepath.Clean(dir))
+	if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
+		return fmt.Errorf("lab: parent directory %s does not exist", parent)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%w: %s", ErrOutputExists, dir)
+		}
+		return fmt.Errorf("lab: %w", err)
+	}
+	return os.WriteFile(filepath.Join(dir, markerFile), []byte("kvfence lab output; lab workers run only here\n"), 0o600)
+}
+
+type lab struct {
+	opts Options
+}
+
+func (l *lab) logf(format string, args ...any) {
+	fmt.Fprintf(l.opts.Progress, format+"\n", args...)
+}
+
+// step is one timestamped line of a demonstration's report.
+type step struct {
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"`
+	Result string    `json:"result,omitempty"`
+}
+
+// pausedReport is a paused-worker demonstration's report.json.
+type pausedReport struct {
+	Demonstration string `json:"demonstration"`
+	Defective     bool   `json:"defective_receiver"`
+	Steps         []step `json:"steps"`
+	// The four times are different events; never one "worker stopped" time.
+	HoldRequestedAt      time.Time    `json:"hold_requested_at"`
+	HoldCommittedAt      time.Time    `json:"hold_committed_at"`
+	ActivatedAt          time.Time    `json:"successor_activated_at"`
+	LastStaleRejectionAt *time.Time   `json:"last_stale_rejection_at"`
+	Stale                workerResult `json:"stale_worker"`
+	Current              workerResult `json:"current_worker"`
+	// TargetAtStaleDecision is the target right after the stale worker's
+	// request was decided, before the current worker ran.
+	TargetAtStaleDecision        targetView `json:"target_at_stale_decision"`
+	MutationsBeforeCurrentWorker uint64     `json:"mutations_before_current_worker"`
+	FinalTarget                  targetView `json:"final_target"`
+	// OutstandingEffects lists effects whose fate the receiver cannot
+	// vouch for (kept apart from decided ones): none, when both workers'
+	// requests went through this receiver's transaction.
+	OutstandingEffects []string `json:"outstanding_effects"`
+}
+
+type targetView struct {
+	Revision uint64 `json:"revision"`
+	Value    string `json:"value"`
+}
+
+const (
+	actionID = "raise-backup-retention"
+	workerA  = "worker-a"
+	workerB  = "worker-b"
+)
+
+// pausedWorker runs demonstrations 1 and 2: worker A holds an envelope and
+// pauses in its own process; the parent holds the scope and activates B;
+// A is released and decided before B runs at all.
+func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*pausedReport, error) {
+	dir := filepath.Join(l.opts.Output, name)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	l.logf("%s: start", name)
+	rep := &pausedReport{Demonstration: name, Defective: defective, OutstandingEffects: []string{}}
+	record := func(actor, action, result string) {
+		rep.Steps = append(rep.Steps, step{At: time.Now().UTC(), Actor: actor, Action: action, Result: result})
+	}
+	db := filepath.Join(dir, "receiver.db")
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	if err := kvfence.Init(db, &kvfence.InitOptions{ReceiverID: "lab-" + name, ReceiverKey: pub}); err != nil {
+		return nil, err
+	}
+	value, patch, err := fixture.Load()
+	if err != nil {
+		return nil, fmt.Errorf("lab: the backup-policy fixture: %w", err)
+	}
+	req, err := kvfence.EncodeRequest(&kvfence.Request{V: 1, Action: actionID, Target: fixture.Target, Patch: patch})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "request.cbor"), req, 0o600); err != nil {
+		return nil, err
+	}
+
+	var grantA kvfence.Grant
+	err = withReceiver(db, func(r *kvfence.Receiver) error {
+		admin := r.Admin()
+		if err := admin.CreateScope(ctx, fixture.Scope); err != nil {
+			return err
+		}
+		if err := admin.CreateTarget(ctx, fixture.Scope, fixture.Target, value); err != nil {
+			return err
+		}
+		grantA, err = admin.Activate(ctx, kvfence.ActivateRequest{Scope: fixture.Scope, Executor: workerA,
+			Claim: "claim-a", Request: req, Decision: "approval-1"})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	record("admin", "activate grant for worker-a", grantA.ID)
+	envA, err := writeEnvelope(filepath.Join(dir, "envelope-a.cbor"), grantA, "claim-a", req)
+	if err != nil {
+		return nil, err
+	}
+	_ = envA
+
+	a, err := l.startWorker(ctx, db, filepath.Join(dir, "envelope-a.cbor"), workerA, defective)
+	if err != nil {
+		return nil, err
+	}
+	defer a.kill()
+	record("worker-a", "holds its envelope and pauses", "")
+
+	var grantB kvfence.Grant
+	var before kvfence.Target
+	err = withReceiver(db, func(r *kvfence.Receiver) error {
+		hold, err := r.Admin().Hold(ctx, kvfence.HoldRequest{Scopes: []string{fixture.Scope}, Reason: "worker-a lease expired"})
+		if err != nil {
+			return err
+		}
+		rep.HoldRequestedAt, rep.HoldCommittedAt = hold.HoldRequestedAt, hold.HoldCommittedAt
+		record("admin", "hold", fmt.Sprintf("epoch %d -> %d", hold.Scopes[0].PreviousEpoch, hold.Scopes[0].Epoch))
+		grantB, err = r.Admin().Activate(ctx, kvfence.ActivateRequest{Scope: fixture.Scope, Executor: workerB,
+			Claim: "claim-b", Request: req, Decision: "approval-1-reassigned"})
+		if err != nil {
+			return err
+		}
+		rep.ActivatedAt = grantB.CreatedAt
+		record("admin", "activate grant for worker-b", grantB.ID)
+		before, err = r.Target(fixture.Target)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if before.Revision != 1 || string(before.Value) != string(value) {
+		return nil, fmt.Errorf("%w: %s: target was at revision %d (%s) before worker-a's release, want the original", ErrPrecondition, name, before.Revision, before.Value)
+	}
+	if _, err := writeEnvelope(filepath.Join(dir, "envelope-b.cbor"), grantB, "claim-b", req); err != nil {
+		return nil, err
+	}
+
+	record("parent", "releases worker-a", "")
+	rep.Stale, err = a.release()
+	if err != nil {
+		return nil, err
+	}
+	record("worker-a", "submit (old grant)", decision(rep.Stale))
+
+	err = withReceiver(db, func(r *kvfence.Receiver) error {
+		t, err := r.Target(fixture.Target)
+		if err != nil {
+			return err
+		}
+		rep.TargetAtStaleDecision = targetView{t.Revision, string(t.Value)}
+		rep.MutationsBeforeCurrentWorker = t.Revision - 1
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	b, err := l.startWorker(ctx, db, filepath.Join(dir, "envelope-b.cbor"), workerB, false)
+	if err != nil {
+		return nil, err
+	}
+	defer b.kill()
+	rep.Current, err = b.release()
+	if err != nil {
+		return nil, err
+	}
+	record("worker-b", "submit (current grant)", decision(rep.Current))
+	if rep.Current.AuditSeq <= rep.Stale.AuditSeq {
+		return nil, fmt.Errorf("%w: %s: worker-b was decided (seq %d) before worker-a (seq %d)", ErrPrecondition, name, rep.Current.AuditSeq, rep.Stale.AuditSeq)
+	}
+
+	err = withReceiver(db, func(r *kvfence.Receiver) error {
+		t, err := r.Target(fixture.Target)
+		if err != nil {
+			return err
+		}
+		rep.FinalTarget = targetView{t.Revision, string(t.Value)}
+		st, err := r.Status(fixture.Scope)
+		if err != nil {
+			return err
+		}
+		if !st.LastStaleRejectionAt.IsZero() {
+			at := st.LastStaleRejectionAt
+			rep.LastStaleRejectionAt = &at
+		}
+		return exportState(dir, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := writeJSON(filepath.Join(dir, "report.json"), rep); err != nil {
+		return nil, err
+	}
+	l.logf("%s: worker-a %s, worker-b %s", name, decision(rep.Stale), decision(rep.Current))
+	return rep, nil
+}
+
+func decision(w workerResult) string {
+	if w.Reason != "" {
+		return w.Outcome + " (" + w.Reason + ")"
+	}
+	return w.Outcome
+}
+
+func withReceiver(db string, fn func(r *kvfence.Receiver) error) error {
+	r, err := kvfence.Open(db, &kvfence.Options{LockTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	if err := fn(r); err != nil {
+		r.Close()
+		return err
+	}
+	return r.Close()
+}
+
+func writeEnvelope(path string, g kvfence.Grant, claim string, req []byte) ([]byte, error) {
+	env, err := kvfence.EncodeEnvelope(&kvfence.Envelope{V: 1, Scope: g.Scope, Epoch: g.Epoch, Grant: g.ID,
+		Executor: g.Executor, Claim: claim, Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return env, os.WriteFile(path, env, 0o600)
+}
+
+// workerProc is a running worker process, paused until released.
+type workerProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
+	stderr *strings.Builder
+}
+
+func (l *lab) startWorker(ctx context.Context, db, env, as string, defective bool) (*workerProc, error) {
+	args := []string{WorkerCommand, "--db", db, "--envelope", env, "--as", as}
+	if defective {
+		args = append(args, "--defective")
+	}
+	cmd := exec.CommandContext(ctx, l.opts.Executable, args...)
+	cmd.Env = append(os.Environ(), l.opts.Env...)
+	w := &workerProc{cmd: cmd, stderr: &strings.Builder{}}
+	cmd.Stderr = w.stderr
+	var err error
+	if w.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	w.stdout = bufio.NewReader(out)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("lab: starting worker %s: %w", as, err)
+	}
+	line, err := w.stdout.ReadString('\n')
+	if err != nil || line != "ready\n" {
+		w.kill()
+		return nil, fmt.Errorf("lab: worker %s did not get ready (%q, %v): %s", as, line, err, w.stderr)
+	}
+	return w, nil
+}
+
+// release ends the worker's pause and returns its decision.
+func (w *workerProc) release() (workerResult, error) {
+	var res workerResult
+	if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
+		return res, err
+	}
+	line, err := w.stdout.ReadString('\n')
+	werr := w.cmd.Wait()
+	if err != nil || werr != nil {
+		return res, fmt.Errorf("lab: worker failed (%v, %v): %s", err, werr, w.stderr)
+	}
+	if err := json.Unmarshal([]byte(line), &res); err != nil {
+		return res, fmt.Errorf("lab: worker printed %q: %w", line, err)
+	}
+	return res, nil
+}
+
+func (w *workerProc) kill() {
+	if w.cmd.ProcessState == nil && w.cmd.Process != nil {
+		w.cmd.Process.Kill()
+		w.cmd.Wait()
+	}
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o600)
+}
+
+// exportState writes the receiver's receipts and events as JSON beside it.
+func exportState(dir string, r *kvfence.Receiver) error {
+	rc, err := r.Receipt(fixture.Scope, actionID)
+	var receipts []any
+	if err == nil {
+		receipts = append(receipts, map[string]any{"scope": rc.Scope, "action": rc.Action, "grant": rc.Grant,
+			"request_sha256": hex.EncodeToString(rc.RequestSHA256[:]), "target": rc.Target,
+			"rev_before": rc.RevBefore, "rev_after": rc.RevAfter, "audit_seq": rc.AuditSeq, "at": rc.At})
+	} else if !errors.Is(err, kvfence.ErrNotFound) {
+		return err
+	}
+	if err := writeJSON(filepath.Join(dir, "receipts.json"), map[string]any{"receipts": receipts}); err != nil {
+		return err
+	}
+	var events []any
+	err = r.Events(0, func(e kvfence.Event) bool {
+		events = append(events, eventJSON(e))
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(dir, "events.json"), map[string]any{"events": events})
+}
+
+func eventJSON(e kvfence.Event) map[string]any {
+	m := map[string]any{"seq": e.Seq, "hash": hex.EncodeToString(e.Hash[:]), "prev": hex.EncodeToString(e.Prev),
+		"at": time.Unix(0, e.At).UTC(), "kind": e.Kind}
+	put := func(k, v string) {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	put("scope", e.Scope)
+	put("grant", e.Grant)
+	put("executor", e.Executor)
+	put("action", e.Action)
+	put("outcome", e.Outcome)
+	put("reason", e.Reason)
+	put("target", e.Target)
+	put("decision", e.Decision)
+	put("note", e.Note)
+	if e.Epoch != 0 {
+		m["epoch"] = e.Epoch
+	}
+	if len(e.RequestSHA256) > 0 {
+		m["request_sha256"] = hex.EncodeToString(e.RequestSHA256)
+	}
+	if e.RevAfter != 0 {
+		m["rev_before"], m["rev_after"] = e.RevBefore, e.RevAfter
+	}
+	return m
+}

@@ -1,0 +1,100 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestMain lets the test binary serve as the lab's worker process, as the
+// kvfence binary does in service.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == WorkerCommand {
+		os.Exit(WorkerMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// Ensure that the lab runs end to end and that every summary value is the
+// one its demonstration must produce.
+func TestRun(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "lab")
+	sum, err := Run(context.Background(), Options{Output: out, Executable: os.Args[0]})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	want := Summary{
+		StaleWorkerAccepted:                  false,
+		MutationsBeforeCurrentWorker:         0,
+		CurrentWorkerAccepted:                true,
+		DefectiveReceiverAcceptedStaleWorker: true,
+		ProductionAuthorization:              "not_assessed",
+	}
+	if *sum != want {
+		t.Fatalf("summary %+v, want %+v", *sum, want)
+	}
+	var onDisk Summary
+	raw, err := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &onDisk); err != nil || onDisk != want {
+		t.Fatalf("summary.json = %s (%v)", raw, err)
+	}
+	for _, f := range []string{"report.md", "source.json", "environment.json",
+		"01-paused-worker/report.json", "01-paused-worker/receiver.db", "01-paused-worker/events.json",
+		"01-paused-worker/receipts.json", "02-defective-receiver/report.json"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("missing output %s: %v", f, err)
+		}
+	}
+	var rep pausedReport
+	raw, err = os.ReadFile(filepath.Join(out, "01-paused-worker", "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Stale.Reason != "stale_or_unknown_epoch" || rep.TargetAtStaleDecision.Revision != 1 ||
+		rep.FinalTarget.Revision != 2 || rep.LastStaleRejectionAt == nil || !rep.HoldCommittedAt.Before(rep.Stale.DecidedAt) {
+		t.Fatalf("paused-worker report: %s", raw)
+	}
+}
+
+// Ensure that the lab refuses an existing destination and a missing parent,
+// and writes nothing in either case.
+func TestRun_OutputRules(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), Options{Output: dir, Executable: os.Args[0]}); !errors.Is(err, ErrOutputExists) {
+		t.Fatalf("Run(existing) = %v, want ErrOutputExists", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("Run wrote into an existing directory: %v", entries)
+	}
+	missing := filepath.Join(dir, "no", "such")
+	if _, err := Run(context.Background(), Options{Output: missing, Executable: os.Args[0]}); err == nil {
+		t.Fatal("Run with a missing parent succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "no")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("Run created the missing parent")
+	}
+}
+
+// Ensure that a lab worker refuses a database outside a lab directory, so
+// its defective mode cannot reach a receiver in service.
+func TestWorker_RefusesOutsideLab(t *testing.T) {
+	dir := t.TempDir()
+	code := WorkerMain(context.Background(), []string{"--db", filepath.Join(dir, "r.db"), "--envelope", "x", "--as", "w", "--defective"},
+		nil, new(discard), new(discard))
+	if code == 0 {
+		t.Fatal("lab worker ran outside a lab directory")
+	}
+}
+
+type discard struct{}
+
+func (*discard) Write(p []byte) (int, error) { return len(p), nil }

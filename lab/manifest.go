@@ -1,0 +1,99 @@
+package lab
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/kvfence/kvfence/internal/fixture"
+)
+
+// sourceManifest records what produced the lab's output.
+type sourceManifest struct {
+	Module       string            `json:"module"`
+	Version      string            `json:"version"`
+	VCSRevision  string            `json:"vcs_revision,omitempty"`
+	VCSModified  string            `json:"vcs_modified,omitempty"`
+	VCSTime      string            `json:"vcs_time,omitempty"`
+	Dependencies map[string]string `json:"dependencies"`
+	Binary       string            `json:"binary"`
+	BinarySHA256 string            `json:"binary_sha256"`
+	Fixtures     map[string]string `json:"fixtures_sha256"`
+}
+
+// environmentManifest records where the lab ran.
+type environmentManifest struct {
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
+	CPUs      int    `json:"cpus"`
+	Bbolt     string `json:"bbolt_version"`
+}
+
+func (l *lab) writeManifests() error {
+	value, patch, err := fixture.Load()
+	if err != nil {
+		return fmt.Errorf("lab: the backup-policy fixture: %w", err)
+	}
+	src := sourceManifest{Dependencies: map[string]string{}, Binary: l.opts.Executable,
+		Fixtures: map[string]string{
+			fixture.ValueFile: sha256Hex(value),
+			fixture.PatchFile: sha256Hex(patch),
+		}}
+	env := environmentManifest{GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		src.Module, src.Version = bi.Main.Path, bi.Main.Version
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				src.VCSRevision = s.Value
+			case "vcs.modified":
+				src.VCSModified = s.Value
+			case "vcs.time":
+				src.VCSTime = s.Value
+			}
+		}
+		for _, d := range bi.Deps {
+			v := d.Version
+			if d.Replace != nil {
+				v += " => " + d.Replace.Path + " " + d.Replace.Version
+			}
+			src.Dependencies[d.Path] = v
+			if d.Path == "go.etcd.io/bbolt" {
+				env.Bbolt = d.Version
+			}
+		}
+	}
+	sum, err := fileSHA256(l.opts.Executable)
+	if err != nil {
+		return err
+	}
+	src.BinarySHA256 = sum
+	if err := writeJSON(filepath.Join(l.opts.Output, "source.json"), src); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(l.opts.Output, "environment.json"), env)
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
