@@ -1,0 +1,204 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// anchorLabels are the anchor file's lines in order; each line is a label,
+// one space and a value.
+var anchorLabels = [...]string{"receiver", "seq", "head", "epoch_high_water", "at", "key", "sig"}
+
+// anchorMagic is the anchor file's first line, naming format and version.
+const anchorMagic = "kvfence checkpoint v1"
+
+// MarshalAnchor returns sc in the anchor file format: short lines an
+// operator can read and compare with "verify-chain" output and with
+// "ssh-keygen -l". The format is specified in the package documentation.
+func (sc SignedCheckpoint) MarshalAnchor() ([]byte, error) {
+	if err := checkCheckpoint(&sc.Checkpoint); err != nil {
+		return nil, err
+	}
+	return appendAnchor(make([]byte, 0, 384+len(sc.Receiver)), &sc), nil
+}
+
+func appendAnchor(b []byte, sc *SignedCheckpoint) []byte {
+	b = append(b, anchorMagic+"\nreceiver "...)
+	b = append(b, sc.Receiver...)
+	b = strconv.AppendUint(append(b, "\nseq "...), sc.Seq, 10)
+	b = hex.AppendEncode(append(b, "\nhead "...), sc.Head[:])
+	b = strconv.AppendUint(append(b, "\nepoch_high_water "...), sc.EpochHighWater, 10)
+	b = time.Unix(0, sc.At).UTC().AppendFormat(append(b, "\nat "...), time.RFC3339Nano)
+	b = base64.RawStdEncoding.AppendEncode(append(b, "\nkey SHA256:"...), sc.Key[:])
+	b = base64.StdEncoding.AppendEncode(append(b, "\nsig "...), sc.Signature[:])
+	return append(b, '\n')
+}
+
+// ParseAnchor decodes an anchor file strictly: exactly the lines that
+// MarshalAnchor writes, byte for byte, and nothing else. It does not verify
+// the signature.
+func ParseAnchor(data []byte) (SignedCheckpoint, error) {
+	if len(data) > MaxCheckpointSize {
+		return SignedCheckpoint{}, fmt.Errorf("%w: %d bytes exceeds the %d-byte limit", ErrBadAnchor, len(data), MaxCheckpointSize)
+	}
+	rest, ok := bytes.CutPrefix(data, []byte(anchorMagic+"\n"))
+	if !ok {
+		return SignedCheckpoint{}, fmt.Errorf("%w: first line is not %q", ErrBadAnchor, anchorMagic)
+	}
+	var v [len(anchorLabels)]string
+	for i, label := range anchorLabels {
+		line, after, ok := bytes.Cut(rest, []byte{'\n'})
+		if !ok {
+			return SignedCheckpoint{}, fmt.Errorf("%w: line %d: missing or unterminated %q line", ErrBadAnchor, i+2, label)
+		}
+		val, ok := bytes.CutPrefix(line, []byte(label+" "))
+		if !ok {
+			return SignedCheckpoint{}, fmt.Errorf("%w: line %d: want %q line", ErrBadAnchor, i+2, label)
+		}
+		v[i], rest = string(val), after
+	}
+	if len(rest) != 0 {
+		return SignedCheckpoint{}, fmt.Errorf("%w: %d bytes after the last line", ErrBadAnchor, len(rest))
+	}
+	var sc SignedCheckpoint
+	var err error
+	sc.Receiver = v[0]
+	if sc.Seq, err = strconv.ParseUint(v[1], 10, 64); err != nil {
+		return SignedCheckpoint{}, fmt.Errorf("%w: seq: %w", ErrBadAnchor, err)
+	}
+	if err := decodeFixed(sc.Head[:], v[2], hex.DecodeString); err != nil {
+		return SignedCheckpoint{}, fmt.Errorf("%w: head: %w", ErrBadAnchor, err)
+	}
+	if sc.EpochHighWater, err = strconv.ParseUint(v[3], 10, 64); err != nil {
+		return SignedCheckpoint{}, fmt.Errorf("%w: epoch_high_water: %w", ErrBadAnchor, err)
+	}
+	t, err := time.Parse(time.RFC3339Nano, v[4])
+	if err != nil {
+		return SignedCheckpoint{}, fmt.Errorf("%w: at: %w", ErrBadAnchor, err)
+	}
+	sc.At = t.UnixNano()
+	fp, ok := strings.CutPrefix(v[5], "SHA256:")
+	if !ok {
+		return SignedCheckpoint{}, fmt.Errorf("%w: key: not a SHA256: fingerprint", ErrBadAnchor)
+	}
+	if err := decodeFixed(sc.Key[:], fp, base64.RawStdEncoding.Strict().DecodeString); err != nil {
+		return SignedCheckpoint{}, fmt.Errorf("%w: key: %w", ErrBadAnchor, err)
+	}
+	if err := decodeFixed(sc.Signature[:], v[6], base64.StdEncoding.Strict().DecodeString); err != nil {
+		return SignedCheckpoint{}, fmt.Errorf("%w: sig: %w", ErrBadAnchor, err)
+	}
+	if err := checkCheckpoint(&sc.Checkpoint); err != nil {
+		return SignedCheckpoint{}, fmt.Errorf("%w: %w", ErrBadAnchor, err)
+	}
+	// One checkpoint has one spelling: this refuses leading zeros, upper-case
+	// hex, another time zone or precision, and times outside int64 nanoseconds.
+	if !bytes.Equal(appendAnchor(nil, &sc), data) {
+		return SignedCheckpoint{}, fmt.Errorf("%w: not in canonical form", ErrBadAnchor)
+	}
+	return sc, nil
+}
+
+func decodeFixed(dst []byte, s string, decode func(string) ([]byte, error)) error {
+	b, err := decode(s)
+	if err != nil {
+		return err
+	}
+	if len(b) != len(dst) {
+		return fmt.Errorf("%d bytes, want %d", len(b), len(dst))
+	}
+	copy(dst, b)
+	return nil
+}
+
+// AnchorStore keeps a receiver's anchor: the latest signed checkpoint, in a
+// place administered apart from the database. Writes are compare-and-swap,
+// so two writers, or a writer that holds a stale view, cannot silently
+// overwrite each other.
+type AnchorStore interface {
+	// Load returns the stored anchor. If there is none, the error wraps
+	// ErrAnchorMissing, and Load creates nothing.
+	Load() (SignedCheckpoint, error)
+	// Store replaces the anchor old by next; a nil old means that there is
+	// no anchor yet. If the stored anchor is not old the error wraps
+	// ErrWriteConflict. It refuses to move back (ErrAnchorRegression) or
+	// to another receiver (ErrReceiverMismatch). Store does not verify
+	// signatures; the caller signed next.
+	Store(old *SignedCheckpoint, next SignedCheckpoint) error
+	// Supersede is Store without the regression check, for recovery only:
+	// the caller must first have verified a recovery admission that names
+	// old. It still refuses another receiver.
+	Supersede(old, next SignedCheckpoint) error
+}
+
+// checkSwap decides a compare-and-swap from the current anchor cur (nil if
+// none) to next, for every AnchorStore implementation alike.
+func checkSwap(cur, old *SignedCheckpoint, next *SignedCheckpoint, supersede bool) error {
+	if err := checkCheckpoint(&next.Checkpoint); err != nil {
+		return err
+	}
+	switch {
+	case old == nil && cur != nil:
+		return fmt.Errorf("%w: expected no anchor, found seq %d (%x)", ErrWriteConflict, cur.Seq, cur.Head[:])
+	case old != nil && cur == nil:
+		return fmt.Errorf("%w: expected anchor seq %d (%x): %w", ErrWriteConflict, old.Seq, old.Head[:], ErrAnchorMissing)
+	case old != nil && *old != *cur:
+		return fmt.Errorf("%w: expected anchor seq %d (%x), found seq %d (%x)",
+			ErrWriteConflict, old.Seq, old.Head[:], cur.Seq, cur.Head[:])
+	case cur == nil:
+		return nil
+	case next.Receiver != cur.Receiver:
+		return fmt.Errorf("%w: anchor is for receiver %q, new checkpoint for %q", ErrReceiverMismatch, cur.Receiver, next.Receiver)
+	case supersede:
+		return nil
+	case next.Seq < cur.Seq, next.Seq == cur.Seq && next.Head != cur.Head:
+		return fmt.Errorf("%w: anchor is at seq %d (%x), new checkpoint at seq %d (%x)",
+			ErrAnchorRegression, cur.Seq, cur.Head[:], next.Seq, next.Head[:])
+	case next.EpochHighWater < cur.EpochHighWater:
+		return fmt.Errorf("%w: anchor has epoch high-water %d, new checkpoint %d",
+			ErrAnchorRegression, cur.EpochHighWater, next.EpochHighWater)
+	}
+	return nil
+}
+
+// MemAnchor is an AnchorStore in memory, for tests. The zero value holds
+// no anchor. It is safe for concurrent use.
+type MemAnchor struct {
+	mu  sync.Mutex
+	cur *SignedCheckpoint
+}
+
+// Load returns the anchor, or ErrAnchorMissing.
+func (m *MemAnchor) Load() (SignedCheckpoint, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur == nil {
+		return SignedCheckpoint{}, ErrAnchorMissing
+	}
+	return *m.cur, nil
+}
+
+// Store implements AnchorStore.Store.
+func (m *MemAnchor) Store(old *SignedCheckpoint, next SignedCheckpoint) error {
+	return m.swap(old, next, false)
+}
+
+// Supersede implements AnchorStore.Supersede.
+func (m *MemAnchor) Supersede(old, next SignedCheckpoint) error {
+	return m.swap(&old, next, true)
+}
+
+func (m *MemAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := checkSwap(m.cur, old, &next, supersede); err != nil {
+		return err
+	}
+	m.cur = &next
+	return nil
+}

@@ -1,0 +1,108 @@
+package audit
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors that decoders return for input that is not a well-formed artefact.
+var (
+	// ErrBadEntry means an entry does not decode, is not in canonical form,
+	// or breaks a field rule.
+	ErrBadEntry = errors.New("audit: bad entry")
+	// ErrBadCheckpoint means a checkpoint or signed checkpoint does not
+	// decode, is not in canonical form, or breaks a field rule.
+	ErrBadCheckpoint = errors.New("audit: bad checkpoint")
+	// ErrBadAnchor means an anchor file is not exactly one well-formed
+	// anchor in canonical form.
+	ErrBadAnchor = errors.New("audit: bad anchor file")
+	// ErrBadAdmission means an admission or signed admission does not
+	// decode, is not in canonical form, or breaks a field rule.
+	ErrBadAdmission = errors.New("audit: bad admission")
+	// ErrBadKey means a public or private key does not have the size of an
+	// Ed25519 key.
+	ErrBadKey = errors.New("audit: bad key")
+)
+
+// Errors that report an integrity problem; each matches a Problem code.
+var (
+	// ErrBadSignature means a signature does not verify under the expected
+	// public key, or the anchor that should carry it cannot be read.
+	ErrBadSignature = errors.New("audit: bad signature")
+	// ErrReceiverMismatch means a checkpoint, anchor or admission names
+	// another receiver than the one it is checked against.
+	ErrReceiverMismatch = errors.New("audit: receiver mismatch")
+	// ErrRollbackDetected means the chain ends before the anchored seq:
+	// the database is older than its anchor.
+	ErrRollbackDetected = errors.New("audit: rollback detected")
+	// ErrForkDetected means the chain's hash at the anchored seq is not the
+	// anchored head: history was rewritten or replaced.
+	ErrForkDetected = errors.New("audit: fork detected")
+	// ErrBrokenLink means an entry's prev is not the hash of the entry
+	// before it.
+	ErrBrokenLink = errors.New("audit: broken link")
+	// ErrSeqGap means the stored seqs do not run 1, 2, 3, … or an entry is
+	// stored under another seq than its own.
+	ErrSeqGap = errors.New("audit: seq gap")
+	// ErrAnchorStale means the anchor is older than the maximum age the
+	// verifier was given, which may be a frozen (stale but valid) anchor.
+	ErrAnchorStale = errors.New("audit: anchor stale")
+)
+
+// Errors of an AnchorStore.
+var (
+	// ErrAnchorMissing means there is no anchor; it is never a reason to
+	// create one.
+	ErrAnchorMissing = errors.New("audit: anchor missing")
+	// ErrWriteConflict means the stored anchor is not the one the writer
+	// expected to replace.
+	ErrWriteConflict = errors.New("audit: anchor write conflict")
+	// ErrAnchorRegression means a new anchor would move back: a smaller
+	// seq, the same seq with another head, or a smaller epoch high-water.
+	ErrAnchorRegression = errors.New("audit: anchor regression")
+	// ErrAnchorNotRegular means the anchor path names a symbolic link, a
+	// directory or another non-regular file.
+	ErrAnchorNotRegular = errors.New("audit: anchor is not a regular file")
+	// ErrAnchorPermissions means the anchor file may be written by group or
+	// others, so an old copy could be put back without the receiver's key.
+	ErrAnchorPermissions = errors.New("audit: anchor file is writable by group or others")
+)
+
+// ErrAdmissionMismatch means a recovery admission names another receiver,
+// another superseded anchor or another admitted head than the one at hand.
+var ErrAdmissionMismatch = errors.New("audit: admission does not match")
+
+// RollbackError reports a database whose chain ends before its anchor.
+// It matches ErrRollbackDetected.
+type RollbackError struct {
+	Anchor Checkpoint // the verified anchor
+	Head   Head       // the database's newest entry
+}
+
+func (e *RollbackError) Error() string {
+	return fmt.Sprintf("%v: database head is seq %d (%x) but receiver %q anchored seq %d (%x) at %s",
+		ErrRollbackDetected, e.Head.Seq, e.Head.Hash[:], e.Anchor.Receiver,
+		e.Anchor.Seq, e.Anchor.Head[:], formatTime(e.Anchor.At))
+}
+
+// Unwrap returns ErrRollbackDetected.
+func (e *RollbackError) Unwrap() error { return ErrRollbackDetected }
+
+// ForkError reports a database whose entry at the anchored seq is not the
+// anchored one. It matches ErrForkDetected.
+type ForkError struct {
+	Anchor Checkpoint // the verified anchor
+	Hash   Hash       // the database's hash at Anchor.Seq
+}
+
+func (e *ForkError) Error() string {
+	return fmt.Sprintf("%v: at seq %d the database has %x but receiver %q anchored %x at %s",
+		ErrForkDetected, e.Anchor.Seq, e.Hash[:], e.Anchor.Receiver, e.Anchor.Head[:], formatTime(e.Anchor.At))
+}
+
+// Unwrap returns ErrForkDetected.
+func (e *ForkError) Unwrap() error { return ErrForkDetected }
+
+// formatTime renders Unix nanoseconds the way the anchor file does.
+func formatTime(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }

@@ -1,0 +1,17 @@
+//go:build !windows && !(darwin || dragonfly || freebsd || linux || netbsd || openbsd)
+
+package audit
+
+import (
+	"os"
+	"sync"
+)
+
+// dirLock serialises FileAnchor writes within this process on platforms
+// without flock; writers in other processes are not excluded there.
+var dirLock sync.Mutex
+
+func lockDir(*os.File) (unlock func(), err error) {
+	dirLock.Lock()
+	return dirLock.Unlock, nil
+}

@@ -1,0 +1,205 @@
+package audit
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+)
+
+// Problem is a stable code for the first integrity problem Verify found.
+// The codes are part of the CLI's JSON output; they are never renamed.
+type Problem string
+
+// The problem codes, in the order in which Verify looks for them: first
+// the anchor, then the chain entry by entry (where a fork is found at the
+// anchored seq), then the chain's end.
+const (
+	ProblemOK               Problem = "ok"
+	ProblemAnchorMissing    Problem = "anchor_missing"
+	ProblemBadSignature     Problem = "bad_signature"
+	ProblemReceiverMismatch Problem = "receiver_mismatch"
+	ProblemBadEntry         Problem = "bad_entry"
+	ProblemSeqGap           Problem = "seq_gap"
+	ProblemBrokenLink       Problem = "broken_link"
+	ProblemForkDetected     Problem = "fork_detected"
+	ProblemRollbackDetected Problem = "rollback_detected"
+	ProblemAnchorStale      Problem = "anchor_stale"
+)
+
+// VerifyOptions says what Verify checks and against what.
+type VerifyOptions struct {
+	// Entries yields the stored chain in key order, as a bbolt cursor over
+	// the audit bucket does: key SeqKey(seq), value the encoded entry.
+	// Verify does not keep either slice past the yield, so they may point
+	// into a read transaction's memory.
+	Entries iter.Seq2[[]byte, []byte]
+	// Anchor holds the signed head that the chain must contain.
+	Anchor AnchorStore
+	// PublicKey is the receiver's key, which must have signed the anchor.
+	PublicKey ed25519.PublicKey
+	// Receiver is the receiver id that the anchor must name.
+	Receiver string
+	// MaxAge, if positive, makes an anchor older than MaxAge a problem
+	// (anchor_stale). A valid but stale anchor is what an attacker who
+	// restores the database together with an old anchor presents; only a
+	// bound on age tells it apart, and only if the receiver writes often.
+	MaxAge time.Duration
+	// Now is the clock for MaxAge. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Report is the outcome of Verify.
+type Report struct {
+	// Problem is ProblemOK or the first problem found.
+	Problem Problem
+	// Detail describes the problem with both heads and their seqs, so that
+	// it stands on its own as evidence. It is empty when Problem is ok.
+	Detail string
+	// Entries and Head describe the verified part of the chain: all of it,
+	// or the entries before the one where a chain problem was found.
+	Entries uint64
+	Head    Head
+	// Anchor is the anchor's position as read from the anchor, verified or
+	// not; zero if there is no readable anchor.
+	Anchor Head
+
+	err error
+}
+
+// OK reports whether Verify found no problem.
+func (r Report) OK() bool { return r.Problem == ProblemOK }
+
+// Err returns nil if r is ok, and otherwise an error that wraps the
+// sentinel for r.Problem (ErrRollbackDetected, ErrBrokenLink, …); a
+// rollback or fork is a *RollbackError or *ForkError.
+func (r Report) Err() error { return r.err }
+
+// Verify checks a whole chain against its anchor, streaming: memory stays
+// constant however long the chain is. It checks the anchor's signature and
+// receiver; that every entry decodes canonically, is stored under its own
+// seq, and links to the previous entry by hash; that seqs run from 1 with
+// no gap; that the chain's hash at the anchored seq is the anchored head;
+// and that the chain reaches the anchored seq. It reports the first problem
+// in the Report. The error is only for faults that prevent verifying: bad
+// options, or an anchor store that cannot be read.
+func Verify(opts VerifyOptions) (Report, error) {
+	switch {
+	case opts.Entries == nil || opts.Anchor == nil:
+		return Report{}, errors.New("audit: verify: Entries and Anchor are required")
+	case opts.Receiver == "":
+		return Report{}, errors.New("audit: verify: Receiver is required")
+	case len(opts.PublicKey) != ed25519.PublicKeySize:
+		return Report{}, fmt.Errorf("%w: public key is %d bytes, want %d", ErrBadKey, len(opts.PublicKey), ed25519.PublicKeySize)
+	}
+	var r Report
+	var ap Problem // the anchor's problem, if any, with its error in aerr
+	anchor, aerr := opts.Anchor.Load()
+	switch {
+	case errors.Is(aerr, ErrAnchorMissing):
+		ap = ProblemAnchorMissing
+	case errors.Is(aerr, ErrBadAnchor), errors.Is(aerr, ErrBadCheckpoint):
+		// An anchor that does not parse carries no valid signature.
+		ap, aerr = ProblemBadSignature, fmt.Errorf("%w: %w", ErrBadSignature, aerr)
+	case aerr != nil:
+		return Report{}, aerr
+	default:
+		r.Anchor = Head{Seq: anchor.Seq, Hash: anchor.Head}
+		if aerr = checkTrusted(anchor, opts.PublicKey, opts.Receiver); errors.Is(aerr, ErrReceiverMismatch) {
+			ap = ProblemReceiverMismatch
+		} else if aerr != nil {
+			ap = ProblemBadSignature
+		}
+	}
+	// The chain is walked even when the anchor is unusable, so that the
+	// report still says how much of it verifies; the anchor's problem is
+	// the one reported, since without a trusted anchor no chain is evidence.
+	var w walker
+	if aerr == nil {
+		w.anchor = &anchor.Checkpoint
+	}
+	for k, v := range opts.Entries {
+		if !w.step(k, v) {
+			break
+		}
+	}
+	r.Entries, r.Head = w.head.Seq, w.head
+	switch {
+	case aerr != nil:
+		r.fail(ap, aerr)
+	case w.err != nil:
+		r.fail(w.problem, w.err)
+	case w.head.Seq < anchor.Seq:
+		r.fail(ProblemRollbackDetected, &RollbackError{Anchor: anchor.Checkpoint, Head: w.head})
+	case opts.MaxAge > 0:
+		now := time.Now
+		if opts.Now != nil {
+			now = opts.Now
+		}
+		if age := now().Sub(time.Unix(0, anchor.At)); age > opts.MaxAge {
+			r.fail(ProblemAnchorStale, fmt.Errorf("%w: anchor seq %d (%x) was signed at %s, %v ago, over the maximum age %v",
+				ErrAnchorStale, anchor.Seq, anchor.Head[:], formatTime(anchor.At), age.Round(time.Second), opts.MaxAge))
+		}
+	}
+	if r.Problem == "" {
+		r.Problem = ProblemOK
+	}
+	return r, nil
+}
+
+func (r *Report) fail(p Problem, err error) {
+	r.Problem, r.Detail, r.err = p, err.Error(), err
+}
+
+// walker checks one entry at a time and keeps only the previous entry's
+// position, which is what keeps Verify's memory flat.
+type walker struct {
+	head    Head
+	anchor  *Checkpoint // nil: no trusted anchor to compare with
+	e       Entry
+	scratch []byte // re-encoding buffer, reused across entries
+	problem Problem
+	err     error
+}
+
+// step checks the entry stored under key k and reports whether to go on.
+func (w *walker) step(k, v []byte) bool {
+	if len(k) != 8 {
+		return w.fail(ProblemBadEntry, fmt.Errorf("%w: after seq %d, key %x is not an 8-byte seq", ErrBadEntry, w.head.Seq, k))
+	}
+	seq, want := binary.BigEndian.Uint64(k), w.head.Seq+1
+	switch {
+	case seq > want:
+		return w.fail(ProblemSeqGap, fmt.Errorf("%w: seq %d follows seq %d; seqs %d to %d are missing", ErrSeqGap, seq, w.head.Seq, want, seq-1))
+	case seq < want:
+		return w.fail(ProblemSeqGap, fmt.Errorf("%w: seq %d follows seq %d", ErrSeqGap, seq, w.head.Seq))
+	case v == nil:
+		return w.fail(ProblemBadEntry, fmt.Errorf("%w: seq %d has no value", ErrBadEntry, seq))
+	}
+	if err := decodeEntryInto(v, &w.e, &w.scratch); err != nil {
+		return w.fail(ProblemBadEntry, fmt.Errorf("%w (stored at seq %d)", err, seq))
+	}
+	if w.e.Seq != seq {
+		return w.fail(ProblemSeqGap, fmt.Errorf("%w: key seq %d holds entry seq %d", ErrSeqGap, seq, w.e.Seq))
+	}
+	if !bytes.Equal(w.e.Prev, w.head.Hash[:]) {
+		if seq == 1 {
+			return w.fail(ProblemBrokenLink, fmt.Errorf("%w: entry 1 has prev %x, want 32 zero bytes", ErrBrokenLink, w.e.Prev))
+		}
+		return w.fail(ProblemBrokenLink, fmt.Errorf("%w: entry %d has prev %x, but entry %d hashes to %x",
+			ErrBrokenLink, seq, w.e.Prev, w.head.Seq, w.head.Hash[:]))
+	}
+	w.head = Head{Seq: seq, Hash: HashEntry(v)}
+	if w.anchor != nil && seq == w.anchor.Seq && w.head.Hash != w.anchor.Head {
+		return w.fail(ProblemForkDetected, &ForkError{Anchor: *w.anchor, Hash: w.head.Hash})
+	}
+	return true
+}
+
+func (w *walker) fail(p Problem, err error) bool {
+	w.problem, w.err = p, err
+	return false
+}

@@ -1,0 +1,321 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kvfence/kvfence/keyfile"
+	"github.com/kvfence/kvfence/kvfence"
+)
+
+// Environment variables consulted when the matching flag is not given.
+const (
+	envDB     = "KVFENCE_DB"
+	envAnchor = "KVFENCE_ANCHOR"
+	envKey    = "KVFENCE_KEY"
+)
+
+// flagGroup selects which common flags a command accepts.
+type flagGroup int
+
+const (
+	// withDB registers --db, --anchor, --pub and --lock-timeout.
+	withDB flagGroup = 1 << iota
+	// withKey registers --key.
+	withKey
+	// withoutLock leaves --lock-timeout out of withDB, for init, which
+	// creates the file and so never waits for a lock.
+	withoutLock
+)
+
+// commonFlags holds the flags shared by commands (DESIGN §9).
+type commonFlags struct {
+	name        string // the command, for messages: "scope create"
+	db          string
+	anchor      string // accepted and kept; the anchor lands in a later change
+	key         string
+	pub         string
+	lockTimeout time.Duration
+	json        bool
+}
+
+// register adds the selected common flags, and always --json, to fs.
+func (c *commonFlags) register(fs *flag.FlagSet, g flagGroup) {
+	if g&withDB != 0 {
+		fs.StringVar(&c.db, "db", "", "")
+		fs.StringVar(&c.anchor, "anchor", "", "")
+		fs.StringVar(&c.pub, "pub", "", "")
+		if g&withoutLock == 0 {
+			fs.DurationVar(&c.lockTimeout, "lock-timeout", kvfence.DefaultLockTimeout, "")
+		}
+	}
+	if g&withKey != 0 {
+		fs.StringVar(&c.key, "key", "", "")
+	}
+	fs.BoolVar(&c.json, "json", false, "")
+}
+
+// resolve fills the flags that were not given from the environment. A flag
+// given on the command line wins, even when it is given as empty.
+func (c *commonFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
+	for _, f := range []struct {
+		name, env string
+		dst       *string
+	}{{"db", envDB, &c.db}, {"anchor", envAnchor, &c.anchor}, {"key", envKey, &c.key}} {
+		if fs.Lookup(f.name) != nil && !isSet(fs, f.name) {
+			*f.dst = getenv(f.env)
+		}
+	}
+}
+
+const usageDB = `	--db FILE
+	    Receiver database. Defaults to $KVFENCE_DB.
+	--anchor FILE
+	    Anchor file. Defaults to $KVFENCE_ANCHOR. Accepted and kept;
+	    it is not used until the anchor lands.
+	--pub FILE
+	    If set, refuse a receiver whose public key recorded at init
+	    differs from this one (an ssh-ed25519 line).
+	--lock-timeout DURATION
+	    How long to wait for the database lock (default 1s; 0 also means
+	    1s, a negative value means do not wait). A lock not obtained in
+	    time exits with code 5.
+`
+
+const usageKey = `	--key FILE
+	    The receiver's private key (OpenSSH Ed25519, not readable by
+	    group or others). Defaults to $KVFENCE_KEY.
+`
+
+const usageJSON = `	--json
+	    Write one JSON document to stdout instead of text.
+`
+
+// newFlagSet returns a flag set that reports errors only through its
+// return value, so that each problem is printed once, as "Error:".
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("kvfence "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args into fs. It prints the command's usage for -h
+// (and returns flag.ErrHelp), turns a parse error into a usage error, and
+// refuses positional arguments beyond the first npos.
+func parseFlags(fs *flag.FlagSet, usage func(), args []string, npos int) error {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return err
+	case err != nil:
+		return &usageError{msg: fmt.Sprintf("%s: %v", fs.Name(), err), hint: fs.Name() + " -h"}
+	case fs.NArg() > npos:
+		return &usageError{msg: fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(npos)),
+			hint: fs.Name() + " -h"}
+	}
+	return nil
+}
+
+// isSet reports whether the flag name was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+// require returns a usage error for the first of names whose value is
+// empty.
+func require(cmd string, flags ...[2]string) error {
+	for _, f := range flags {
+		if f[1] == "" {
+			return missingFlag(cmd, f[0], "")
+		}
+	}
+	return nil
+}
+
+// openReceiver opens the receiver named by --db. Observation commands pass
+// readOnly. With --pub, it refuses a receiver whose recorded key differs.
+func (c *commonFlags) openReceiver(readOnly bool) (*kvfence.Receiver, error) {
+	if c.db == "" {
+		return nil, missingFlag(c.name, "db", envDB)
+	}
+	var pub ed25519.PublicKey
+	if c.pub != "" {
+		var err error
+		if pub, err = keyfile.LoadPublic(c.pub); err != nil {
+			return nil, err
+		}
+	}
+	r, err := kvfence.Open(c.db, &kvfence.Options{LockTimeout: c.lockTimeout, ReadOnly: readOnly})
+	if err != nil {
+		return nil, err
+	}
+	if pub != nil && !pub.Equal(r.PublicKey()) {
+		r.Close()
+		return nil, errPubMismatch
+	}
+	return r, nil
+}
+
+// openAdmin opens the receiver for a privileged command. It loads --key
+// (refusing a key file readable by group or others) before it takes the
+// database lock, and refuses a key whose public half is not the one init
+// recorded. This is the CLI's gate, not a cryptographic control: anyone who
+// can write the database file can bypass it.
+func (c *commonFlags) openAdmin() (*kvfence.Receiver, error) {
+	if c.db == "" {
+		return nil, missingFlag(c.name, "db", envDB)
+	}
+	if c.key == "" {
+		return nil, missingFlag(c.name, "key", envKey)
+	}
+	priv, err := loadPrivate(c.key)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.openReceiver(false)
+	if err != nil {
+		return nil, err
+	}
+	if !ed25519PublicOf(priv).Equal(r.PublicKey()) {
+		r.Close()
+		return nil, errKeyMismatch
+	}
+	return r, nil
+}
+
+// loadPrivate loads a private key file; it refuses one that group or
+// others may access.
+func loadPrivate(path string) (ed25519.PrivateKey, error) {
+	// keyfile's errors already name the file and the problem.
+	return keyfile.LoadPrivate(path)
+}
+
+func ed25519PublicOf(priv ed25519.PrivateKey) ed25519.PublicKey {
+	return priv.Public().(ed25519.PublicKey)
+}
+
+// closeReceiver closes r and reports a close error only if nothing else
+// failed first.
+func closeReceiver(r *kvfence.Receiver, err *error) {
+	if cerr := r.Close(); cerr != nil && *err == nil {
+		*err = fmt.Errorf("close %s: %w", r.Path(), cerr)
+	}
+}
+
+// readInput reads a whole file, or Stdin for "-".
+func (m *Main) readInput(path string) ([]byte, error) {
+	if path == "-" {
+		b, err := io.ReadAll(m.Stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read stdin: %w", err)
+		}
+		return b, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// writeNew creates path with data and mode perm. It never replaces an
+// existing file (the error wraps fs.ErrExist), syncs the data, and removes
+// the file if writing it failed.
+func writeNew(path string, data []byte, perm os.FileMode) (err error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(path)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeJSON writes v as one indented JSON document.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// jsonTime formats t for JSON: RFC 3339 with nanoseconds in UTC, or null
+// for the zero time (an event that has not happened).
+func jsonTime(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(time.RFC3339Nano)
+	return &s
+}
+
+// fromUnixNano returns the time of a Unix-nanosecond timestamp, or the zero
+// time for 0 (never).
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// humanTime formats t for text output, "-" for the zero time.
+func humanTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// orDash returns s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// newTable returns a tabwriter for aligned text output; flush it.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+// printable reports whether b is valid UTF-8 text without control
+// characters other than tab and newline, safe to print to a terminal.
+func printable(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if (r < 0x20 && r != '\t' && r != '\n') || (r >= 0x7f && r < 0xa0) {
+			return false
+		}
+	}
+	return true
+}

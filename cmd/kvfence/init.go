@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+
+	"github.com/kvfence/kvfence/keyfile"
+	"github.com/kvfence/kvfence/kvfence"
+)
+
+// InitCommand creates a receiver database and records the public half of
+// the receiver's key, which privileged commands are later checked against.
+type InitCommand struct{ m *Main }
+
+// initJSON is the --json shape of init.
+type initJSON struct {
+	Receiver    string  `json:"receiver"`
+	DB          string  `json:"db"`
+	PublicKey   string  `json:"public_key"`
+	RecoveryKey *string `json:"recovery_key"`
+}
+
+// Run runs the command.
+func (c *InitCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("init")
+	cf := commonFlags{name: "init"}
+	cf.register(fs, withDB|withKey|withoutLock)
+	id := fs.String("id", "", "")
+	recoveryPub := fs.String("recovery-pub", "", "")
+	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
+		return err
+	}
+	cf.resolve(fs, c.m.Getenv)
+	if cf.db == "" {
+		return missingFlag("init", "db", envDB)
+	}
+	if err := require("init", [2]string{"id", *id}); err != nil {
+		return err
+	}
+	if cf.key == "" {
+		return missingFlag("init", "key", envKey)
+	}
+	priv, err := loadPrivate(cf.key)
+	if err != nil {
+		return err
+	}
+	pub := ed25519PublicOf(priv)
+	if cf.pub != "" {
+		want, err := keyfile.LoadPublic(cf.pub)
+		if err != nil {
+			return err
+		}
+		if !want.Equal(pub) {
+			return withHint(errors.New("--pub is not the public half of --key; refusing"),
+				"pass the .pub file written next to the private key")
+		}
+	}
+	var recovery ed25519.PublicKey
+	if *recoveryPub != "" {
+		if recovery, err = keyfile.LoadPublic(*recoveryPub); err != nil {
+			return err
+		}
+		// The recovery key exists to overrule the receiver key; the same
+		// key in both roles would make that meaningless.
+		if recovery.Equal(pub) {
+			return withHint(errors.New("--recovery-pub is the receiver's own key; the recovery key must be a separately held key"),
+				"kvfence keygen --out recovery.key, and keep it away from the receiver")
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := kvfence.Init(cf.db, &kvfence.InitOptions{ReceiverID: *id, ReceiverKey: pub, RecoveryKey: recovery}); err != nil {
+		return err
+	}
+	res := initJSON{Receiver: *id, DB: cf.db, PublicKey: publicLine(pub)}
+	if recovery != nil {
+		s := publicLine(recovery)
+		res.RecoveryKey = &s
+	}
+	if cf.json {
+		return writeJSON(c.m.Stdout, res)
+	}
+	tw := newTable(c.m.Stdout)
+	fmt.Fprintf(tw, "receiver\t%s\n", res.Receiver)
+	fmt.Fprintf(tw, "db\t%s\n", res.DB)
+	fmt.Fprintf(tw, "public key\t%s\n", res.PublicKey)
+	if res.RecoveryKey != nil {
+		fmt.Fprintf(tw, "recovery key\t%s\n", *res.RecoveryKey)
+	}
+	return tw.Flush()
+}
+
+// publicLine formats pub as an ssh-ed25519 line without a comment.
+func publicLine(pub ed25519.PublicKey) string {
+	line, err := keyfile.MarshalPublic(pub, "")
+	if err != nil {
+		return fmt.Sprintf("(unprintable key: %v)", err)
+	}
+	return string(line[:len(line)-1])
+}
+
+// Usage prints the command's help.
+func (c *InitCommand) Usage() {
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence init --db FILE --id RECEIVER_ID --key FILE [--recovery-pub FILE] [--json]
+
+Creates a receiver database (mode 0600) and records the public half of the
+receiver's private key. Privileged commands later refuse any other key.
+An existing file is never touched.
+
+Arguments:
+
+	--id RECEIVER_ID
+	    Names the receiver in its audit chain and checkpoints.
+	--recovery-pub FILE
+	    Public key (ssh-ed25519 line) of the separately held recovery key;
+	    it must differ from the receiver's key.
+`+usageKey+`	--db FILE
+	    The database file to create. Defaults to $KVFENCE_DB.
+	--anchor FILE
+	    Anchor file. Defaults to $KVFENCE_ANCHOR. Accepted and kept;
+	    it is not used until the anchor lands.
+	--pub FILE
+	    If set, refuse unless it is the public half of --key.
+`+usageJSON)
+}

@@ -1,0 +1,252 @@
+// Command kvfence administers and exercises a kvfence receiver: the bbolt
+// database that fences stale workers where their writes are committed.
+//
+// Usage:
+//
+//	kvfence <command> [arguments]
+//
+// Keys and files:
+//
+//	keygen          create an Ed25519 key pair (FILE 0600, FILE.pub)
+//	init            create a receiver database and record its public key
+//
+// Administration (privileged: each requires the receiver's private key,
+// --key or KVFENCE_KEY, whose public half must match the one init recorded):
+//
+//	scope create    create a protected scope (epoch 1, held)
+//	target create   create a target in a scope (revision 1)
+//	activate        mint a grant for a held scope and open it
+//	hold            advance the epoch of one or more scopes and hold them
+//
+// Workers and approvers:
+//
+//	request build   encode the exact approved request bytes
+//	envelope build  wrap request bytes with the authority a worker claims
+//	submit          submit an envelope as an authenticated worker
+//
+// Observation (opens the database read-only):
+//
+//	status          control state of every scope, or of one
+//	observe         a target, a receipt, or the audit events
+//
+// Demonstration:
+//
+//	lab             the fencing lab, in real processes, with its evidence
+//
+// Common flags, with environment fallbacks (a flag wins over its variable):
+// --db (KVFENCE_DB), --anchor (KVFENCE_ANCHOR; accepted and kept, the
+// anchor itself lands in a later change), --key (KVFENCE_KEY),
+// --pub (when set, the receiver's recorded key must equal it),
+// --lock-timeout (default 1s), --json.
+//
+// Human output goes to stdout, diagnostics to stderr as "Error: ..." with a
+// "Try: ..." hint where one helps. --json replaces the human output on
+// stdout with one JSON document whose keys are stable; consumers must ignore
+// keys they do not know, since new keys may be added. In every JSON shape a
+// time is an RFC 3339 string with nanoseconds in UTC, and a time that never
+// happened (the zero time) is null; keys are never omitted except in the
+// per-entry objects of "observe events", which carry only the fields the
+// entry has.
+//
+// Exit codes:
+//
+//	0  success, including a submit whose outcome is already_applied
+//	1  operational error (missing database, refused key, I/O, ...)
+//	2  usage error (bad flags, a missing required flag, an unknown command)
+//	3  request denied by the fence (submit)
+//	4  integrity problem (rollback, fork, tampering, bad signature); reserved
+//	5  storage busy (the database lock was not obtained in --lock-timeout)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/kvfence/kvfence/lab"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}.Run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// Main is the program with its environment injected, so that tests run it
+// in-process with captured output and a fake environment.
+type Main struct {
+	// Stdin is read by "--value-file -" and "--envelope -". Nil means empty.
+	Stdin io.Reader
+	// Stdout receives the command's output. Nil discards it.
+	Stdout io.Writer
+	// Stderr receives usage text and diagnostics. Nil discards them.
+	Stderr io.Writer
+	// Getenv looks up the environment fallbacks (KVFENCE_DB, ...). Nil
+	// means an empty environment.
+	Getenv func(string) string
+}
+
+// command is one subcommand: it parses its own arguments and writes its own
+// usage text.
+type command interface {
+	Run(ctx context.Context, args []string) error
+	Usage()
+}
+
+// Run runs the command named by args[0] and returns the process exit code.
+// It prints any error to Stderr.
+func (m Main) Run(ctx context.Context, args []string) int {
+	if m.Stdin == nil {
+		m.Stdin = strings.NewReader("")
+	}
+	if m.Stdout == nil {
+		m.Stdout = io.Discard
+	}
+	if m.Stderr == nil {
+		m.Stderr = io.Discard
+	}
+	if m.Getenv == nil {
+		m.Getenv = func(string) string { return "" }
+	}
+	err := m.run(ctx, args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		m.printError(err)
+	}
+	return exitCode(err)
+}
+
+func (m *Main) run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		m.usage(m.Stderr)
+		return usageErrorf("no command given")
+	}
+	name, rest := args[0], args[1:]
+	if name == "help" || isHelpFlag(name) {
+		return m.help(rest)
+	}
+	cmd, rest, err := m.lookup(name, rest, false)
+	if err != nil {
+		return err
+	}
+	return cmd.Run(ctx, rest)
+}
+
+// lookup finds the command for name and, for a group such as "scope", its
+// subcommand, returning the arguments left for the command. For help, a
+// group without its subcommand means the group's only subcommand, so that
+// "kvfence help scope" shows "scope create".
+func (m *Main) lookup(name string, args []string, forHelp bool) (command, []string, error) {
+	group := func(sub string, cmd command) (command, []string, error) {
+		if len(args) == 0 && forHelp {
+			return cmd, nil, nil
+		}
+		if len(args) > 0 && isHelpFlag(args[0]) {
+			return cmd, args, nil
+		}
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+			return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s: missing subcommand", name),
+				hint: fmt.Sprintf("kvfence %s %s -h", name, sub)}
+		}
+		if args[0] != sub {
+			return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s %s: unknown subcommand", name, args[0]),
+				hint: fmt.Sprintf("kvfence %s %s -h", name, sub)}
+		}
+		return cmd, args[1:], nil
+	}
+	switch name {
+	case "keygen":
+		return &KeygenCommand{m}, args, nil
+	case "init":
+		return &InitCommand{m}, args, nil
+	case "scope":
+		return group("create", &ScopeCreateCommand{m})
+	case "target":
+		return group("create", &TargetCreateCommand{m})
+	case "request":
+		return group("build", &RequestBuildCommand{m})
+	case "activate":
+		return &ActivateCommand{m}, args, nil
+	case "envelope":
+		return group("build", &EnvelopeBuildCommand{m})
+	case "submit":
+		return &SubmitCommand{m}, args, nil
+	case "hold":
+		return &HoldCommand{m}, args, nil
+	case "status":
+		return &StatusCommand{m}, args, nil
+	case "observe":
+		return &ObserveCommand{m}, args, nil
+	case "lab":
+		return &LabCommand{m}, args, nil
+	case lab.WorkerCommand:
+		return &labWorkerCommand{m}, args, nil
+	}
+	return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s: unknown command", name), hint: "kvfence help"}
+}
+
+// isHelpFlag reports whether arg asks for help, as the flag package
+// understands it.
+func isHelpFlag(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "--h"
+}
+
+// help prints the overview, or one command's usage, to Stdout.
+func (m *Main) help(args []string) error {
+	if len(args) == 0 {
+		m.usage(m.Stdout)
+		return nil
+	}
+	out := *m
+	out.Stderr = m.Stdout
+	cmd, _, err := out.lookup(args[0], args[1:], true)
+	if err != nil {
+		return err
+	}
+	cmd.Usage()
+	return nil
+}
+
+func (m *Main) usage(w io.Writer) {
+	fmt.Fprint(w, `kvfence fences stale workers at the receiving system.
+
+Usage:
+
+	kvfence <command> [arguments]
+
+The commands are:
+
+	keygen          create an Ed25519 key pair (FILE and FILE.pub)
+	init            create a receiver database
+	scope create    create a protected scope (privileged)
+	target create   create a target in a scope (privileged)
+	request build   encode an approved request
+	activate        mint a grant and open a scope (privileged)
+	envelope build  wrap a request with a worker's claimed authority
+	submit          submit an envelope as a worker
+	hold            hold scopes at a new epoch (privileged)
+	status          show the control state of scopes
+	observe         show a target, a receipt or the audit events
+	lab             run the fencing lab in real processes
+
+Use "kvfence help <command>" or "kvfence <command> -h" for more
+information about a command.
+
+Exit codes: 0 success (also already_applied), 1 operational error,
+2 usage error, 3 denied by the fence, 4 integrity problem, 5 storage busy.
+`)
+}
+
+// printError writes err as "Error: ..." and, when one is known, a hint as
+// "Try: ...".
+func (m *Main) printError(err error) {
+	fmt.Fprintf(m.Stderr, "Error: %s\n", err)
+	if h := hint(err); h != "" {
+		fmt.Fprintf(m.Stderr, "Try: %s\n", h)
+	}
+}

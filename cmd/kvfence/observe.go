@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/kvfence/kvfence/kvfence"
+)
+
+// ObserveCommand prints a target, a receipt or the audit events. It opens
+// the database read-only. Nothing it prints authorises anything: a receipt
+// is evidence, not permission.
+type ObserveCommand struct{ m *Main }
+
+// observeTargetJSON is the --json shape of observe target (DESIGN §9).
+// Value is the value as text when it is valid UTF-8 and null otherwise;
+// value_b64 is always the value in standard base64.
+type observeTargetJSON struct {
+	Target   string  `json:"target"`
+	Scope    string  `json:"scope"`
+	Revision uint64  `json:"revision"`
+	Value    *string `json:"value"`
+	ValueB64 string  `json:"value_b64"`
+}
+
+// observeReceiptJSON is the --json shape of observe receipt.
+type observeReceiptJSON struct {
+	Scope         string  `json:"scope"`
+	Action        string  `json:"action"`
+	Grant         string  `json:"grant"`
+	RequestSHA256 string  `json:"request_sha256"`
+	Target        string  `json:"target"`
+	RevBefore     uint64  `json:"rev_before"`
+	RevAfter      uint64  `json:"rev_after"`
+	AuditSeq      uint64  `json:"audit_seq"`
+	At            *string `json:"at"`
+}
+
+// eventJSON is one audit entry in the --json output of observe events,
+// which is {"events":[...]} in chain order. seq, hash, prev (lowercase hex),
+// at and kind are always present; the other keys only when the entry has
+// them (non-empty, non-zero), as in the entry's own canonical encoding.
+type eventJSON struct {
+	Seq           uint64  `json:"seq"`
+	Hash          string  `json:"hash"`
+	Prev          string  `json:"prev"`
+	At            *string `json:"at"`
+	Kind          string  `json:"kind"`
+	Scope         string  `json:"scope,omitempty"`
+	Epoch         uint64  `json:"epoch,omitempty"`
+	Grant         string  `json:"grant,omitempty"`
+	Executor      string  `json:"executor,omitempty"`
+	Action        string  `json:"action,omitempty"`
+	Outcome       string  `json:"outcome,omitempty"`
+	Reason        string  `json:"reason,omitempty"`
+	RequestSHA256 string  `json:"request_sha256,omitempty"`
+	Target        string  `json:"target,omitempty"`
+	RevBefore     uint64  `json:"rev_before,omitempty"`
+	RevAfter      uint64  `json:"rev_after,omitempty"`
+	ValueSHA256   string  `json:"value_sha256,omitempty"`
+	Decision      string  `json:"decision,omitempty"`
+	Note          string  `json:"note,omitempty"`
+}
+
+// Run runs the command.
+func (c *ObserveCommand) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && isHelpFlag(args[0]) {
+			c.Usage()
+			return flag.ErrHelp
+		}
+		return &usageError{msg: "kvfence observe: missing subcommand (target, receipt or events)", hint: "kvfence observe -h"}
+	}
+	switch args[0] {
+	case "target":
+		return c.target(ctx, args[1:])
+	case "receipt":
+		return c.receipt(ctx, args[1:])
+	case "events":
+		return c.events(ctx, args[1:])
+	}
+	return &usageError{msg: fmt.Sprintf("kvfence observe %s: unknown subcommand", args[0]), hint: "kvfence observe -h"}
+}
+
+func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("observe target")
+	cf := commonFlags{name: "observe target"}
+	cf.register(fs, withDB)
+	// The target's name is positional and flags may follow it.
+	var names []string
+	for {
+		if err := parseFlags(fs, c.Usage, args, 1<<30); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			names = append(names, rest...)
+			break
+		}
+		names, args = append(names, rest[0]), rest[1:]
+	}
+	if len(names) != 1 {
+		return &usageError{msg: "kvfence observe target: exactly one target name is required", hint: "kvfence observe -h"}
+	}
+	cf.resolve(fs, c.m.Getenv)
+	r, err := cf.openReceiver(true)
+	if err != nil {
+		return err
+	}
+	defer closeReceiver(r, &err)
+	t, err := r.Target(names[0])
+	if err != nil {
+		return err
+	}
+	out := observeTargetJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
+		ValueB64: base64.StdEncoding.EncodeToString(t.Value)}
+	if utf8.Valid(t.Value) {
+		s := string(t.Value)
+		out.Value = &s
+	}
+	if cf.json {
+		return writeJSON(c.m.Stdout, out)
+	}
+	tw := newTable(c.m.Stdout)
+	fmt.Fprintf(tw, "target\t%s\n", out.Target)
+	fmt.Fprintf(tw, "scope\t%s\n", out.Scope)
+	fmt.Fprintf(tw, "revision\t%d\n", out.Revision)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// The value goes after the table, untouched by tabwriter, as text when
+	// it is safe to print and in base64 otherwise.
+	if printable(t.Value) {
+		_, err = fmt.Fprintf(c.m.Stdout, "value\n%s\n", t.Value)
+	} else {
+		_, err = fmt.Fprintf(c.m.Stdout, "value (base64)\n%s\n", out.ValueB64)
+	}
+	return err
+}
+
+func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("observe receipt")
+	cf := commonFlags{name: "observe receipt"}
+	cf.register(fs, withDB)
+	scope := fs.String("scope", "", "")
+	action := fs.String("action", "", "")
+	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
+		return err
+	}
+	cf.resolve(fs, c.m.Getenv)
+	if err := require("observe receipt", [2]string{"scope", *scope}, [2]string{"action", *action}); err != nil {
+		return err
+	}
+	r, err := cf.openReceiver(true)
+	if err != nil {
+		return err
+	}
+	defer closeReceiver(r, &err)
+	rc, err := r.Receipt(*scope, *action)
+	if err != nil {
+		return err
+	}
+	out := observeReceiptJSON{Scope: rc.Scope, Action: rc.Action, Grant: rc.Grant,
+		RequestSHA256: hex.EncodeToString(rc.RequestSHA256[:]), Target: rc.Target, RevBefore: rc.RevBefore,
+		RevAfter: rc.RevAfter, AuditSeq: rc.AuditSeq, At: jsonTime(rc.At)}
+	if cf.json {
+		return writeJSON(c.m.Stdout, out)
+	}
+	tw := newTable(c.m.Stdout)
+	fmt.Fprintf(tw, "scope\t%s\n", out.Scope)
+	fmt.Fprintf(tw, "action\t%s\n", out.Action)
+	fmt.Fprintf(tw, "grant\t%s\n", out.Grant)
+	fmt.Fprintf(tw, "request sha256\t%s\n", out.RequestSHA256)
+	fmt.Fprintf(tw, "target\t%s\n", out.Target)
+	fmt.Fprintf(tw, "revision\t%d -> %d\n", out.RevBefore, out.RevAfter)
+	fmt.Fprintf(tw, "audit seq\t%d\n", out.AuditSeq)
+	fmt.Fprintf(tw, "at\t%s\n", humanTime(rc.At))
+	return tw.Flush()
+}
+
+func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("observe events")
+	cf := commonFlags{name: "observe events"}
+	cf.register(fs, withDB)
+	since := fs.Uint64("since", 0, "")
+	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
+		return err
+	}
+	cf.resolve(fs, c.m.Getenv)
+	r, err := cf.openReceiver(true)
+	if err != nil {
+		return err
+	}
+	defer closeReceiver(r, &err)
+	var p eventPrinter
+	if cf.json {
+		p = newJSONEvents(c.m.Stdout)
+	} else {
+		p = newTextEvents(c.m.Stdout)
+	}
+	var werr error
+	if err := r.Events(*since, func(ev kvfence.Event) bool {
+		if werr = ctx.Err(); werr != nil {
+			return false
+		}
+		werr = p.event(eventOf(ev))
+		return werr == nil
+	}); err != nil {
+		return err
+	}
+	if werr != nil {
+		return werr
+	}
+	return p.close()
+}
+
+// eventOf converts an audit entry to its JSON shape.
+func eventOf(ev kvfence.Event) eventJSON {
+	e := ev.Entry
+	out := eventJSON{Seq: e.Seq, Hash: hex.EncodeToString(ev.Hash[:]), Prev: hex.EncodeToString(e.Prev),
+		At: jsonTime(fromUnixNano(e.At)), Kind: e.Kind, Scope: e.Scope, Epoch: e.Epoch, Grant: e.Grant,
+		Executor: e.Executor, Action: e.Action, Outcome: e.Outcome, Reason: e.Reason, Target: e.Target,
+		RevBefore: e.RevBefore, RevAfter: e.RevAfter, Decision: e.Decision, Note: e.Note}
+	if len(e.RequestSHA256) > 0 {
+		out.RequestSHA256 = hex.EncodeToString(e.RequestSHA256)
+	}
+	if len(e.ValueSHA256) > 0 {
+		out.ValueSHA256 = hex.EncodeToString(e.ValueSHA256)
+	}
+	return out
+}
+
+// eventPrinter writes events as they are read, so a long chain is never
+// held in memory.
+type eventPrinter interface {
+	event(eventJSON) error
+	close() error
+}
+
+// jsonEvents writes {"events":[...]} one entry at a time.
+type jsonEvents struct {
+	w *bufio.Writer
+	n int
+}
+
+func newJSONEvents(w io.Writer) *jsonEvents { return &jsonEvents{w: bufio.NewWriter(w)} }
+
+func (j *jsonEvents) event(e eventJSON) error {
+	b, err := json.MarshalIndent(e, "    ", "  ")
+	if err != nil {
+		return err
+	}
+	sep := ",\n    "
+	if j.n == 0 {
+		sep = "{\n  \"events\": [\n    "
+	}
+	j.n++
+	j.w.WriteString(sep)
+	_, err = j.w.Write(b)
+	return err
+}
+
+func (j *jsonEvents) close() error {
+	if j.n == 0 {
+		j.w.WriteString("{\n  \"events\": []\n}\n")
+	} else {
+		j.w.WriteString("\n  ]\n}\n")
+	}
+	return j.w.Flush()
+}
+
+// textEvents writes one aligned line per entry.
+type textEvents struct {
+	tw interface {
+		io.Writer
+		Flush() error
+	}
+}
+
+func newTextEvents(w io.Writer) *textEvents {
+	t := &textEvents{tw: newTable(w)}
+	fmt.Fprintln(t.tw, "SEQ\tAT\tKIND\tSCOPE\tEPOCH\tDETAIL")
+	return t
+}
+
+func (t *textEvents) event(e eventJSON) error {
+	at := "-"
+	if e.At != nil {
+		at = *e.At
+	}
+	epoch := "-"
+	if e.Epoch != 0 {
+		epoch = fmt.Sprint(e.Epoch)
+	}
+	var d []string
+	add := func(k, v string) {
+		if v != "" {
+			d = append(d, k+"="+quoteIfNeeded(v))
+		}
+	}
+	addN := func(k string, v uint64) {
+		if v != 0 {
+			d = append(d, fmt.Sprintf("%s=%d", k, v))
+		}
+	}
+	add("outcome", e.Outcome)
+	add("reason", e.Reason)
+	add("grant", e.Grant)
+	add("executor", e.Executor)
+	add("action", e.Action)
+	add("target", e.Target)
+	addN("rev_before", e.RevBefore)
+	addN("rev_after", e.RevAfter)
+	add("decision", e.Decision)
+	add("note", e.Note)
+	_, err := fmt.Fprintf(t.tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, at, e.Kind, orDash(e.Scope), epoch, strings.Join(d, " "))
+	return err
+}
+
+func (t *textEvents) close() error { return t.tw.Flush() }
+
+// quoteIfNeeded quotes s when it would not read as one token.
+func quoteIfNeeded(s string) string {
+	if s == "" || strings.ContainsAny(s, " \t\n\"=") || !printable([]byte(s)) {
+		return fmt.Sprintf("%q", s)
+	}
+	return s
+}
+
+// Usage prints the command's help.
+func (c *ObserveCommand) Usage() {
+	fmt.Fprint(c.m.Stderr, `Usage:
+
+	kvfence observe target K [common arguments]
+	kvfence observe receipt --scope S --action A [common arguments]
+	kvfence observe events [--since SEQ] [common arguments]
+
+Prints state without changing it; the database is opened read-only.
+
+	target    a target's scope, revision and value. With --json, "value"
+	          is the value as text when it is valid UTF-8 (else null) and
+	          "value_b64" is always the value in base64.
+	receipt   the receipt of an applied action: grant, request digest,
+	          revisions before and after, audit seq and time.
+	events    the audit chain from SEQ on (default: from the start). With
+	          --json, {"events":[...]} in chain order; each entry has seq,
+	          hash, prev, at and kind, and only the other fields it has.
+
+Arguments:
+
+	--scope S, --action A
+	    The receipt's scope and logical action id.
+	--since SEQ
+	    The first audit seq to print.
+`+usageDB+usageJSON)
+}

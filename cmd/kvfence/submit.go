@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvfence/kvfence/kvfence"
+)
+
+// SubmitCommand submits an envelope as the worker named by --as, which
+// stands in for the identity an embedding application would authenticate
+// on its own channel; it is never read from the envelope. A denial prints
+// the result and exits with code 3.
+type SubmitCommand struct{ m *Main }
+
+// submitJSON is the --json shape of submit (DESIGN §9). Reason and detail
+// are empty unless the outcome is denied; fields a denial could not know
+// are zero.
+type submitJSON struct {
+	Outcome  string `json:"outcome"`
+	Reason   string `json:"reason"`
+	Detail   string `json:"detail"`
+	Scope    string `json:"scope"`
+	Epoch    uint64 `json:"epoch"`
+	Grant    string `json:"grant"`
+	Action   string `json:"action"`
+	Target   string `json:"target"`
+	Revision uint64 `json:"revision"`
+	AuditSeq uint64 `json:"audit_seq"`
+}
+
+// Run runs the command.
+func (c *SubmitCommand) Run(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("submit")
+	cf := commonFlags{name: "submit"}
+	cf.register(fs, withDB)
+	as := fs.String("as", "", "")
+	envelope := fs.String("envelope", "", "")
+	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
+		return err
+	}
+	cf.resolve(fs, c.m.Getenv)
+	if err := require("submit", [2]string{"as", *as}, [2]string{"envelope", *envelope}); err != nil {
+		return err
+	}
+	env, err := c.m.readInput(*envelope)
+	if err != nil {
+		return fmt.Errorf("read --envelope: %w", err)
+	}
+	r, err := cf.openReceiver(false)
+	if err != nil {
+		return err
+	}
+	defer closeReceiver(r, &err)
+	res, err := r.Submit(ctx, *as, env)
+	if err != nil {
+		return err
+	}
+	out := submitJSON{Outcome: string(res.Outcome), Reason: string(res.Reason), Detail: res.Detail,
+		Scope: res.Scope, Epoch: res.Epoch, Grant: res.Grant, Action: res.Action, Target: res.Target,
+		Revision: res.Revision, AuditSeq: res.AuditSeq}
+	if cf.json {
+		err = writeJSON(c.m.Stdout, out)
+	} else {
+		err = printSubmit(c.m, out)
+	}
+	if err != nil {
+		return err
+	}
+	if res.Outcome == kvfence.Denied {
+		return &deniedError{reason: res.Reason, detail: res.Detail}
+	}
+	return nil
+}
+
+func printSubmit(m *Main, out submitJSON) error {
+	tw := newTable(m.Stdout)
+	fmt.Fprintf(tw, "outcome\t%s\n", out.Outcome)
+	if out.Reason != "" {
+		fmt.Fprintf(tw, "reason\t%s\n", out.Reason)
+		fmt.Fprintf(tw, "detail\t%s\n", orDash(out.Detail))
+	}
+	fmt.Fprintf(tw, "scope\t%s\n", orDash(out.Scope))
+	fmt.Fprintf(tw, "epoch\t%d\n", out.Epoch)
+	fmt.Fprintf(tw, "grant\t%s\n", orDash(out.Grant))
+	fmt.Fprintf(tw, "action\t%s\n", orDash(out.Action))
+	fmt.Fprintf(tw, "target\t%s\n", orDash(out.Target))
+	if out.Revision != 0 {
+		fmt.Fprintf(tw, "revision\t%d\n", out.Revision)
+	}
+	fmt.Fprintf(tw, "audit seq\t%d\n", out.AuditSeq)
+	return tw.Flush()
+}
+
+// Usage prints the command's help.
+func (c *SubmitCommand) Usage() {
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence submit --as W --envelope ENV.cbor [common arguments]
+
+Submits an envelope to the receiver as worker W and prints the decision:
+applied, already_applied, or denied with a stable reason code. Every
+decision is recorded in the audit chain.
+
+--as stands in for the identity an embedding application authenticates on
+its own channel (mTLS, a local socket's peer); the receiver never takes it
+from the envelope, and denies an envelope whose executor differs.
+
+Exit codes: 0 applied or already_applied, 3 denied.
+
+Arguments:
+
+	--as W
+	    The worker identity submitting the envelope.
+	--envelope ENV.cbor
+	    The envelope (from "kvfence envelope build"; "-" for stdin).
+`+usageDB+usageJSON)
+}
