@@ -42,6 +42,9 @@ func (a *Admin) CreateScope(ctx context.Context, scope string) error {
 		if err := w.putControl(scope, c); err != nil {
 			return err
 		}
+		if err := w.raiseEpochHighWater(1); err != nil {
+			return err
+		}
 		_, err = w.appendAudit(&audit.Entry{Kind: KindScopeCreated, Scope: scope, Epoch: 1})
 		return err
 	})
@@ -254,6 +257,9 @@ func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 			c.Mode, c.ActiveGrant = ModeHeld, ""
 			c.HoldRequestedAt, c.HoldCommittedAt = requested.UnixNano(), w.now.UnixNano()
 			if err := w.putControl(s, c); err != nil {
+				return err
+			}
+			if err := w.raiseEpochHighWater(c.Epoch); err != nil {
 				return err
 			}
 			seq, err := w.appendAudit(&audit.Entry{Kind: KindHold, Scope: s, Epoch: c.Epoch,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -21,14 +22,17 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "receiver.db")
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	// The anchor lives apart from the database, in a place its own
+	// administrator keeps; it is how a restored old database is caught.
+	anchor := audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", ReceiverKey: pub}); err != nil {
+	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", Key: key, Anchor: anchor}); err != nil {
 		log.Fatal(err)
 	}
-	r, err := kvfence.Open(path, nil)
+	r, err := kvfence.Open(path, &kvfence.Options{Key: key, Anchor: anchor})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -46,12 +46,29 @@ func (c *testClock) Add(d time.Duration) {
 
 // fixture is a receiver with the backup-policy scope and target.
 type fixture struct {
-	t     *testing.T
-	path  string
-	clock *testClock
-	r     *Receiver
-	admin *Admin
-	ctx   context.Context
+	t      *testing.T
+	path   string
+	clock  *testClock
+	r      *Receiver
+	admin  *Admin
+	ctx    context.Context
+	anchor audit.FileAnchor
+}
+
+// opts returns the options the fixture's receiver is opened with.
+func (f *fixture) opts() *Options {
+	return &Options{Now: f.clock.Now, Key: testKey, Anchor: f.anchor}
+}
+
+// reopen closes and reopens the fixture's receiver.
+func (f *fixture) reopen() {
+	f.t.Helper()
+	f.r.Close()
+	r, err := Open(f.path, f.opts())
+	if err != nil {
+		f.t.Fatalf("reopen: %v", err)
+	}
+	f.r, f.admin = r, r.Admin()
 }
 
 var testKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32))
@@ -61,11 +78,13 @@ var testKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32))
 // the test ends.
 func newFixture(t *testing.T, v defect.Variant) *fixture {
 	t.Helper()
-	f := &fixture{t: t, path: filepath.Join(t.TempDir(), "receiver.db"), clock: newClock(), ctx: context.Background()}
-	if err := Init(f.path, &InitOptions{ReceiverID: "test-receiver", ReceiverKey: testKey.Public().(ed25519.PublicKey), Now: f.clock.Now}); err != nil {
+	dir := t.TempDir()
+	f := &fixture{t: t, path: filepath.Join(dir, "receiver.db"), clock: newClock(), ctx: context.Background(),
+		anchor: audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}}
+	if err := Init(f.path, &InitOptions{ReceiverID: "test-receiver", Key: testKey, Anchor: f.anchor, Now: f.clock.Now}); err != nil {
 		t.Fatalf("Init: %v", err)
 	}
-	r, err := open(f.path, &Options{Now: f.clock.Now}, v)
+	r, err := open(f.path, f.opts(), v)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -106,6 +125,14 @@ func checkChain(t *testing.T, r *Receiver) {
 	}
 	if head := r.Head(); head.Seq != seq || head.Hash != prev {
 		t.Errorf("audit chain: receiver head %v, chain ends at %d:%x", head, seq, prev)
+	}
+	if r.opts.Anchor != nil {
+		a, err := r.opts.Anchor.Load()
+		if err != nil {
+			t.Errorf("anchor: %v", err)
+		} else if a.Seq != seq || a.Head != prev {
+			t.Errorf("anchor at %d:%x, chain ends at %d:%x", a.Seq, a.Head, seq, prev)
+		}
 	}
 }
 

@@ -39,6 +39,17 @@ type Options struct {
 	// MaxEnvelopeSize bounds envelope bytes accepted by Submit. Zero means
 	// DefaultMaxEnvelopeSize.
 	MaxEnvelopeSize int
+	// Anchor is where the receiver's signed head is kept, apart from the
+	// database (an operator-configured file: audit.FileAnchor). A writable
+	// receiver requires it, checks the database against it on Open
+	// (ErrRollbackDetected, ErrForkDetected, ...), and moves it forward
+	// after every commit, before the call returns. A read-only receiver
+	// checks it when it is set.
+	Anchor audit.AnchorStore
+	// Key is the receiver's Ed25519 signing key, required for writing: it
+	// signs every checkpoint. Its public half must be the one recorded at
+	// Init (ErrKeyMismatch).
+	Key ed25519.PrivateKey
 	// NoSync skips fsync on commit. It is for benchmarks that label their
 	// results as not durable; a receiver in service must never set it.
 	NoSync bool
@@ -65,6 +76,8 @@ type Receiver struct {
 	// which is replaced only after its commit succeeded.
 	wmu  sync.Mutex
 	head audit.Head
+	// anchor is the anchor as last read or written; guarded by wmu.
+	anchor audit.SignedCheckpoint
 }
 
 // faultHooks lets this package's tests make a write transaction fail at a
@@ -85,9 +98,11 @@ func init() {
 type InitOptions struct {
 	// ReceiverID names the receiver in its audit chain and checkpoints.
 	ReceiverID string
-	// ReceiverKey is the public half of the receiver's Ed25519 signing key.
-	// The administrative CLI refuses a private key that does not match it.
-	ReceiverKey ed25519.PublicKey
+	// Key is the receiver's Ed25519 signing key. Init records its public
+	// half and signs the first checkpoint with it.
+	Key ed25519.PrivateKey
+	// Anchor receives the first checkpoint. It must hold no anchor yet.
+	Anchor audit.AnchorStore
 	// RecoveryKey, if set, is the public half of the separately held key
 	// that alone may sign a recovery admission.
 	RecoveryKey ed25519.PublicKey
@@ -105,11 +120,26 @@ func Init(path string, opts *InitOptions) (err error) {
 	if err := checkName("receiver id", opts.ReceiverID); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
-	if len(opts.ReceiverKey) != ed25519.PublicKeySize {
-		return fmt.Errorf("%w: receiver key must be an Ed25519 public key", ErrInvalidArgument)
+	if len(opts.Key) != ed25519.PrivateKeySize {
+		return fmt.Errorf("%w: a receiver signing key (Ed25519) is required", ErrInvalidArgument)
 	}
-	if opts.RecoveryKey != nil && len(opts.RecoveryKey) != ed25519.PublicKeySize {
-		return fmt.Errorf("%w: recovery key must be an Ed25519 public key", ErrInvalidArgument)
+	if opts.Anchor == nil {
+		return fmt.Errorf("%w: an anchor store is required", ErrInvalidArgument)
+	}
+	receiverKey := opts.Key.Public().(ed25519.PublicKey)
+	if opts.RecoveryKey != nil {
+		if len(opts.RecoveryKey) != ed25519.PublicKeySize {
+			return fmt.Errorf("%w: recovery key must be an Ed25519 public key", ErrInvalidArgument)
+		}
+		if opts.RecoveryKey.Equal(receiverKey) {
+			return fmt.Errorf("%w: the recovery key must be held apart from the receiver key, not equal to it", ErrInvalidArgument)
+		}
+	}
+	if _, err := opts.Anchor.Load(); !errors.Is(err, audit.ErrAnchorMissing) {
+		if err == nil {
+			return fmt.Errorf("%w: the anchor already holds a checkpoint; refusing to replace it", audit.ErrWriteConflict)
+		}
+		return fmt.Errorf("kvfence: init: anchor: %w", err)
 	}
 	now := opts.Now
 	if now == nil {
@@ -139,7 +169,8 @@ func Init(path string, opts *InitOptions) (err error) {
 			err = fmt.Errorf("kvfence: init: %w", cerr)
 		}
 	}()
-	return db.Update(func(tx *bolt.Tx) error {
+	var first audit.SignedCheckpoint
+	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucket(name); err != nil {
 				return err
@@ -152,7 +183,7 @@ func Init(path string, opts *InitOptions) (err error) {
 		if err := meta.Put(metaReceiver, []byte(opts.ReceiverID)); err != nil {
 			return err
 		}
-		if err := meta.Put(metaReceiverKey, opts.ReceiverKey); err != nil {
+		if err := meta.Put(metaReceiverKey, receiverKey); err != nil {
 			return err
 		}
 		if opts.RecoveryKey != nil {
@@ -161,9 +192,19 @@ func Init(path string, opts *InitOptions) (err error) {
 			}
 		}
 		w := &wtx{tx: tx, chain: audit.NewChain(audit.Head{}), now: now()}
-		_, err := w.appendAudit(&audit.Entry{Kind: KindInit, Note: "receiver " + opts.ReceiverID})
+		if _, err := w.appendAudit(&audit.Entry{Kind: KindInit, Note: "receiver " + opts.ReceiverID}); err != nil {
+			return err
+		}
+		first, err = w.checkpoint(opts.ReceiverID, opts.Key)
 		return err
 	})
+	if err != nil {
+		return fmt.Errorf("kvfence: init: %w", err)
+	}
+	if err := opts.Anchor.Store(nil, first); err != nil {
+		return fmt.Errorf("kvfence: init: writing the first anchor: %w", err)
+	}
+	return nil
 }
 
 // Open opens an existing receiver database. It never creates one: a missing
@@ -226,6 +267,22 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 	}()
 	if err := r.load(); err != nil {
 		return nil, err
+	}
+	if !o.ReadOnly {
+		if o.Key == nil || (o.Anchor == nil && !v.SkipAnchor) {
+			return nil, ErrNoAnchor
+		}
+		if len(o.Key) != ed25519.PrivateKeySize || !r.pub.Equal(o.Key.Public()) {
+			return nil, fmt.Errorf("%w: %s", ErrKeyMismatch, path)
+		}
+	}
+	if v.SkipAnchor {
+		// The defective variant neither checks nor writes the anchor.
+		r.opts.Anchor = nil
+	} else if r.opts.Anchor != nil {
+		if err := r.checkAnchor(); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }
@@ -343,6 +400,7 @@ func (r *Receiver) update(fn func(w *wtx) error) (err error) {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
 	var w *wtx
+	var sc audit.SignedCheckpoint
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, r.path, p)
@@ -350,7 +408,12 @@ func (r *Receiver) update(fn func(w *wtx) error) (err error) {
 	}()
 	err = r.db.Update(func(tx *bolt.Tx) error {
 		w = &wtx{tx: tx, chain: audit.NewChain(r.head), now: r.opts.Now(), faults: &r.faults}
-		return fn(w)
+		if err := fn(w); err != nil {
+			return err
+		}
+		var err error
+		sc, err = w.checkpoint(r.id, r.opts.Key)
+		return err
 	})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
@@ -359,6 +422,17 @@ func (r *Receiver) update(fn func(w *wtx) error) (err error) {
 		return err
 	}
 	r.head = w.chain.Head()
+	if r.opts.Anchor == nil {
+		return nil
+	}
+	// Acknowledge only once the anchor covers the commit. If this write
+	// fails the database is ahead of its anchor, which Open accepts as a
+	// crash window; the caller sees an error and may retry (an applied
+	// request then answers already_applied).
+	if err := r.opts.Anchor.Store(&r.anchor, sc); err != nil {
+		return fmt.Errorf("kvfence: %s: committed, but the anchor was not moved: %w", r.path, err)
+	}
+	r.anchor = sc
 	return nil
 }
 

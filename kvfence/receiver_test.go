@@ -3,7 +3,6 @@ package kvfence
 import (
 	"bufio"
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"math"
 	"os"
@@ -12,11 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
 	bolt "go.etcd.io/bbolt"
 )
-
-var testPub = testKey.Public().(ed25519.PublicKey)
 
 // Ensure that Open never creates state and that Init refuses to overwrite.
 func TestOpen_Errors(t *testing.T) {
@@ -52,7 +50,7 @@ func TestOpen_Errors(t *testing.T) {
 	}
 
 	good := filepath.Join(dir, "good.db")
-	if err := Init(good, &InitOptions{ReceiverID: "r1", ReceiverKey: testPub}); err != nil {
+	if err := Init(good, &InitOptions{ReceiverID: "r1", Key: testKey, Anchor: &audit.MemAnchor{}}); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(good)
@@ -62,10 +60,10 @@ func TestOpen_Errors(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Fatalf("receiver file mode %v, want 0600", fi.Mode().Perm())
 	}
-	if err := Init(good, &InitOptions{ReceiverID: "r1", ReceiverKey: testPub}); !errors.Is(err, ErrAlreadyInitialized) {
+	if err := Init(good, &InitOptions{ReceiverID: "r1", Key: testKey, Anchor: &audit.MemAnchor{}}); !errors.Is(err, ErrAlreadyInitialized) {
 		t.Fatalf("Init(existing) = %v, want ErrAlreadyInitialized", err)
 	}
-	if err := Init(filepath.Join(dir, "nokey.db"), &InitOptions{ReceiverID: "r1"}); !errors.Is(err, ErrInvalidArgument) {
+	if err := Init(filepath.Join(dir, "nokey.db"), &InitOptions{ReceiverID: "r1", Anchor: &audit.MemAnchor{}}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("Init without key = %v, want ErrInvalidArgument", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "nokey.db")); !errors.Is(err, os.ErrNotExist) {
@@ -91,7 +89,7 @@ func TestOpen_MissingBucket(t *testing.T) {
 	for _, name := range allBuckets {
 		t.Run(string(name), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "r.db")
-			if err := Init(path, &InitOptions{ReceiverID: "r1", ReceiverKey: testPub}); err != nil {
+			if err := Init(path, &InitOptions{ReceiverID: "r1", Key: testKey, Anchor: &audit.MemAnchor{}}); err != nil {
 				t.Fatal(err)
 			}
 			db, err := bolt.Open(path, 0o600, nil)
@@ -117,7 +115,7 @@ func TestHelperLockHolder(t *testing.T) {
 	if path == "" {
 		return
 	}
-	r, err := Open(path, nil)
+	r, err := Open(path, &Options{Key: testKey, Anchor: audit.FileAnchor{Path: os.Getenv("KVFENCE_TEST_ANCHOR")}})
 	if err != nil {
 		os.Stdout.WriteString("error: " + err.Error() + "\n")
 		os.Exit(1)
@@ -135,7 +133,7 @@ func TestOpen_StorageBusyAcrossProcesses(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
 	f.r.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLockHolder$")
-	cmd.Env = append(os.Environ(), "KVFENCE_TEST_LOCK_HOLDER="+f.path)
+	cmd.Env = append(os.Environ(), "KVFENCE_TEST_LOCK_HOLDER="+f.path, "KVFENCE_TEST_ANCHOR="+f.anchor.Path)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +150,9 @@ func TestOpen_StorageBusyAcrossProcesses(t *testing.T) {
 		t.Fatalf("lock holder said %q, %v", line, err)
 	}
 	start := time.Now()
-	_, err = Open(f.path, &Options{LockTimeout: 100 * time.Millisecond})
+	o := f.opts()
+	o.LockTimeout = 100 * time.Millisecond
+	_, err = Open(f.path, o)
 	if !errors.Is(err, ErrStorageBusy) {
 		t.Fatalf("Open while locked = %v, want ErrStorageBusy", err)
 	}
@@ -164,7 +164,7 @@ func TestOpen_StorageBusyAcrossProcesses(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("lock holder: %v", err)
 	}
-	r, err := Open(f.path, &Options{Now: f.clock.Now})
+	r, err := Open(f.path, f.opts())
 	if err != nil {
 		t.Fatalf("Open after release: %v", err)
 	}
@@ -317,7 +317,7 @@ func TestOpen_ReadOnly(t *testing.T) {
 		t.Fatalf("read-only Status = %+v, %v", st, err)
 	}
 	ro.Close()
-	r, err := Open(f.path, &Options{Now: f.clock.Now})
+	r, err := Open(f.path, f.opts())
 	if err != nil {
 		t.Fatal(err)
 	}

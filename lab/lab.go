@@ -16,7 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/fixture"
+	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -48,6 +50,8 @@ type Summary struct {
 	MutationsBeforeCurrentWorker         uint64 `json:"mutations_before_current_worker"`
 	CurrentWorkerAccepted                bool   `json:"current_worker_accepted"`
 	DefectiveReceiverAcceptedStaleWorker bool   `json:"defective_receiver_accepted_stale_worker"`
+	RestoredReceiverCopyAcceptedOldGrant bool   `json:"restored_receiver_copy_accepted_old_grant"`
+	RestoredReceiverRollbackDetected     bool   `json:"restored_receiver_rollback_detected"`
 	ProductionAuthorization              string `json:"production_authorization"`
 }
 
@@ -87,10 +91,22 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	sum.DefectiveReceiverAcceptedStaleWorker = d2.Stale.Outcome == string(kvfence.Applied)
 
+	src := filepath.Join(opts.Output, "01-paused-worker")
+	d4, err := l.restoredReceiver(ctx, src, "04-restored-receiver-unanchored", false)
+	if err != nil {
+		return nil, err
+	}
+	sum.RestoredReceiverCopyAcceptedOldGrant = d4.Stale.Outcome == string(kvfence.Applied)
+	d5, err := l.restoredReceiver(ctx, src, "05-restored-receiver-anchored", true)
+	if err != nil {
+		return nil, err
+	}
+	sum.RestoredReceiverRollbackDetected = d5.Stale.Outcome == OutcomeRefusedAtOpen && d5.VerifyChain == "rollback_detected"
+
 	if err := writeJSON(filepath.Join(opts.Output, "summary.json"), sum); err != nil {
 		return nil, err
 	}
-	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2); err != nil {
+	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2, d4, d5); err != nil {
 		return nil, err
 	}
 	return sum, nil
@@ -177,14 +193,11 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 	record := func(actor, action, result string) {
 		rep.Steps = append(rep.Steps, step{At: time.Now().UTC(), Actor: actor, Action: action, Result: result})
 	}
-	db := filepath.Join(dir, "receiver.db")
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	rc, err := newReceiverFiles(dir, "lab-"+name)
 	if err != nil {
 		return nil, err
 	}
-	if err := kvfence.Init(db, &kvfence.InitOptions{ReceiverID: "lab-" + name, ReceiverKey: pub}); err != nil {
-		return nil, err
-	}
+
 	value, patch, err := fixture.Load()
 	if err != nil {
 		return nil, fmt.Errorf("lab: the backup-policy fixture: %w", err)
@@ -198,7 +211,7 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 	}
 
 	var grantA kvfence.Grant
-	err = withReceiver(db, func(r *kvfence.Receiver) error {
+	err = rc.with(func(r *kvfence.Receiver) error {
 		admin := r.Admin()
 		if err := admin.CreateScope(ctx, fixture.Scope); err != nil {
 			return err
@@ -214,13 +227,21 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 		return nil, err
 	}
 	record("admin", "activate grant for worker-a", grantA.ID)
+	// The backup an operator might restore later (demonstrations 4 and 5).
+	if err := copyFile(rc.db, filepath.Join(dir, preHoldCopy)); err != nil {
+		return nil, err
+	}
 	envA, err := writeEnvelope(filepath.Join(dir, "envelope-a.cbor"), grantA, "claim-a", req)
 	if err != nil {
 		return nil, err
 	}
 	_ = envA
 
-	a, err := l.startWorker(ctx, db, filepath.Join(dir, "envelope-a.cbor"), workerA, defective)
+	var mode []string
+	if defective {
+		mode = append(mode, "--defective")
+	}
+	a, err := l.startWorker(ctx, rc, filepath.Join(dir, "envelope-a.cbor"), workerA, mode...)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +250,7 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 
 	var grantB kvfence.Grant
 	var before kvfence.Target
-	err = withReceiver(db, func(r *kvfence.Receiver) error {
+	err = rc.with(func(r *kvfence.Receiver) error {
 		hold, err := r.Admin().Hold(ctx, kvfence.HoldRequest{Scopes: []string{fixture.Scope}, Reason: "worker-a lease expired"})
 		if err != nil {
 			return err
@@ -263,7 +284,7 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 	}
 	record("worker-a", "submit (old grant)", decision(rep.Stale))
 
-	err = withReceiver(db, func(r *kvfence.Receiver) error {
+	err = rc.with(func(r *kvfence.Receiver) error {
 		t, err := r.Target(fixture.Target)
 		if err != nil {
 			return err
@@ -276,7 +297,7 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 		return nil, err
 	}
 
-	b, err := l.startWorker(ctx, db, filepath.Join(dir, "envelope-b.cbor"), workerB, false)
+	b, err := l.startWorker(ctx, rc, filepath.Join(dir, "envelope-b.cbor"), workerB)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +311,7 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 		return nil, fmt.Errorf("%w: %s: worker-b was decided (seq %d) before worker-a (seq %d)", ErrPrecondition, name, rep.Current.AuditSeq, rep.Stale.AuditSeq)
 	}
 
-	err = withReceiver(db, func(r *kvfence.Receiver) error {
+	err = rc.with(func(r *kvfence.Receiver) error {
 		t, err := r.Target(fixture.Target)
 		if err != nil {
 			return err
@@ -323,8 +344,35 @@ func decision(w workerResult) string {
 	return w.Outcome
 }
 
-func withReceiver(db string, fn func(r *kvfence.Receiver) error) error {
-	r, err := kvfence.Open(db, &kvfence.Options{LockTimeout: 10 * time.Second})
+// receiverFiles is a lab receiver: its database, its anchor and the key
+// that signs its checkpoints, all inside the demonstration's directory.
+type receiverFiles struct {
+	db, anchor, key string
+	priv            ed25519.PrivateKey
+}
+
+func newReceiverFiles(dir, id string) (*receiverFiles, error) {
+	rc := &receiverFiles{db: filepath.Join(dir, "receiver.db"), anchor: filepath.Join(dir, "receiver.anchor"),
+		key: filepath.Join(dir, "receiver.key")}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	if err := keyfile.Write(rc.key, priv, id); err != nil {
+		return nil, err
+	}
+	rc.priv = priv
+	return rc, kvfence.Init(rc.db, &kvfence.InitOptions{ReceiverID: id, Key: priv, Anchor: audit.FileAnchor{Path: rc.anchor}})
+}
+
+func (rc *receiverFiles) options() *kvfence.Options {
+	return &kvfence.Options{LockTimeout: 10 * time.Second, Key: rc.priv, Anchor: audit.FileAnchor{Path: rc.anchor}}
+}
+
+// with opens the receiver, runs fn and closes it again, so that worker
+// processes can take the lock in between.
+func (rc *receiverFiles) with(fn func(r *kvfence.Receiver) error) error {
+	r, err := kvfence.Open(rc.db, rc.options())
 	if err != nil {
 		return err
 	}
@@ -352,11 +400,8 @@ type workerProc struct {
 	stderr *strings.Builder
 }
 
-func (l *lab) startWorker(ctx context.Context, db, env, as string, defective bool) (*workerProc, error) {
-	args := []string{WorkerCommand, "--db", db, "--envelope", env, "--as", as}
-	if defective {
-		args = append(args, "--defective")
-	}
+func (l *lab) startWorker(ctx context.Context, rc *receiverFiles, env, as string, mode ...string) (*workerProc, error) {
+	args := append([]string{WorkerCommand, "--db", rc.db, "--anchor", rc.anchor, "--key", rc.key, "--envelope", env, "--as", as}, mode...)
 	cmd := exec.CommandContext(ctx, l.opts.Executable, args...)
 	cmd.Env = append(os.Environ(), l.opts.Env...)
 	w := &workerProc{cmd: cmd, stderr: &strings.Builder{}}

@@ -31,6 +31,8 @@ func TestRun(t *testing.T) {
 		MutationsBeforeCurrentWorker:         0,
 		CurrentWorkerAccepted:                true,
 		DefectiveReceiverAcceptedStaleWorker: true,
+		RestoredReceiverCopyAcceptedOldGrant: true,
+		RestoredReceiverRollbackDetected:     true,
 		ProductionAuthorization:              "not_assessed",
 	}
 	if *sum != want {
@@ -62,6 +64,19 @@ func TestRun(t *testing.T) {
 	if rep.Stale.Reason != "stale_or_unknown_epoch" || rep.TargetAtStaleDecision.Revision != 1 ||
 		rep.FinalTarget.Revision != 2 || rep.LastStaleRejectionAt == nil || !rep.HoldCommittedAt.Before(rep.Stale.DecidedAt) {
 		t.Fatalf("paused-worker report: %s", raw)
+	}
+	for dir, want := range map[string]uint64{"04-restored-receiver-unanchored": 2, "05-restored-receiver-anchored": 1} {
+		var rr restoredReport
+		raw, err = os.ReadFile(filepath.Join(out, dir, "report.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &rr); err != nil {
+			t.Fatal(err)
+		}
+		if rr.TargetBefore.Revision != 1 || rr.TargetAfter.Revision != want {
+			t.Fatalf("%s: target revision %d -> %d, want 1 -> %d", dir, rr.TargetBefore.Revision, rr.TargetAfter.Revision, want)
+		}
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 
 // writeReport writes report.md: what each demonstration supports and what
 // it does not, in plain words, with the numbers from this run.
-func writeReport(path string, sum *Summary, paused, defective *pausedReport) error {
+func writeReport(path string, sum *Summary, paused, defective *pausedReport, unanchored, anchored *restoredReport) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("# kvfence lab report")
@@ -34,6 +34,22 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport) err
 	p("")
 	p("Supports: the paused-worker result depends on those checks; the lab and the test suite go red without them.")
 	p("")
+	p("## 4. Restored receiver database, no anchor check (%s)", unanchored.Demonstration)
+	p("")
+	p("The receiver's own database from before the hold was restored. Opened without comparing it to its anchor")
+	p("(a test-only path), it restores the exact state under which worker A's grant was valid: A's old request was **%s**", decision(unanchored.Stale))
+	p("and the target went from revision %d to %d. This counterexample is kept on purpose: the fence alone cannot tell a restored copy from the present.", unanchored.TargetBefore.Revision, unanchored.TargetAfter.Revision)
+	p("")
+	p("## 5. Restored receiver database, anchored (%s)", anchored.Demonstration)
+	p("")
+	p("The same restored database, opened normally, is compared with the signed anchor kept apart from it: A's request was **%s**,", decision(anchored.Stale))
+	p("the target stayed at revision %d, and verify-chain reports `%s`:", anchored.TargetAfter.Revision, anchored.VerifyChain)
+	p("")
+	p("> %s", anchored.VerifyDetail)
+	p("")
+	p("Supports: restoring the receiver's database is detected as long as the anchor is administered separately and not restored with it.")
+	p("Does not show: protection against someone who can replace both the database and the anchor (a stale but valid anchor; see verify-chain --max-age).")
+	p("")
 	p("## Summary")
 	p("")
 	p("| claim | value |")
@@ -42,6 +58,8 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport) err
 	p("| mutations_before_current_worker | %d |", sum.MutationsBeforeCurrentWorker)
 	p("| current_worker_accepted | %v |", sum.CurrentWorkerAccepted)
 	p("| defective_receiver_accepted_stale_worker | %v |", sum.DefectiveReceiverAcceptedStaleWorker)
+	p("| restored_receiver_copy_accepted_old_grant | %v |", sum.RestoredReceiverCopyAcceptedOldGrant)
+	p("| restored_receiver_rollback_detected | %v |", sum.RestoredReceiverRollbackDetected)
 	p("| production_authorization | %s |", sum.ProductionAuthorization)
 	return os.WriteFile(path, []byte(b.String()), 0o600)
 }

@@ -12,7 +12,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
+	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -48,26 +50,38 @@ func WorkerMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs.SetOutput(stderr)
 	db := fs.String("db", "", "receiver database inside a lab output directory")
 	envPath := fs.String("envelope", "", "envelope file")
+	anchor := fs.String("anchor", "", "the receiver's anchor file")
+	key := fs.String("key", "", "the receiver's signing key")
 	as := fs.String("as", "", "the worker's authenticated identity")
 	defective := fs.Bool("defective", false, "skip checks 2-4 (lab demonstration only)")
+	skipAnchor := fs.Bool("skip-anchor", false, "open without the anchor check (lab demonstration only)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := runWorker(ctx, *db, *envPath, *as, *defective, stdin, stdout); err != nil {
+	if err := runWorker(ctx, workerArgs{*db, *anchor, *key, *envPath, *as, *defective, *skipAnchor}, stdin, stdout); err != nil {
 		fmt.Fprintf(stderr, "lab worker: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func runWorker(ctx context.Context, db, envPath, as string, defective bool, stdin io.Reader, stdout io.Writer) error {
-	if db == "" || envPath == "" || as == "" {
-		return errors.New("--db, --envelope and --as are required")
+type workerArgs struct {
+	db, anchor, key, envelope, as string
+	defective, skipAnchor         bool
+}
+
+func runWorker(ctx context.Context, a workerArgs, stdin io.Reader, stdout io.Writer) error {
+	if a.db == "" || a.anchor == "" || a.key == "" || a.envelope == "" || a.as == "" {
+		return errors.New("--db, --anchor, --key, --envelope and --as are required")
 	}
-	if err := inLabDir(db); err != nil {
+	if err := inLabDir(a.db); err != nil {
 		return err
 	}
-	env, err := os.ReadFile(envPath)
+	env, err := os.ReadFile(a.envelope)
+	if err != nil {
+		return err
+	}
+	priv, err := keyfile.LoadPrivate(a.key)
 	if err != nil {
 		return err
 	}
@@ -80,11 +94,18 @@ func runWorker(ctx context.Context, db, envPath, as string, defective bool, stdi
 		return fmt.Errorf("waiting for release: %w", err)
 	}
 	var opened any
-	opts := &kvfence.Options{LockTimeout: 10 * time.Second}
-	if defective {
-		opened, err = defect.Open(db, opts, defect.Variant{SkipAuthority: true})
+	opts := &kvfence.Options{LockTimeout: 10 * time.Second, Key: priv, Anchor: audit.FileAnchor{Path: a.anchor}}
+	if a.defective || a.skipAnchor {
+		opened, err = defect.Open(a.db, opts, defect.Variant{SkipAuthority: a.defective, SkipAnchor: a.skipAnchor})
 	} else {
-		opened, err = kvfence.Open(db, opts)
+		opened, err = kvfence.Open(a.db, opts)
+	}
+	if kvfence.IsIntegrityError(err) {
+		// A receiver that refuses to open accepts nothing: that is a
+		// decision the lab reports, not a failure of the worker.
+		res.SubmittedAt, res.DecidedAt = time.Now().UTC(), time.Now().UTC()
+		res.Outcome, res.Detail = OutcomeRefusedAtOpen, err.Error()
+		return printResult(stdout, res)
 	}
 	if err != nil {
 		return err
@@ -92,13 +113,21 @@ func runWorker(ctx context.Context, db, envPath, as string, defective bool, stdi
 	r := opened.(*kvfence.Receiver)
 	defer r.Close()
 	res.SubmittedAt = time.Now().UTC()
-	out, err := r.Submit(ctx, as, env)
+	out, err := r.Submit(ctx, a.as, env)
 	if err != nil {
 		return err
 	}
 	res.DecidedAt = time.Now().UTC()
 	res.Outcome, res.Reason, res.Detail = string(out.Outcome), string(out.Reason), out.Detail
 	res.Revision, res.AuditSeq = out.Revision, out.AuditSeq
+	return printResult(stdout, res)
+}
+
+// OutcomeRefusedAtOpen is a lab worker's outcome when the receiver refused
+// to open (an integrity error such as a detected rollback).
+const OutcomeRefusedAtOpen = "refused_at_open"
+
+func printResult(stdout io.Writer, res workerResult) error {
 	line, err := json.Marshal(res)
 	if err != nil {
 		return err

@@ -1,0 +1,121 @@
+package kvfence
+
+import (
+	"crypto/ed25519"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/kvfence/kvfence/audit"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Integrity errors. They are the audit package's sentinels, so errors.Is
+// works with either name.
+var (
+	// ErrRollbackDetected means the database's chain ends before its anchor: an older copy was restored.
+	ErrRollbackDetected = audit.ErrRollbackDetected
+	// ErrForkDetected means the database's chain has another hash at the anchor's seq.
+	ErrForkDetected = audit.ErrForkDetected
+	// ErrAnchorMissing means there is no anchor; it is never recreated implicitly.
+	ErrAnchorMissing = audit.ErrAnchorMissing
+	// ErrBadSignature means the anchor is not signed by the receiver's key.
+	ErrBadSignature = audit.ErrBadSignature
+	// ErrReceiverMismatch means the anchor names another receiver.
+	ErrReceiverMismatch = audit.ErrReceiverMismatch
+)
+
+var (
+	// ErrKeyMismatch means the signing key given does not belong to this receiver.
+	ErrKeyMismatch = errors.New("kvfence: signing key does not match the receiver's recorded key")
+	// ErrNoAnchor means a receiver was opened for writing without an anchor store or signing key.
+	ErrNoAnchor = errors.New("kvfence: a writable receiver needs an anchor store and its signing key")
+)
+
+var (
+	metaEpochHighWater = []byte("epoch_high_water")
+	checkpointLatest   = []byte("latest")
+)
+
+// IsIntegrityError reports whether err says the database, its chain or its
+// anchor cannot be trusted: a rollback, fork, bad signature, missing anchor
+// or another receiver's anchor. The CLI maps these to exit code 4.
+func IsIntegrityError(err error) bool {
+	for _, target := range []error{audit.ErrRollbackDetected, audit.ErrForkDetected, audit.ErrBadSignature,
+		audit.ErrReceiverMismatch, audit.ErrAnchorMissing, audit.ErrBadAnchor, audit.ErrBadCheckpoint,
+		audit.ErrBrokenLink, audit.ErrSeqGap, audit.ErrBadEntry, audit.ErrAnchorStale, audit.ErrAnchorNotRegular,
+		audit.ErrAnchorPermissions, audit.ErrAnchorRegression, audit.ErrBadAdmission, audit.ErrAdmissionMismatch} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+func epochHighWater(tx *bolt.Tx) uint64 {
+	v := tx.Bucket(bucketMeta).Get(metaEpochHighWater)
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+// raiseEpochHighWater records that some scope reached epoch e.
+func (w *wtx) raiseEpochHighWater(e uint64) error {
+	if e <= epochHighWater(w.tx) {
+		return nil
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], e)
+	return w.tx.Bucket(bucketMeta).Put(metaEpochHighWater, b[:])
+}
+
+// checkpoint signs the chain's head as of this transaction and stores it in
+// the checkpoints bucket, so the database carries its own latest signed
+// statement; the anchor gets the same checkpoint after the commit.
+func (w *wtx) checkpoint(receiver string, key ed25519.PrivateKey) (audit.SignedCheckpoint, error) {
+	head := w.chain.Head()
+	sc, err := audit.Sign(key, audit.Checkpoint{Receiver: receiver, Seq: head.Seq, Head: head.Hash,
+		EpochHighWater: epochHighWater(w.tx), At: w.now.UnixNano()})
+	if err != nil {
+		return sc, err
+	}
+	raw, err := sc.Marshal()
+	if err != nil {
+		return sc, err
+	}
+	return sc, w.tx.Bucket(bucketCheckpoints).Put(checkpointLatest, raw)
+}
+
+// hashAt returns the hash of the stored entry at seq.
+func hashAt(tx *bolt.Tx, seq uint64) (audit.Hash, error) {
+	raw := tx.Bucket(bucketAudit).Get(audit.SeqKey(seq))
+	if raw == nil {
+		return audit.Hash{}, fmt.Errorf("%w: no entry %d", audit.ErrSeqGap, seq)
+	}
+	return audit.HashEntry(raw), nil
+}
+
+// checkAnchor compares the database with its anchor (DESIGN §7): a chain
+// that ends before the anchor is a rollback, another hash at the anchor's
+// seq a fork. A chain ahead of the anchor is the window between a commit
+// and its anchor write; a writable receiver then moves the anchor up.
+func (r *Receiver) checkAnchor() error {
+	a, err := r.opts.Anchor.Load()
+	if err != nil {
+		return fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
+	}
+	err = r.view(func(tx *bolt.Tx) error {
+		return audit.CheckAnchor(a, r.pub, r.id, r.head, func(seq uint64) (audit.Hash, error) { return hashAt(tx, seq) })
+	})
+	if err != nil {
+		return fmt.Errorf("kvfence: %s: %w", r.path, err)
+	}
+	r.anchor = a
+	if r.opts.ReadOnly || a.Seq == r.head.Seq {
+		return nil
+	}
+	// Refresh: a write transaction with no entry of its own re-signs the
+	// head and stores it as the anchor.
+	return r.update(func(w *wtx) error { return nil })
+}
