@@ -19,10 +19,10 @@ const MaxAdmissionSize = 4 << 10
 // head so that it cannot be replayed against any other state.
 type Admission struct {
 	Receiver         string
-	SupersededAnchor Head // the anchor's seq and head
-	AdmittedHead     Head // the database's newest entry
-	At               int64 // Unix nanoseconds, recovery operator's clock
-	Reason           string
+	SupersededAnchor Head   // the anchor's seq and head
+	AdmittedHead     Head   // the database's newest entry
+	At               int64  // Unix nanoseconds, recovery operator's clock
+	Reason           string // why; 1 to MaxReasonLen bytes of UTF-8
 }
 
 type admissionWire struct {
@@ -114,8 +114,8 @@ func (a Admission) Check(receiver string, anchor, head Head) error {
 // recovery key whose fingerprint is Key. It is comparable with ==.
 type SignedAdmission struct {
 	Admission
-	Key       Fingerprint
-	Signature [ed25519.SignatureSize]byte
+	Key       Fingerprint                 // the recovery key's; not signed itself
+	Signature [ed25519.SignatureSize]byte // Ed25519 over the domain-separated admission
 }
 
 // SignAdmission signs a with the recovery key priv, which must not be the

@@ -26,11 +26,11 @@ const MaxCheckpointSize = 2 << 10
 // Checkpoint is a receiver's statement of its audit head: after the chain
 // reached Seq with hash Head, no scope had an epoch above EpochHighWater.
 type Checkpoint struct {
-	Receiver       string
-	Seq            uint64
-	Head           Hash
-	EpochHighWater uint64
-	At             int64 // Unix nanoseconds, receiver clock
+	Receiver       string // receiver id; one line of printable UTF-8
+	Seq            uint64 // the head's seq, at least 1
+	Head           Hash   // the head's hash
+	EpochHighWater uint64 // highest epoch of any scope as of Seq
+	At             int64  // Unix nanoseconds, receiver clock
 }
 
 // checkpointWire is the decoding target; Head is a slice so that a byte
@@ -112,7 +112,8 @@ func parseCheckpoint(raw []byte) (Checkpoint, error) {
 // form, which is what "ssh-keygen -l" prints for the key.
 type Fingerprint [sha256.Size]byte
 
-// KeyFingerprint returns the fingerprint of an Ed25519 public key.
+// KeyFingerprint returns the fingerprint of an Ed25519 public key, which
+// must be ed25519.PublicKeySize bytes.
 func KeyFingerprint(pub ed25519.PublicKey) Fingerprint {
 	var blob [4 + 11 + 4 + ed25519.PublicKeySize]byte
 	b := append(blob[:0], 0, 0, 0, 11)
@@ -131,8 +132,8 @@ func (f Fingerprint) String() string {
 // whose fingerprint is Key. It is comparable with ==.
 type SignedCheckpoint struct {
 	Checkpoint
-	Key       Fingerprint
-	Signature [ed25519.SignatureSize]byte
+	Key       Fingerprint                 // the signing key's; not signed itself
+	Signature [ed25519.SignatureSize]byte // Ed25519 over the domain-separated checkpoint
 }
 
 // Sign signs cp with priv.
@@ -214,10 +215,11 @@ func ParseSignedCheckpoint(raw []byte) (SignedCheckpoint, error) {
 }
 
 // CheckHead checks that a chain whose newest entry is head contains c's
-// position. hashAt returns the hash of the stored entry at a seq below
-// head.Seq. A chain that has moved past c (the anchor write lags the commit
-// by at most one crash) is fine; a chain that ends before c is a
-// *RollbackError and one with another hash at c.Seq a *ForkError.
+// position; a receiver runs it before it moves its anchor, too. hashAt
+// returns the hash of the stored entry at a seq below head.Seq. A chain
+// past c is fine: the anchor is written after the commit, so a crash in
+// between leaves the chain ahead. A chain that ends before c is a
+// *RollbackError, one with another hash at c.Seq a *ForkError.
 func (c Checkpoint) CheckHead(head Head, hashAt func(seq uint64) (Hash, error)) error {
 	if head.Seq < c.Seq {
 		return &RollbackError{Anchor: c, Head: head}

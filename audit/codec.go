@@ -94,14 +94,17 @@ func checkEntry(e *Entry) error {
 	case entryCap(e) > MaxEntrySize:
 		return fmt.Errorf("%w: entry may exceed the %d-byte limit", ErrBadEntry, MaxEntrySize)
 	}
-	for _, s := range [...]string{e.Kind, e.Scope, e.Grant, e.Executor, e.Action, e.Outcome,
+	for i, s := range [...]string{e.Kind, e.Scope, e.Grant, e.Executor, e.Action, e.Outcome,
 		e.Reason, e.Target, e.Decision, e.Note} {
 		if !utf8.ValidString(s) {
-			return fmt.Errorf("%w: text field %q is not valid UTF-8", ErrBadEntry, s)
+			return fmt.Errorf("%w: %s is not valid UTF-8", ErrBadEntry, textFields[i])
 		}
 	}
 	return nil
 }
+
+var textFields = [...]string{"kind", "scope", "grant", "executor", "action", "outcome",
+	"reason", "target", "decision", "note"}
 
 // appendEntry writes the fields in canonical key order; zero optional fields
 // are left out, which is what makes the encoding of an Entry unique.

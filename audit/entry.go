@@ -19,25 +19,26 @@ const hashPrefix = "kvfence/audit/v1\n"
 // Entry is one record of the chain: a state change or a decision. Fields
 // that do not apply to an entry's kind are left at their zero value and are
 // then omitted from the encoding, which keeps the canonical form unique.
+// Text fields must be valid UTF-8; digests are empty or 32 bytes.
 type Entry struct {
-	Seq           uint64 `cbor:"seq"`
-	Prev          []byte `cbor:"prev"`
-	At            int64  `cbor:"at"` // Unix nanoseconds, receiver clock
-	Kind          string `cbor:"kind"`
-	Scope         string `cbor:"scope,omitempty"`
-	Epoch         uint64 `cbor:"epoch,omitempty"`
-	Grant         string `cbor:"grant,omitempty"`
-	Executor      string `cbor:"executor,omitempty"`
-	Action        string `cbor:"action,omitempty"`
-	Outcome       string `cbor:"outcome,omitempty"`
-	Reason        string `cbor:"reason,omitempty"`
-	RequestSHA256 []byte `cbor:"request_sha256,omitempty"`
-	Target        string `cbor:"target,omitempty"`
-	RevBefore     uint64 `cbor:"rev_before,omitempty"`
-	RevAfter      uint64 `cbor:"rev_after,omitempty"`
-	ValueSHA256   []byte `cbor:"value_sha256,omitempty"`
-	Decision      string `cbor:"decision,omitempty"`
-	Note          string `cbor:"note,omitempty"`
+	Seq           uint64 `cbor:"seq"`                      // position in the chain, from 1; set by Chain.Append
+	Prev          []byte `cbor:"prev"`                     // hash of the previous entry; set by Chain.Append
+	At            int64  `cbor:"at"`                       // Unix nanoseconds, receiver clock
+	Kind          string `cbor:"kind"`                     // what happened, e.g. "submit" or "hold"; required
+	Scope         string `cbor:"scope,omitempty"`          // protected scope
+	Epoch         uint64 `cbor:"epoch,omitempty"`          // scope epoch the entry refers to
+	Grant         string `cbor:"grant,omitempty"`          // grant id
+	Executor      string `cbor:"executor,omitempty"`       // authenticated caller or grant executor
+	Action        string `cbor:"action,omitempty"`         // logical action id
+	Outcome       string `cbor:"outcome,omitempty"`        // applied, already_applied or denied
+	Reason        string `cbor:"reason,omitempty"`         // denial reason code, or a hold's reason
+	RequestSHA256 []byte `cbor:"request_sha256,omitempty"` // SHA-256 of the exact request bytes
+	Target        string `cbor:"target,omitempty"`         // target key
+	RevBefore     uint64 `cbor:"rev_before,omitempty"`     // target revision before a mutation
+	RevAfter      uint64 `cbor:"rev_after,omitempty"`      // target revision after a mutation
+	ValueSHA256   []byte `cbor:"value_sha256,omitempty"`   // SHA-256 of the target's new value
+	Decision      string `cbor:"decision,omitempty"`       // decision reference that approved an activation
+	Note          string `cbor:"note,omitempty"`           // free text for what no field holds
 }
 
 // HashEntry returns SHA-256("kvfence/audit/v1\n" || raw), the link hash of
@@ -62,8 +63,8 @@ func SeqKey(seq uint64) []byte {
 // Head is the position of the newest entry of a chain: its seq and hash.
 // The zero Head is the empty chain.
 type Head struct {
-	Seq  uint64
-	Hash Hash
+	Seq  uint64 // the newest entry's seq; 0 for the empty chain
+	Hash Hash   // the newest entry's hash; zero for the empty chain
 }
 
 // String formats the head as "seq:hex".

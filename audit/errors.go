@@ -80,6 +80,8 @@ type RollbackError struct {
 	Head   Head       // the database's newest entry
 }
 
+// Error names both positions and the anchor's time, so that the message
+// alone is evidence.
 func (e *RollbackError) Error() string {
 	return fmt.Sprintf("%v: database head is seq %d (%x) but receiver %q anchored seq %d (%x) at %s",
 		ErrRollbackDetected, e.Head.Seq, e.Head.Hash[:], e.Anchor.Receiver,
@@ -96,6 +98,8 @@ type ForkError struct {
 	Hash   Hash       // the database's hash at Anchor.Seq
 }
 
+// Error names both hashes at the anchored seq and the anchor's time, so that
+// the message alone is evidence.
 func (e *ForkError) Error() string {
 	return fmt.Sprintf("%v: at seq %d the database has %x but receiver %q anchored %x at %s",
 		ErrForkDetected, e.Anchor.Seq, e.Hash[:], e.Anchor.Receiver, e.Anchor.Head[:], formatTime(e.Anchor.At))

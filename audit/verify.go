@@ -117,23 +117,17 @@ func Verify(opts VerifyOptions) (Report, error) {
 	// The chain is walked even when the anchor is unusable, so that the
 	// report still says how much of it verifies; the anchor's problem is
 	// the one reported, since without a trusted anchor no chain is evidence.
-	var w walker
+	var trusted *Checkpoint
 	if aerr == nil {
-		w.anchor = &anchor.Checkpoint
+		trusted = &anchor.Checkpoint
 	}
-	for k, v := range opts.Entries {
-		if !w.step(k, v) {
-			break
-		}
-	}
+	w := checkChain(opts.Entries, trusted)
 	r.Entries, r.Head = w.head.Seq, w.head
 	switch {
 	case aerr != nil:
 		r.fail(ap, aerr)
 	case w.err != nil:
 		r.fail(w.problem, w.err)
-	case w.head.Seq < anchor.Seq:
-		r.fail(ProblemRollbackDetected, &RollbackError{Anchor: anchor.Checkpoint, Head: w.head})
 	case opts.MaxAge > 0:
 		now := time.Now
 		if opts.Now != nil {
@@ -154,6 +148,22 @@ func (r *Report) fail(p Problem, err error) {
 	r.Problem, r.Detail, r.err = p, err.Error(), err
 }
 
+// checkChain walks entries against a trusted anchor (nil if there is
+// none) and stops at the first problem, including a chain that ends before
+// the anchor.
+func checkChain(entries iter.Seq2[[]byte, []byte], anchor *Checkpoint) *walker {
+	w := &walker{anchor: anchor}
+	for k, v := range entries {
+		if !w.step(k, v) {
+			return w
+		}
+	}
+	if anchor != nil && w.head.Seq < anchor.Seq {
+		w.fail(ProblemRollbackDetected, &RollbackError{Anchor: *anchor, Head: w.head})
+	}
+	return w
+}
+
 // walker checks one entry at a time and keeps only the previous entry's
 // position, which is what keeps Verify's memory flat.
 type walker struct {
@@ -172,6 +182,8 @@ func (w *walker) step(k, v []byte) bool {
 	}
 	seq, want := binary.BigEndian.Uint64(k), w.head.Seq+1
 	switch {
+	case seq == want+1:
+		return w.fail(ProblemSeqGap, fmt.Errorf("%w: seq %d follows seq %d; seq %d is missing", ErrSeqGap, seq, w.head.Seq, want))
 	case seq > want:
 		return w.fail(ProblemSeqGap, fmt.Errorf("%w: seq %d follows seq %d; seqs %d to %d are missing", ErrSeqGap, seq, w.head.Seq, want, seq-1))
 	case seq < want:

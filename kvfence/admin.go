@@ -58,6 +58,9 @@ func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []
 	if err := checkName("target", target); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
+	if len(value) > MaxTargetValueSize {
+		return fmt.Errorf("%w: value is %d bytes, over the %d-byte limit", ErrInvalidArgument, len(value), MaxTargetValueSize)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -179,6 +182,11 @@ func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error
 				ttl = DefaultGrantTTL
 			}
 			na = nb.Add(ttl)
+		}
+		if nb.Year() < 1900 || na.Year() > 2200 {
+			// UnixNano wraps outside 1678-2262; refuse long before that.
+			return fmt.Errorf("%w: window [%s, %s) is outside 1900-2200", ErrInvalidWindow,
+				nb.UTC().Format(time.RFC3339), na.UTC().Format(time.RFC3339))
 		}
 		if !na.After(nb) || !na.After(w.now) {
 			return fmt.Errorf("%w: [%s, %s) at %s", ErrInvalidWindow, nb.UTC().Format(time.RFC3339Nano),

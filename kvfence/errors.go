@@ -48,5 +48,11 @@ var (
 	ErrMalformedRequest = errors.New("kvfence: malformed request")
 )
 
+// ErrNotAcknowledged means a write committed to the database but its anchor
+// was not moved, so the call could not acknowledge it. The database is then
+// ahead of its anchor, which the next Open accepts and repairs; a retried
+// Submit of the same envelope answers already_applied.
+var ErrNotAcknowledged = errors.New("kvfence: committed but not acknowledged (anchor write failed)")
+
 // ErrEpochMismatch means an activation named an epoch other than the scope's current one.
 var ErrEpochMismatch = errors.New("kvfence: epoch mismatch")

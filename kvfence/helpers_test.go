@@ -46,7 +46,7 @@ func (c *testClock) Add(d time.Duration) {
 
 // fixture is a receiver with the backup-policy scope and target.
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	path   string
 	clock  *testClock
 	r      *Receiver
@@ -76,7 +76,7 @@ var testKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32))
 // newFixture initialises a receiver in t.TempDir with the fixture scope and
 // target, opened as the given variant. Every test's chain is verified when
 // the test ends.
-func newFixture(t *testing.T, v defect.Variant) *fixture {
+func newFixture(t testing.TB, v defect.Variant) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{t: t, path: filepath.Join(dir, "receiver.db"), clock: newClock(), ctx: context.Background(),
@@ -105,7 +105,7 @@ func newFixture(t *testing.T, v defect.Variant) *fixture {
 
 // checkChain walks the whole audit chain and fails the test on any broken
 // link, seq gap or non-canonical entry.
-func checkChain(t *testing.T, r *Receiver) {
+func checkChain(t testing.TB, r *Receiver) {
 	t.Helper()
 	var prev audit.Hash
 	var seq uint64
@@ -214,7 +214,7 @@ func (f *fixture) wantTarget(rev uint64, value string) {
 	}
 }
 
-func wantDenied(t *testing.T, res Result, reason Reason) {
+func wantDenied(t testing.TB, res Result, reason Reason) {
 	t.Helper()
 	if res.Outcome != Denied || res.Reason != reason {
 		t.Fatalf("result = %s/%s (%s), want denied/%s", res.Outcome, res.Reason, res.Detail, reason)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -240,6 +241,11 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 		return nil, fmt.Errorf("kvfence: open: %w", err)
 	case !fi.Mode().IsRegular():
 		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadFormat, path)
+	case fi.Size() == 0:
+		// bbolt would lay out a fresh database in an empty file; Open never
+		// creates state (an Init interrupted before its first commit leaves
+		// such a file).
+		return nil, fmt.Errorf("%w: %s is empty", ErrBadFormat, path)
 	}
 	timeout := o.LockTimeout
 	if timeout < 0 {
@@ -290,6 +296,9 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 // openBolt opens the bbolt file and maps its failures onto this package's
 // errors. bbolt may panic on a corrupt file; that is a bad file, not a crash.
 func openBolt(path string, bo *bolt.Options) (db *bolt.DB, err error) {
+	// A corrupt page can make bbolt touch unmapped memory; with
+	// SetPanicOnFault that is a panic recovered below, not a crash.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			db, err = nil, fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, path, p)
@@ -382,6 +391,7 @@ func (r *Receiver) Close() error { return r.db.Close() }
 // view runs fn in a read-only transaction, turning a bbolt panic on a
 // corrupt page into an error.
 func (r *Receiver) view(fn func(tx *bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, r.path, p)
@@ -401,6 +411,7 @@ func (r *Receiver) update(fn func(w *wtx) error) (err error) {
 	defer r.wmu.Unlock()
 	var w *wtx
 	var sc audit.SignedCheckpoint
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, r.path, p)
@@ -430,7 +441,7 @@ func (r *Receiver) update(fn func(w *wtx) error) (err error) {
 	// crash window; the caller sees an error and may retry (an applied
 	// request then answers already_applied).
 	if err := r.opts.Anchor.Store(&r.anchor, sc); err != nil {
-		return fmt.Errorf("kvfence: %s: committed, but the anchor was not moved: %w", r.path, err)
+		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, r.path, err)
 	}
 	r.anchor = sc
 	return nil
@@ -458,7 +469,14 @@ func (w *wtx) appendAudit(e *audit.Entry) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := w.tx.Bucket(bucketAudit).Put(audit.SeqKey(e.Seq), raw); err != nil {
+	// Entries are never rewritten. A cached head that fell behind (a commit
+	// reported as failed that reached the disk anyway) must stop writes, not
+	// overwrite the entry it missed.
+	b := w.tx.Bucket(bucketAudit)
+	if b.Get(audit.SeqKey(e.Seq)) != nil {
+		return 0, fmt.Errorf("%w: audit entry %d already exists; reopen the receiver", ErrBadFormat, e.Seq)
+	}
+	if err := b.Put(audit.SeqKey(e.Seq), raw); err != nil {
 		return 0, err
 	}
 	return e.Seq, nil

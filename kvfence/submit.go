@@ -50,7 +50,9 @@ func (r *Receiver) prepare(caller string, envelope []byte) *submission {
 // application authenticated on its own channel. It runs every check of
 // DESIGN §4 in order inside one write transaction, and applies the mutation
 // only if all pass. A denial is a Result, recorded in the audit chain, not an
-// error; an error is a fault, after which nothing was changed.
+// error; an error is a fault, after which nothing was changed — except
+// ErrNotAcknowledged, which says the decision committed but its anchor write
+// failed (retrying the same envelope is safe).
 func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (Result, error) {
 	if err := checkName("caller", caller); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
@@ -169,6 +171,9 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 			return w.deny(ctl, s, ReasonPreconditionFailed, err.Error())
 		}
 	}
+	if len(value) > MaxTargetValueSize {
+		return w.deny(ctl, s, ReasonPreconditionFailed, fmt.Sprintf("new value is %d bytes, over the %d-byte limit", len(value), MaxTargetValueSize))
+	}
 	// 12: value, receipt and audit entry commit together or not at all.
 	before := t.Revision
 	t.Revision++
@@ -203,7 +208,13 @@ func applyPatch(patch, value []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("patch: %v", err)
 	}
-	out, err := p.Apply(value)
+	// EscapeHTML off: bytes outside the patched paths stay as they were.
+	// The copy limit keeps an approved patch from multiplying a value
+	// while the write lock is held.
+	opts := jsonpatch.NewApplyOptions()
+	opts.EscapeHTML = false
+	opts.AccumulatedCopySizeLimit = MaxTargetValueSize
+	out, err := p.ApplyWithOptions(value, opts)
 	if err != nil {
 		if errors.Is(err, jsonpatch.ErrTestFailed) {
 			return nil, fmt.Errorf("patch test op failed: %v", err)

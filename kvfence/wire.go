@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"unicode"
 	"unicode/utf8"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -16,6 +17,10 @@ const WireVersion = 1
 // DefaultMaxEnvelopeSize is the size limit for an envelope, and for the
 // request it carries, when Options.MaxEnvelopeSize is zero.
 const DefaultMaxEnvelopeSize = 64 << 10
+
+// MaxTargetValueSize bounds a target's value, whether set, patched or
+// created.
+const MaxTargetValueSize = 1 << 20
 
 // maxNameLen bounds scope, target, action, grant, executor and claim names.
 const maxNameLen = 512
@@ -187,8 +192,9 @@ func (r *Request) check() error {
 	case r.Set == nil && r.Patch == nil:
 		return fmt.Errorf("%w: one of set or patch is required", ErrMalformedRequest)
 	case r.Patch != nil:
-		if _, err := jsonpatch.DecodePatch(r.Patch); err != nil {
-			return fmt.Errorf("%w: patch is not an RFC 6902 JSON Patch: %v", ErrMalformedRequest, err)
+		// DecodePatch accepts "null" as an empty patch; RFC 6902 wants an array.
+		if p, err := jsonpatch.DecodePatch(r.Patch); err != nil || p == nil {
+			return fmt.Errorf("%w: patch is not an RFC 6902 JSON Patch array: %v", ErrMalformedRequest, err)
 		}
 	}
 	if r.ExpectRevision != nil && *r.ExpectRevision == 0 {
@@ -211,7 +217,9 @@ func checkName(field, s string) error {
 		return fmt.Errorf("%s is not valid UTF-8", field)
 	}
 	for _, c := range s {
-		if c < 0x20 || c == 0x7f {
+		// C0, DEL, C1 (terminal escapes) and bidirectional overrides would
+		// make an identifier print as something it is not.
+		if unicode.IsControl(c) || unicode.Is(unicode.Bidi_Control, c) {
 			return fmt.Errorf("%s contains a control character", field)
 		}
 	}

@@ -42,6 +42,9 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
+	if err := cf.requireWriter(); err != nil {
+		return err
+	}
 	if err := require("activate", [2]string{"scope", *scope}, [2]string{"executor", *executor},
 		[2]string{"claim", *claim}, [2]string{"request", *request}); err != nil {
 		return err
@@ -56,7 +59,7 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return fmt.Errorf("read --request: %w", err)
 	}
-	r, err := cf.openAdmin()
+	r, err := cf.openWriter()
 	if err != nil {
 		return err
 	}

@@ -2,16 +2,19 @@ package main
 
 import (
 	"crypto/ed25519"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
@@ -34,13 +37,16 @@ const (
 	// withoutLock leaves --lock-timeout out of withDB, for init, which
 	// creates the file and so never waits for a lock.
 	withoutLock
+	// withoutPub leaves --pub out of withDB, for commands that take other
+	// keys instead (admission new, recover).
+	withoutPub
 )
 
 // commonFlags holds the flags shared by commands (DESIGN §9).
 type commonFlags struct {
 	name        string // the command, for messages: "scope create"
 	db          string
-	anchor      string // accepted and kept; the anchor lands in a later change
+	anchor      string // the anchor file, kept apart from the database (DESIGN §7)
 	key         string
 	pub         string
 	lockTimeout time.Duration
@@ -52,7 +58,9 @@ func (c *commonFlags) register(fs *flag.FlagSet, g flagGroup) {
 	if g&withDB != 0 {
 		fs.StringVar(&c.db, "db", "", "")
 		fs.StringVar(&c.anchor, "anchor", "", "")
-		fs.StringVar(&c.pub, "pub", "", "")
+		if g&withoutPub == 0 {
+			fs.StringVar(&c.pub, "pub", "", "")
+		}
 		if g&withoutLock == 0 {
 			fs.DurationVar(&c.lockTimeout, "lock-timeout", kvfence.DefaultLockTimeout, "")
 		}
@@ -76,15 +84,36 @@ func (c *commonFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 	}
 }
 
+// usageDB documents the common flags of a command that writes: the anchor
+// is required.
 const usageDB = `	--db FILE
 	    Receiver database. Defaults to $KVFENCE_DB.
 	--anchor FILE
-	    Anchor file. Defaults to $KVFENCE_ANCHOR. Accepted and kept;
-	    it is not used until the anchor lands.
-	--pub FILE
+	    The receiver's anchor file (required; defaults to $KVFENCE_ANCHOR):
+	    its latest signed checkpoint, kept apart from the database. The
+	    database is checked against it before anything is written (a
+	    restored or rewritten database exits with code 4), and it is moved
+	    forward, durably, before the command returns. A missing anchor is
+	    never recreated.
+` + usagePubLock
+
+// usageDBRead documents the common flags of an observation command: the
+// anchor is optional.
+const usageDBRead = `	--db FILE
+	    Receiver database. Defaults to $KVFENCE_DB.
+	--anchor FILE
+	    The receiver's anchor file. Defaults to $KVFENCE_ANCHOR. If set,
+	    a database that is older than its anchor or disagrees with it is
+	    refused (exit code 4); without it nothing is checked against the
+	    anchor and the output may describe a restored copy.
+` + usagePubLock
+
+const usagePubLock = `	--pub FILE
 	    If set, refuse a receiver whose public key recorded at init
 	    differs from this one (an ssh-ed25519 line).
-	--lock-timeout DURATION
+` + usageLock
+
+const usageLock = `	--lock-timeout DURATION
 	    How long to wait for the database lock (default 1s; 0 also means
 	    1s, a negative value means do not wait). A lock not obtained in
 	    time exits with code 5.
@@ -148,53 +177,110 @@ func require(cmd string, flags ...[2]string) error {
 	return nil
 }
 
-// openReceiver opens the receiver named by --db. Observation commands pass
-// readOnly. With --pub, it refuses a receiver whose recorded key differs.
-func (c *commonFlags) openReceiver(readOnly bool) (*kvfence.Receiver, error) {
+// fileAnchor returns the anchor store named by --anchor.
+func (c *commonFlags) fileAnchor() audit.AnchorStore {
+	return audit.FileAnchor{Path: c.anchor}
+}
+
+// requireWriter returns a usage error unless --db, --anchor and --key are
+// all given, as every command that writes needs them, and refuses an
+// anchor at the database's own path. Commands call it before they read
+// any input, so that a usage error comes first.
+func (c *commonFlags) requireWriter() error {
+	if c.db == "" {
+		return missingFlag(c.name, "db", envDB)
+	}
+	if c.anchor == "" {
+		return missingFlag(c.name, "anchor", envAnchor)
+	}
+	if c.key == "" {
+		return missingFlag(c.name, "key", envKey)
+	}
+	return c.checkAnchorPath()
+}
+
+// checkAnchorPath refuses an anchor that is the database file itself: the
+// anchor exists to be kept apart from it.
+func (c *commonFlags) checkAnchorPath() error {
+	if c.anchor != "" && filepath.Clean(c.anchor) == filepath.Clean(c.db) {
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor names the database file; the anchor must be a separate file", c.name),
+			hint: "pass the anchor file that kvfence init wrote, e.g. --anchor receiver.anchor"}
+	}
+	return nil
+}
+
+// loadPub loads --pub, or returns nil when it is not given.
+func (c *commonFlags) loadPub() (ed25519.PublicKey, error) {
+	if c.pub == "" {
+		return nil, nil
+	}
+	return keyfile.LoadPublic(c.pub)
+}
+
+// checkPub refuses r when --pub was given and is not r's recorded key.
+func checkPub(r *kvfence.Receiver, pub ed25519.PublicKey) error {
+	if pub != nil && !pub.Equal(r.PublicKey()) {
+		r.Close()
+		return errPubMismatch
+	}
+	return nil
+}
+
+// openObserver opens the receiver named by --db read-only, for observation
+// commands. With --anchor, the database is checked against the anchor and
+// a restored or rewritten copy is refused (an integrity error); without it
+// nothing is checked. With --pub, it refuses a receiver whose recorded key
+// differs.
+func (c *commonFlags) openObserver() (*kvfence.Receiver, error) {
 	if c.db == "" {
 		return nil, missingFlag(c.name, "db", envDB)
 	}
-	var pub ed25519.PublicKey
-	if c.pub != "" {
-		var err error
-		if pub, err = keyfile.LoadPublic(c.pub); err != nil {
-			return nil, err
-		}
+	if err := c.checkAnchorPath(); err != nil {
+		return nil, err
 	}
-	r, err := kvfence.Open(c.db, &kvfence.Options{LockTimeout: c.lockTimeout, ReadOnly: readOnly})
+	pub, err := c.loadPub()
 	if err != nil {
 		return nil, err
 	}
-	if pub != nil && !pub.Equal(r.PublicKey()) {
-		r.Close()
-		return nil, errPubMismatch
+	opts := &kvfence.Options{LockTimeout: c.lockTimeout, ReadOnly: true}
+	if c.anchor != "" {
+		opts.Anchor = c.fileAnchor()
+	}
+	r, err := kvfence.Open(c.db, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPub(r, pub); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
 
-// openAdmin opens the receiver for a privileged command. It loads --key
-// (refusing a key file readable by group or others) before it takes the
-// database lock, and refuses a key whose public half is not the one init
-// recorded. This is the CLI's gate, not a cryptographic control: anyone who
-// can write the database file can bypass it.
-func (c *commonFlags) openAdmin() (*kvfence.Receiver, error) {
-	if c.db == "" {
-		return nil, missingFlag(c.name, "db", envDB)
-	}
-	if c.key == "" {
-		return nil, missingFlag(c.name, "key", envKey)
+// openWriter opens the receiver for a command that writes: the privileged
+// ones and submit, which stands in for the embedding service. It requires
+// --db, --anchor and --key, loads the key (refusing a file readable by
+// group or others) before it takes the database lock, and lets the library
+// refuse a key other than the one recorded at init (ErrKeyMismatch) and a
+// database that disagrees with its anchor (an integrity error). The key
+// signs the checkpoint that each commit writes to the anchor.
+func (c *commonFlags) openWriter() (*kvfence.Receiver, error) {
+	if err := c.requireWriter(); err != nil {
+		return nil, err
 	}
 	priv, err := loadPrivate(c.key)
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.openReceiver(false)
+	pub, err := c.loadPub()
 	if err != nil {
 		return nil, err
 	}
-	if !ed25519PublicOf(priv).Equal(r.PublicKey()) {
-		r.Close()
-		return nil, errKeyMismatch
+	r, err := kvfence.Open(c.db, &kvfence.Options{LockTimeout: c.lockTimeout, Key: priv, Anchor: c.fileAnchor()})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPub(r, pub); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -208,6 +294,23 @@ func loadPrivate(path string) (ed25519.PrivateKey, error) {
 
 func ed25519PublicOf(priv ed25519.PrivateKey) ed25519.PublicKey {
 	return priv.Public().(ed25519.PublicKey)
+}
+
+// headHex formats a chain position's hash in lowercase hex, or "" for the
+// zero head (an empty chain, or no readable anchor).
+func headHex(h audit.Head) string {
+	if h == (audit.Head{}) {
+		return ""
+	}
+	return hex.EncodeToString(h.Hash[:])
+}
+
+// headText formats a chain position for text output: "seq N  HEX", or "-".
+func headText(h audit.Head) string {
+	if h == (audit.Head{}) {
+		return "-"
+	}
+	return fmt.Sprintf("seq %d  %s", h.Seq, headHex(h))
 }
 
 // closeReceiver closes r and reports a close error only if nothing else

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
@@ -16,23 +17,26 @@ const (
 	ExitError     = 1 // operational error
 	ExitUsage     = 2 // bad flags, a missing required flag, an unknown command
 	ExitDenied    = 3 // the fence denied the request
-	ExitIntegrity = 4 // rollback, fork, tampering, bad signature (reserved)
+	ExitIntegrity = 4 // rollback, fork, tampering, bad signature, missing anchor
 	ExitBusy      = 5 // the database lock was not obtained in time
 )
 
 // exitCode maps an error returned by a command to the process exit code.
 //
-// Exit code 4 is reserved for integrity problems. The library reports none
-// yet (rollback and fork detection arrive with the anchor); when it does,
-// its integrity sentinels belong in the case below. kvfence.ErrBadFormat is
-// deliberately not one of them: a file that is not a receiver database is an
-// operational error, not evidence of tampering.
+// Integrity problems come first: whatever else an error says, one that
+// kvfence.IsIntegrityError recognises (a rollback, a fork, a missing,
+// unreadable or badly signed anchor, another receiver's anchor, a damaged
+// chain, a recovery admission that does not verify or match) exits with 4.
+// kvfence.ErrBadFormat is deliberately not one of them: a file that is not
+// a receiver database is an operational error, not evidence of tampering.
 func exitCode(err error) int {
 	var ue *usageError
 	var de *deniedError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
+	case kvfence.IsIntegrityError(err):
+		return ExitIntegrity
 	case errors.As(err, &ue):
 		return ExitUsage
 	case errors.As(err, &de):
@@ -82,10 +86,6 @@ func (e *deniedError) Error() string {
 	return fmt.Sprintf("request denied by the fence: %s (%s)", e.reason, e.detail)
 }
 
-// errKeyMismatch means the private key given for a privileged command is
-// not the one whose public half init recorded.
-var errKeyMismatch = errors.New("the private key does not match the receiver's public key recorded at init; refusing")
-
 // errPubMismatch means --pub names a key other than the receiver's.
 var errPubMismatch = errors.New("the receiver's public key recorded at init differs from --pub; refusing")
 
@@ -115,18 +115,25 @@ func hint(err error) string {
 		return ue.hint
 	case errors.As(err, &he):
 		return he.hint
+	case kvfence.IsIntegrityError(err):
+		return integrityHint(err, true)
 	case errors.Is(err, kvfence.ErrNotInitialized):
-		return "kvfence init --db DB --id RECEIVER_ID --key KEY, or check --db / KVFENCE_DB"
+		return "kvfence init --db DB --anchor ANCHOR --key KEY --id RECEIVER_ID, or check --db / KVFENCE_DB"
 	case errors.Is(err, kvfence.ErrAlreadyInitialized):
 		return "choose another --db path; init never touches an existing file"
+	case errors.Is(err, audit.ErrWriteConflict):
+		return "the anchor file already holds a checkpoint (init never replaces one), or another process moved it " +
+			"meanwhile; for a new receiver choose a new --anchor path, otherwise run kvfence verify-chain"
 	case errors.Is(err, kvfence.ErrStorageBusy):
 		return "wait for the other process to release the database, or raise --lock-timeout"
 	case errors.Is(err, kvfence.ErrBadFormat):
 		return "check that --db names a kvfence receiver database"
 	case errors.Is(err, keyfile.ErrKeyPermissions):
 		return "chmod 600 the private key file"
-	case errors.Is(err, errKeyMismatch):
+	case errors.Is(err, kvfence.ErrKeyMismatch):
 		return "pass the receiver's own private key (--key or KVFENCE_KEY), the one given to kvfence init"
+	case errors.Is(err, kvfence.ErrNoAnchor):
+		return "pass --anchor and --key (or set KVFENCE_ANCHOR and KVFENCE_KEY)"
 	case errors.Is(err, errPubMismatch):
 		return "check --db and --pub name the same receiver"
 	case errors.Is(err, kvfence.ErrUnknownScope):
@@ -139,4 +146,60 @@ func hint(err error) string {
 		return "choose another --out path; kvfence never overwrites a file"
 	}
 	return ""
+}
+
+// readmit is the way back for a database whose history was questioned.
+const readmit = "to re-admit this database deliberately, have the recovery key holder run " +
+	"kvfence admission new and then kvfence recover"
+
+// integrityHint says what an integrity error means and what the operator
+// can do next. suggestVerify adds "run kvfence verify-chain"; verify-chain
+// itself leaves it out.
+func integrityHint(err error, suggestVerify bool) string {
+	verify := ""
+	if suggestVerify {
+		verify = "; run kvfence verify-chain for the evidence"
+	}
+	switch {
+	case errors.Is(err, audit.ErrRollbackDetected):
+		return "the database is older than its anchor: a backup may have been restored over it" + verify + "; " + readmit
+	case errors.Is(err, audit.ErrForkDetected):
+		return "the database's history differs from the anchored one: it was rewritten, or another copy was put " +
+			"in its place; keep both files as evidence" + verify + "; " + readmit
+	case errors.Is(err, audit.ErrAnchorMissing):
+		return "there is no anchor file at --anchor, and kvfence never recreates one: check that --anchor " +
+			"(or KVFENCE_ANCHOR) names this receiver's anchor, and restore it from where it is administered"
+	case errors.Is(err, audit.ErrReceiverMismatch):
+		return "the anchor belongs to another receiver: check that --anchor and --db name the same receiver's files"
+	case errors.Is(err, audit.ErrAnchorNotRegular):
+		return "--anchor must name a regular file, not a symbolic link or a directory"
+	case errors.Is(err, audit.ErrAnchorPermissions):
+		return "the anchor file may be written by group or others, so an old copy could be put back: " +
+			"chmod 600 it and check its owner" + verify
+	case errors.Is(err, audit.ErrAnchorStale):
+		return "the anchor is older than --max-age: it may be frozen (an old but valid copy restored with the " +
+			"database); check where the anchor came from and when the receiver last wrote"
+	case errors.Is(err, audit.ErrAnchorRegression):
+		return "the anchor would move backwards: another copy of this database has written a newer anchor; " +
+			"stop the other writer" + verify
+	case errors.Is(err, audit.ErrAdmissionMismatch):
+		return "the admission names another receiver, anchor or database head than the ones at hand (they " +
+			"changed after it was signed): have the recovery key holder run kvfence admission new again"
+	case errors.Is(err, audit.ErrBadAdmission):
+		return "--admission is not a kvfence recovery admission, or it was altered: have the recovery key " +
+			"holder run kvfence admission new again"
+	case errors.Is(err, audit.ErrBadAnchor), errors.Is(err, audit.ErrBadCheckpoint):
+		return "the anchor file is not a well-formed kvfence anchor: check that --anchor names the anchor, " +
+			"not another file; if it does, it was altered" + verify
+	case errors.Is(err, audit.ErrBadSignature):
+		return "the anchor is not signed by this receiver's key: check that --anchor (and --pub) belong to this " +
+			"receiver (compare fingerprints with ssh-keygen -l); if they do, the anchor was altered or replaced" + verify
+	case errors.Is(err, audit.ErrBrokenLink), errors.Is(err, audit.ErrSeqGap), errors.Is(err, audit.ErrBadEntry):
+		if suggestVerify {
+			verify = "; run kvfence verify-chain to find the first bad entry"
+		}
+		return "the database's audit chain is damaged or was edited: keep a copy as evidence" + verify +
+			"; restore a copy that verifies"
+	}
+	return "the database or its anchor cannot be trusted" + verify
 }

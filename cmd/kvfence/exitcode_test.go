@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -66,8 +68,8 @@ func TestExitCodes(t *testing.T) {
 		{
 			name: "target create with two values",
 			setup: func(t *testing.T, c *cli) []string {
-				return []string{"target", "create", "--db", c.path("x.db"), "--key", c.path("k"),
-					"--scope", "s", "--target", "t", "--value", "1", "--value-file", "f"}
+				return []string{"target", "create", "--db", c.path("x.db"), "--anchor", c.path("x.anchor"),
+					"--key", c.path("k"), "--scope", "s", "--target", "t", "--value", "1", "--value-file", "f"}
 			},
 			code:   ExitUsage,
 			stderr: []string{"mutually exclusive"},
@@ -75,10 +77,53 @@ func TestExitCodes(t *testing.T) {
 		{
 			name: "privileged command without --key",
 			setup: func(t *testing.T, c *cli) []string {
-				return []string{"hold", "--db", c.path("x.db"), "--scope", "s", "--reason", "r"}
+				return []string{"hold", "--db", c.path("x.db"), "--anchor", c.path("x.anchor"), "--scope", "s", "--reason", "r"}
 			},
 			code:   ExitUsage,
 			stderr: []string{"--key is required", "KVFENCE_KEY"},
+		},
+		{
+			name: "submit without --key",
+			setup: func(t *testing.T, c *cli) []string {
+				return []string{"submit", "--db", c.path("x.db"), "--anchor", c.path("x.anchor"), "--as", "w",
+					"--envelope", c.path("e")}
+			},
+			code:   ExitUsage,
+			stderr: []string{"kvfence submit: --key is required", "KVFENCE_KEY"},
+		},
+		{
+			name: "anchor at the database's path",
+			setup: func(t *testing.T, c *cli) []string {
+				return []string{"scope", "create", "--db", c.path("x.db"), "--anchor", c.path("x.db"),
+					"--key", c.path("k"), "--scope", "s"}
+			},
+			code:   ExitUsage,
+			stderr: []string{"--anchor names the database file"},
+		},
+		{
+			name: "verify-chain without --pub",
+			setup: func(t *testing.T, c *cli) []string {
+				return []string{"verify-chain", "--db", c.path("x.db"), "--anchor", c.path("x.anchor")}
+			},
+			code:   ExitUsage,
+			stderr: []string{"kvfence verify-chain: --pub is required"},
+		},
+		{
+			name: "recover without --recovery-pub",
+			setup: func(t *testing.T, c *cli) []string {
+				return []string{"recover", "--db", c.path("x.db"), "--anchor", c.path("x.anchor"),
+					"--key", c.path("k"), "--admission", c.path("adm")}
+			},
+			code:   ExitUsage,
+			stderr: []string{"kvfence recover: --recovery-pub is required"},
+		},
+		{
+			name: "admission without its subcommand",
+			setup: func(t *testing.T, c *cli) []string {
+				return []string{"admission", "--db", c.path("x.db")}
+			},
+			code:   ExitUsage,
+			stderr: []string{"kvfence admission: missing subcommand", "Try: kvfence admission new -h"},
 		},
 		{
 			name:   "help",
@@ -97,7 +142,9 @@ func TestExitCodes(t *testing.T) {
 		{
 			name: "db missing for submit",
 			setup: func(t *testing.T, c *cli) []string {
-				return []string{"submit", "--db", c.path("nope.db"), "--as", "w", "--envelope", c.write("e", "x")}
+				c.must(0, "keygen", "--out", c.path("k"))
+				return []string{"submit", "--db", c.path("nope.db"), "--anchor", c.path("nope.anchor"),
+					"--key", c.path("k"), "--as", "w", "--envelope", c.write("e", "x")}
 			},
 			code:   ExitError,
 			stderr: []string{"Try: kvfence init"},
@@ -114,8 +161,8 @@ func TestExitCodes(t *testing.T) {
 			name: "recovery key equal to the receiver key",
 			setup: func(t *testing.T, c *cli) []string {
 				c.must(0, "keygen", "--out", c.path("k"))
-				return []string{"init", "--db", c.path("r.db"), "--key", c.path("k"), "--id", "r",
-					"--recovery-pub", c.path("k.pub")}
+				return []string{"init", "--db", c.path("r.db"), "--anchor", c.path("r.anchor"), "--key", c.path("k"),
+					"--id", "r", "--recovery-pub", c.path("k.pub")}
 			},
 			code:   ExitError,
 			stderr: []string{"recovery key must be a separately held key"},
@@ -124,10 +171,19 @@ func TestExitCodes(t *testing.T) {
 			name: "init over an existing file",
 			setup: func(t *testing.T, c *cli) []string {
 				c.receiver()
-				return []string{"init", "--id", "again"}
+				return []string{"init", "--id", "again", "--anchor", c.path("new.anchor")}
 			},
 			code:   ExitError,
 			stderr: []string{"already initialized"},
+		},
+		{
+			name: "init over an existing anchor",
+			setup: func(t *testing.T, c *cli) []string {
+				c.receiver()
+				return []string{"init", "--id", "again", "--db", c.path("new.db")}
+			},
+			code:   ExitError,
+			stderr: []string{"anchor already holds a checkpoint", "Try: the anchor file already holds a checkpoint"},
 		},
 		{
 			name: "storage busy",
@@ -187,7 +243,8 @@ func TestExitCodes(t *testing.T) {
 				if err := os.Chmod(c.path("k"), 0o640); err != nil {
 					t.Fatal(err)
 				}
-				return []string{"init", "--db", c.path("r.db"), "--key", c.path("k"), "--id", "r"}
+				return []string{"init", "--db", c.path("r.db"), "--anchor", c.path("r.anchor"), "--key", c.path("k"),
+					"--id", "r"}
 			},
 			code:   ExitError,
 			stderr: []string{"accessible by group or others"},
@@ -200,7 +257,7 @@ func TestExitCodes(t *testing.T) {
 				return []string{"hold", "--scope", fixtureScope, "--reason", "r", "--key", c.path("other.key")}
 			},
 			code:   ExitError,
-			stderr: []string{"does not match the receiver's public key", "Try: pass the receiver's own private key"},
+			stderr: []string{"signing key does not match the receiver's recorded key", "Try: pass the receiver's own private key"},
 		},
 		{
 			name: "wrong key from the environment",
@@ -297,11 +354,15 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-// hold keeps the receiver's database open, and so locked, until the test
-// ends.
+// hold keeps the receiver's database open for writing, and so locked,
+// until the test ends.
 func hold(t *testing.T, c *cli) {
 	t.Helper()
-	r, err := kvfence.Open(c.env[envDB], nil)
+	priv, err := keyfile.LoadPrivate(c.env[envKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := kvfence.Open(c.env[envDB], &kvfence.Options{Key: priv, Anchor: audit.FileAnchor{Path: c.env[envAnchor]}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,6 +407,32 @@ func TestEnvFallback(t *testing.T) {
 	c.env[envKey] = c.path("other.key")
 	c.must(ExitError, "scope", "create", "--scope", "wrong-key")
 	c.must(ExitOK, "scope", "create", "--scope", "from-flag", "--key", c.path("receiver.key"))
+	c.env[envKey] = c.path("receiver.key")
+
+	// KVFENCE_ANCHOR is the fallback for --anchor, and --anchor wins over
+	// it: a writer with no anchor at all is a usage error, one pointed at
+	// a missing anchor an integrity error, and the anchor is never created.
+	anchor := c.env[envAnchor]
+	delete(c.env, envAnchor)
+	c.must(ExitUsage, "scope", "create", "--scope", "no-anchor")
+	c.must(ExitIntegrity, "scope", "create", "--scope", "missing-anchor", "--anchor", c.path("missing.anchor"))
+	if _, err := os.Stat(c.path("missing.anchor")); !os.IsNotExist(err) {
+		t.Fatalf("a writer created a missing anchor: %v", err)
+	}
+	c.must(ExitOK, "scope", "create", "--scope", "anchor-from-flag", "--anchor", anchor)
+	c.env[envAnchor] = c.path("missing.anchor")
+	c.must(ExitOK, "scope", "create", "--scope", "flag-wins", "--anchor", anchor)
+	c.must(ExitIntegrity, "status")
+	c.env[envAnchor] = anchor
+	// An observer given --anchor "" does not fall back and checks nothing.
+	out := c.json(ExitOK, "status", "--anchor", "")
+	if out["anchor_checked"] != false {
+		t.Fatalf("status without an anchor: %v", out)
+	}
+	out = c.json(ExitOK, "status")
+	if out["anchor_checked"] != true {
+		t.Fatalf("status with an anchor: %v", out)
+	}
 }
 
 // Ensure that observation commands take only a shared lock: two can run
@@ -440,7 +527,8 @@ func TestHelp(t *testing.T) {
 		t.Errorf("help:\n%s", r.stdout)
 	}
 	for _, cmd := range []string{"keygen", "init", "scope", "scope create", "target create", "request build",
-		"activate", "envelope build", "submit", "hold", "status", "observe"} {
+		"activate", "envelope build", "submit", "hold", "status", "observe", "verify-chain", "admission",
+		"admission new", "recover"} {
 		r := c.must(0, append([]string{"help"}, strings.Fields(cmd)...)...)
 		if !strings.Contains(r.stdout, "Usage:") {
 			t.Errorf("help %s:\n%s", cmd, r.stdout)
@@ -472,12 +560,15 @@ func TestInitKeys(t *testing.T) {
 	c.must(0, "keygen", "--out", c.path("k"))
 	c.must(0, "keygen", "--out", c.path("rk"))
 	c.must(0, "keygen", "--out", c.path("other"))
-	c.must(ExitError, "init", "--db", c.path("r.db"), "--key", c.path("k"), "--id", "r", "--pub", c.path("other.pub"))
-	if _, err := os.Stat(c.path("r.db")); !os.IsNotExist(err) {
-		t.Fatalf("a refused init left a database behind: %v", err)
+	c.must(ExitError, "init", "--db", c.path("r.db"), "--anchor", c.path("r.anchor"), "--key", c.path("k"), "--id", "r",
+		"--pub", c.path("other.pub"))
+	for _, f := range []string{"r.db", "r.anchor"} {
+		if _, err := os.Stat(c.path(f)); !os.IsNotExist(err) {
+			t.Fatalf("a refused init left %s behind: %v", f, err)
+		}
 	}
-	out := c.json(0, "init", "--db", c.path("r.db"), "--key", c.path("k"), "--id", "r", "--pub", c.path("k.pub"),
-		"--recovery-pub", c.path("rk.pub"))
+	out := c.json(0, "init", "--db", c.path("r.db"), "--anchor", c.path("r.anchor"), "--key", c.path("k"), "--id", "r",
+		"--pub", c.path("k.pub"), "--recovery-pub", c.path("rk.pub"))
 	pub, err := os.ReadFile(c.path("rk.pub"))
 	if err != nil {
 		t.Fatal(err)

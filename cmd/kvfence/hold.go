@@ -45,13 +45,16 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
+	if err := cf.requireWriter(); err != nil {
+		return err
+	}
 	if len(scopes) == 0 {
 		return missingFlag("hold", "scope", "")
 	}
 	if err := require("hold", [2]string{"reason", *reason}); err != nil {
 		return err
 	}
-	r, err := cf.openAdmin()
+	r, err := cf.openWriter()
 	if err != nil {
 		return err
 	}

@@ -6,18 +6,23 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
-// InitCommand creates a receiver database and records the public half of
-// the receiver's key, which privileged commands are later checked against.
+// InitCommand creates a receiver database, records the public half of the
+// receiver's key (which every writer is later checked against) and writes
+// the first signed checkpoint to a new anchor file.
 type InitCommand struct{ m *Main }
 
 // initJSON is the --json shape of init.
 type initJSON struct {
 	Receiver    string  `json:"receiver"`
 	DB          string  `json:"db"`
+	Anchor      string  `json:"anchor"`
+	AnchorSeq   uint64  `json:"anchor_seq"`
+	AnchorHead  string  `json:"anchor_head"`
 	PublicKey   string  `json:"public_key"`
 	RecoveryKey *string `json:"recovery_key"`
 }
@@ -33,14 +38,11 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
-	if cf.db == "" {
-		return missingFlag("init", "db", envDB)
+	if err := cf.requireWriter(); err != nil {
+		return err
 	}
 	if err := require("init", [2]string{"id", *id}); err != nil {
 		return err
-	}
-	if cf.key == "" {
-		return missingFlag("init", "key", envKey)
 	}
 	priv, err := loadPrivate(cf.key)
 	if err != nil {
@@ -72,10 +74,19 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := kvfence.Init(cf.db, &kvfence.InitOptions{ReceiverID: *id, ReceiverKey: pub, RecoveryKey: recovery}); err != nil {
+	anchor := cf.fileAnchor()
+	if err := kvfence.Init(cf.db, &kvfence.InitOptions{ReceiverID: *id, Key: priv, Anchor: anchor, RecoveryKey: recovery}); err != nil {
 		return err
 	}
-	res := initJSON{Receiver: *id, DB: cf.db, PublicKey: publicLine(pub)}
+	// Read the anchor back, so that the operator sees what it vouches for
+	// and can compare it with verify-chain later.
+	sc, err := anchor.Load()
+	if err != nil {
+		return fmt.Errorf("kvfence init: the receiver was created, but its anchor cannot be read back: %w", err)
+	}
+	head := audit.Head{Seq: sc.Seq, Hash: sc.Head}
+	res := initJSON{Receiver: *id, DB: cf.db, Anchor: cf.anchor, AnchorSeq: head.Seq, AnchorHead: headHex(head),
+		PublicKey: publicLine(pub)}
 	if recovery != nil {
 		s := publicLine(recovery)
 		res.RecoveryKey = &s
@@ -86,6 +97,8 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	tw := newTable(c.m.Stdout)
 	fmt.Fprintf(tw, "receiver\t%s\n", res.Receiver)
 	fmt.Fprintf(tw, "db\t%s\n", res.DB)
+	fmt.Fprintf(tw, "anchor\t%s\n", res.Anchor)
+	fmt.Fprintf(tw, "anchored head\t%s\n", headText(head))
 	fmt.Fprintf(tw, "public key\t%s\n", res.PublicKey)
 	if res.RecoveryKey != nil {
 		fmt.Fprintf(tw, "recovery key\t%s\n", *res.RecoveryKey)
@@ -104,24 +117,33 @@ func publicLine(pub ed25519.PublicKey) string {
 
 // Usage prints the command's help.
 func (c *InitCommand) Usage() {
-	fmt.Fprint(c.m.Stderr, `Usage: kvfence init --db FILE --id RECEIVER_ID --key FILE [--recovery-pub FILE] [--json]
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence init --db FILE --anchor FILE --key FILE --id RECEIVER_ID
+                    [--recovery-pub FILE] [--pub FILE] [--json]
 
-Creates a receiver database (mode 0600) and records the public half of the
-receiver's private key. Privileged commands later refuse any other key.
-An existing file is never touched.
+Creates a receiver database (mode 0600), records the public half of the
+receiver's private key, and writes the first signed checkpoint to a new
+anchor file (mode 0600). Every command that writes later refuses any other
+key, and checks the database against the anchor. An existing database is
+never touched, and an anchor that already holds a checkpoint is never
+replaced.
+
+Keep the anchor apart from the database (another volume, another backup
+schedule, another administrator): restoring an old database does not
+restore the anchor, so the old copy is detected.
 
 Arguments:
 
 	--id RECEIVER_ID
 	    Names the receiver in its audit chain and checkpoints.
 	--recovery-pub FILE
-	    Public key (ssh-ed25519 line) of the separately held recovery key;
-	    it must differ from the receiver's key.
+	    Public key (ssh-ed25519 line) of the separately held recovery key,
+	    which alone can re-admit a database whose history was questioned
+	    (kvfence admission new, kvfence recover). It must differ from the
+	    receiver's key. Without it, such a database cannot be re-admitted.
 `+usageKey+`	--db FILE
 	    The database file to create. Defaults to $KVFENCE_DB.
 	--anchor FILE
-	    Anchor file. Defaults to $KVFENCE_ANCHOR. Accepted and kept;
-	    it is not used until the anchor lands.
+	    The anchor file to create (required). Defaults to $KVFENCE_ANCHOR.
 	--pub FILE
 	    If set, refuse unless it is the public half of --key.
 `+usageJSON)

@@ -8,7 +8,7 @@
 // Keys and files:
 //
 //	keygen          create an Ed25519 key pair (FILE 0600, FILE.pub)
-//	init            create a receiver database and record its public key
+//	init            create a receiver database and its first anchor
 //
 // Administration (privileged: each requires the receiver's private key,
 // --key or KVFENCE_KEY, whose public half must match the one init recorded):
@@ -28,19 +28,39 @@
 //
 //	status          control state of every scope, or of one
 //	observe         a target, a receipt, or the audit events
+//	verify-chain    check the whole audit chain against the anchor
+//
+// Recovery (for a database whose history was questioned):
+//
+//	admission new   sign an admission with the separately held recovery key
+//	recover         apply an admission: hold every scope at a new epoch
 //
 // Demonstration:
 //
 //	lab             the fencing lab, in real processes, with its evidence
 //
 // Common flags, with environment fallbacks (a flag wins over its variable):
-// --db (KVFENCE_DB), --anchor (KVFENCE_ANCHOR; accepted and kept, the
-// anchor itself lands in a later change), --key (KVFENCE_KEY),
-// --pub (when set, the receiver's recorded key must equal it),
-// --lock-timeout (default 1s), --json.
+// --db (KVFENCE_DB), --anchor (KVFENCE_ANCHOR), --key (KVFENCE_KEY),
+// --pub (when set, the receiver's recorded key must equal it; verify-chain
+// requires it and verifies the anchor with it), --lock-timeout (default 1s),
+// --json.
+//
+// The anchor is a file, kept apart from the database, that holds the
+// receiver's latest signed checkpoint of its audit chain (DESIGN §7). Every
+// command that writes (init, scope create, target create, activate, hold,
+// submit, recover) requires --anchor and --key: it checks the database
+// against the anchor before it writes and moves the anchor forward, signed
+// with the key, before it returns. submit needs the key too because it
+// stands in for the embedding service that runs the receiver; workers never
+// hold it. Observation commands check the anchor when --anchor is given. A
+// database older than its anchor (a restored backup), one whose history
+// differs from it, or a missing or badly signed anchor is refused with exit
+// code 4, and a missing anchor is never recreated. Only an admission signed
+// by the recovery key (init --recovery-pub) re-admits such a database.
 //
 // Human output goes to stdout, diagnostics to stderr as "Error: ..." with a
-// "Try: ..." hint where one helps. --json replaces the human output on
+// "Try: ..." hint where one helps; for an integrity problem the hint says
+// what was found and what to do next. --json replaces the human output on
 // stdout with one JSON document whose keys are stable; consumers must ignore
 // keys they do not know, since new keys may be added. In every JSON shape a
 // time is an RFC 3339 string with nanoseconds in UTC, and a time that never
@@ -54,7 +74,10 @@
 //	1  operational error (missing database, refused key, I/O, ...)
 //	2  usage error (bad flags, a missing required flag, an unknown command)
 //	3  request denied by the fence (submit)
-//	4  integrity problem (rollback, fork, tampering, bad signature); reserved
+//	4  integrity problem: rollback, fork, tampering, a missing, unreadable
+//	   or badly signed anchor, another receiver's anchor, a recovery
+//	   admission that does not verify or match; verify-chain reporting any
+//	   problem. It takes precedence over every other code.
 //	5  storage busy (the database lock was not obtained in --lock-timeout)
 package main
 
@@ -182,6 +205,12 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &StatusCommand{m}, args, nil
 	case "observe":
 		return &ObserveCommand{m}, args, nil
+	case "verify-chain":
+		return &VerifyChainCommand{m}, args, nil
+	case "admission":
+		return group("new", &AdmissionNewCommand{m})
+	case "recover":
+		return &RecoverCommand{m}, args, nil
 	case "lab":
 		return &LabCommand{m}, args, nil
 	case lab.WorkerCommand:
@@ -222,7 +251,7 @@ Usage:
 The commands are:
 
 	keygen          create an Ed25519 key pair (FILE and FILE.pub)
-	init            create a receiver database
+	init            create a receiver database and its anchor
 	scope create    create a protected scope (privileged)
 	target create   create a target in a scope (privileged)
 	request build   encode an approved request
@@ -232,13 +261,20 @@ The commands are:
 	hold            hold scopes at a new epoch (privileged)
 	status          show the control state of scopes
 	observe         show a target, a receipt or the audit events
+	verify-chain    check the audit chain against the anchor
+	admission new   sign a recovery admission (recovery key holder)
+	recover         re-admit a questioned database with an admission
 	lab             run the fencing lab in real processes
+
+Commands that write need --anchor and --key (or KVFENCE_ANCHOR and
+KVFENCE_KEY); status and observe check the anchor when it is given.
 
 Use "kvfence help <command>" or "kvfence <command> -h" for more
 information about a command.
 
 Exit codes: 0 success (also already_applied), 1 operational error,
-2 usage error, 3 denied by the fence, 4 integrity problem, 5 storage busy.
+2 usage error, 3 denied by the fence, 4 integrity problem (rollback,
+fork, missing or badly signed anchor, ...), 5 storage busy.
 `)
 }
 

@@ -84,14 +84,17 @@ func (c *cli) json(want int, args ...string) map[string]any {
 	return out
 }
 
-// receiver sets up a key and an initialised receiver with the fixture
-// scope and target, and points KVFENCE_DB and KVFENCE_KEY at them.
+// receiver sets up a receiver key, a separately held recovery key and an
+// initialised receiver with the fixture scope and target, and points
+// KVFENCE_DB, KVFENCE_ANCHOR and KVFENCE_KEY at them.
 func (c *cli) receiver() {
 	c.t.Helper()
 	c.must(0, "keygen", "--out", c.path("receiver.key"))
+	c.must(0, "keygen", "--out", c.path("recovery.key"))
 	c.env[envDB] = c.path("receiver.db")
+	c.env[envAnchor] = c.path("receiver.anchor")
 	c.env[envKey] = c.path("receiver.key")
-	c.must(0, "init", "--id", "lab-receiver")
+	c.must(0, "init", "--id", "lab-receiver", "--recovery-pub", c.path("recovery.key.pub"))
 	c.must(0, "scope", "create", "--scope", fixtureScope)
 	c.must(0, "target", "create", "--scope", fixtureScope, "--target", fixtureScope,
 		"--value-file", filepath.Join(fixtureDir, "value.json"))
@@ -118,8 +121,12 @@ func jsonNum(v any) string {
 
 var (
 	reTime = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`)
-	reHash = regexp.MustCompile(`"(hash|prev)": "[0-9a-f]{64}"`)
+	reHash = regexp.MustCompile(`"(hash|prev|head|anchor_head)": "[0-9a-f]{64}"`)
 	reKey  = regexp.MustCompile(`ssh-ed25519 [A-Za-z0-9+/=]+`)
+	// reAnyHash and reFingerprint are for outputs that carry chain hashes
+	// and key fingerprints in free text (details, tables).
+	reAnyHash     = regexp.MustCompile(`\b[0-9a-f]{64}\b`)
+	reFingerprint = regexp.MustCompile(`SHA256:[A-Za-z0-9+/]{43}`)
 )
 
 // mask replaces what differs between runs (times, grant ids, chain hashes
@@ -132,6 +139,15 @@ func (c *cli) mask(s string, grants map[string]string) string {
 	s = reTime.ReplaceAllString(s, "TIME")
 	s = reHash.ReplaceAllString(s, `"$1": "HASH"`)
 	return reKey.ReplaceAllString(s, "ssh-ed25519 KEY")
+}
+
+// maskAll is mask for outputs that also carry chain hashes and key
+// fingerprints in free text (details, tables): every 64-digit hex string
+// and every SHA256: fingerprint is replaced too.
+func (c *cli) maskAll(s string, grants map[string]string) string {
+	s = c.mask(s, grants)
+	s = reAnyHash.ReplaceAllString(s, "HASH")
+	return reFingerprint.ReplaceAllString(s, "SHA256:FINGERPRINT")
 }
 
 // golden compares got with testdata/golden/name, or rewrites it with

@@ -114,7 +114,7 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 		return &usageError{msg: "kvfence observe target: exactly one target name is required", hint: "kvfence observe -h"}
 	}
 	cf.resolve(fs, c.m.Getenv)
-	r, err := cf.openReceiver(true)
+	r, err := cf.openObserver()
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error)
 	if err := require("observe receipt", [2]string{"scope", *scope}, [2]string{"action", *action}); err != nil {
 		return err
 	}
-	r, err := cf.openReceiver(true)
+	r, err := cf.openObserver()
 	if err != nil {
 		return err
 	}
@@ -198,7 +198,7 @@ func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) 
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
-	r, err := cf.openReceiver(true)
+	r, err := cf.openObserver()
 	if err != nil {
 		return err
 	}
@@ -363,5 +363,5 @@ Arguments:
 	    The receipt's scope and logical action id.
 	--since SEQ
 	    The first audit seq to print.
-`+usageDB+usageJSON)
+`+usageDBRead+usageJSON)
 }

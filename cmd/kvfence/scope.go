@@ -27,10 +27,13 @@ func (c *ScopeCreateCommand) Run(ctx context.Context, args []string) (err error)
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
+	if err := cf.requireWriter(); err != nil {
+		return err
+	}
 	if err := require("scope create", [2]string{"scope", *scope}); err != nil {
 		return err
 	}
-	r, err := cf.openAdmin()
+	r, err := cf.openWriter()
 	if err != nil {
 		return err
 	}

@@ -14,9 +14,13 @@ import (
 type StatusCommand struct{ m *Main }
 
 // statusJSON is the --json shape of status (DESIGN §9).
+// AnchorChecked says whether the database was checked against its anchor
+// (--anchor given); without that check the state shown may be a restored
+// copy's.
 type statusJSON struct {
-	Scopes   []scopeStatusJSON `json:"scopes"`
-	AuditSeq uint64            `json:"audit_seq"`
+	Scopes        []scopeStatusJSON `json:"scopes"`
+	AuditSeq      uint64            `json:"audit_seq"`
+	AnchorChecked bool              `json:"anchor_checked"`
 }
 
 // scopeStatusJSON is one scope's control state. Its four timestamps are
@@ -50,7 +54,7 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 	if isSet(fs, "scope") && *scope == "" {
 		return &usageError{msg: "kvfence status: --scope is empty", hint: "kvfence status -h"}
 	}
-	r, err := cf.openReceiver(true)
+	r, err := cf.openObserver()
 	if err != nil {
 		return err
 	}
@@ -65,7 +69,7 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 	} else if scopes, err = r.Scopes(); err != nil {
 		return err
 	}
-	out := statusJSON{Scopes: []scopeStatusJSON{}, AuditSeq: r.Head().Seq}
+	out := statusJSON{Scopes: []scopeStatusJSON{}, AuditSeq: r.Head().Seq, AnchorChecked: cf.anchor != ""}
 	for _, st := range scopes {
 		out.Scopes = append(out.Scopes, scopeStatusOf(st))
 	}
@@ -92,6 +96,11 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 		fmt.Fprintln(tw)
 	}
 	fmt.Fprintf(tw, "audit seq\t%d\n", out.AuditSeq)
+	if out.AnchorChecked {
+		fmt.Fprintf(tw, "anchor\tchecked\n")
+	} else {
+		fmt.Fprintf(tw, "anchor\tnot checked (no --anchor)\n")
+	}
 	return tw.Flush()
 }
 
@@ -129,12 +138,14 @@ func (c *StatusCommand) Usage() {
 Prints the control state of every scope, or of scope S: epoch, mode, active
 grant, the four distinct timestamps (activated, hold requested, hold
 committed, last stale rejection), the stale-rejection count and the denial
-counts by reason, followed by the audit chain's head seq. Opens the
-database read-only.
+counts by reason, followed by the audit chain's head seq and whether the
+database was checked against its anchor. Opens the database read-only.
+Pass --anchor (or set KVFENCE_ANCHOR) so that a restored or rewritten
+database is refused with exit code 4 instead of being described.
 
 Arguments:
 
 	--scope S
 	    Show only this scope.
-`+usageDB+usageJSON)
+`+usageDBRead+usageJSON)
 }

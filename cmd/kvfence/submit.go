@@ -33,13 +33,16 @@ type submitJSON struct {
 func (c *SubmitCommand) Run(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("submit")
 	cf := commonFlags{name: "submit"}
-	cf.register(fs, withDB)
+	cf.register(fs, withDB|withKey)
 	as := fs.String("as", "", "")
 	envelope := fs.String("envelope", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
+	if err := cf.requireWriter(); err != nil {
+		return err
+	}
 	if err := require("submit", [2]string{"as", *as}, [2]string{"envelope", *envelope}); err != nil {
 		return err
 	}
@@ -47,7 +50,7 @@ func (c *SubmitCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return fmt.Errorf("read --envelope: %w", err)
 	}
-	r, err := cf.openReceiver(false)
+	r, err := cf.openWriter()
 	if err != nil {
 		return err
 	}
@@ -104,7 +107,13 @@ decision is recorded in the audit chain.
 its own channel (mTLS, a local socket's peer); the receiver never takes it
 from the envelope, and denies an envelope whose executor differs.
 
-Exit codes: 0 applied or already_applied, 3 denied.
+The command stands in for the embedding service, which runs the receiver:
+it needs the receiver's private key (--key), because every decision is
+covered by a checkpoint signed with it and written to the anchor before the
+result is returned. Workers never hold that key.
+
+Exit codes: 0 applied or already_applied, 3 denied, 4 the database or its
+anchor failed the integrity check (nothing was decided or changed).
 
 Arguments:
 
@@ -112,5 +121,5 @@ Arguments:
 	    The worker identity submitting the envelope.
 	--envelope ENV.cbor
 	    The envelope (from "kvfence envelope build"; "-" for stdin).
-`+usageDB+usageJSON)
+`+usageKey+usageDB+usageJSON)
 }

@@ -32,6 +32,9 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
+	if err := cf.requireWriter(); err != nil {
+		return err
+	}
 	if err := require("target create", [2]string{"scope", *scope}, [2]string{"target", *target}); err != nil {
 		return err
 	}
@@ -48,7 +51,7 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 	default:
 		return &usageError{msg: "kvfence target create: one of --value or --value-file is required", hint: "kvfence target create -h"}
 	}
-	r, err := cf.openAdmin()
+	r, err := cf.openWriter()
 	if err != nil {
 		return err
 	}

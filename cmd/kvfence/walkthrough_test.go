@@ -13,8 +13,10 @@ import (
 // nothing, worker B's applies once, and B's retry is already_applied.
 func TestWalkthrough(t *testing.T) {
 	c := newCLI(t)
-	db, key := c.path("receiver.db"), c.path("receiver.key")
-	common := func(args ...string) []string { return append(args, "--db", db) }
+	db, anchor, key := c.path("receiver.db"), c.path("receiver.anchor"), c.path("receiver.key")
+	// Observation commands check the anchor when given one; commands that
+	// write need it, and the receiver's key to sign its checkpoints.
+	common := func(args ...string) []string { return append(args, "--db", db, "--anchor", anchor) }
 	priv := func(args ...string) []string { return append(common(args...), "--key", key) }
 	grants := map[string]string{}
 
@@ -42,6 +44,12 @@ func TestWalkthrough(t *testing.T) {
 
 	out = c.json(0, priv("init", "--id", "lab-receiver")...)
 	golden(t, "init.json", c.mask(c.last, grants))
+	if fi, err := os.Stat(anchor); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("anchor: %v; want a 0600 file", err)
+	}
+	if out["anchor"] != anchor || out["anchor_seq"].(float64) < 1 {
+		t.Fatalf("init: %v", out)
+	}
 	c.must(0, priv("scope", "create", "--scope", fixtureScope)...)
 	c.must(0, priv("target", "create", "--scope", fixtureScope, "--target", fixtureScope,
 		"--value", fixtureValue)...)
@@ -82,7 +90,7 @@ func TestWalkthrough(t *testing.T) {
 		"--executor", "worker-b", "--claim", "claim-b", "--request", c.path("req.cbor"), "--out", c.path("b.cbor"))
 
 	// A resumes with its old envelope before B writes: denied, exit 3.
-	out = c.json(3, common("submit", "--as", "worker-a", "--envelope", c.path("a.cbor"))...)
+	out = c.json(3, priv("submit", "--as", "worker-a", "--envelope", c.path("a.cbor"))...)
 	golden(t, "submit-stale.json", c.mask(c.last, grants))
 	if out["outcome"] != "denied" || out["reason"] != "stale_or_unknown_epoch" {
 		t.Fatalf("A's stale submit: %v", out)
@@ -90,7 +98,7 @@ func TestWalkthrough(t *testing.T) {
 	// A copies the new epoch number: still denied.
 	c.must(0, "envelope", "build", "--scope", fixtureScope, "--epoch", "2", "--grant", grantA,
 		"--executor", "worker-a", "--claim", "claim-a", "--request", c.path("req.cbor"), "--out", c.path("a2.cbor"))
-	out = c.json(3, common("submit", "--as", "worker-a", "--envelope", c.path("a2.cbor"))...)
+	out = c.json(3, priv("submit", "--as", "worker-a", "--envelope", c.path("a2.cbor"))...)
 	if out["reason"] != "inactive_grant" {
 		t.Fatalf("A's copied-epoch submit: %v", out)
 	}
@@ -103,7 +111,7 @@ func TestWalkthrough(t *testing.T) {
 	golden(t, "observe-target-1.json", c.mask(c.last, grants))
 
 	// B applies, once.
-	out = c.json(0, common("submit", "--as", "worker-b", "--envelope", c.path("b.cbor"))...)
+	out = c.json(0, priv("submit", "--as", "worker-b", "--envelope", c.path("b.cbor"))...)
 	golden(t, "submit-applied.json", c.mask(c.last, grants))
 	if out["outcome"] != "applied" || out["revision"].(float64) != 2 {
 		t.Fatalf("B's submit: %v", out)
@@ -112,7 +120,7 @@ func TestWalkthrough(t *testing.T) {
 	if out["revision"].(float64) != 2 || !strings.Contains(out["value"].(string), `"retention_days":"45"`) {
 		t.Fatalf("target after B: %v", out)
 	}
-	out = c.json(0, common("submit", "--as", "worker-b", "--envelope", c.path("b.cbor"))...)
+	out = c.json(0, priv("submit", "--as", "worker-b", "--envelope", c.path("b.cbor"))...)
 	golden(t, "submit-already-applied.json", c.mask(c.last, grants))
 	if out["outcome"] != "already_applied" || out["revision"].(float64) != 2 {
 		t.Fatalf("B's retry: %v", out)
@@ -137,13 +145,21 @@ func TestWalkthrough(t *testing.T) {
 	}
 	r := c.must(0, common("observe", "events", "--json")...)
 	golden(t, "observe-events.json", c.mask(r.stdout, grants))
+	out = c.json(0, "verify-chain", "--db", db, "--anchor", anchor, "--pub", key+".pub")
+	golden(t, "verify-chain-ok.json", c.mask(c.last, grants))
+	if out["ok"] != true || out["problem"] != "ok" || out["head_seq"] != out["anchor_seq"] ||
+		out["entries"] != out["head_seq"] || out["head"] != out["anchor_head"] {
+		t.Fatalf("verify-chain: %v", out)
+	}
 
 	// Human output carries the same facts.
 	r = c.must(0, common("status", "--scope", fixtureScope)...)
 	golden(t, "status.txt", c.mask(r.stdout, grants))
 	r = c.must(0, common("observe", "target", fixtureScope)...)
 	golden(t, "observe-target-2.txt", c.mask(r.stdout, grants))
-	r = c.must(3, common("submit", "--as", "worker-a", "--envelope", c.path("a.cbor"))...)
+	r = c.must(0, "verify-chain", "--db", db, "--anchor", anchor, "--pub", key+".pub")
+	golden(t, "verify-chain-ok.txt", c.maskAll(r.stdout, grants))
+	r = c.must(3, priv("submit", "--as", "worker-a", "--envelope", c.path("a.cbor"))...)
 	golden(t, "submit-stale.txt", c.mask(r.stdout, grants))
 	if !strings.HasPrefix(r.stderr, "Error: request denied by the fence: stale_or_unknown_epoch") {
 		t.Errorf("stderr: %q", r.stderr)

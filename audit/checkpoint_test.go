@@ -1,0 +1,217 @@
+package audit
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"golang.org/x/crypto/ssh"
+)
+
+func testCheckpoint() Checkpoint {
+	return Checkpoint{Receiver: testReceiver, Seq: 42, Head: Hash{0xde, 0xad}, EpochHighWater: 7, At: t0 + 123456789}
+}
+
+// Ensure that a checkpoint verifies under its own key only.
+func TestSign_Verify(t *testing.T) {
+	sc, err := Sign(receiverKey, testCheckpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Verify(pubOf(receiverKey)); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	if err := sc.Verify(pubOf(otherKey)); !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), "not by") {
+		t.Fatalf("Verify with another key: %v, want ErrBadSignature naming both keys", err)
+	}
+	// A forged fingerprint only moves the failure to the signature itself.
+	forged := sc
+	forged.Key = KeyFingerprint(pubOf(otherKey))
+	if err := forged.Verify(pubOf(otherKey)); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("Verify with forged fingerprint: %v", err)
+	}
+	changed := sc
+	changed.EpochHighWater++
+	if err := changed.Verify(pubOf(receiverKey)); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("Verify after a change: %v", err)
+	}
+	if err := sc.Verify(pubOf(receiverKey)[:31]); !errors.Is(err, ErrBadKey) {
+		t.Fatalf("Verify with a short key: %v", err)
+	}
+	if _, err := Sign(receiverKey[:32], testCheckpoint()); !errors.Is(err, ErrBadKey) {
+		t.Fatalf("Sign with a seed: %v", err)
+	}
+}
+
+// Ensure that the fingerprint is the one ssh-keygen -l prints.
+func TestKeyFingerprint(t *testing.T) {
+	sp, err := ssh.NewPublicKey(pubOf(receiverKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := KeyFingerprint(pubOf(receiverKey)).String(), ssh.FingerprintSHA256(sp); got != want {
+		t.Fatalf("fingerprint %s, want %s", got, want)
+	}
+}
+
+// Ensure that Sign refuses checkpoints the decoders would refuse.
+func TestSign_Refuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Checkpoint)
+	}{
+		{"seq 0", func(c *Checkpoint) { c.Seq = 0 }},
+		{"empty receiver", func(c *Checkpoint) { c.Receiver = "" }},
+		{"newline in receiver", func(c *Checkpoint) { c.Receiver = "a\nseq 1" }},
+		{"DEL in receiver", func(c *Checkpoint) { c.Receiver = "a\x7f" }},
+		{"invalid UTF-8 receiver", func(c *Checkpoint) { c.Receiver = "\xc3" }},
+		{"long receiver", func(c *Checkpoint) { c.Receiver = strings.Repeat("r", MaxReceiverLen+1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testCheckpoint()
+			tc.edit(&c)
+			if _, err := Sign(receiverKey, c); !errors.Is(err, ErrBadCheckpoint) {
+				t.Fatalf("Sign: %v, want ErrBadCheckpoint", err)
+			}
+		})
+	}
+	c := testCheckpoint()
+	c.Receiver = strings.Repeat("é", MaxReceiverLen/2)
+	sc, err := Sign(receiverKey, c)
+	if err != nil {
+		t.Fatalf("longest receiver: %v", err)
+	}
+	for _, marshal := range []func() ([]byte, error){sc.Marshal, sc.MarshalAnchor} {
+		if b, err := marshal(); err != nil || len(b) > MaxCheckpointSize {
+			t.Fatalf("longest receiver encodes to %d bytes: %v", len(b), err)
+		}
+	}
+}
+
+// Ensure that every single-byte change of an encoded signed checkpoint is
+// refused by the decoder or by the signature check.
+func TestSignedCheckpoint_Mangling(t *testing.T) {
+	sc, err := Sign(receiverKey, testCheckpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sc.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ParseSignedCheckpoint(raw); err != nil || got != sc {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	mangle(raw, func(i int, m []byte) {
+		got, err := ParseSignedCheckpoint(m)
+		if err == nil {
+			err = got.Verify(pubOf(receiverKey))
+		}
+		if err == nil {
+			t.Fatalf("byte %d = %#x: accepted", i, m[i])
+		}
+	})
+}
+
+// Ensure that the signed checkpoint decoder refuses what is not exactly one
+// canonical signed checkpoint.
+func TestParseSignedCheckpoint_Rejects(t *testing.T) {
+	sc, _ := Sign(receiverKey, testCheckpoint())
+	raw, _ := sc.Marshal()
+	body := appendCheckpoint(nil, &sc.Checkpoint)
+	for _, tc := range []struct {
+		name string
+		raw  []byte
+	}{
+		{"trailing bytes", append(raw[:len(raw):len(raw)], 0)},
+		{"truncated", raw[:len(raw)-1]},
+		{"oversize", make([]byte, MaxCheckpointSize+1)},
+		{"body with trailing byte", appendSigned(nil, keyCheckpoint, sc.Key, &sc.Signature, append(body, 0))},
+		{"admission in place of a checkpoint", appendSigned(nil, keyAdmission, sc.Key, &sc.Signature, body)},
+		{"extra key", append(append([]byte{0xa4}, raw[1:]...), "\x61x\x00"...)},
+		{"short signature", func() []byte {
+			b := appendHead(nil, majorMap, 3)
+			b = appendBytes(append(b, "\x63key"...), sc.Key[:])
+			b = appendBytes(append(b, "\x63sig"...), sc.Signature[:63])
+			return appendBytes(append(b, keyCheckpoint...), body)
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := ParseSignedCheckpoint(tc.raw); !errors.Is(err, ErrBadCheckpoint) {
+				t.Fatalf("ParseSignedCheckpoint: %v, want ErrBadCheckpoint", err)
+			}
+		})
+	}
+}
+
+// Ensure that CheckAnchor accepts a database at or ahead of its anchor and
+// refuses every other state with the matching error.
+func TestCheckAnchor(t *testing.T) {
+	recs, head := testChain(t, 10)
+	anchor := checkpointOf(t, receiverKey, testReceiver, recs, 8)
+	hashAt := func(recs []record) func(uint64) (Hash, error) {
+		return func(seq uint64) (Hash, error) {
+			if seq == 0 || seq > uint64(len(recs)) {
+				return Hash{}, errors.New("no such entry")
+			}
+			return HashEntry(recs[seq-1].v), nil
+		}
+	}
+	forked, _ := testChain(t, 10)
+	forked[7].v = append([]byte(nil), forked[7].v...)
+	forked[7].v[len(forked[7].v)-1] ^= 1
+	for _, tc := range []struct {
+		name     string
+		anchor   SignedCheckpoint
+		pub      []byte
+		receiver string
+		head     Head
+		recs     []record
+		want     error
+	}{
+		{"db at anchor", anchor, pubOf(receiverKey), testReceiver, Head{8, HashEntry(recs[7].v)}, recs, nil},
+		{"db ahead (crash window)", anchor, pubOf(receiverKey), testReceiver, head, recs, nil},
+		{"rollback", anchor, pubOf(receiverKey), testReceiver, Head{7, HashEntry(recs[6].v)}, recs, ErrRollbackDetected},
+		{"fork", anchor, pubOf(receiverKey), testReceiver, Head{10, HashEntry(forked[9].v)}, forked, ErrForkDetected},
+		{"fork at head", anchor, pubOf(receiverKey), testReceiver, Head{8, HashEntry(forked[7].v)}, forked, ErrForkDetected},
+		{"wrong key", anchor, pubOf(otherKey), testReceiver, head, recs, ErrBadSignature},
+		{"signed by another key", checkpointOf(t, otherKey, testReceiver, recs, 8), pubOf(receiverKey), testReceiver, head, recs, ErrBadSignature},
+		{"another receiver", checkpointOf(t, receiverKey, "receiver-2", recs, 8), pubOf(receiverKey), testReceiver, head, recs, ErrReceiverMismatch},
+		{"unreadable entry", anchor, pubOf(receiverKey), testReceiver, Head{12, Hash{}}, recs[:7], errors.ErrUnsupported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lookup := hashAt(tc.recs)
+			if tc.want == errors.ErrUnsupported {
+				lookup = func(uint64) (Hash, error) { return Hash{}, errors.ErrUnsupported }
+			}
+			err := CheckAnchor(tc.anchor, tc.pub, tc.receiver, tc.head, lookup)
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("CheckAnchor: %v, want %v", err, tc.want)
+			}
+		})
+	}
+	err := CheckAnchor(anchor, pubOf(receiverKey), testReceiver, Head{Seq: 3}, hashAt(recs))
+	var rb *RollbackError
+	if !errors.As(err, &rb) || rb.Head.Seq != 3 || rb.Anchor != anchor.Checkpoint {
+		t.Fatalf("rollback: %v", err)
+	}
+	err = CheckAnchor(anchor, pubOf(receiverKey), testReceiver, Head{10, Hash{}}, hashAt(forked))
+	var fk *ForkError
+	if !errors.As(err, &fk) || fk.Hash != HashEntry(forked[7].v) || fk.Anchor != anchor.Checkpoint {
+		t.Fatalf("fork: %v", err)
+	}
+	for _, s := range []string{"seq 8", "database has", "anchored"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Fatalf("fork error %q lacks %q", err, s)
+		}
+	}
+}
+
+func BenchmarkSign(b *testing.B) {
+	cp := testCheckpoint()
+	for b.Loop() {
+		if _, err := Sign(receiverKey, cp); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
