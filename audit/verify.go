@@ -56,11 +56,13 @@ type VerifyOptions struct {
 type Report struct {
 	// Problem is ProblemOK or the first problem found.
 	Problem Problem
-	// Detail describes the problem with both heads and their seqs, so that
-	// it stands on its own as evidence. It is empty when Problem is ok.
+	// Detail describes the problem so that it stands on its own as
+	// evidence: for a rollback or fork, both seqs, both hashes in hex and
+	// the anchor's time. It is empty when Problem is ok.
 	Detail string
-	// Entries and Head describe the verified part of the chain: all of it,
-	// or the entries before the one where a chain problem was found.
+	// Entries and Head describe the part of the chain that verified: all
+	// of it, or the entries before the one with a problem (for a fork, up
+	// to and including the anchored seq).
 	Entries uint64
 	Head    Head
 	// Anchor is the anchor's position as read from the anchor, verified or

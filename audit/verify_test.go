@@ -265,7 +265,9 @@ func generated(tb testing.TB, n uint64, peak *uint64) iter.Seq2[[]byte, []byte] 
 
 // BenchmarkVerify1M verifies a chain of 1,000,000 entries, streaming. The
 // "generate" sub-benchmark is the cost of making the entries alone, to be
-// subtracted.
+// subtracted. On a 2-core VM: generate 0.75 s, verify 2.44 s, so about
+// 1.7 s per million entries, with a peak heap of 4.2 MiB; from a bbolt file
+// through a cursor the same chain took 1.5 s with a 4.1 MiB heap.
 func BenchmarkVerify1M(b *testing.B) {
 	const n = 1_000_000
 	head := NewChain(Head{})

@@ -34,6 +34,8 @@ func (c *LabCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "mutations_before_current_worker\t%d\n", sum.MutationsBeforeCurrentWorker)
 	fmt.Fprintf(tw, "current_worker_accepted\t%v\n", sum.CurrentWorkerAccepted)
 	fmt.Fprintf(tw, "defective_receiver_accepted_stale_worker\t%v\n", sum.DefectiveReceiverAcceptedStaleWorker)
+	fmt.Fprintf(tw, "restored_receiver_copy_accepted_old_grant\t%v\n", sum.RestoredReceiverCopyAcceptedOldGrant)
+	fmt.Fprintf(tw, "restored_receiver_rollback_detected\t%v\n", sum.RestoredReceiverRollbackDetected)
 	fmt.Fprintf(tw, "production_authorization\t%s\n", sum.ProductionAuthorization)
 	fmt.Fprintf(tw, "evidence\t%s (summary.json, report.md)\n", *output)
 	return tw.Flush()
