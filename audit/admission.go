@@ -18,7 +18,7 @@ const MaxAdmissionSize = 4 << 10
 // anchor says SupersededAnchor. It names all three of receiver, anchor and
 // head so that it cannot be replayed against any other state.
 type Admission struct {
-	Receiver         string
+	Receiver         string // receiver id
 	SupersededAnchor Head   // the anchor's seq and head
 	AdmittedHead     Head   // the database's newest entry
 	At               int64  // Unix nanoseconds, recovery operator's clock

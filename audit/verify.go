@@ -64,7 +64,7 @@ type Report struct {
 	// of it, or the entries before the one with a problem (for a fork, up
 	// to and including the anchored seq).
 	Entries uint64
-	Head    Head
+	Head    Head // the newest entry that verified
 	// Anchor is the anchor's position as read from the anchor, verified or
 	// not; zero if there is no readable anchor.
 	Anchor Head

@@ -166,7 +166,14 @@ type VerifyOptions struct {
 	MaxAge time.Duration
 	// LockTimeout is as in Options.
 	LockTimeout time.Duration
+	// Progress, if set, is called with the number of entries read so far
+	// every ProgressEvery entries.
+	Progress func(entries uint64)
 }
+
+// ProgressEvery is how many entries VerifyChain reads between calls of
+// VerifyOptions.Progress.
+const ProgressEvery = 100_000
 
 // VerifyChain checks every entry of the receiver's audit chain against its
 // anchor and reports the first problem; it changes neither. It opens the
@@ -183,9 +190,13 @@ func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
 	err = r.view(func(tx *bolt.Tx) error {
 		entries := func(yield func(k, v []byte) bool) {
 			c := tx.Bucket(bucketAudit).Cursor()
+			var n uint64
 			for k, v := c.First(); k != nil; k, v = c.Next() {
 				if !yield(k, v) {
 					return
+				}
+				if n++; opts.Progress != nil && n%ProgressEvery == 0 {
+					opts.Progress(n)
 				}
 			}
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/keyfile"
@@ -62,7 +63,7 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rep, err := kvfence.VerifyChain(cf.db, kvfence.VerifyOptions{Anchor: cf.fileAnchor(), PublicKey: pub,
+	rep, err := kvfence.VerifyChain(cf.db, kvfence.VerifyOptions{Anchor: cf.fileAnchor(), PublicKey: pub, Progress: c.progress(),
 		MaxAge: *maxAge, LockTimeout: cf.lockTimeout})
 	if err != nil {
 		return err
@@ -151,4 +152,18 @@ Arguments:
 	    anchor may have been restored together with the database. Useful
 	    only if the receiver writes at least that often. Default: no limit.
 `+usageLock+usageJSON)
+}
+
+// progress returns a callback that reports verified entries on stderr when
+// stderr is a terminal, and nil otherwise, so logs and tests stay clean.
+func (c *VerifyChainCommand) progress() func(uint64) {
+	f, ok := c.m.Stderr.(*os.File)
+	if !ok {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return func(n uint64) { fmt.Fprintf(f, "verify-chain: %d entries read\n", n) }
 }
