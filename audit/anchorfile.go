@@ -113,7 +113,7 @@ func (f FileAnchor) Supersede(old, next SignedCheckpoint) error {
 	return f.swap(&old, next, true)
 }
 
-func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede bool) (err error) {
+func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede bool) error {
 	text, err := next.MarshalAnchor()
 	if err != nil {
 		return err

@@ -40,6 +40,7 @@ func TestFileAnchor_Store(t *testing.T) {
 	if names, _ := os.ReadDir(dir); len(names) != 1 {
 		t.Fatalf("directory holds %d files, want only the anchor", len(names))
 	}
+	verifyChain(t, recs, fa)
 }
 
 // Ensure that Load refuses everything but one regular, well-formed anchor

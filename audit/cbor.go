@@ -28,6 +28,21 @@ func appendHead(b []byte, major byte, n uint64) []byte {
 		byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }
 
+// headSize is the length of appendHead's output for n.
+func headSize(n uint64) int {
+	switch {
+	case n < 24:
+		return 1
+	case n <= math.MaxUint8:
+		return 2
+	case n <= math.MaxUint16:
+		return 3
+	case n <= math.MaxUint32:
+		return 5
+	}
+	return 9
+}
+
 func appendInt(b []byte, v int64) []byte {
 	if v < 0 {
 		return appendHead(b, majorNint, uint64(^v))

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"unicode/utf8"
 )
@@ -58,11 +59,11 @@ func checkCheckpoint(c *Checkpoint) error {
 func checkReceiver(s string) error {
 	switch {
 	case s == "":
-		return fmt.Errorf("receiver id is empty")
+		return errors.New("receiver id is empty")
 	case len(s) > MaxReceiverLen:
 		return fmt.Errorf("receiver id is %d bytes, over the %d-byte limit", len(s), MaxReceiverLen)
 	case !utf8.ValidString(s):
-		return fmt.Errorf("receiver id is not valid UTF-8")
+		return errors.New("receiver id is not valid UTF-8")
 	}
 	for _, c := range s {
 		if c < 0x20 || c == 0x7f {

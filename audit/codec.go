@@ -58,49 +58,74 @@ const (
 	keyRequestSHA256 = "\x6erequest_sha256"
 )
 
-// entryOverhead bounds everything in an encoded entry except the contents
-// of its strings and byte strings: a map head, 18 keys of at most 15 bytes
-// and 18 value heads of at most 9 bytes.
-const entryOverhead = 1 + 18*(15+9)
-
 // EncodeEntry returns the canonical CBOR encoding of e.
 func EncodeEntry(e *Entry) ([]byte, error) {
-	if err := checkEntry(e); err != nil {
+	n, err := checkEntry(e)
+	if err != nil {
 		return nil, err
 	}
-	return appendEntry(make([]byte, 0, entryCap(e)), e), nil
-}
-
-func entryCap(e *Entry) int {
-	return entryOverhead + len(e.Prev) + len(e.Kind) + len(e.Scope) + len(e.Grant) +
-		len(e.Executor) + len(e.Action) + len(e.Outcome) + len(e.Reason) +
-		len(e.RequestSHA256) + len(e.Target) + len(e.ValueSHA256) + len(e.Decision) + len(e.Note)
+	return appendEntry(make([]byte, 0, n), e), nil
 }
 
 // checkEntry enforces the field rules that the CBOR types alone do not, so
-// that an entry that encodes is one that decodes.
-func checkEntry(e *Entry) error {
+// that an entry that encodes is one that decodes. It returns the size of
+// the encoding, so that the caller allocates exactly once.
+func checkEntry(e *Entry) (int, error) {
 	switch {
 	case e.Seq == 0:
-		return fmt.Errorf("%w: seq is 0", ErrBadEntry)
+		return 0, fmt.Errorf("%w: seq is 0", ErrBadEntry)
 	case e.Kind == "":
-		return fmt.Errorf("%w: kind is empty", ErrBadEntry)
+		return 0, fmt.Errorf("%w: kind is empty", ErrBadEntry)
 	case len(e.Prev) != HashSize:
-		return fmt.Errorf("%w: prev is %d bytes, want %d", ErrBadEntry, len(e.Prev), HashSize)
+		return 0, fmt.Errorf("%w: prev is %d bytes, want %d", ErrBadEntry, len(e.Prev), HashSize)
 	case len(e.RequestSHA256) != 0 && len(e.RequestSHA256) != HashSize:
-		return fmt.Errorf("%w: request_sha256 is %d bytes, want %d", ErrBadEntry, len(e.RequestSHA256), HashSize)
+		return 0, fmt.Errorf("%w: request_sha256 is %d bytes, want %d", ErrBadEntry, len(e.RequestSHA256), HashSize)
 	case len(e.ValueSHA256) != 0 && len(e.ValueSHA256) != HashSize:
-		return fmt.Errorf("%w: value_sha256 is %d bytes, want %d", ErrBadEntry, len(e.ValueSHA256), HashSize)
-	case entryCap(e) > MaxEntrySize:
-		return fmt.Errorf("%w: entry may exceed the %d-byte limit", ErrBadEntry, MaxEntrySize)
+		return 0, fmt.Errorf("%w: value_sha256 is %d bytes, want %d", ErrBadEntry, len(e.ValueSHA256), HashSize)
 	}
 	for i, s := range [...]string{e.Kind, e.Scope, e.Grant, e.Executor, e.Action, e.Outcome,
 		e.Reason, e.Target, e.Decision, e.Note} {
 		if !utf8.ValidString(s) {
-			return fmt.Errorf("%w: %s is not valid UTF-8", ErrBadEntry, textFields[i])
+			return 0, fmt.Errorf("%w: %s is not valid UTF-8", ErrBadEntry, textFields[i])
 		}
 	}
-	return nil
+	n := entrySize(e)
+	if n > MaxEntrySize {
+		return 0, fmt.Errorf("%w: %d bytes exceeds the %d-byte limit", ErrBadEntry, n, MaxEntrySize)
+	}
+	return n, nil
+}
+
+// entrySize is the length of appendEntry's output, field by field.
+func entrySize(e *Entry) int {
+	at := uint64(e.At)
+	if e.At < 0 {
+		at = ^at
+	}
+	return 1 + len(keyAt) + headSize(at) + len(keySeq) + headSize(e.Seq) +
+		optSize(keyKind, len(e.Kind)) + optSize(keyNote, len(e.Note)) + optSize(keyPrev, len(e.Prev)) +
+		optUintSize(keyEpoch, e.Epoch) + optSize(keyGrant, len(e.Grant)) + optSize(keyScope, len(e.Scope)) +
+		optSize(keyAction, len(e.Action)) + optSize(keyReason, len(e.Reason)) + optSize(keyTarget, len(e.Target)) +
+		optSize(keyOutcome, len(e.Outcome)) + optSize(keyDecision, len(e.Decision)) +
+		optSize(keyExecutor, len(e.Executor)) + optUintSize(keyRevAfter, e.RevAfter) +
+		optUintSize(keyRevBefore, e.RevBefore) + optSize(keyValueSHA256, len(e.ValueSHA256)) +
+		optSize(keyRequestSHA256, len(e.RequestSHA256))
+}
+
+// optSize is the size of a text or byte string field of length n, or 0 if
+// the field is left out.
+func optSize(key string, n int) int {
+	if n == 0 {
+		return 0
+	}
+	return len(key) + headSize(uint64(n)) + n
+}
+
+func optUintSize(key string, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return len(key) + headSize(v)
 }
 
 var textFields = [...]string{"kind", "scope", "grant", "executor", "action", "outcome",
@@ -185,7 +210,7 @@ func decodeEntryInto(raw []byte, e *Entry, scratch *[]byte) error {
 	if err := decMode.Unmarshal(raw, e); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadEntry, err)
 	}
-	if err := checkEntry(e); err != nil {
+	if _, err := checkEntry(e); err != nil {
 		return err
 	}
 	var buf []byte
@@ -228,14 +253,14 @@ func (c *Chain) Append(e *Entry) ([]byte, Hash, error) {
 	}
 	e.Seq = c.head.Seq + 1
 	e.Prev = c.head.Hash[:]
-	if err := checkEntry(e); err != nil {
+	n, err := checkEntry(e)
+	if err != nil {
 		e.Prev = nil
 		return nil, Hash{}, err
 	}
-	// entryCap is an upper bound, so neither append below reallocates.
-	buf := appendEntry(make([]byte, 0, entryCap(e)+HashSize), e)
-	raw := buf[:len(buf):len(buf)]
-	e.Prev = append(buf[len(buf):], c.head.Hash[:]...)[:HashSize:HashSize]
+	buf := appendEntry(make([]byte, 0, n+HashSize), e)
+	raw := buf[:n:n]
+	e.Prev = append(buf[n:], c.head.Hash[:]...)
 	h := HashEntry(raw)
 	c.head = Head{Seq: e.Seq, Hash: h}
 	return raw, h, nil

@@ -240,7 +240,9 @@
 // [FileAnchor] locks with flock(2) on the anchor's directory, which excludes
 // writers in other processes on Linux, macOS and the BSDs, though perhaps not
 // on network file systems; on other systems it excludes writers in the same
-// process only. FileAnchor does not exist on Windows, where
+// process only. Only the anchor path's last element is checked for being a
+// symbolic link; links among its parent directories are followed, as
+// everywhere else. FileAnchor does not exist on Windows, where
 // github.com/google/renameio/v2 does not build.
 //
 // Times are Unix nanoseconds in an int64 from the signer's clock: evidence of

@@ -27,10 +27,25 @@ func TestEncodeEntry_CoreDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, raw := range append([][]byte{fullRaw}, rawsOf(recs)...) {
+	raws := append([][]byte{fullRaw}, rawsOf(recs)...)
+	// Every head size, for lengths and for integers, positive and negative.
+	for _, n := range []int{0, 1, 23, 24, 255, 256, 65000} {
+		for _, v := range []uint64{23, 24, 1<<8 - 1, 1 << 8, 1<<16 - 1, 1 << 16, 1<<32 - 1, 1 << 32, 1<<63 - 1} {
+			e := &Entry{Seq: v, Prev: make([]byte, 32), At: -int64(v), Kind: "k", Note: strings.Repeat("n", n), RevAfter: v}
+			raw, err := EncodeEntry(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raws = append(raws, raw)
+		}
+	}
+	for i, raw := range raws {
 		e, err := DecodeEntry(raw)
 		if err != nil {
 			t.Fatalf("entry %d: %v", i, err)
+		}
+		if n := entrySize(&e); n != len(raw) {
+			t.Fatalf("entry %d: entrySize %d, encoding is %d bytes", i, n, len(raw))
 		}
 		want, err := em.Marshal(&e)
 		if err != nil {
@@ -174,12 +189,15 @@ func TestChain_Append(t *testing.T) {
 		}
 		kept, raws, prevHash = append(kept, e), append(raws, bytes.Clone(raw)), h
 	}
+	recs := make([]record, len(kept))
 	for i, e := range kept {
 		again, err := EncodeEntry(e)
 		if err != nil || !bytes.Equal(again, raws[i]) {
 			t.Fatalf("entry %d changed after later appends: %v", i+1, err)
 		}
+		recs[i] = record{SeqKey(e.Seq), raws[i]}
 	}
+	verifyChain(t, recs, memWith(t, checkpointOf(t, receiverKey, testReceiver, recs, 3)))
 }
 
 // Ensure that the hash is domain-separated, not the plain SHA-256, and that

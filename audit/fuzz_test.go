@@ -36,8 +36,8 @@ func FuzzDecodeEntry(f *testing.F) {
 			return
 		}
 		again, err := EncodeEntry(&e)
-		if err != nil || !bytes.Equal(again, raw) {
-			t.Fatalf("accepted %x, re-encodes to %x, %v", raw, again, err)
+		if err != nil || !bytes.Equal(again, raw) || entrySize(&e) != len(raw) {
+			t.Fatalf("accepted %x, re-encodes to %x (size %d), %v", raw, again, entrySize(&e), err)
 		}
 		// An independent core deterministic encoder agrees.
 		if indep, err := em.Marshal(&e); err != nil || !bytes.Equal(indep, raw) {

@@ -87,7 +87,8 @@ func (r Report) Err() error { return r.err }
 // no gap; that the chain's hash at the anchored seq is the anchored head;
 // and that the chain reaches the anchored seq. It reports the first problem
 // in the Report. The error is only for faults that prevent verifying: bad
-// options, or an anchor store that cannot be read.
+// options, or an anchor store that cannot be read, which for a FileAnchor
+// includes a path that is not a regular file or is writable by others.
 func Verify(opts VerifyOptions) (Report, error) {
 	switch {
 	case opts.Entries == nil || opts.Anchor == nil:
