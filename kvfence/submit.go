@@ -166,7 +166,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	if req.Set != nil {
 		value = *req.Set
 	} else {
-		value, err = applyPatch(req.Patch, t.Value)
+		value, err = applyPatch(req.patch, t.Value)
 		if err != nil {
 			return w.deny(ctl, s, ReasonPreconditionFailed, err.Error())
 		}
@@ -203,11 +203,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 
 // applyPatch applies an RFC 6902 patch. A failed "test" op is a failed
 // precondition; so is a patch that cannot apply to this value.
-func applyPatch(patch, value []byte) ([]byte, error) {
-	p, err := jsonpatch.DecodePatch(patch)
-	if err != nil {
-		return nil, fmt.Errorf("patch: %v", err)
-	}
+func applyPatch(p jsonpatch.Patch, value []byte) ([]byte, error) {
 	// EscapeHTML off: bytes outside the patched paths stay as they were.
 	// The copy limit keeps an approved patch from multiplying a value
 	// while the write lock is held.

@@ -48,6 +48,9 @@ type Request struct {
 	ExpectValue    *[]byte `cbor:"expect_value,omitempty"`
 	Set            *[]byte `cbor:"set,omitempty"`
 	Patch          []byte  `cbor:"patch,omitempty"`
+
+	// patch is Patch decoded by check, so Submit does not parse it twice.
+	patch jsonpatch.Patch
 }
 
 var (
@@ -193,9 +196,11 @@ func (r *Request) check() error {
 		return fmt.Errorf("%w: one of set or patch is required", ErrMalformedRequest)
 	case r.Patch != nil:
 		// DecodePatch accepts "null" as an empty patch; RFC 6902 wants an array.
-		if p, err := jsonpatch.DecodePatch(r.Patch); err != nil || p == nil {
+		p, err := jsonpatch.DecodePatch(r.Patch)
+		if err != nil || p == nil {
 			return fmt.Errorf("%w: patch is not an RFC 6902 JSON Patch array: %v", ErrMalformedRequest, err)
 		}
+		r.patch = p
 	}
 	if r.ExpectRevision != nil && *r.ExpectRevision == 0 {
 		return fmt.Errorf("%w: expect_revision 0 never matches (revisions start at 1)", ErrMalformedRequest)
