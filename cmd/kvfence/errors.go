@@ -9,6 +9,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
+	"github.com/kvfence/kvfence/ledger"
 )
 
 // Exit codes (DESIGN §9). exitCode is the only place that chooses one.
@@ -39,9 +40,9 @@ func exitCode(err error) int {
 		return ExitIntegrity
 	case errors.As(err, &ue):
 		return ExitUsage
-	case errors.As(err, &de):
+	case errors.As(err, &de), ledger.IsRefusal(err):
 		return ExitDenied
-	case errors.Is(err, kvfence.ErrStorageBusy):
+	case errors.Is(err, kvfence.ErrStorageBusy), errors.Is(err, ledger.ErrStorageBusy):
 		return ExitBusy
 	default:
 		return ExitError

@@ -35,6 +35,11 @@
 //	admission new   sign an admission with the separately held recovery key
 //	recover         apply an admission: hold every scope at a new epoch
 //
+// Execution ledger (its own file, anchor and key; authorises nothing):
+//
+//	ledger          init, approve, claim, heartbeat, dispatch, finish,
+//	                takeover, reconcile, show
+//
 // Demonstration:
 //
 //	lab             the fencing lab, in real processes, with its evidence
@@ -73,7 +78,8 @@
 //	0  success, including a submit whose outcome is already_applied
 //	1  operational error (missing database, refused key, I/O, ...)
 //	2  usage error (bad flags, a missing required flag, an unknown command)
-//	3  request denied by the fence (submit)
+//	3  request denied by the fence (submit), or refused by the ledger's
+//	   rules (a claim held by another worker, superseded, settled, ...)
 //	4  integrity problem: rollback, fork, tampering, a missing, unreadable
 //	   or badly signed anchor, another receiver's anchor, a recovery
 //	   admission that does not verify or match; verify-chain reporting any
@@ -211,6 +217,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return group("new", &AdmissionNewCommand{m})
 	case "recover":
 		return &RecoverCommand{m}, args, nil
+	case "ledger":
+		return &LedgerCommand{m}, args, nil
 	case "lab":
 		return &LabCommand{m}, args, nil
 	case lab.WorkerCommand:
@@ -264,6 +272,7 @@ The commands are:
 	verify-chain    check the audit chain against the anchor
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission
+	ledger          approvals and claims in the execution ledger
 	lab             run the fencing lab in real processes
 
 Commands that write need --anchor and --key (or KVFENCE_ANCHOR and

@@ -18,3 +18,8 @@ type Variant struct {
 // (nil for defaults) as the given variant and returns a *kvfence.Receiver.
 // The kvfence package installs it when it is initialised.
 var Open func(path string, opts any, v Variant) (any, error)
+
+// OpenLedger opens the ledger file at path with the given *ledger.Options
+// as the given variant (only SkipAnchor applies) and returns a
+// *ledger.Ledger. The ledger package installs it when it is initialised.
+var OpenLedger func(path string, opts any, v Variant) (any, error)

@@ -1,0 +1,526 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/ledger"
+)
+
+// Environment variables of the ledger commands. They differ from the
+// receiver's: the ledger is a separate file with its own anchor.
+const (
+	envLedger       = "KVFENCE_LEDGER"
+	envLedgerAnchor = "KVFENCE_LEDGER_ANCHOR"
+	envLedgerKey    = "KVFENCE_LEDGER_KEY"
+)
+
+// LedgerCommand runs the execution ledger's subcommands: approvals and
+// claims, kept apart from the receiver. Nothing here authorises a write at
+// the receiver.
+type LedgerCommand struct{ m *Main }
+
+// ledgerFlags holds the flags every ledger subcommand shares.
+type ledgerFlags struct {
+	name        string
+	path        string
+	anchor      string
+	key         string
+	lockTimeout time.Duration
+	json        bool
+}
+
+func (f *ledgerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.path, "ledger", "", "")
+	fs.StringVar(&f.anchor, "anchor", "", "")
+	fs.StringVar(&f.key, "key", "", "")
+	fs.DurationVar(&f.lockTimeout, "lock-timeout", ledger.DefaultLockTimeout, "")
+	fs.BoolVar(&f.json, "json", false, "")
+}
+
+func (f *ledgerFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
+	for _, v := range []struct {
+		name, env string
+		dst       *string
+	}{{"ledger", envLedger, &f.path}, {"anchor", envLedgerAnchor, &f.anchor}, {"key", envLedgerKey, &f.key}} {
+		if !isSet(fs, v.name) {
+			*v.dst = getenv(v.env)
+		}
+	}
+}
+
+// require checks the flags that every write needs (and show without
+// --anchor does not).
+func (f *ledgerFlags) require(write bool) error {
+	if f.path == "" {
+		return missingFlag(f.name, "ledger", envLedger)
+	}
+	if !write {
+		return nil
+	}
+	if f.anchor == "" {
+		return missingFlag(f.name, "anchor", envLedgerAnchor)
+	}
+	if f.key == "" {
+		return missingFlag(f.name, "key", envLedgerKey)
+	}
+	if filepath.Clean(f.anchor) == filepath.Clean(f.path) {
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor names the ledger file; the anchor must be a separate file", f.name)}
+	}
+	return nil
+}
+
+func (f *ledgerFlags) open(write bool) (*ledger.Ledger, error) {
+	opts := &ledger.Options{LockTimeout: f.lockTimeout, ReadOnly: !write}
+	if f.anchor != "" {
+		opts.Anchor = audit.FileAnchor{Path: f.anchor}
+	}
+	if write {
+		priv, err := loadPrivate(f.key)
+		if err != nil {
+			return nil, err
+		}
+		opts.Key = priv
+	}
+	return ledger.Open(f.path, opts)
+}
+
+// ledgerSub is one ledger subcommand: its flags, whether it writes, and
+// what it does with the open ledger.
+type ledgerSub struct {
+	write bool
+	flags func(fs *flag.FlagSet) func(l *ledger.Ledger, ctx context.Context) (any, error)
+}
+
+// Run runs the command.
+func (c *LedgerCommand) Run(ctx context.Context, args []string) (err error) {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && isHelpFlag(args[0]) {
+			c.Usage()
+			return flag.ErrHelp
+		}
+		return &usageError{msg: "kvfence ledger: missing subcommand", hint: "kvfence ledger -h"}
+	}
+	name := args[0]
+	if name == "init" {
+		return c.init(ctx, args[1:])
+	}
+	sub, ok := ledgerSubs(c.m)[name]
+	if !ok {
+		return &usageError{msg: fmt.Sprintf("kvfence ledger %s: unknown subcommand", name), hint: "kvfence ledger -h"}
+	}
+	lf := ledgerFlags{name: "ledger " + name}
+	fs := newFlagSet(lf.name)
+	lf.register(fs)
+	run := sub.flags(fs)
+	if err := parseFlags(fs, c.Usage, args[1:], 0); err != nil {
+		return err
+	}
+	lf.resolve(fs, c.m.Getenv)
+	if err := lf.require(sub.write); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l, err := lf.open(sub.write)
+	if err != nil {
+		return ledgerHint(err)
+	}
+	defer func() {
+		if cerr := l.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	out, err := run(l, ctx)
+	if err != nil {
+		return err
+	}
+	if lf.json {
+		return writeJSON(c.m.Stdout, out)
+	}
+	return printLedger(c.m, out)
+}
+
+// ledgerHint adds the ledger's own next step to an error from opening it.
+func ledgerHint(err error) error {
+	switch {
+	case errors.Is(err, audit.ErrRollbackDetected), errors.Is(err, audit.ErrForkDetected):
+		return withHint(err, "the ledger file is older than its anchor or disagrees with it: a backup may have been "+
+			"restored over it; its approvals and claims cannot be trusted; find the newest ledger file")
+	case errors.Is(err, ledger.ErrNotInitialized):
+		return withHint(err, "kvfence ledger init --ledger FILE --anchor FILE --key FILE --id LEDGER_ID, or check --ledger / KVFENCE_LEDGER")
+	case errors.Is(err, ledger.ErrStorageBusy):
+		return withHint(err, "wait for the other process to release the ledger, or raise --lock-timeout")
+	case errors.Is(err, ledger.ErrKeyMismatch):
+		return withHint(err, "pass the ledger's own private key, the one given to kvfence ledger init")
+	}
+	return err
+}
+
+// init creates a ledger file and its anchor.
+func (c *LedgerCommand) init(ctx context.Context, args []string) error {
+	lf := ledgerFlags{name: "ledger init"}
+	fs := newFlagSet(lf.name)
+	lf.register(fs)
+	id := fs.String("id", "", "")
+	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
+		return err
+	}
+	lf.resolve(fs, c.m.Getenv)
+	if err := lf.require(true); err != nil {
+		return err
+	}
+	if err := require(lf.name, [2]string{"id", *id}); err != nil {
+		return err
+	}
+	priv, err := loadPrivate(lf.key)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	anchor := audit.FileAnchor{Path: lf.anchor}
+	if err := ledger.Init(lf.path, &ledger.InitOptions{LedgerID: *id, Key: priv, Anchor: anchor}); err != nil {
+		return err
+	}
+	out := ledgerInitJSON{Ledger: *id, File: lf.path, Anchor: lf.anchor, PublicKey: publicLine(priv.Public().(ed25519.PublicKey))}
+	if lf.json {
+		return writeJSON(c.m.Stdout, out)
+	}
+	return printLedger(c.m, out)
+}
+
+// ledgerSubs returns the subcommands that open an existing ledger.
+func ledgerSubs(m *Main) map[string]ledgerSub {
+	return map[string]ledgerSub{
+		"approve": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+			action, approver, decision := fs.String("action", "", ""), fs.String("approver", "", ""), fs.String("decision", "", "")
+			reqFile, digest := fs.String("request", "", ""), fs.String("request-sha256", "", "")
+			ttl := fs.Duration("ttl", time.Hour, "")
+			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+				if err := require("ledger approve", [2]string{"action", *action}, [2]string{"approver", *approver}); err != nil {
+					return nil, err
+				}
+				var sum [32]byte
+				switch {
+				case (*reqFile == "") == (*digest == ""):
+					return nil, usageErrorf("kvfence ledger approve: give exactly one of --request and --request-sha256")
+				case *reqFile != "":
+					b, err := m.readInput(*reqFile)
+					if err != nil {
+						return nil, err
+					}
+					sum = sha256.Sum256(b)
+				default:
+					b, err := hex.DecodeString(*digest)
+					if err != nil || len(b) != len(sum) {
+						return nil, usageErrorf("kvfence ledger approve: --request-sha256 must be 64 hex digits")
+					}
+					copy(sum[:], b)
+				}
+				a, err := l.Approve(ctx, ledger.ApproveRequest{Action: *action, RequestSHA256: sum, Approver: *approver,
+					Decision: *decision, TTL: *ttl})
+				if err != nil {
+					return nil, err
+				}
+				return approvalView(a), nil
+			}
+		}},
+		"claim": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+			action, worker, lease := fs.String("action", "", ""), fs.String("worker", "", ""), fs.Duration("lease", ledger.DefaultLease, "")
+			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+				if err := require("ledger claim", [2]string{"action", *action}, [2]string{"worker", *worker}); err != nil {
+					return nil, err
+				}
+				cl, err := l.Claim(ctx, ledger.ClaimRequest{Action: *action, Worker: *worker, Lease: *lease})
+				return claimResult(cl, err)
+			}
+		}},
+		"heartbeat": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+			ref, worker, lease := fs.String("claim", "", ""), fs.String("worker", "", ""), fs.Duration("lease", ledger.DefaultLease, "")
+			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+				if err := require("ledger heartbeat", [2]string{"claim", *ref}, [2]string{"worker", *worker}); err != nil {
+					return nil, err
+				}
+				return claimResult(l.Heartbeat(ctx, *ref, *worker, *lease))
+			}
+		}},
+		"dispatch": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+			ref, worker := fs.String("claim", "", ""), fs.String("worker", "", "")
+			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+				if err := require("ledger dispatch", [2]string{"claim", *ref}, [2]string{"worker", *worker}); err != nil {
+					return nil, err
+				}
+				return claimResult(l.Dispatch(ctx, *ref, *worker))
+			}
+		}},
+		"finish": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+			ref, worker, outcome := fs.String("claim", "", ""), fs.String("worker", "", ""), fs.String("outcome", "", "")
+			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+				if err := require("ledger finish", [2]string{"claim", *ref}, [2]string{"worker", *worker}, [2]string{"outcome", *outcome}); err != nil {
+					return nil, err
+				}
+				if err := checkOutcome("ledger finish", *outcome); err != nil {
+					return nil, err
+				}
+				return claimResult(l.Finish(ctx, *ref, *worker, ledger.State(*outcome)))
+			}
+		}},
+		"takeover": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+			action, operator, worker := fs.String("action", "", ""), fs.String("operator", "", ""), fs.String("worker", "", "")
+			reason, lease := fs.String("reason", "", ""), fs.Duration("lease", ledger.DefaultLease, "")
+			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+				if err := require("ledger takeover", [2]string{"action", *action}, [2]string{"operator", *operator},
+					[2]string{"worker", *worker}, [2]string{"reason", *reason}); err != nil {
+					return nil, err
+				}
+				return claimResult(l.Takeover(ctx, ledger.TakeoverRequest{Action: *action, Operator: *operator, Worker: *worker,
+					Reason: *reason, Lease: *lease}))
+			}
+		}},
+		"reconcile": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+			ref, operator, outcome := fs.String("claim", "", ""), fs.String("operator", "", ""), fs.String("outcome", "", "")
+			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+				if err := require("ledger reconcile", [2]string{"claim", *ref}, [2]string{"operator", *operator}, [2]string{"outcome", *outcome}); err != nil {
+					return nil, err
+				}
+				if err := checkOutcome("ledger reconcile", *outcome); err != nil {
+					return nil, err
+				}
+				return claimResult(l.Reconcile(ctx, *ref, *operator, ledger.State(*outcome)))
+			}
+		}},
+		"show": {write: false, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+			action := fs.String("action", "", "")
+			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+				var views []ledger.ActionView
+				if *action != "" {
+					v, err := l.Action(*action)
+					if err != nil {
+						return nil, err
+					}
+					views = []ledger.ActionView{v}
+				} else {
+					var err error
+					if views, err = l.Actions(); err != nil {
+						return nil, err
+					}
+				}
+				out := ledgerShowJSON{Ledger: l.ID(), AuditSeq: l.Head().Seq, Actions: []ledgerActionJSON{}}
+				now := time.Now()
+				for _, v := range views {
+					a := ledgerActionJSON{Action: v.Action, Live: v.Live, Claims: []ledgerClaimJSON{}}
+					if v.Approval != nil {
+						av := approvalView(*v.Approval)
+						a.Approval = &av
+					}
+					for _, cl := range v.Claims {
+						a.Claims = append(a.Claims, claimView(cl, now))
+					}
+					out.Actions = append(out.Actions, a)
+				}
+				return out, nil
+			}
+		}},
+	}
+}
+
+func checkOutcome(cmd, outcome string) error {
+	if outcome != string(ledger.StateSucceeded) && outcome != string(ledger.StateFailed) {
+		return usageErrorf("kvfence %s: --outcome must be succeeded or failed", cmd)
+	}
+	return nil
+}
+
+func claimResult(cl ledger.Claim, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return claimView(cl, time.Now()), nil
+}
+
+// The --json shapes of the ledger commands.
+type (
+	ledgerInitJSON struct {
+		Ledger    string `json:"ledger"`
+		File      string `json:"file"`
+		Anchor    string `json:"anchor"`
+		PublicKey string `json:"public_key"`
+	}
+	ledgerApprovalJSON struct {
+		Action        string  `json:"action"`
+		RequestSHA256 string  `json:"request_sha256"`
+		Approver      string  `json:"approver"`
+		Decision      string  `json:"decision"`
+		ApprovedAt    *string `json:"approved_at"`
+		ExpiresAt     *string `json:"expires_at"`
+		AuditSeq      uint64  `json:"audit_seq"`
+	}
+	ledgerClaimJSON struct {
+		Claim           string  `json:"claim"`
+		Action          string  `json:"action"`
+		Worker          string  `json:"worker"`
+		Generation      uint64  `json:"generation"`
+		State           string  `json:"state"`
+		Resumed         bool    `json:"resumed"`
+		ClaimedAt       *string `json:"claimed_at"`
+		HeartbeatAt     *string `json:"heartbeat_at"`
+		LeaseExpiresAt  *string `json:"lease_expires_at"`
+		LeaseExpired    bool    `json:"lease_expired"`
+		DispatchedAt    *string `json:"dispatched_at"`
+		SettledAt       *string `json:"settled_at"`
+		SupersededBy    string  `json:"superseded_by"`
+		SupersededState string  `json:"superseded_state"`
+		TakeoverBy      string  `json:"takeover_by"`
+		TakeoverReason  string  `json:"takeover_reason"`
+		ReconciledBy    string  `json:"reconciled_by"`
+		AuditSeq        uint64  `json:"audit_seq"`
+	}
+	ledgerActionJSON struct {
+		Action   string              `json:"action"`
+		Approval *ledgerApprovalJSON `json:"approval"`
+		Live     string              `json:"live_claim"`
+		Claims   []ledgerClaimJSON   `json:"claims"`
+	}
+	ledgerShowJSON struct {
+		Ledger   string             `json:"ledger"`
+		AuditSeq uint64             `json:"audit_seq"`
+		Actions  []ledgerActionJSON `json:"actions"`
+	}
+)
+
+func approvalView(a ledger.Approval) ledgerApprovalJSON {
+	return ledgerApprovalJSON{Action: a.Action, RequestSHA256: hex.EncodeToString(a.RequestSHA256[:]), Approver: a.Approver,
+		Decision: a.Decision, ApprovedAt: jsonTime(a.ApprovedAt), ExpiresAt: jsonTime(a.ExpiresAt), AuditSeq: a.AuditSeq}
+}
+
+func claimView(c ledger.Claim, now time.Time) ledgerClaimJSON {
+	return ledgerClaimJSON{Claim: c.Ref, Action: c.Action, Worker: c.Worker, Generation: c.Generation, State: string(c.State),
+		Resumed: c.Resumed, ClaimedAt: jsonTime(c.ClaimedAt), HeartbeatAt: jsonTime(c.HeartbeatAt),
+		LeaseExpiresAt: jsonTime(c.LeaseExpiresAt), LeaseExpired: c.LeaseExpired(now), DispatchedAt: jsonTime(c.DispatchedAt),
+		SettledAt: jsonTime(c.SettledAt), SupersededBy: c.SupersededBy, SupersededState: string(c.SupersededState),
+		TakeoverBy: c.TakeoverBy, TakeoverReason: c.TakeoverReason, ReconciledBy: c.ReconciledBy, AuditSeq: c.AuditSeq}
+}
+
+// printLedger writes a ledger result as text.
+func printLedger(m *Main, v any) error {
+	tw := newTable(m.Stdout)
+	str := func(p *string) string {
+		if p == nil {
+			return "-"
+		}
+		return *p
+	}
+	claim := func(c ledgerClaimJSON) {
+		fmt.Fprintf(tw, "claim\t%s\n", c.Claim)
+		fmt.Fprintf(tw, "action\t%s\n", c.Action)
+		fmt.Fprintf(tw, "worker\t%s\n", c.Worker)
+		fmt.Fprintf(tw, "generation\t%d\n", c.Generation)
+		state := c.State
+		if c.Resumed {
+			state += " (resumed: this worker's existing claim)"
+		}
+		fmt.Fprintf(tw, "state\t%s\n", state)
+		lease := str(c.LeaseExpiresAt)
+		if c.LeaseExpired {
+			lease += " (expired; the claim stays live until an operator takes over)"
+		}
+		fmt.Fprintf(tw, "lease expires\t%s\n", lease)
+		if c.SupersededBy != "" {
+			fmt.Fprintf(tw, "superseded by\t%s (by %s: %s; was %s)\n", c.SupersededBy, c.TakeoverBy, c.TakeoverReason, c.SupersededState)
+		}
+		if c.ReconciledBy != "" {
+			fmt.Fprintf(tw, "reconciled by\t%s\n", c.ReconciledBy)
+		}
+		fmt.Fprintf(tw, "audit seq\t%d\n", c.AuditSeq)
+	}
+	switch v := v.(type) {
+	case ledgerInitJSON:
+		fmt.Fprintf(tw, "ledger\t%s\nfile\t%s\nanchor\t%s\npublic key\t%s\n", v.Ledger, v.File, v.Anchor, v.PublicKey)
+	case ledgerApprovalJSON:
+		fmt.Fprintf(tw, "action\t%s\nrequest sha256\t%s\napprover\t%s\nexpires at\t%s\naudit seq\t%d\n",
+			v.Action, v.RequestSHA256, v.Approver, str(v.ExpiresAt), v.AuditSeq)
+	case ledgerClaimJSON:
+		claim(v)
+	case ledgerShowJSON:
+		fmt.Fprintf(tw, "ledger\t%s\naudit seq\t%d\n", v.Ledger, v.AuditSeq)
+		for _, a := range v.Actions {
+			fmt.Fprintf(tw, "\naction\t%s\n", a.Action)
+			if a.Approval != nil {
+				fmt.Fprintf(tw, "approved by\t%s, until %s\n", a.Approval.Approver, str(a.Approval.ExpiresAt))
+			}
+			fmt.Fprintf(tw, "live claim\t%s\n", orDash(a.Live))
+			for _, c := range a.Claims {
+				fmt.Fprintln(tw)
+				claim(c)
+			}
+		}
+	}
+	return tw.Flush()
+}
+
+// Usage prints the command's help.
+func (c *LedgerCommand) Usage() {
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence ledger <subcommand> --ledger FILE [--anchor FILE --key FILE] [arguments]
+
+The execution ledger: which actions were approved and which worker holds
+each one's claim. It is a separate file with its own anchor and key, and
+it authorises nothing at the receiver: a claim never activates a grant.
+
+Subcommands:
+
+	init --id LEDGER_ID
+	    Create the ledger file and its anchor.
+	approve --action A (--request REQ.cbor | --request-sha256 HEX)
+	        --approver P [--ttl 1h] [--decision REF]
+	    Approve an action, bound to the digest of its exact request.
+	claim --action A --worker W [--lease 30s]
+	    Claim an approved action. A worker that restarted gets its own
+	    live claim back ("resumed"). Another worker's claim is refused
+	    (exit code 3) even after its lease expired: only takeover moves it.
+	heartbeat --claim REF --worker W [--lease 30s]
+	    Renew the claim's lease.
+	dispatch --claim REF --worker W
+	    Record that the request is being sent: claimed -> dispatched.
+	finish --claim REF --worker W --outcome succeeded|failed
+	    Settle the claim; succeeded needs a dispatched claim.
+	takeover --action A --operator O --worker W --reason R [--lease 30s]
+	    Supersede the action's live claim (it becomes uncertain) and give
+	    the action a new claim for worker W.
+	reconcile --claim REF --operator O --outcome succeeded|failed
+	    Settle an uncertain claim once its effect is known.
+	show [--action A]
+	    Print approvals and claims (read-only; checked against --anchor
+	    when it is given).
+
+Arguments of every subcommand:
+
+	--ledger FILE
+	    The ledger file. Defaults to $KVFENCE_LEDGER.
+	--anchor FILE
+	    The ledger's anchor file, kept apart from it (required to write;
+	    defaults to $KVFENCE_LEDGER_ANCHOR). A restored or rewritten ledger
+	    is refused with exit code 4.
+	--key FILE
+	    The ledger's private key (required to write; defaults to
+	    $KVFENCE_LEDGER_KEY).
+	--lock-timeout DURATION
+	    How long to wait for the ledger's lock (default 1s); exit code 5.
+	--json
+	    Write one JSON document to stdout instead of text.
+
+Refusals by the ledger's rules (claimed by another worker, superseded,
+settled, not approved, wrong state) exit with code 3.
+`)
+}

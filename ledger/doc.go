@@ -1,0 +1,38 @@
+// Package ledger is the execution ledger: which actions were approved, and
+// which worker claimed each one. It lives in its own bbolt file, apart from
+// the receiver, and it never authorises an effect: a claim is bookkeeping
+// for the workers and the operator, and no call of this package activates a
+// receiver grant. The receiver's fence, not the ledger, decides what
+// commits.
+//
+// # Model
+//
+// An approval names an action, the SHA-256 of the exact request that was
+// approved, the approver and an expiry. A claim is one worker's hold on one
+// approved action; an action has at most one live claim. A claim moves
+//
+//	claimed -> dispatched -> succeeded | failed
+//	claimed -> failed
+//
+// and is renewed by heartbeats that move its lease expiry. An expired lease
+// changes nothing by itself: no other worker may claim the action until an
+// operator takes it over. A takeover supersedes the live claim, marks it
+// uncertain (the superseded worker may still have an effect in flight) and
+// gives the action a new claim; an operator later reconciles the uncertain
+// claim to succeeded or failed. A worker that restarts and claims again gets
+// its own live claim back.
+//
+// # Storage and integrity
+//
+// Buckets: meta (format, ledger id, signing key), approvals (action ->
+// approval), actions (action -> live claim and claim history), claims (claim
+// ref -> claim), audit and checkpoints. Records are canonical CBOR. Every
+// change appends to an audit chain of the audit package (kinds init,
+// approve, claim, heartbeat, dispatch, finish, takeover, reconcile; an
+// entry's Decision holds the claim ref and Epoch the claim's generation) and
+// signs a checkpoint that is written to an anchor kept apart from the file,
+// exactly as the receiver does. Opening a ledger whose chain ends before its
+// anchor, or disagrees with it, fails with audit.ErrRollbackDetected or
+// audit.ErrForkDetected: a restored copy of the ledger cannot hand out a
+// second claim of an action that was already claimed.
+package ledger

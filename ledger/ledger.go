@@ -1,0 +1,371 @@
+package ledger
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/defect"
+	"github.com/kvfence/kvfence/internal/ident"
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// Ledger is an open ledger file. Its methods are safe for concurrent use;
+// writes take turns, each in one bbolt transaction.
+type Ledger struct {
+	db   *bolt.DB
+	path string
+	opts Options
+	id   string
+	pub  ed25519.PublicKey
+
+	wmu    sync.Mutex // serialises writes, so head and anchor follow commits
+	head   audit.Head
+	anchor audit.SignedCheckpoint
+}
+
+func init() {
+	defect.OpenLedger = func(path string, opts any, v defect.Variant) (any, error) {
+		o, _ := opts.(*Options)
+		return open(path, o, v)
+	}
+}
+
+// Init creates a new ledger file at path, mode 0600, and writes its first
+// checkpoint to opts.Anchor. It refuses an existing file and, if it fails,
+// leaves no file behind.
+func Init(path string, opts *InitOptions) (err error) {
+	if opts == nil {
+		opts = &InitOptions{}
+	}
+	if err := ident.Check("ledger id", opts.LedgerID); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if len(opts.Key) != ed25519.PrivateKeySize {
+		return fmt.Errorf("%w: a ledger signing key (Ed25519) is required", ErrInvalidArgument)
+	}
+	if opts.Anchor == nil {
+		return fmt.Errorf("%w: an anchor store is required", ErrInvalidArgument)
+	}
+	if _, err := opts.Anchor.Load(); !errors.Is(err, audit.ErrAnchorMissing) {
+		if err == nil {
+			return fmt.Errorf("%w: the anchor already holds a checkpoint; refusing to replace it", audit.ErrWriteConflict)
+		}
+		return fmt.Errorf("ledger: init: anchor: %w", err)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%w: %s", ErrAlreadyInitialized, path)
+		}
+		return fmt.Errorf("ledger: init: %w", err)
+	}
+	f.Close()
+	defer func() {
+		if err != nil {
+			os.Remove(path)
+		}
+	}()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: DefaultLockTimeout})
+	if err != nil {
+		return fmt.Errorf("ledger: init: %w", err)
+	}
+	defer func() {
+		if cerr := db.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("ledger: init: %w", cerr)
+		}
+	}()
+	var first audit.SignedCheckpoint
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		for k, v := range map[string][]byte{string(metaFormat): []byte(formatVersion), string(metaLedger): []byte(opts.LedgerID),
+			string(metaKey): opts.Key.Public().(ed25519.PublicKey)} {
+			if err := meta.Put([]byte(k), v); err != nil {
+				return err
+			}
+		}
+		w := &wtx{tx: tx, chain: audit.NewChain(audit.Head{}), now: now()}
+		if _, err := w.appendAudit(&audit.Entry{Kind: KindInit, Note: "ledger " + opts.LedgerID}); err != nil {
+			return err
+		}
+		first, err = w.checkpoint(opts.LedgerID, opts.Key)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: init: %w", err)
+	}
+	if err := opts.Anchor.Store(nil, first); err != nil {
+		return fmt.Errorf("ledger: init: writing the first anchor: %w", err)
+	}
+	return nil
+}
+
+// Open opens an existing ledger. It never creates one. A writable ledger
+// needs opts.Anchor and opts.Key, and is checked against its anchor before
+// anything is read or written: a ledger file older than its anchor is
+// audit.ErrRollbackDetected, one that disagrees with it audit.ErrForkDetected.
+func Open(path string, opts *Options) (*Ledger, error) { return open(path, opts, defect.Variant{}) }
+
+func open(path string, opts *Options, v defect.Variant) (l *Ledger, err error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.LockTimeout == 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.LockTimeout < 0 {
+		o.LockTimeout = time.Nanosecond
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%w: %s", ErrNotInitialized, path)
+	case err != nil:
+		return nil, fmt.Errorf("ledger: open: %w", err)
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadFormat, path)
+	case fi.Size() == 0:
+		return nil, fmt.Errorf("%w: %s is empty", ErrBadFormat, path)
+	}
+	db, err := openBolt(path, &bolt.Options{Timeout: o.LockTimeout, ReadOnly: o.ReadOnly,
+		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			return os.OpenFile(name, flag&^os.O_CREATE, perm)
+		}})
+	if err != nil {
+		return nil, err
+	}
+	l = &Ledger{db: db, path: path, opts: o}
+	defer func() {
+		if err != nil {
+			db.Close()
+		}
+	}()
+	if err := l.load(); err != nil {
+		return nil, err
+	}
+	if !o.ReadOnly {
+		if o.Key == nil || (o.Anchor == nil && !v.SkipAnchor) {
+			return nil, ErrNoAnchor
+		}
+		if len(o.Key) != ed25519.PrivateKeySize || !l.pub.Equal(o.Key.Public()) {
+			return nil, fmt.Errorf("%w: %s", ErrKeyMismatch, path)
+		}
+	}
+	if v.SkipAnchor {
+		// The defective variant neither checks nor writes the anchor: the
+		// ledger as it was before it was anchored.
+		l.opts.Anchor = nil
+		return l, nil
+	}
+	if l.opts.Anchor != nil {
+		if err := l.checkAnchor(); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+func openBolt(path string, bo *bolt.Options) (db *bolt.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			db, err = nil, fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, path, p)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, bo)
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s", ErrStorageBusy, path)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%w: %s", ErrNotInitialized, path)
+	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch),
+		errors.Is(err, bolterrors.ErrChecksum):
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadFormat, path, err)
+	default:
+		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
+	}
+}
+
+// load checks the layout and reads the ledger id, key and chain head.
+func (l *Ledger) load() error {
+	return l.view(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if tx.Bucket(name) == nil {
+				return fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, l.path, name)
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(metaFormat); string(v) != formatVersion {
+			return fmt.Errorf("%w: %s: format %q, want %q", ErrBadFormat, l.path, v, formatVersion)
+		}
+		l.id = string(meta.Get(metaLedger))
+		if err := ident.Check("ledger id", l.id); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrBadFormat, l.path, err)
+		}
+		key := meta.Get(metaKey)
+		if len(key) != ed25519.PublicKeySize {
+			return fmt.Errorf("%w: %s: bad ledger key", ErrBadFormat, l.path)
+		}
+		l.pub = append(ed25519.PublicKey(nil), key...)
+		c := tx.Bucket(bucketAudit).Cursor()
+		k, raw := c.Last()
+		if k == nil {
+			return fmt.Errorf("%w: %s: empty audit chain", ErrBadFormat, l.path)
+		}
+		e, err := audit.DecodeEntry(raw)
+		if err != nil {
+			return fmt.Errorf("%w: %s: newest audit entry: %v", ErrBadFormat, l.path, err)
+		}
+		l.head = audit.Head{Seq: e.Seq, Hash: audit.HashEntry(raw)}
+		return nil
+	})
+}
+
+// checkAnchor compares the file with its anchor, and moves the anchor up
+// over a crash window between a commit and its anchor write.
+func (l *Ledger) checkAnchor() error {
+	a, err := l.opts.Anchor.Load()
+	if err != nil {
+		return fmt.Errorf("ledger: %s: anchor: %w", l.path, err)
+	}
+	err = l.view(func(tx *bolt.Tx) error {
+		return audit.CheckAnchor(a, l.pub, l.id, l.head, func(seq uint64) (audit.Hash, error) {
+			raw := tx.Bucket(bucketAudit).Get(audit.SeqKey(seq))
+			if raw == nil {
+				return audit.Hash{}, fmt.Errorf("%w: no entry %d", audit.ErrSeqGap, seq)
+			}
+			return audit.HashEntry(raw), nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: %s: %w", l.path, err)
+	}
+	l.anchor = a
+	if l.opts.ReadOnly || a.Seq == l.head.Seq {
+		return nil
+	}
+	return l.update(func(w *wtx) error { return nil })
+}
+
+// ID returns the ledger id given at init.
+func (l *Ledger) ID() string { return l.id }
+
+// Path returns the ledger file's path.
+func (l *Ledger) Path() string { return l.path }
+
+// Head returns the newest audit entry's position.
+func (l *Ledger) Head() audit.Head {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	return l.head
+}
+
+// Close closes the file and releases its lock.
+func (l *Ledger) Close() error { return l.db.Close() }
+
+func (l *Ledger) view(fn func(tx *bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, l.path, p)
+		}
+	}()
+	return l.db.View(fn)
+}
+
+// update runs fn in one write transaction with a signed checkpoint, then
+// moves the anchor; the call is acknowledged only once the anchor covers it.
+func (l *Ledger) update(fn func(w *wtx) error) (err error) {
+	if l.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	var w *wtx
+	var sc audit.SignedCheckpoint
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, l.path, p)
+		}
+	}()
+	err = l.db.Update(func(tx *bolt.Tx) error {
+		w = &wtx{tx: tx, chain: audit.NewChain(l.head), now: l.opts.Now()}
+		if err := fn(w); err != nil {
+			return err
+		}
+		var err error
+		sc, err = w.checkpoint(l.id, l.opts.Key)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	l.head = w.chain.Head()
+	if l.opts.Anchor == nil {
+		return nil
+	}
+	if err := l.opts.Anchor.Store(&l.anchor, sc); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, l.path, err)
+	}
+	l.anchor = sc
+	return nil
+}
+
+// wtx is one write transaction with the audit chain it extends.
+type wtx struct {
+	tx    *bolt.Tx
+	chain *audit.Chain
+	now   time.Time
+}
+
+func (w *wtx) appendAudit(e *audit.Entry) (uint64, error) {
+	e.At = w.now.UnixNano()
+	raw, _, err := w.chain.Append(e)
+	if err != nil {
+		return 0, err
+	}
+	b := w.tx.Bucket(bucketAudit)
+	if b.Get(audit.SeqKey(e.Seq)) != nil {
+		return 0, fmt.Errorf("%w: audit entry %d already exists; reopen the ledger", ErrBadFormat, e.Seq)
+	}
+	return e.Seq, b.Put(audit.SeqKey(e.Seq), raw)
+}
+
+// checkpoint signs the head as of this transaction. The checkpoint's epoch
+// high-water is the number of claims ever made, which only grows.
+func (w *wtx) checkpoint(id string, key ed25519.PrivateKey) (audit.SignedCheckpoint, error) {
+	head := w.chain.Head()
+	sc, err := audit.Sign(key, audit.Checkpoint{Receiver: id, Seq: head.Seq, Head: head.Hash,
+		EpochHighWater: claimCount(w.tx), At: w.now.UnixNano()})
+	if err != nil {
+		return sc, err
+	}
+	raw, err := sc.Marshal()
+	if err != nil {
+		return sc, err
+	}
+	return sc, w.tx.Bucket(bucketCheckpoints).Put(checkpointLatest, raw)
+}

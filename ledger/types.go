@@ -1,0 +1,152 @@
+package ledger
+
+import (
+	"crypto/ed25519"
+	"time"
+
+	"github.com/kvfence/kvfence/audit"
+)
+
+// State is a claim's state.
+type State string
+
+// The states of a claim. Claimed and dispatched are live; the others are
+// settled, except that an uncertain claim waits for an operator to
+// reconcile it.
+const (
+	StateClaimed    State = "claimed"
+	StateDispatched State = "dispatched"
+	StateSucceeded  State = "succeeded"
+	StateFailed     State = "failed"
+	StateUncertain  State = "uncertain"
+)
+
+// Live reports whether a claim in state s still belongs to its worker.
+func (s State) Live() bool { return s == StateClaimed || s == StateDispatched }
+
+// Audit entry kinds written by the ledger.
+const (
+	KindInit      = "init"
+	KindApprove   = "approve"
+	KindClaim     = "claim"
+	KindHeartbeat = "heartbeat"
+	KindDispatch  = "dispatch"
+	KindFinish    = "finish"
+	KindTakeover  = "takeover"
+	KindReconcile = "reconcile"
+)
+
+// DefaultLockTimeout is how long Open waits for the file lock when
+// Options.LockTimeout is zero.
+const DefaultLockTimeout = time.Second
+
+// DefaultLease is the lease a claim or heartbeat gets when none is given.
+const DefaultLease = 30 * time.Second
+
+// MaxLease bounds a lease.
+const MaxLease = 24 * time.Hour
+
+// Options configures Open. The zero value opens read-write, which needs
+// Anchor and Key.
+type Options struct {
+	// LockTimeout is how long to wait for the file lock: zero means
+	// DefaultLockTimeout, negative means do not wait.
+	LockTimeout time.Duration
+	// ReadOnly opens without writing: no anchor write, no key needed.
+	ReadOnly bool
+	// Anchor holds the ledger's latest signed checkpoint, administered apart
+	// from the ledger file. Required for writing; if set when reading, the
+	// file is checked against it.
+	Anchor audit.AnchorStore
+	// Key is the ledger's Ed25519 signing key, required for writing.
+	Key ed25519.PrivateKey
+	// Now is the clock. Nil means time.Now.
+	Now func() time.Time
+}
+
+// InitOptions configures Init.
+type InitOptions struct {
+	// LedgerID names the ledger in its audit chain and checkpoints.
+	LedgerID string
+	// Key is the ledger's Ed25519 signing key.
+	Key ed25519.PrivateKey
+	// Anchor receives the first checkpoint. It must hold no anchor yet.
+	Anchor audit.AnchorStore
+	// Now is the clock for the init entry. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Approval records that an action, bound to the digest of its exact
+// request, was approved by someone until an expiry.
+type Approval struct {
+	Action        string
+	RequestSHA256 [32]byte
+	Approver      string
+	Decision      string // an optional reference to the approval decision
+	ApprovedAt    time.Time
+	ExpiresAt     time.Time
+	AuditSeq      uint64
+}
+
+// Claim is one worker's hold on one approved action.
+type Claim struct {
+	Ref            string // unguessable id the worker presents in later calls
+	Action         string
+	Worker         string
+	Generation     uint64 // 1 for the action's first claim, then one more per takeover
+	State          State
+	ClaimedAt      time.Time
+	HeartbeatAt    time.Time
+	LeaseExpiresAt time.Time
+	DispatchedAt   time.Time // zero if never dispatched
+	SettledAt      time.Time // when it reached succeeded, failed or uncertain
+	// SupersededBy is the ref of the claim that took this one over;
+	// SupersededState is the state this claim was in at the takeover.
+	SupersededBy    string
+	SupersededState State
+	TakeoverBy      string // the operator who took over
+	TakeoverReason  string
+	ReconciledBy    string // the operator who settled an uncertain claim
+	// Resumed is set by Claim when it returned the worker's existing live
+	// claim instead of creating one. It is not stored.
+	Resumed  bool
+	AuditSeq uint64 // the audit entry of the change that produced this view
+}
+
+// LeaseExpired reports whether the claim's lease ran out before now. An
+// expired lease is only information: the claim stays live until a takeover.
+func (c Claim) LeaseExpired(now time.Time) bool { return c.State.Live() && now.After(c.LeaseExpiresAt) }
+
+// ActionView is everything the ledger holds about one action.
+type ActionView struct {
+	Action   string
+	Approval *Approval // nil if not approved
+	Live     string    // ref of the live claim, if any
+	Claims   []Claim   // oldest first
+}
+
+// ApproveRequest asks Approve to approve an action.
+type ApproveRequest struct {
+	Action        string
+	RequestSHA256 [32]byte
+	Approver      string
+	Decision      string
+	// TTL is how long the approval may be claimed; it must be positive.
+	TTL time.Duration
+}
+
+// ClaimRequest asks Claim to claim an action for a worker.
+type ClaimRequest struct {
+	Action string
+	Worker string
+	Lease  time.Duration // zero means DefaultLease
+}
+
+// TakeoverRequest asks Takeover to supersede an action's live claim.
+type TakeoverRequest struct {
+	Action   string
+	Operator string
+	Reason   string
+	Worker   string        // the worker that gets the new claim
+	Lease    time.Duration // zero means DefaultLease
+}
