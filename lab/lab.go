@@ -50,14 +50,32 @@ type Summary struct {
 	MutationsBeforeCurrentWorker         uint64 `json:"mutations_before_current_worker"`
 	CurrentWorkerAccepted                bool   `json:"current_worker_accepted"`
 	DefectiveReceiverAcceptedStaleWorker bool   `json:"defective_receiver_accepted_stale_worker"`
+	RestoredLedgerAcceptedClaim          bool   `json:"restored_ledger_accepted_claim"`
+	HeldReceiverAcceptedRestoredWork     bool   `json:"held_receiver_accepted_restored_work"`
 	RestoredReceiverCopyAcceptedOldGrant bool   `json:"restored_receiver_copy_accepted_old_grant"`
 	RestoredReceiverRollbackDetected     bool   `json:"restored_receiver_rollback_detected"`
+	RestoredLedgerRollbackDetected       bool   `json:"restored_ledger_rollback_detected"`
 	ProductionAuthorization              string `json:"production_authorization"`
 }
 
 // Run runs the demonstrations in real processes and writes their evidence
 // under opts.Output. An interrupted run's output is kept.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
+	return run(ctx, opts, hooks{})
+}
+
+// hooks let tests break a demonstration's schedule, to show that the lab
+// then fails instead of reporting a vacuous result.
+type hooks struct {
+	// afterActivate runs in demonstrations 1 and 2 after worker B's grant
+	// is active and before worker A is released.
+	afterActivate func(rc *receiverFiles, envelopeB string) error
+	// afterLedgerRestore runs in demonstration 3 after the ledger file was
+	// restored and before worker C starts.
+	afterLedgerRestore func(lf *ledgerFiles, replaced string) error
+}
+
+func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
 	if err := makeOutput(opts.Output); err != nil {
 		return nil, err
 	}
@@ -71,7 +89,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
-	l := &lab{opts: opts}
+	l := &lab{opts: opts, hooks: h}
 	if err := l.writeManifests(); err != nil {
 		return nil, err
 	}
@@ -91,6 +109,19 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	sum.DefectiveReceiverAcceptedStaleWorker = d2.Stale.Outcome == string(kvfence.Applied)
 
+	d3u, err := l.restoredLedger(ctx, "03a-restored-ledger-unanchored", false)
+	if err != nil {
+		return nil, err
+	}
+	sum.RestoredLedgerAcceptedClaim = d3u.RestoredClaim.Ledger.Outcome == ledgerClaimed
+	d3a, err := l.restoredLedger(ctx, "03b-restored-ledger-anchored", true)
+	if err != nil {
+		return nil, err
+	}
+	sum.HeldReceiverAcceptedRestoredWork = d3u.RestoredClaim.Outcome == string(kvfence.Applied) ||
+		d3a.RestoredClaim.Outcome == string(kvfence.Applied)
+	sum.RestoredLedgerRollbackDetected = d3a.RestoredClaim.Ledger.Outcome == OutcomeRefusedAtOpen
+
 	src := filepath.Join(opts.Output, "01-paused-worker")
 	d4, err := l.restoredReceiver(ctx, src, "04-restored-receiver-unanchored", false)
 	if err != nil {
@@ -106,7 +137,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err := writeJSON(filepath.Join(opts.Output, "summary.json"), sum); err != nil {
 		return nil, err
 	}
-	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2, d4, d5); err != nil {
+	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2, d3u, d3a, d4, d5); err != nil {
 		return nil, err
 	}
 	return sum, nil
@@ -131,7 +162,8 @@ func makeOutput(dir string) error {
 }
 
 type lab struct {
-	opts Options
+	opts  Options
+	hooks hooks
 }
 
 func (l *lab) logf(format string, args ...any) {
@@ -270,11 +302,19 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 	if err != nil {
 		return nil, err
 	}
-	if before.Revision != 1 || string(before.Value) != string(value) {
-		return nil, fmt.Errorf("%w: %s: target was at revision %d (%s) before worker-a's release, want the original", ErrPrecondition, name, before.Revision, before.Value)
-	}
 	if _, err := writeEnvelope(filepath.Join(dir, "envelope-b.cbor"), grantB, "claim-b", req); err != nil {
 		return nil, err
+	}
+	if l.hooks.afterActivate != nil {
+		if err := l.hooks.afterActivate(rc, filepath.Join(dir, "envelope-b.cbor")); err != nil {
+			return nil, err
+		}
+		if err := rc.with(func(r *kvfence.Receiver) error { before, err = r.Target(fixture.Target); return err }); err != nil {
+			return nil, err
+		}
+	}
+	if before.Revision != 1 || string(before.Value) != string(value) {
+		return nil, fmt.Errorf("%w: %s: target was at revision %d (%s) before worker-a's release, want the original", ErrPrecondition, name, before.Revision, before.Value)
 	}
 
 	record("parent", "releases worker-a", "")

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/kvfence/kvfence/kvfence"
 )
 
 // TestMain lets the test binary serve as the lab's worker process, as the
@@ -31,6 +34,9 @@ func TestRun(t *testing.T) {
 		MutationsBeforeCurrentWorker:         0,
 		CurrentWorkerAccepted:                true,
 		DefectiveReceiverAcceptedStaleWorker: true,
+		RestoredLedgerAcceptedClaim:          true,
+		HeldReceiverAcceptedRestoredWork:     false,
+		RestoredLedgerRollbackDetected:       true,
 		RestoredReceiverCopyAcceptedOldGrant: true,
 		RestoredReceiverRollbackDetected:     true,
 		ProductionAuthorization:              "not_assessed",
@@ -77,6 +83,81 @@ func TestRun(t *testing.T) {
 		if rr.TargetBefore.Revision != 1 || rr.TargetAfter.Revision != want {
 			t.Fatalf("%s: target revision %d -> %d, want 1 -> %d", dir, rr.TargetBefore.Revision, rr.TargetAfter.Revision, want)
 		}
+	}
+}
+
+// Ensure that demonstration 3 shows both the counterexample and the catch:
+// the restored ledger's second claim is refused by the held receiver, and
+// the anchored ledger refuses to open.
+func TestRun_RestoredLedger(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "lab")
+	if _, err := Run(context.Background(), Options{Output: out, Executable: os.Args[0]}); err != nil {
+		t.Fatal(err)
+	}
+	read := func(dir string) ledgerReport {
+		var r ledgerReport
+		raw, err := os.ReadFile(filepath.Join(out, dir, "report.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	u := read("03a-restored-ledger-unanchored")
+	if u.FirstClaim.Ledger.Outcome != ledgerClaimed || u.RestoredClaim.Ledger.Outcome != ledgerClaimed ||
+		u.RestoredClaim.Ledger.Generation != 1 || u.RestoredClaim.Ledger.Claim == u.FirstClaim.Ledger.Claim {
+		t.Fatalf("unanchored: want two different first-generation claims of one action: %+v / %+v", u.FirstClaim.Ledger, u.RestoredClaim.Ledger)
+	}
+	if u.RestoredClaim.Outcome != "denied" || u.RestoredClaim.Reason != "receiver_held" || u.TargetAfter.Revision != 1 {
+		t.Fatalf("unanchored: held receiver answered %s, target revision %d", decision(u.RestoredClaim), u.TargetAfter.Revision)
+	}
+	if !u.HoldCommittedAt.Before(u.RestoredClaim.SubmittedAt) || len(u.OutstandingEffects) != 1 {
+		t.Fatalf("unanchored report: %+v", u)
+	}
+	a := read("03b-restored-ledger-anchored")
+	if a.RestoredClaim.Ledger.Outcome != OutcomeRefusedAtOpen || !strings.Contains(a.RestoredClaim.Ledger.Detail, "rollback detected") ||
+		a.RestoredClaim.Outcome != "not_submitted" || len(a.LedgerAfter.Claims) != 0 {
+		t.Fatalf("anchored: %+v", a.RestoredClaim)
+	}
+	for _, f := range []string{"ledger.db", "ledger-before-claim.db", "ledger-replaced.db", "ledger.json", "receiver.db", "events.json"} {
+		if _, err := os.Stat(filepath.Join(out, "03a-restored-ledger-unanchored", f)); err != nil {
+			t.Errorf("missing output %s: %v", f, err)
+		}
+	}
+}
+
+// Ensure that the lab fails loudly, rather than reporting a vacuous pass,
+// when a demonstration's schedule did not happen as designed.
+func TestRun_PreconditionFails(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    hooks
+	}{
+		{"current worker wrote before the stale one was decided", hooks{afterActivate: func(rc *receiverFiles, envB string) error {
+			env, err := os.ReadFile(envB)
+			if err != nil {
+				return err
+			}
+			return rc.with(func(r *kvfence.Receiver) error {
+				_, err := r.Submit(context.Background(), workerB, env)
+				return err
+			})
+		}}},
+		{"ledger not actually restored", hooks{afterLedgerRestore: func(lf *ledgerFiles, replaced string) error {
+			if err := os.Remove(lf.db); err != nil {
+				return err
+			}
+			return os.Rename(replaced, lf.db)
+		}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := run(context.Background(), Options{Output: filepath.Join(t.TempDir(), "lab"), Executable: os.Args[0]}, tc.h)
+			if !errors.Is(err, ErrPrecondition) {
+				t.Fatalf("run = %v, want ErrPrecondition", err)
+			}
+		})
 	}
 }
 

@@ -8,7 +8,8 @@ import (
 
 // writeReport writes report.md: what each demonstration supports and what
 // it does not, in plain words, with the numbers from this run.
-func writeReport(path string, sum *Summary, paused, defective *pausedReport, unanchored, anchored *restoredReport) error {
+func writeReport(path string, sum *Summary, paused, defective *pausedReport, ledgerCopy, ledgerAnchored *ledgerReport,
+	unanchored, anchored *restoredReport) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("# kvfence lab report")
@@ -34,6 +35,24 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport, una
 	p("")
 	p("Supports: the paused-worker result depends on those checks; the lab and the test suite go red without them.")
 	p("")
+	p("## 3. Restored ledger (%s, %s)", ledgerCopy.Demonstration, ledgerAnchored.Demonstration)
+	p("")
+	p("Worker A claimed the approved action in the execution ledger (claim %s) and stalled; the administrator held", ledgerCopy.FirstClaim.Ledger.Claim)
+	p("the receiver (committed %s). The ledger file was then restored from a copy taken before A's claim.", ts(ledgerCopy.HoldCommittedAt))
+	p("")
+	p("Unanchored (the original lab's counterexample, opened through a test-only path): worker C's claim of the same action was **%s**", ledgerOutcome(ledgerCopy.RestoredClaim))
+	p("(generation %d again: the restored ledger forgot A). C then submitted its work with the only grant it knew, and the held receiver", ledgerGeneration(ledgerCopy.RestoredClaim))
+	p("answered **%s**; the target stayed at revision %d.", decision(ledgerCopy.RestoredClaim), ledgerCopy.TargetAfter.Revision)
+	p("")
+	p("Anchored: the same restored file, opened normally, was compared with the ledger's signed anchor and refused: **%s**.", ledgerOutcome(ledgerAnchored.RestoredClaim))
+	p("")
+	p("> %s", ledgerDetail(ledgerAnchored.RestoredClaim))
+	p("")
+	p("Supports: a restored ledger can hand out a second claim, and a claim is not authority: the held receiver refused the work anyway.")
+	p("With its anchor, the ledger detects the restore itself.")
+	p("Does not show: that the ledger prevents duplicate work on its own (only the receiver's fence decides what commits),")
+	p("nor what happened to worker A's stalled claim; it stays outstanding until an operator reconciles it.")
+	p("")
 	p("## 4. Restored receiver database, no anchor check (%s)", unanchored.Demonstration)
 	p("")
 	p("The receiver's own database from before the hold was restored. Opened without comparing it to its anchor")
@@ -58,10 +77,34 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport, una
 	p("| mutations_before_current_worker | %d |", sum.MutationsBeforeCurrentWorker)
 	p("| current_worker_accepted | %v |", sum.CurrentWorkerAccepted)
 	p("| defective_receiver_accepted_stale_worker | %v |", sum.DefectiveReceiverAcceptedStaleWorker)
+	p("| restored_ledger_accepted_claim | %v |", sum.RestoredLedgerAcceptedClaim)
+	p("| held_receiver_accepted_restored_work | %v |", sum.HeldReceiverAcceptedRestoredWork)
 	p("| restored_receiver_copy_accepted_old_grant | %v |", sum.RestoredReceiverCopyAcceptedOldGrant)
 	p("| restored_receiver_rollback_detected | %v |", sum.RestoredReceiverRollbackDetected)
+	p("| restored_ledger_rollback_detected | %v |", sum.RestoredLedgerRollbackDetected)
 	p("| production_authorization | %s |", sum.ProductionAuthorization)
 	return os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 func ts(t interface{ Format(string) string }) string { return t.Format("15:04:05.000000Z07:00") }
+
+func ledgerOutcome(w workerResult) string {
+	if w.Ledger == nil {
+		return "not attempted"
+	}
+	return w.Ledger.Outcome
+}
+
+func ledgerGeneration(w workerResult) uint64 {
+	if w.Ledger == nil {
+		return 0
+	}
+	return w.Ledger.Generation
+}
+
+func ledgerDetail(w workerResult) string {
+	if w.Ledger == nil {
+		return ""
+	}
+	return w.Ledger.Detail
+}

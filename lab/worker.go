@@ -16,6 +16,7 @@ import (
 	"github.com/kvfence/kvfence/internal/defect"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
+	"github.com/kvfence/kvfence/ledger"
 )
 
 // WorkerCommand is the hidden subcommand under which the lab re-executes its
@@ -39,7 +40,27 @@ type workerResult struct {
 	ReadyAt     time.Time `json:"ready_at"`
 	SubmittedAt time.Time `json:"submitted_at"`
 	DecidedAt   time.Time `json:"decided_at"`
+	// Ledger is the worker's claim in the execution ledger, when it was
+	// told to claim before submitting.
+	Ledger *ledgerResult `json:"ledger,omitempty"`
 }
+
+// ledgerResult is a worker's attempt to claim its action in the ledger.
+type ledgerResult struct {
+	// Outcome is "claimed", "claim_refused" (the ledger's rules said no)
+	// or refused_at_open (the ledger failed its anchor check).
+	Outcome    string `json:"outcome"`
+	Claim      string `json:"claim,omitempty"`
+	Generation uint64 `json:"generation,omitempty"`
+	Detail     string `json:"detail,omitempty"`
+	AuditSeq   uint64 `json:"audit_seq,omitempty"`
+}
+
+// Ledger outcomes of a worker.
+const (
+	ledgerClaimed      = "claimed"
+	ledgerClaimRefused = "claim_refused"
+)
 
 // WorkerMain is a worker process: it reads its envelope, says "ready", waits
 // until the parent writes a line on stdin (the pause), then opens the
@@ -55,10 +76,17 @@ func WorkerMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	as := fs.String("as", "", "the worker's authenticated identity")
 	defective := fs.Bool("defective", false, "skip checks 2-4 (lab demonstration only)")
 	skipAnchor := fs.Bool("skip-anchor", false, "open without the anchor check (lab demonstration only)")
+	var la ledgerArgs
+	fs.StringVar(&la.db, "ledger", "", "claim --action in this ledger file before submitting")
+	fs.StringVar(&la.anchor, "ledger-anchor", "", "the ledger's anchor file")
+	fs.StringVar(&la.key, "ledger-key", "", "the ledger's signing key")
+	fs.StringVar(&la.action, "action", "", "the action to claim")
+	fs.BoolVar(&la.claimOnly, "claim-only", false, "claim, then stop without submitting")
+	fs.BoolVar(&la.skipAnchor, "skip-ledger-anchor", false, "open the ledger without its anchor check (lab demonstration only)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := runWorker(ctx, workerArgs{*db, *anchor, *key, *envPath, *as, *defective, *skipAnchor}, stdin, stdout); err != nil {
+	if err := runWorker(ctx, workerArgs{*db, *anchor, *key, *envPath, *as, *defective, *skipAnchor, la}, stdin, stdout); err != nil {
 		fmt.Fprintf(stderr, "lab worker: %v\n", err)
 		return 1
 	}
@@ -68,6 +96,13 @@ func WorkerMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 type workerArgs struct {
 	db, anchor, key, envelope, as string
 	defective, skipAnchor         bool
+	ledger                        ledgerArgs
+}
+
+// ledgerArgs tell a worker to claim its action in the ledger first.
+type ledgerArgs struct {
+	db, anchor, key, action string
+	claimOnly, skipAnchor   bool
 }
 
 func runWorker(ctx context.Context, a workerArgs, stdin io.Reader, stdout io.Writer) error {
@@ -76,6 +111,11 @@ func runWorker(ctx context.Context, a workerArgs, stdin io.Reader, stdout io.Wri
 	}
 	if err := inLabDir(a.db); err != nil {
 		return err
+	}
+	if a.ledger.db != "" {
+		if err := inLabDir(a.ledger.db); err != nil {
+			return err
+		}
 	}
 	env, err := os.ReadFile(a.envelope)
 	if err != nil {
@@ -92,6 +132,28 @@ func runWorker(ctx context.Context, a workerArgs, stdin io.Reader, stdout io.Wri
 	// The pause: everything the worker needs is already in memory.
 	if _, err := bufio.NewReader(stdin).ReadString('\n'); err != nil {
 		return fmt.Errorf("waiting for release: %w", err)
+	}
+	if a.ledger.db != "" {
+		lr, err := claimInLedger(ctx, a.ledger, a.as)
+		if err != nil {
+			return err
+		}
+		res.Ledger = lr
+		if lr.Outcome != ledgerClaimed || a.ledger.claimOnly {
+			res.SubmittedAt, res.DecidedAt = time.Now().UTC(), time.Now().UTC()
+			res.Outcome = "not_submitted"
+			return printResult(stdout, res)
+		}
+		// The worker names its ledger claim in its envelope; the claim
+		// gives it no authority at the receiver.
+		e, err := kvfence.DecodeEnvelope(env, 0)
+		if err != nil {
+			return err
+		}
+		e.Claim = lr.Claim
+		if env, err = kvfence.EncodeEnvelope(e); err != nil {
+			return err
+		}
 	}
 	var opened any
 	opts := &kvfence.Options{LockTimeout: 10 * time.Second, Key: priv, Anchor: audit.FileAnchor{Path: a.anchor}}
@@ -121,6 +183,41 @@ func runWorker(ctx context.Context, a workerArgs, stdin io.Reader, stdout io.Wri
 	res.Outcome, res.Reason, res.Detail = string(out.Outcome), string(out.Reason), out.Detail
 	res.Revision, res.AuditSeq = out.Revision, out.AuditSeq
 	return printResult(stdout, res)
+}
+
+// claimInLedger claims a.action for worker in the ledger. A refusal by the
+// ledger's rules or its anchor check is a result, not an error.
+func claimInLedger(ctx context.Context, a ledgerArgs, worker string) (*ledgerResult, error) {
+	priv, err := keyfile.LoadPrivate(a.key)
+	if err != nil {
+		return nil, err
+	}
+	opts := &ledger.Options{LockTimeout: 10 * time.Second, Key: priv, Anchor: audit.FileAnchor{Path: a.anchor}}
+	var l *ledger.Ledger
+	if a.skipAnchor {
+		var x any
+		x, err = defect.OpenLedger(a.db, opts, defect.Variant{SkipAnchor: true})
+		if err == nil {
+			l = x.(*ledger.Ledger)
+		}
+	} else {
+		l, err = ledger.Open(a.db, opts)
+	}
+	if kvfence.IsIntegrityError(err) {
+		return &ledgerResult{Outcome: OutcomeRefusedAtOpen, Detail: err.Error()}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	c, err := l.Claim(ctx, ledger.ClaimRequest{Action: a.action, Worker: worker})
+	if ledger.IsRefusal(err) {
+		return &ledgerResult{Outcome: ledgerClaimRefused, Detail: err.Error()}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &ledgerResult{Outcome: ledgerClaimed, Claim: c.Ref, Generation: c.Generation, AuditSeq: c.AuditSeq}, nil
 }
 
 // OutcomeRefusedAtOpen is a lab worker's outcome when the receiver refused

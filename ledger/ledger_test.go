@@ -191,7 +191,10 @@ func TestLedger_Refusals(t *testing.T) {
 		call func() error
 		want error
 	}{
-		{"approve twice", func() error { _, err := l.Approve(ctx, ApproveRequest{Action: "act", RequestSHA256: sha256.Sum256(nil), Approver: "bob", TTL: time.Hour}); return err }, ErrAlreadyApproved},
+		{"approve twice", func() error {
+			_, err := l.Approve(ctx, ApproveRequest{Action: "act", RequestSHA256: sha256.Sum256(nil), Approver: "bob", TTL: time.Hour})
+			return err
+		}, ErrAlreadyApproved},
 		{"claim unapproved", func() error { _, err := l.Claim(ctx, ClaimRequest{Action: "nope", Worker: "w"}); return err }, ErrNotApproved},
 		{"claim expired approval", func() error { _, err := l.Claim(ctx, ClaimRequest{Action: "short", Worker: "w"}); return err }, ErrApprovalExpired},
 		{"claim held by another", func() error { _, err := l.Claim(ctx, ClaimRequest{Action: "act", Worker: "worker-b"}); return err }, ErrClaimed},
@@ -200,12 +203,24 @@ func TestLedger_Refusals(t *testing.T) {
 		{"succeed undispatched", func() error { _, err := l.Finish(ctx, nd.Ref, "worker-a", StateSucceeded); return err }, ErrBadTransition},
 		{"finish uncertain", func() error { _, err := l.Finish(ctx, c.Ref, "worker-a", StateUncertain); return err }, ErrInvalidArgument},
 		{"reconcile live claim", func() error { _, err := l.Reconcile(ctx, c.Ref, "op", StateSucceeded); return err }, ErrBadTransition},
-		{"takeover without live claim", func() error { _, err := l.Takeover(ctx, TakeoverRequest{Action: "short", Operator: "op", Reason: "r", Worker: "w"}); return err }, ErrNoClaim},
-		{"takeover without reason", func() error { _, err := l.Takeover(ctx, TakeoverRequest{Action: "act", Operator: "op", Worker: "w"}); return err }, ErrInvalidArgument},
+		{"takeover without live claim", func() error {
+			_, err := l.Takeover(ctx, TakeoverRequest{Action: "short", Operator: "op", Reason: "r", Worker: "w"})
+			return err
+		}, ErrNoClaim},
+		{"takeover without reason", func() error {
+			_, err := l.Takeover(ctx, TakeoverRequest{Action: "act", Operator: "op", Worker: "w"})
+			return err
+		}, ErrInvalidArgument},
 		{"control character in worker", func() error { _, err := l.Claim(ctx, ClaimRequest{Action: "act", Worker: "w\x1b[2J"}); return err }, ErrInvalidArgument},
-		{"negative lease", func() error { _, err := l.Claim(ctx, ClaimRequest{Action: "act", Worker: "w", Lease: -time.Second}); return err }, ErrInvalidArgument},
+		{"negative lease", func() error {
+			_, err := l.Claim(ctx, ClaimRequest{Action: "act", Worker: "w", Lease: -time.Second})
+			return err
+		}, ErrInvalidArgument},
 		{"lease too long", func() error { _, err := l.Heartbeat(ctx, c.Ref, "worker-a", MaxLease+1); return err }, ErrInvalidArgument},
-		{"zero digest", func() error { _, err := l.Approve(ctx, ApproveRequest{Action: "z", Approver: "alice", TTL: time.Hour}); return err }, ErrInvalidArgument},
+		{"zero digest", func() error {
+			_, err := l.Approve(ctx, ApproveRequest{Action: "z", Approver: "alice", TTL: time.Hour})
+			return err
+		}, ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := l.Head()
