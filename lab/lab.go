@@ -225,36 +225,7 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 	record := func(actor, action, result string) {
 		rep.Steps = append(rep.Steps, step{At: time.Now().UTC(), Actor: actor, Action: action, Result: result})
 	}
-	rc, err := newReceiverFiles(dir, "lab-"+name)
-	if err != nil {
-		return nil, err
-	}
-
-	value, patch, err := fixture.Load()
-	if err != nil {
-		return nil, fmt.Errorf("lab: the backup-policy fixture: %w", err)
-	}
-	req, err := kvfence.EncodeRequest(&kvfence.Request{V: 1, Action: actionID, Target: fixture.Target, Patch: patch})
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "request.cbor"), req, 0o600); err != nil {
-		return nil, err
-	}
-
-	var grantA kvfence.Grant
-	err = rc.with(func(r *kvfence.Receiver) error {
-		admin := r.Admin()
-		if err := admin.CreateScope(ctx, fixture.Scope); err != nil {
-			return err
-		}
-		if err := admin.CreateTarget(ctx, fixture.Scope, fixture.Target, value); err != nil {
-			return err
-		}
-		grantA, err = admin.Activate(ctx, kvfence.ActivateRequest{Scope: fixture.Scope, Executor: workerA,
-			Claim: "claim-a", Request: req, Decision: "approval-1"})
-		return err
-	})
+	rc, value, req, grantA, err := setupReceiver(ctx, dir, name)
 	if err != nil {
 		return nil, err
 	}
@@ -263,11 +234,9 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 	if err := copyFile(rc.db, filepath.Join(dir, preHoldCopy)); err != nil {
 		return nil, err
 	}
-	envA, err := writeEnvelope(filepath.Join(dir, "envelope-a.cbor"), grantA, "claim-a", req)
-	if err != nil {
+	if _, err := writeEnvelope(filepath.Join(dir, "envelope-a.cbor"), grantA, "claim-a", req); err != nil {
 		return nil, err
 	}
-	_ = envA
 
 	var mode []string
 	if defective {
@@ -375,6 +344,38 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 	}
 	l.logf("%s: worker-a %s, worker-b %s", name, decision(rep.Stale), decision(rep.Current))
 	return rep, nil
+}
+
+// setupReceiver creates a demonstration's receiver on the backup-policy
+// fixture: the scope, its target at revision 1, the approved request (also
+// written to request.cbor) and an active grant for worker A.
+func setupReceiver(ctx context.Context, dir, name string) (rc *receiverFiles, value, req []byte, grantA kvfence.Grant, err error) {
+	value, patch, err := fixture.Load()
+	if err != nil {
+		return nil, nil, nil, grantA, fmt.Errorf("lab: the backup-policy fixture: %w", err)
+	}
+	if req, err = kvfence.EncodeRequest(&kvfence.Request{V: 1, Action: actionID, Target: fixture.Target, Patch: patch}); err != nil {
+		return nil, nil, nil, grantA, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "request.cbor"), req, 0o600); err != nil {
+		return nil, nil, nil, grantA, err
+	}
+	if rc, err = newReceiverFiles(dir, "lab-"+name); err != nil {
+		return nil, nil, nil, grantA, err
+	}
+	err = rc.with(func(r *kvfence.Receiver) error {
+		admin := r.Admin()
+		if err := admin.CreateScope(ctx, fixture.Scope); err != nil {
+			return err
+		}
+		if err := admin.CreateTarget(ctx, fixture.Scope, fixture.Target, value); err != nil {
+			return err
+		}
+		grantA, err = admin.Activate(ctx, kvfence.ActivateRequest{Scope: fixture.Scope, Executor: workerA,
+			Claim: "claim-a", Request: req, Decision: "approval-1"})
+		return err
+	})
+	return rc, value, req, grantA, err
 }
 
 func decision(w workerResult) string {

@@ -78,31 +78,7 @@ func (l *lab) restoredLedger(ctx context.Context, name string, anchored bool) (*
 	record := func(actor, action, result string) {
 		rep.Steps = append(rep.Steps, step{At: time.Now().UTC(), Actor: actor, Action: action, Result: result})
 	}
-	value, patch, err := fixture.Load()
-	if err != nil {
-		return nil, fmt.Errorf("lab: the backup-policy fixture: %w", err)
-	}
-	req, err := kvfence.EncodeRequest(&kvfence.Request{V: 1, Action: actionID, Target: fixture.Target, Patch: patch})
-	if err != nil {
-		return nil, err
-	}
-	rc, err := newReceiverFiles(dir, "lab-"+name)
-	if err != nil {
-		return nil, err
-	}
-	var grantA kvfence.Grant
-	err = rc.with(func(r *kvfence.Receiver) error {
-		admin := r.Admin()
-		if err := admin.CreateScope(ctx, fixture.Scope); err != nil {
-			return err
-		}
-		if err := admin.CreateTarget(ctx, fixture.Scope, fixture.Target, value); err != nil {
-			return err
-		}
-		grantA, err = admin.Activate(ctx, kvfence.ActivateRequest{Scope: fixture.Scope, Executor: workerA,
-			Claim: "claim-a", Request: req, Decision: "approval-1"})
-		return err
-	})
+	rc, _, req, grantA, err := setupReceiver(ctx, dir, name)
 	if err != nil {
 		return nil, err
 	}

@@ -4,17 +4,15 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/boltfile"
 	"github.com/kvfence/kvfence/internal/defect"
 	"github.com/kvfence/kvfence/internal/ident"
 	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // Ledger is an open ledger file. Its methods are safe for concurrent use;
@@ -64,30 +62,8 @@ func Init(path string, opts *InitOptions) (err error) {
 	if now == nil {
 		now = time.Now
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("%w: %s", ErrAlreadyInitialized, path)
-		}
-		return fmt.Errorf("ledger: init: %w", err)
-	}
-	f.Close()
-	defer func() {
-		if err != nil {
-			os.Remove(path)
-		}
-	}()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: DefaultLockTimeout})
-	if err != nil {
-		return fmt.Errorf("ledger: init: %w", err)
-	}
-	defer func() {
-		if cerr := db.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("ledger: init: %w", cerr)
-		}
-	}()
 	var first audit.SignedCheckpoint
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = boltfile.Create(path, DefaultLockTimeout, fileErrors, func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucket(name); err != nil {
 				return err
@@ -104,11 +80,12 @@ func Init(path string, opts *InitOptions) (err error) {
 		if _, err := w.appendAudit(&audit.Entry{Kind: KindInit, Note: "ledger " + opts.LedgerID}); err != nil {
 			return err
 		}
+		var err error
 		first, err = w.checkpoint(opts.LedgerID, opts.Key)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("ledger: init: %w", err)
+		return err
 	}
 	if err := opts.Anchor.Store(nil, first); err != nil {
 		return fmt.Errorf("ledger: init: writing the first anchor: %w", err)
@@ -130,27 +107,10 @@ func open(path string, opts *Options, v defect.Variant) (l *Ledger, err error) {
 	if o.LockTimeout == 0 {
 		o.LockTimeout = DefaultLockTimeout
 	}
-	if o.LockTimeout < 0 {
-		o.LockTimeout = time.Nanosecond
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	fi, err := os.Stat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%w: %s", ErrNotInitialized, path)
-	case err != nil:
-		return nil, fmt.Errorf("ledger: open: %w", err)
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadFormat, path)
-	case fi.Size() == 0:
-		return nil, fmt.Errorf("%w: %s is empty", ErrBadFormat, path)
-	}
-	db, err := openBolt(path, &bolt.Options{Timeout: o.LockTimeout, ReadOnly: o.ReadOnly,
-		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
-			return os.OpenFile(name, flag&^os.O_CREATE, perm)
-		}})
+	db, err := boltfile.Open(path, bolt.Options{Timeout: o.LockTimeout, ReadOnly: o.ReadOnly}, fileErrors)
 	if err != nil {
 		return nil, err
 	}
@@ -185,28 +145,9 @@ func open(path string, opts *Options, v defect.Variant) (l *Ledger, err error) {
 	return l, nil
 }
 
-func openBolt(path string, bo *bolt.Options) (db *bolt.DB, err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			db, err = nil, fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, path, p)
-		}
-	}()
-	db, err = bolt.Open(path, 0o600, bo)
-	switch {
-	case err == nil:
-		return db, nil
-	case errors.Is(err, bolterrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s", ErrStorageBusy, path)
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%w: %s", ErrNotInitialized, path)
-	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch),
-		errors.Is(err, bolterrors.ErrChecksum):
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadFormat, path, err)
-	default:
-		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
-	}
-}
+// fileErrors are this package's sentinels for boltfile's failures.
+var fileErrors = boltfile.Errors{Prefix: "ledger", NotInitialized: ErrNotInitialized, AlreadyInitialized: ErrAlreadyInitialized,
+	StorageBusy: ErrStorageBusy, BadFormat: ErrBadFormat}
 
 // load checks the layout and reads the ledger id, key and chain head.
 func (l *Ledger) load() error {
@@ -229,16 +170,11 @@ func (l *Ledger) load() error {
 			return fmt.Errorf("%w: %s: bad ledger key", ErrBadFormat, l.path)
 		}
 		l.pub = append(ed25519.PublicKey(nil), key...)
-		c := tx.Bucket(bucketAudit).Cursor()
-		k, raw := c.Last()
-		if k == nil {
-			return fmt.Errorf("%w: %s: empty audit chain", ErrBadFormat, l.path)
-		}
-		e, err := audit.DecodeEntry(raw)
+		head, err := boltfile.Head(tx.Bucket(bucketAudit))
 		if err != nil {
-			return fmt.Errorf("%w: %s: newest audit entry: %v", ErrBadFormat, l.path, err)
+			return fmt.Errorf("%w: %s: %v", ErrBadFormat, l.path, err)
 		}
-		l.head = audit.Head{Seq: e.Seq, Hash: audit.HashEntry(raw)}
+		l.head = head
 		return nil
 	})
 }
@@ -252,11 +188,7 @@ func (l *Ledger) checkAnchor() error {
 	}
 	err = l.view(func(tx *bolt.Tx) error {
 		return audit.CheckAnchor(a, l.pub, l.id, l.head, func(seq uint64) (audit.Hash, error) {
-			raw := tx.Bucket(bucketAudit).Get(audit.SeqKey(seq))
-			if raw == nil {
-				return audit.Hash{}, fmt.Errorf("%w: no entry %d", audit.ErrSeqGap, seq)
-			}
-			return audit.HashEntry(raw), nil
+			return boltfile.HashAt(tx.Bucket(bucketAudit), seq)
 		})
 	})
 	if err != nil {
@@ -285,14 +217,8 @@ func (l *Ledger) Head() audit.Head {
 // Close closes the file and releases its lock.
 func (l *Ledger) Close() error { return l.db.Close() }
 
-func (l *Ledger) view(fn func(tx *bolt.Tx) error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, l.path, p)
-		}
-	}()
-	return l.db.View(fn)
+func (l *Ledger) view(fn func(tx *bolt.Tx) error) error {
+	return boltfile.View(l.db, l.path, ErrBadFormat, fn)
 }
 
 // update runs fn in one write transaction with a signed checkpoint, then
