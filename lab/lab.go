@@ -515,40 +515,11 @@ func exportState(dir string, r *kvfence.Receiver) error {
 	}
 	var events []any
 	err = r.Events(0, func(e kvfence.Event) bool {
-		events = append(events, eventJSON(e))
+		events = append(events, e.Entry.JSON(e.Hash))
 		return true
 	})
 	if err != nil {
 		return err
 	}
 	return writeJSON(filepath.Join(dir, "events.json"), map[string]any{"events": events})
-}
-
-func eventJSON(e kvfence.Event) map[string]any {
-	m := map[string]any{"seq": e.Seq, "hash": hex.EncodeToString(e.Hash[:]), "prev": hex.EncodeToString(e.Prev),
-		"at": time.Unix(0, e.At).UTC(), "kind": e.Kind}
-	put := func(k, v string) {
-		if v != "" {
-			m[k] = v
-		}
-	}
-	put("scope", e.Scope)
-	put("grant", e.Grant)
-	put("executor", e.Executor)
-	put("action", e.Action)
-	put("outcome", e.Outcome)
-	put("reason", e.Reason)
-	put("target", e.Target)
-	put("decision", e.Decision)
-	put("note", e.Note)
-	if e.Epoch != 0 {
-		m["epoch"] = e.Epoch
-	}
-	if len(e.RequestSHA256) > 0 {
-		m["request_sha256"] = hex.EncodeToString(e.RequestSHA256)
-	}
-	if e.RevAfter != 0 {
-		m["rev_before"], m["rev_after"] = e.RevBefore, e.RevAfter
-	}
-	return m
 }

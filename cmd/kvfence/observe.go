@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -48,27 +49,7 @@ type observeReceiptJSON struct {
 // which is {"events":[...]} in chain order. seq, hash, prev (lowercase hex),
 // at and kind are always present; the other keys only when the entry has
 // them (non-empty, non-zero), as in the entry's own canonical encoding.
-type eventJSON struct {
-	Seq           uint64  `json:"seq"`
-	Hash          string  `json:"hash"`
-	Prev          string  `json:"prev"`
-	At            *string `json:"at"`
-	Kind          string  `json:"kind"`
-	Scope         string  `json:"scope,omitempty"`
-	Epoch         uint64  `json:"epoch,omitempty"`
-	Grant         string  `json:"grant,omitempty"`
-	Executor      string  `json:"executor,omitempty"`
-	Action        string  `json:"action,omitempty"`
-	Outcome       string  `json:"outcome,omitempty"`
-	Reason        string  `json:"reason,omitempty"`
-	RequestSHA256 string  `json:"request_sha256,omitempty"`
-	Target        string  `json:"target,omitempty"`
-	RevBefore     uint64  `json:"rev_before,omitempty"`
-	RevAfter      uint64  `json:"rev_after,omitempty"`
-	ValueSHA256   string  `json:"value_sha256,omitempty"`
-	Decision      string  `json:"decision,omitempty"`
-	Note          string  `json:"note,omitempty"`
-}
+type eventJSON = audit.EntryJSON
 
 // Run runs the command.
 func (c *ObserveCommand) Run(ctx context.Context, args []string) error {
@@ -226,20 +207,7 @@ func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) 
 }
 
 // eventOf converts an audit entry to its JSON shape.
-func eventOf(ev kvfence.Event) eventJSON {
-	e := ev.Entry
-	out := eventJSON{Seq: e.Seq, Hash: hex.EncodeToString(ev.Hash[:]), Prev: hex.EncodeToString(e.Prev),
-		At: jsonTime(fromUnixNano(e.At)), Kind: e.Kind, Scope: e.Scope, Epoch: e.Epoch, Grant: e.Grant,
-		Executor: e.Executor, Action: e.Action, Outcome: e.Outcome, Reason: e.Reason, Target: e.Target,
-		RevBefore: e.RevBefore, RevAfter: e.RevAfter, Decision: e.Decision, Note: e.Note}
-	if len(e.RequestSHA256) > 0 {
-		out.RequestSHA256 = hex.EncodeToString(e.RequestSHA256)
-	}
-	if len(e.ValueSHA256) > 0 {
-		out.ValueSHA256 = hex.EncodeToString(e.ValueSHA256)
-	}
-	return out
-}
+func eventOf(ev kvfence.Event) eventJSON { return ev.Entry.JSON(ev.Hash) }
 
 // eventPrinter writes events as they are read, so a long chain is never
 // held in memory.
