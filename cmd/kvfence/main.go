@@ -35,9 +35,11 @@
 //	admission new   sign an admission with the separately held recovery key
 //	recover         apply an admission: hold every scope at a new epoch
 //
-// Demonstration:
+// Demonstration and measurement:
 //
 //	lab             the fencing lab, in real processes, with its evidence
+//	bench           durable fenced writes measured against fsync, bbolt and
+//	                SQLite in one run on one disk
 //
 // Common flags, with environment fallbacks (a flag wins over its variable):
 // --db (KVFENCE_DB), --anchor (KVFENCE_ANCHOR), --key (KVFENCE_KEY),
@@ -213,6 +215,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &RecoverCommand{m}, args, nil
 	case "lab":
 		return &LabCommand{m}, args, nil
+	case "bench":
+		return &BenchCommand{m}, args, nil
 	case lab.WorkerCommand:
 		return &labWorkerCommand{m}, args, nil
 	}
@@ -265,6 +269,7 @@ The commands are:
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission
 	lab             run the fencing lab in real processes
+	bench           measure durable fenced writes against fsync, bbolt, SQLite
 
 Commands that write need --anchor and --key (or KVFENCE_ANCHOR and
 KVFENCE_KEY); status and observe check the anchor when it is given.

@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Ensure that a short run measures every row at every writer count, with
+// operations, latencies and fsync counts that fit what each row does.
+func TestRun(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Dir: t.TempDir(), Writers: []int{1, 3}, Duration: 40 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(rep.Results), 2*len(Rows()); got != want {
+		t.Fatalf("%d results, want %d", got, want)
+	}
+	// Bounds of fsyncs per operation: exact for the rows that are exact,
+	// loose where batching or growth moves them.
+	bounds := map[string][2]float64{
+		RowFdatasync:      {1, 1},
+		RowBoltUpdate:     {2, 2.5},
+		RowBoltBatch:      {0.01, 2.5},
+		RowBoltNoSync:     {0, 0},
+		RowSubmit:         {0.01, 4.5},
+		RowDenied:         {0.01, 4.5},
+		RowLifecycle:      {0.03, 12.5},
+		RowSQLite:         {0.01, 1.5},
+		RowSQLiteRollback: {4, 4},
+	}
+	for i, res := range rep.Results {
+		if want := Rows()[i/2]; res.Name != want {
+			t.Errorf("result %d is %s, want %s", i, res.Name, want)
+		}
+		if res.Ops <= 0 || res.OpsPerSec <= 0 || res.P50Micros <= 0 || res.P99Micros < res.P50Micros {
+			t.Errorf("%s/%d: %+v", res.Name, res.Writers, res)
+		}
+		if b := bounds[res.Name]; res.FsyncsPerOp < b[0] || res.FsyncsPerOp > b[1] {
+			t.Errorf("%s/%d: %.3f fsyncs per op, want within %v", res.Name, res.Writers, res.FsyncsPerOp, b)
+		}
+		if res.Durable != (res.Name != RowBoltNoSync) {
+			t.Errorf("%s: durable = %v", res.Name, res.Durable)
+		}
+	}
+	if rep.Environment.PeakHeapSys == 0 || rep.Environment.GoVersion == "" {
+		t.Errorf("environment: %+v", rep.Environment)
+	}
+}
+
+// Ensure that options Run cannot use are refused before anything runs.
+func TestRunOptions(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		opts Options
+		want error
+	}{
+		{"no writers", Options{Dir: dir, Writers: []int{}}, ErrInvalidOptions},
+		{"zero writers", Options{Dir: dir, Writers: []int{0}}, ErrInvalidOptions},
+		{"too many writers", Options{Dir: dir, Writers: []int{MaxWriters + 1}}, ErrInvalidOptions},
+		{"negative duration", Options{Dir: dir, Duration: -time.Second}, ErrInvalidOptions},
+		{"unknown row", Options{Dir: dir, Rows: []string{"bbolt_nosync"}}, ErrUnknownRow},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Run(context.Background(), tt.opts); !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if _, err := Run(context.Background(), Options{Dir: dir + "/missing"}); err == nil {
+		t.Fatal("a missing directory was accepted")
+	}
+}
+
+// Ensure that Rows selects rows in table order and the not-durable row
+// says so in its name.
+func TestRows(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Dir: t.TempDir(), Writers: []int{2}, Duration: 20 * time.Millisecond,
+		Rows: []string{RowBoltNoSync, RowFdatasync}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 2 || rep.Results[0].Name != RowFdatasync || rep.Results[1].Name != RowBoltNoSync {
+		t.Fatalf("results %+v", rep.Results)
+	}
+	for _, name := range Rows() {
+		r, _ := lookupRow(name)
+		if !r.durable && !contains(name, "not_durable") {
+			t.Errorf("row %s is not durable and its name does not say so", name)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPercentiles(t *testing.T) {
+	tests := []struct {
+		lat  [][]int64
+		q    float64
+		want float64
+	}{
+		{nil, 0.5, 0},
+		{[][]int64{{5}}, 0.99, 5},
+		{[][]int64{{1, 2}, {3, 4}}, 0.5, 2},
+		{[][]int64{{4, 3}, {2, 1}}, 1, 4},
+		{[][]int64{{10, 20, 30, 40, 50, 60, 70, 80, 90, 100}}, 0.99, 100},
+		{[][]int64{{10, 20, 30, 40, 50, 60, 70, 80, 90, 100}}, 0.9, 90},
+	}
+	for _, tt := range tests {
+		if got := percentiles(tt.lat, tt.q)[0]; got != tt.want {
+			t.Errorf("percentiles(%v, %v) = %v, want %v", tt.lat, tt.q, got, tt.want)
+		}
+	}
+}
+
+func TestBoltGrowths(t *testing.T) {
+	const mib = 1 << 20
+	tests := []struct {
+		a, b int64
+		want int
+	}{
+		{32 << 10, 32 << 10, 0},
+		{32 << 10, 64 << 10, 1},
+		{32 << 10, 1 * mib, 5},
+		{16 * mib, 16 * mib, 0},
+		{8 * mib, 16 * mib, 1},
+		{16 * mib, 33 * mib, 1},
+		{16 * mib, 16*mib + 100*16*mib, 100},
+		{100 * mib, 90 * mib, 0},
+	}
+	for _, tt := range tests {
+		if got := boltGrowths(tt.a, tt.b); got != tt.want {
+			t.Errorf("boltGrowths(%d, %d) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+// BenchmarkRows runs every row at 1, 8 and 64 writers; ns/op is wall time
+// divided by operations, so its inverse is the throughput of all writers.
+func BenchmarkRows(b *testing.B) {
+	for _, rw := range rows {
+		for _, w := range DefaultWriters {
+			b.Run(fmt.Sprintf("%s/writers=%d", rw.name, w), func(b *testing.B) { benchRow(b, rw, w) })
+		}
+	}
+}
+
+func benchRow(b *testing.B, rw row, writers int) {
+	b.StopTimer()
+	ctx := context.Background()
+	c, err := rw.open(ctx, b.TempDir(), writers)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.close()
+	b.ReportAllocs()
+	m, err := measureBench(b, c, writers)
+	if err != nil {
+		b.Fatal(err)
+	}
+	res := m.result(rw, writers)
+	b.ReportMetric(res.OpsPerSec, "ops/s")
+	b.ReportMetric(res.P50Micros, "p50-µs")
+	b.ReportMetric(res.P99Micros, "p99-µs")
+	b.ReportMetric(res.FsyncsPerOp, "fsyncs/op")
+}
+
+// measureBench prepares b.N operations with the timer stopped and runs
+// them with it running.
+func measureBench(b *testing.B, c cell, writers int) (*measurement, error) {
+	ctx := context.Background()
+	if p, ok := c.(preparer); ok {
+		if err := p.prepare(ctx, 0, int64(b.N)); err != nil {
+			return nil, err
+		}
+	}
+	m := &measurement{lat: make([][]int64, writers)}
+	b.StartTimer()
+	err := drive(ctx, c, m, 0, int64(b.N), time.Time{})
+	b.StopTimer()
+	return m, err
+}
+
+
