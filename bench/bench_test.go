@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -89,19 +92,10 @@ func TestRows(t *testing.T) {
 	}
 	for _, name := range Rows() {
 		r, _ := lookupRow(name)
-		if !r.durable && !contains(name, "not_durable") {
+		if !r.durable && !strings.Contains(name, "not_durable") {
 			t.Errorf("row %s is not durable and its name does not say so", name)
 		}
 	}
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }
 
 func TestPercentiles(t *testing.T) {
@@ -192,4 +186,115 @@ func measureBench(b *testing.B, c cell, writers int) (*measurement, error) {
 	return m, err
 }
 
+// Ensure that Scale grows one receiver through its sizes and measures
+// applied Submits on each.
+func TestScale(t *testing.T) {
+	res, err := Scale(context.Background(), ScaleOptions{Dir: t.TempDir(), Sizes: []int{20, 60}, Ops: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 {
+		t.Fatalf("%d results", len(res))
+	}
+	for _, r := range res {
+		// Each unit took at least four entries (scope, target, activation,
+		// submit); each timed write adds a grant, a receipt and entries.
+		if r.AuditEntries < uint64(4*r.Size) || r.OpsPerSec <= 0 || r.CPUP50Micros <= 0 ||
+			r.BytesPerSubmit <= 0 || r.BytesPerAction <= r.BytesPerSubmit || r.FileBytes <= 0 {
+			t.Errorf("%+v", r)
+		}
+	}
+	for _, opts := range []ScaleOptions{{Sizes: []int{}}, {Sizes: []int{10}, Ops: 20}, {Sizes: []int{50, 40}, Ops: 5}} {
+		if _, err := Scale(context.Background(), opts); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%+v: err = %v", opts, err)
+		}
+	}
+}
 
+// BenchmarkSubmitScale times durable Submits of applied writes, one at a
+// time, on one receiver grown through DefaultScaleSizes scopes (each with a
+// target, a grant and a receipt), and LargeScaleSize too when
+// KVFENCE_BENCH_LARGE=1. Building is done without fsync and not timed.
+func BenchmarkSubmitScale(b *testing.B) {
+	sizes := DefaultScaleSizes
+	if os.Getenv("KVFENCE_BENCH_LARGE") == "1" {
+		sizes = append(slices.Clone(sizes), LargeScaleSize)
+	}
+	ctx := context.Background()
+	s, err := newScaleReceiver(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.close()
+	for _, size := range sizes {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			b.StopTimer()
+			if err := s.grow(ctx, size, nil); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			var grew int64
+			for done := 0; done < b.N; {
+				envs, err := s.prepare(ctx, min(b.N-done, s.units))
+				if err != nil {
+					b.Fatal(err)
+				}
+				before, err := s.dataBytes()
+				if err != nil {
+					b.Fatal(err)
+				}
+				r := s.r
+				b.StartTimer()
+				for _, env := range envs {
+					if err := submitApplied(ctx, r, env); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				after, err := s.dataBytes()
+				if err != nil {
+					b.Fatal(err)
+				}
+				grew += after - before
+				done += len(envs)
+			}
+			b.ReportMetric(float64(grew)/float64(b.N), "B/submit")
+			b.ReportMetric(float64(s.r.Head().Seq), "audit-entries")
+		})
+	}
+}
+
+// TestScaleLarge runs Scale up to LargeScaleSize scopes and logs its
+// table. It takes minutes, so it runs only with KVFENCE_BENCH_LARGE=1:
+//
+//	KVFENCE_BENCH_LARGE=1 go test -run TestScaleLarge -v -timeout 2h ./bench/
+func TestScaleLarge(t *testing.T) {
+	if os.Getenv("KVFENCE_BENCH_LARGE") != "1" {
+		t.Skip("set KVFENCE_BENCH_LARGE=1 to build a receiver of 1,000,000 scopes")
+	}
+	dir := os.Getenv("KVFENCE_BENCH_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	res, err := Scale(context.Background(), ScaleOptions{Dir: dir, Sizes: append(slices.Clone(DefaultScaleSizes), LargeScaleSize),
+		Progress: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%9s %13s %9s %8s %8s %8s %8s %8s %8s %8s %8s %8s", "scopes", "audit entries", "file MiB", "build s",
+		"p50 µs", "p99 µs", "ops/s", "cpu µs", "allocs", "B/submit", "B/action", "heap MiB")
+	for _, r := range res {
+		t.Logf("%9d %13d %9.1f %8.0f %8.0f %8.0f %8.0f %8.1f %8.0f %8.0f %8.0f %8.1f", r.Size, r.AuditEntries,
+			float64(r.FileBytes)/(1<<20), r.BuildSeconds, r.SubmitP50Micros, r.SubmitP99Micros, r.OpsPerSec,
+			r.CPUP50Micros, r.AllocsPerOp, r.BytesPerSubmit, r.BytesPerAction, float64(r.PeakHeapSys)/(1<<20))
+	}
+	t.Logf("peak RSS %.1f MiB", float64(res[len(res)-1].PeakRSS)/(1<<20))
+}
+
+// testWriter sends progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}

@@ -58,3 +58,11 @@ func (s *memSampler) stop() uint64 {
 }
 
 func dirAbs(dir string) (string, error) { return filepath.Abs(dir) }
+
+// peakNow returns the peak HeapSys so far, sampling once more first.
+func (s *memSampler) peakNow() uint64 {
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}

@@ -62,13 +62,11 @@ func newReceiver(dir string) (*receiver, error) {
 	return f, nil
 }
 
-// setup runs fn on the receiver reopened with NoSync and an anchor kept
-// in memory, so that administrative calls cost CPU only; then it reopens
-// the receiver durable with its file anchor, which the setup's commits
-// have left behind. Open accepts a database ahead of its anchor (the
-// window a crash between a commit and its anchor write leaves) and moves
-// the anchor forward. Nothing of this is timed.
-func (f *receiver) setup(fn func(r *kvfence.Receiver, a *kvfence.Admin) error) (err error) {
+// offline closes the receiver, runs fn, and reopens it durable with its
+// file anchor. Open accepts a database ahead of its anchor (the window a
+// crash between a commit and its anchor write leaves) and moves the anchor
+// forward.
+func (f *receiver) offline(fn func() error) (err error) {
 	if err := f.r.Close(); err != nil {
 		return err
 	}
@@ -76,25 +74,41 @@ func (f *receiver) setup(fn func(r *kvfence.Receiver, a *kvfence.Admin) error) (
 	defer func() {
 		r, oerr := kvfence.Open(f.path, &kvfence.Options{Key: f.key, Anchor: f.anchor})
 		if oerr != nil {
-			err = errors.Join(err, fmt.Errorf("bench: reopening the receiver after setup: %w", oerr))
+			err = errors.Join(err, fmt.Errorf("bench: reopening the receiver: %w", oerr))
 			return
 		}
 		f.r = r
 	}()
+	return fn()
+}
+
+// setup runs fn on the receiver reopened with NoSync and an anchor kept
+// in memory, so that administrative calls cost CPU only, and then reopens
+// it durable: the setup's commits leave the anchor file behind, which the
+// durable Open moves forward. Nothing of this is timed.
+func (f *receiver) setup(fn func(r *kvfence.Receiver, a *kvfence.Admin) error) error {
+	return f.offline(func() error {
+		r, err := f.openFast()
+		if err != nil {
+			return err
+		}
+		err = fn(r, r.Admin())
+		return errors.Join(err, r.Close())
+	})
+}
+
+// openFast opens the receiver with NoSync and an anchor in memory that
+// starts from the anchor file's checkpoint. The receiver must be closed.
+func (f *receiver) openFast() (*kvfence.Receiver, error) {
 	cur, err := f.anchor.Load()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mem := &audit.MemAnchor{}
 	if err := mem.Store(nil, cur); err != nil {
-		return err
+		return nil, err
 	}
-	r, err := kvfence.Open(f.path, &kvfence.Options{Key: f.key, Anchor: mem, NoSync: true})
-	if err != nil {
-		return err
-	}
-	err = fn(r, r.Admin())
-	return errors.Join(err, r.Close())
+	return kvfence.Open(f.path, &kvfence.Options{Key: f.key, Anchor: mem, NoSync: true})
 }
 
 // syncs computes the receiver's fsync-like calls since it was opened: per
