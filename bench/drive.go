@@ -75,7 +75,7 @@ func percentiles(lat [][]int64, qs ...float64) []float64 {
 // firstRound is the number of operations per writer prepared for the
 // warm-up round of a cell that needs preparation, which also measures the
 // rate that sizes the rounds after it.
-const firstRound = 16
+const firstRound = 8
 
 // measureFor runs a warm-up round and then timed rounds of c with writers
 // concurrent writers until d of timed rounds has passed. A cell that needs
@@ -108,9 +108,10 @@ func measureFor(ctx context.Context, c cell, writers int, d time.Duration) (*mea
 		left := d - m.elapsed
 		limit := int64(math.MaxInt64)
 		if limited {
-			// Prepare a quarter more than the rate predicts, so that the
-			// deadline, not the supply, usually ends the round.
-			n := int64(rate*left.Seconds()*1.25) + int64(writers)
+			// Prepare half as much again as the rate predicts, and never
+			// less than the warm-up, so that the deadline, not the supply,
+			// usually ends the round.
+			n := max(int64(rate*left.Seconds()*1.5), int64(writers*firstRound))
 			if err := p.prepare(ctx, next, n); err != nil {
 				return nil, err
 			}
