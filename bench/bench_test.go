@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -314,5 +317,51 @@ func BenchmarkHarness(b *testing.B) {
 	b.ReportAllocs()
 	if _, err := measureBench(b, nopCell{}, 64); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// Ensure that the chart is well-formed SVG with a line per row, the
+// not-durable row dashed, and that an empty result set is refused.
+func TestPlot(t *testing.T) {
+	results := []Result{
+		{Name: RowFdatasync, Writers: 1, OpsPerSec: 5000},
+		{Name: RowFdatasync, Writers: 8, OpsPerSec: 9000},
+		{Name: RowBoltNoSync, Writers: 1, OpsPerSec: 20000},
+		{Name: RowBoltNoSync, Writers: 8, OpsPerSec: 30000},
+		{Name: RowSubmit, Writers: 1, OpsPerSec: 150},
+		{Name: RowSubmit, Writers: 8, OpsPerSec: 0},
+	}
+	var b bytes.Buffer
+	if err := Plot(&b, results, "title <&>"); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(b.Bytes()))
+	lines, dashed := 0, 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed: %v\n%s", err, b.String())
+		}
+		if el, ok := tok.(xml.StartElement); ok && el.Name.Local == "polyline" {
+			lines++
+			for _, a := range el.Attr {
+				if a.Name.Local == "stroke-dasharray" {
+					dashed++
+				}
+			}
+		}
+	}
+	// kvfence_submit has one point with a rate, so no line.
+	if lines != 2 || dashed != 1 {
+		t.Errorf("%d lines, %d dashed; want 2 and 1", lines, dashed)
+	}
+	if !strings.Contains(b.String(), "title &lt;&amp;&gt;") {
+		t.Error("title not escaped")
+	}
+	if err := Plot(&b, nil, ""); err == nil {
+		t.Error("an empty chart was drawn")
 	}
 }

@@ -74,14 +74,14 @@ func Plot(w io.Writer, results []Result, title string) error {
 			if d == yHi && m > 1 {
 				break
 			}
-			stroke, width := "#eeeeee", 1
+			stroke := "#eeeeee"
 			if m == 1 {
 				stroke = "#cccccc"
 				fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n",
 					plotLeft-8, y(v), esc(humanCount(v)))
 			}
-			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="%d"/>`+"\n",
-				plotLeft, y(v), plotLeft+innerW, y(v), stroke, width)
+			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n",
+				plotLeft, y(v), plotLeft+innerW, y(v), stroke)
 		}
 	}
 	for _, n := range writers {
@@ -104,8 +104,13 @@ func Plot(w io.Writer, results []Result, title string) error {
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(r.Writers), y(r.OpsPerSec)))
 			}
 		}
+		// The row the chart is about stands out.
+		width := 2
+		if name == RowSubmit {
+			width = 3
+		}
 		if len(pts) > 1 {
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", color, dash, join(pts))
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%d"%s points="%s"/>`+"\n", color, width, dash, join(pts))
 		}
 		for _, r := range results {
 			if r.Name == name && r.OpsPerSec > 0 {
@@ -114,8 +119,8 @@ func Plot(w io.Writer, results []Result, title string) error {
 			}
 		}
 		ly := plotTop + 10 + 22*i
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`+"\n",
-			plotLegendX, ly, plotLegendX+24, ly, color, dash)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="%d"%s/>`+"\n",
+			plotLegendX, ly, plotLegendX+24, ly, color, width, dash)
 		fmt.Fprintf(&b, `<text x="%d" y="%d" dominant-baseline="middle">%s</text>`+"\n", plotLegendX+32, ly, esc(name))
 	}
 	b.WriteString("</svg>\n")
