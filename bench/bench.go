@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,11 @@ type Options struct {
 	// Rows selects rows by name, in table order whatever their order here.
 	// Nil means every row.
 	Rows []string
+	// Repeat measures every row at every writer count this many times,
+	// one pass over the whole table after another, and reports for each
+	// the repetition with the median rate, so that a passing stall of a
+	// shared disk or CPU does not decide a ratio. Zero means once.
+	Repeat int
 	// Progress, if set, receives one line as each measurement starts and
 	// ends.
 	Progress io.Writer
@@ -90,6 +96,9 @@ type Result struct {
 	Seconds float64 `json:"seconds"`
 	// Durable reports whether an operation is on disk when it returns.
 	Durable bool `json:"durable"`
+	// Runs are the rates of every repetition, in the order measured; the
+	// result is the one with the median rate.
+	Runs []float64 `json:"runs_ops_per_s"`
 }
 
 // Environment describes where a run was measured.
@@ -183,25 +192,46 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	mem := startMemSampler()
 	rep := &Report{Environment: environment(dir)}
-	for _, rw := range selected {
-		for _, w := range o.Writers {
-			if err := ctx.Err(); err != nil {
-				mem.stop()
-				return nil, err
+	runs := make([][]Result, len(selected)*len(o.Writers))
+	for pass := range o.Repeat {
+		for i, rw := range selected {
+			for j, w := range o.Writers {
+				if err := ctx.Err(); err != nil {
+					mem.stop()
+					return nil, err
+				}
+				progressf(o.Progress, "bench: %s, %d writers, %v (pass %d of %d)\n", rw.name, w, o.Duration, pass+1, o.Repeat)
+				res, err := measureRow(ctx, rw, dir, w, o.Duration)
+				if err != nil {
+					mem.stop()
+					return nil, fmt.Errorf("bench: %s with %d writers: %w", rw.name, w, err)
+				}
+				progressf(o.Progress, "bench: %s, %d writers: %.0f ops/s, p99 %.0f µs\n", rw.name, w, res.OpsPerSec, res.P99Micros)
+				k := i*len(o.Writers) + j
+				runs[k] = append(runs[k], res)
 			}
-			progressf(o.Progress, "bench: %s, %d writers, %v\n", rw.name, w, o.Duration)
-			res, err := measureRow(ctx, rw, dir, w, o.Duration)
-			if err != nil {
-				mem.stop()
-				return nil, fmt.Errorf("bench: %s with %d writers: %w", rw.name, w, err)
-			}
-			progressf(o.Progress, "bench: %s, %d writers: %.0f ops/s, p99 %.0f µs\n", rw.name, w, res.OpsPerSec, res.P99Micros)
-			rep.Results = append(rep.Results, res)
 		}
+	}
+	for _, rs := range runs {
+		rep.Results = append(rep.Results, median(rs))
 	}
 	rep.Environment.PeakHeapSys = mem.stop()
 	rep.Environment.PeakRSS = peakRSS()
 	return rep, nil
+}
+
+// median returns the result with the median rate (the lower of the two
+// middle ones for an even count), with every run's rate in Runs.
+func median(rs []Result) Result {
+	rates := make([]float64, len(rs))
+	for i, r := range rs {
+		rates[i] = r.OpsPerSec
+	}
+	sorted := slices.Clone(rs)
+	slices.SortStableFunc(sorted, func(a, b Result) int { return cmp.Compare(a.OpsPerSec, b.OpsPerSec) })
+	m := sorted[(len(sorted)-1)/2]
+	m.Runs = rates
+	return m
 }
 
 // resolve fills in defaults and checks opts.
@@ -220,6 +250,12 @@ func (opts Options) resolve() (Options, []row, error) {
 	}
 	if o.Duration == 0 {
 		o.Duration = DefaultDuration
+	}
+	if o.Repeat == 0 {
+		o.Repeat = 1
+	}
+	if o.Repeat < 0 {
+		return o, nil, fmt.Errorf("%w: negative repeat count", ErrInvalidOptions)
 	}
 	if o.Duration < 0 {
 		return o, nil, fmt.Errorf("%w: negative duration", ErrInvalidOptions)

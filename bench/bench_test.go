@@ -68,6 +68,7 @@ func TestRunOptions(t *testing.T) {
 		{"zero writers", Options{Dir: dir, Writers: []int{0}}, ErrInvalidOptions},
 		{"too many writers", Options{Dir: dir, Writers: []int{MaxWriters + 1}}, ErrInvalidOptions},
 		{"negative duration", Options{Dir: dir, Duration: -time.Second}, ErrInvalidOptions},
+		{"negative repeat", Options{Dir: dir, Repeat: -1}, ErrInvalidOptions},
 		{"unknown row", Options{Dir: dir, Rows: []string{"bbolt_nosync"}}, ErrUnknownRow},
 	}
 	for _, tt := range tests {
@@ -85,18 +86,45 @@ func TestRunOptions(t *testing.T) {
 // Ensure that Rows selects rows in table order and the not-durable row
 // says so in its name.
 func TestRows(t *testing.T) {
-	rep, err := Run(context.Background(), Options{Dir: t.TempDir(), Writers: []int{2}, Duration: 20 * time.Millisecond,
-		Rows: []string{RowBoltNoSync, RowFdatasync}})
+	rep, err := Run(context.Background(), Options{Dir: t.TempDir(), Writers: []int{2}, Duration: 10 * time.Millisecond,
+		Rows: []string{RowBoltNoSync, RowFdatasync}, Repeat: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Results) != 2 || rep.Results[0].Name != RowFdatasync || rep.Results[1].Name != RowBoltNoSync {
 		t.Fatalf("results %+v", rep.Results)
 	}
+	for _, r := range rep.Results {
+		if len(r.Runs) != 3 || !slices.Contains(r.Runs, r.OpsPerSec) {
+			t.Errorf("%s: rate %v, runs %v", r.Name, r.OpsPerSec, r.Runs)
+		}
+	}
 	for _, name := range Rows() {
 		r, _ := lookupRow(name)
 		if !r.durable && !strings.Contains(name, "not_durable") {
 			t.Errorf("row %s is not durable and its name does not say so", name)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	tests := []struct {
+		rates []float64
+		want  float64
+	}{
+		{[]float64{5}, 5},
+		{[]float64{9, 1}, 1},
+		{[]float64{3, 9, 1}, 3},
+		{[]float64{100, 2, 50, 7}, 7},
+	}
+	for _, tt := range tests {
+		var rs []Result
+		for i, r := range tt.rates {
+			rs = append(rs, Result{OpsPerSec: r, Ops: int64(i)})
+		}
+		m := median(rs)
+		if m.OpsPerSec != tt.want || !slices.Equal(m.Runs, tt.rates) || rs[m.Ops].OpsPerSec != tt.want {
+			t.Errorf("median(%v) = %+v, want rate %v", tt.rates, m, tt.want)
 		}
 	}
 }

@@ -32,7 +32,10 @@
 // ops_per_s is operations completed divided by the wall time of the timed
 // rounds. p50_us and p99_us are percentiles of the per-operation latencies,
 // each timed on its own goroutine. allocs_per_op is the process's heap
-// allocations during the timed rounds divided by the operations.
+// allocations during the timed rounds divided by the operations. With
+// Options.Repeat the whole table is measured that many times over, pass
+// after pass, and each row and writer count reports its pass with the
+// median rate, so that a stall of a shared disk does not decide a ratio.
 //
 // fsyncs_per_op counts the fsync-like system calls (fsync, fdatasync) per
 // operation. Go offers no per-process count of system calls, so the value

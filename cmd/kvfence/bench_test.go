@@ -73,10 +73,12 @@ func TestBench(t *testing.T) {
 // for, and that bad arguments are usage errors.
 func TestBenchText(t *testing.T) {
 	c := newCLI(t)
-	r := c.must(0, "bench", "--duration", "20ms", "--writers", "2,1", "--rows", "fdatasync,bbolt_nosync_not_durable", "--dir", c.dir)
+	r := c.must(0, "bench", "--duration", "10ms", "--writers", "2,1", "--rows", "fdatasync,bbolt_nosync_not_durable",
+		"--repeat", "2", "--dir", c.dir)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 7 || !strings.HasPrefix(lines[1], "name ") || !strings.HasPrefix(lines[2], "fdatasync ") ||
-		!strings.HasPrefix(lines[4], "bbolt_nosync_not_durable ") || !strings.HasPrefix(lines[6], "peak heap") {
+	if len(lines) != 7 || !strings.HasPrefix(lines[1], "name ") || !strings.HasSuffix(lines[1], "ops/s of each pass") ||
+		!strings.HasPrefix(lines[2], "fdatasync ") || !strings.HasPrefix(lines[4], "bbolt_nosync_not_durable ") ||
+		!strings.HasPrefix(lines[6], "peak heap") {
 		t.Fatalf("output:\n%s", r.stdout)
 	}
 	if r.stderr != "" {
@@ -90,6 +92,7 @@ func TestBenchText(t *testing.T) {
 		{[]string{"--writers", "1,x"}, "--writers"},
 		{[]string{"--writers", ""}, "--writers"},
 		{[]string{"--duration", "0s"}, "--duration must be positive"},
+		{[]string{"--repeat", "0"}, "--repeat must be at least 1"},
 		{[]string{"--rows", "bbolt_nosync"}, "unknown row"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
