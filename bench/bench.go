@@ -3,7 +3,6 @@ package bench
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -39,12 +38,6 @@ var DefaultWriters = []int{1, 8, 64}
 
 // MaxWriters bounds a writer count.
 const MaxWriters = 4096
-
-// ErrUnknownRow means Options.Rows named a row that does not exist.
-var ErrUnknownRow = errors.New("bench: unknown row")
-
-// ErrInvalidOptions means Options holds a value Run cannot use.
-var ErrInvalidOptions = errors.New("bench: invalid options")
 
 // Options configures Run. The zero value measures every row at
 // DefaultWriters for DefaultDuration each, in a temporary directory under
@@ -126,7 +119,10 @@ type Environment struct {
 
 // Report is a whole run.
 type Report struct {
-	Results     []Result    `json:"results"`
+	// Results are the rows in table order, each at every writer count in
+	// the order given.
+	Results []Result `json:"results"`
+	// Environment says where and when the run was measured.
 	Environment Environment `json:"environment"`
 }
 

@@ -63,6 +63,15 @@
 //     commit (the journal twice, its directory once since each transaction
 //     creates a new journal, the database once).
 //
+// # Scaling
+//
+// Scale grows one receiver, without fsync, through sizes up to 1,000,000
+// scopes, each with a target, a grant and a receipt, and at each size times
+// durable applied Submits one at a time, the same Submits without the disk,
+// the bytes bbolt uses per Submit and per action, and the process's peak
+// memory. BenchmarkSubmitScale and TestScaleLarge run it under go test; the
+// largest size only with KVFENCE_BENCH_LARGE=1, as it takes minutes.
+//
 // # Caveats
 //
 // The disk decides most of the durable rows: run on the disk a receiver

@@ -195,10 +195,6 @@ func (c *sqliteCell) prepare(ctx context.Context, from, n int64) error {
 	return nil
 }
 
-// errSQLiteDenied means the SQLite fenced transaction refused an operation
-// that should have applied: a harness fault.
-var errSQLiteDenied = errors.New("bench: sqlite fenced write denied")
-
 func (c *sqliteCell) op(ctx context.Context, _ int, i int64) (err error) {
 	k := i - c.base
 	raw := c.envs[k]
