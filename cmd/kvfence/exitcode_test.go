@@ -528,7 +528,7 @@ func TestHelp(t *testing.T) {
 	}
 	for _, cmd := range []string{"keygen", "init", "scope", "scope create", "target create", "request build",
 		"activate", "envelope build", "submit", "hold", "status", "observe", "verify-chain", "admission",
-		"admission new", "recover"} {
+		"admission new", "recover", "bench"} {
 		r := c.must(0, append([]string{"help"}, strings.Fields(cmd)...)...)
 		if !strings.Contains(r.stdout, "Usage:") {
 			t.Errorf("help %s:\n%s", cmd, r.stdout)

@@ -40,9 +40,11 @@
 //	ledger          init, approve, claim, heartbeat, dispatch, finish,
 //	                takeover, reconcile, show
 //
-// Demonstration:
+// Demonstration and measurement:
 //
 //	lab             the fencing lab, in real processes, with its evidence
+//	bench           durable fenced writes measured against fsync, bbolt and
+//	                SQLite in one run on one disk
 //
 // Common flags, with environment fallbacks (a flag wins over its variable):
 // --db (KVFENCE_DB), --anchor (KVFENCE_ANCHOR), --key (KVFENCE_KEY),
@@ -221,6 +223,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &LedgerCommand{m}, args, nil
 	case "lab":
 		return &LabCommand{m}, args, nil
+	case "bench":
+		return &BenchCommand{m}, args, nil
 	case lab.WorkerCommand:
 		return &labWorkerCommand{m}, args, nil
 	}
@@ -274,6 +278,7 @@ The commands are:
 	recover         re-admit a questioned database with an admission
 	ledger          approvals and claims in the execution ledger
 	lab             run the fencing lab in real processes
+	bench           measure durable fenced writes against fsync, bbolt, SQLite
 
 Commands that write need --anchor and --key (or KVFENCE_ANCHOR and
 KVFENCE_KEY); status and observe check the anchor when it is given.
