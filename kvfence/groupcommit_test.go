@@ -189,7 +189,11 @@ func mint(t *testing.T, f *fixture, rng *rand.Rand, round int, p *pool, record f
 // time, in audit seq order, on a fresh receiver with the same clock and
 // grant ids.
 func TestGroupCommit_MatchesOneByOne(t *testing.T) {
-	for i := range uint64(3) {
+	seeds := uint64(3)
+	if testing.Short() {
+		seeds = 1
+	}
+	for i := range seeds {
 		seed := gcSeed + i
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Logf("seed %d", seed)
