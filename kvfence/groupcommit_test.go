@@ -357,82 +357,65 @@ func events(t *testing.T, r *Receiver) []Event {
 	return out
 }
 
-// gatedAnchor is an anchor store whose next Store can be made to wait, so
-// that a commit stays in progress while calls queue behind it, or to fail.
-type gatedAnchor struct {
+// refusingAnchor refuses every Store for which fail returns an error.
+type refusingAnchor struct {
 	audit.AnchorStore
-	mu      sync.Mutex
-	gate    chan struct{}
-	entered chan struct{}
-	fail    error
+	fail func(next audit.SignedCheckpoint) error
 }
 
-func (a *gatedAnchor) Store(old *audit.SignedCheckpoint, next audit.SignedCheckpoint) error {
-	a.mu.Lock()
-	gate, fail := a.gate, a.fail
-	a.gate, a.fail = nil, nil
-	a.mu.Unlock()
-	if gate != nil {
-		a.entered <- struct{}{}
-		<-gate
-	}
-	if fail != nil {
-		return fail
+func (a *refusingAnchor) Store(old *audit.SignedCheckpoint, next audit.SignedCheckpoint) error {
+	if err := a.fail(next); err != nil {
+		return err
 	}
 	return a.AnchorStore.Store(old, next)
 }
 
-// gate makes the fixture's receiver write its anchor through a
-// gatedAnchor.
-func gate(f *fixture) *gatedAnchor {
-	ga := &gatedAnchor{AnchorStore: f.r.opts.Anchor, entered: make(chan struct{})}
-	f.r.opts.Anchor = ga
-	return ga
-}
-
 // inOneBatch makes the calls, in this order, as one batch: a first write
-// holds the pipeline in its anchor write until every call has queued
-// behind it. failAnchor, if set, is the error of the batch's anchor write.
-// It returns the number of transactions the calls committed.
-func inOneBatch(t *testing.T, f *fixture, ga *gatedAnchor, failAnchor error, calls []*gcCall) uint64 {
+// waits inside its transaction until every call has queued behind it. It
+// returns the number of transactions the calls committed.
+func inOneBatch(t *testing.T, f *fixture, calls []*gcCall) uint64 {
 	t.Helper()
-	release := make(chan struct{})
-	ga.mu.Lock()
-	ga.gate = release
-	ga.mu.Unlock()
+	entered, release := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		// A write with no entry of its own: it only re-signs the head.
-		if err := f.r.exec(0, func(*wtx) error { return nil }); err != nil {
+		err := f.r.exec(0, func(*wtx) error {
+			close(entered)
+			<-release
+			return nil
+		})
+		if err != nil {
 			t.Errorf("blocking write: %v", err)
 		}
 	})
-	<-ga.entered
+	<-entered
 	start := f.r.queue.commits.Load()
 	for i, c := range calls {
 		wg.Go(func() { c.run(f.ctx, f.r) })
-		waitQueued(t, f.r, i+1)
+		if !queued(f.r, i+1) {
+			close(release)
+			wg.Wait()
+			t.Fatalf("%d calls did not queue", i+1)
+		}
 	}
-	ga.mu.Lock()
-	ga.fail = failAnchor
-	ga.mu.Unlock()
 	close(release)
 	wg.Wait()
-	return f.r.queue.commits.Load() - start
+	// Less the blocking write's own commit.
+	return f.r.queue.commits.Load() - start - 1
 }
 
-// waitQueued waits until n calls wait in r's commit queue.
-func waitQueued(t *testing.T, r *Receiver, n int) {
-	t.Helper()
+// queued waits until n calls wait in r's commit queue, and reports
+// whether they did.
+func queued(r *Receiver, n int) bool {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Microsecond) {
 		r.queue.mu.Lock()
 		got := len(r.queue.pending)
 		r.queue.mu.Unlock()
 		if got == n {
-			return
+			return true
 		}
 	}
-	t.Fatalf("%d calls did not queue", n)
+	return false
 }
 
 // twoWorkers activates worker A in the fixture scope and worker B in the
@@ -465,7 +448,6 @@ func outcome(c *gcCall) string {
 func TestGroupCommit_FormsBatches(t *testing.T) {
 	f := gcFixture(t, gcSeed)
 	a, b := twoWorkers(t, f)
-	ga := gate(f)
 	head := f.r.Head()
 	calls := []*gcCall{
 		{caller: "worker-a", envelope: a.envelope},
@@ -475,7 +457,7 @@ func TestGroupCommit_FormsBatches(t *testing.T) {
 		{caller: "worker-b", envelope: b.envelope},
 		{caller: "worker-a", envelope: []byte("not cbor")},
 	}
-	commits := inOneBatch(t, f, ga, nil, calls)
+	commits := inOneBatch(t, f, calls)
 	if commits != 1 {
 		t.Errorf("%d calls took %d commits, want 1", len(calls), commits)
 	}
@@ -500,7 +482,6 @@ func faultIsolation(t *testing.T, fault string, share bool) []string {
 	t.Helper()
 	f := gcFixture(t, gcSeed)
 	a, b := twoWorkers(t, f)
-	ga := gate(f)
 	boom := errors.New("injected fault")
 	wantErr := boom
 	switch fault {
@@ -535,7 +516,7 @@ func faultIsolation(t *testing.T, fault string, share bool) []string {
 		{hold: &HoldRequest{Scopes: []string{fixScope}, Reason: "after the fault"}},
 		{caller: "worker-a", envelope: a.envelope},
 	}
-	inOneBatch(t, f, ga, nil, calls)
+	inOneBatch(t, f, calls)
 	f.r.faults = faultHooks{}
 
 	var problems []string
@@ -587,7 +568,15 @@ func TestGroupCommit_FaultIsolation(t *testing.T) {
 func TestGroupCommit_AnchorFailure(t *testing.T) {
 	f := gcFixture(t, gcSeed)
 	a, b := twoWorkers(t, f)
-	ga := gate(f)
+	// The anchor write of any checkpoint past the head now fails: that is
+	// the batch's, not the blocking write's, which re-signs the head.
+	head := f.r.Head()
+	f.r.opts.Anchor = &refusingAnchor{AnchorStore: f.anchor, fail: func(next audit.SignedCheckpoint) error {
+		if next.Seq > head.Seq {
+			return errors.New("injected anchor failure")
+		}
+		return nil
+	}}
 	calls := []*gcCall{
 		{caller: "worker-a", envelope: a.envelope},
 		{caller: "worker-b", envelope: b.envelope},
@@ -598,7 +587,7 @@ func TestGroupCommit_AnchorFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if commits := inOneBatch(t, f, ga, errors.New("injected anchor failure"), calls); commits != 1 {
+	if commits := inOneBatch(t, f, calls); commits != 1 {
 		t.Fatalf("the batch took %d commits, want 1", commits)
 	}
 	for i, c := range calls {
