@@ -119,21 +119,7 @@ func (r *Receiver) write(size int, fn func(w *wtx) (any, error)) (any, error) {
 // the batch's other callers.
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
-	q.mu.Lock()
-	n, bytes := 0, 0
-	for n < len(q.pending) && n < maxBatchCalls {
-		bytes += q.pending[n].size
-		if n > 0 && bytes > maxBatchBytes {
-			break
-		}
-		n++
-	}
-	batch := append(q.batch[:0], q.pending[:n]...)
-	rest := copy(q.pending, q.pending[n:])
-	clear(q.pending[rest:])
-	q.pending = q.pending[:rest]
-	q.mu.Unlock()
-
+	batch := q.take(q.batch)
 	r.commit(batch)
 
 	for _, c := range batch {
@@ -155,6 +141,26 @@ func (r *Receiver) lead(self *call) {
 		q.leading = false
 	}
 	q.mu.Unlock()
+}
+
+// take moves the next batch from the head of the queue into buf, within
+// the batch limits.
+func (q *commitQueue) take(buf []*call) []*call {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n, bytes := 0, 0
+	for n < len(q.pending) && n < maxBatchCalls {
+		bytes += q.pending[n].size
+		if n > 0 && bytes > maxBatchBytes {
+			break
+		}
+		n++
+	}
+	batch := append(buf[:0], q.pending[:n]...)
+	rest := copy(q.pending, q.pending[n:])
+	clear(q.pending[rest:])
+	q.pending = q.pending[:rest]
+	return batch
 }
 
 // commit runs a batch in one transaction, or, if that transaction does not

@@ -651,3 +651,41 @@ func TestGroupCommit_RefusedBeforeQueue(t *testing.T) {
 	}
 	f.reopen()
 }
+
+// Ensure that a batch takes calls from the head of the queue, in order, up
+// to the call and byte limits, and that a call over the byte limit still
+// forms a batch of its own.
+func TestCommitQueue_Take(t *testing.T) {
+	const mib = 1 << 20
+	many := make([]int, maxBatchCalls+6)
+	for name, tc := range map[string]struct {
+		sizes []int
+		want  []int
+	}{
+		"a few small calls":        {[]int{10, 20, 30}, []int{3}},
+		"more than the call limit": {many, []int{maxBatchCalls, 6}},
+		"up to the byte limit":     {[]int{4 * mib, 4 * mib, 1}, []int{2, 1}},
+		"over the byte limit":      {[]int{5 * mib, 5 * mib, 1}, []int{1, 2}},
+		"one large call first":     {[]int{9 * mib, 1, 1}, []int{1, 2}},
+		"one large call after":     {[]int{1, 9 * mib, 1}, []int{1, 1, 1}},
+	} {
+		var q commitQueue
+		for _, size := range tc.sizes {
+			q.pending = append(q.pending, &call{size: size})
+		}
+		all := slices.Clone(q.pending)
+		var got []int
+		var taken []*call
+		for len(q.pending) > 0 {
+			batch := q.take(nil)
+			got = append(got, len(batch))
+			taken = append(taken, batch...)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: batches of %v, want %v", name, got, tc.want)
+		}
+		if !slices.Equal(taken, all) {
+			t.Errorf("%s: calls taken out of queue order", name)
+		}
+	}
+}

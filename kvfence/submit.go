@@ -57,8 +57,8 @@ func (r *Receiver) prepare(caller string, envelope []byte) *submission {
 // Concurrent calls are group-committed: they share one transaction, one
 // checkpoint and one anchor write, and each gets the result it would have
 // got had the calls run one by one in the order they were queued. ctx is
-// checked before the call is queued; a queued call is decided and recorded,
-// so Submit then waits for its result.
+// checked before the call is queued; a queued call is not abandoned, so
+// Submit then waits for its result.
 func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (Result, error) {
 	if err := checkName("caller", caller); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
