@@ -115,8 +115,8 @@ func (r *Receiver) write(size int, fn func(w *wtx) (any, error)) (any, error) {
 }
 
 // lead runs one batch from the head of the queue, whose first call is
-// self's, then passes the lead to the next waiting call, if any, and wakes
-// the batch's other callers.
+// self's, wakes the batch's other callers, and then passes the lead to the
+// oldest waiting call, if any.
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
 	batch := q.take(q.batch)
