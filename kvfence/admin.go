@@ -30,7 +30,7 @@ func (a *Admin) CreateScope(ctx context.Context, scope string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return a.r.update(func(w *wtx) error {
+	return a.r.exec(len(scope), func(w *wtx) error {
 		c, err := w.control(scope)
 		if err != nil {
 			return err
@@ -64,7 +64,7 @@ func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return a.r.update(func(w *wtx) error {
+	return a.r.exec(len(target)+len(value), func(w *wtx) error {
 		c, err := w.control(scope)
 		if err != nil {
 			return err
@@ -143,33 +143,31 @@ func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error
 		return Grant{}, err
 	}
 	digest := sha256.Sum256(req.Request)
-	var g grantRecord
-	var seq uint64
-	err = a.r.update(func(w *wtx) error {
+	return update(a.r, len(req.Request), func(w *wtx) (Grant, error) {
 		c, err := w.control(req.Scope)
 		if err != nil {
-			return err
+			return Grant{}, err
 		}
 		if c == nil {
-			return fmt.Errorf("%w: %s", ErrUnknownScope, req.Scope)
+			return Grant{}, fmt.Errorf("%w: %s", ErrUnknownScope, req.Scope)
 		}
 		if c.Mode != ModeHeld {
-			return fmt.Errorf("%w: %s is open with grant %s; hold it first", ErrNotHeld, req.Scope, c.ActiveGrant)
+			return Grant{}, fmt.Errorf("%w: %s is open with grant %s; hold it first", ErrNotHeld, req.Scope, c.ActiveGrant)
 		}
 		if req.Epoch != 0 && req.Epoch != c.Epoch {
-			return fmt.Errorf("%w: %s is at epoch %d, the activation names %d", ErrEpochMismatch, req.Scope, c.Epoch, req.Epoch)
+			return Grant{}, fmt.Errorf("%w: %s is at epoch %d, the activation names %d", ErrEpochMismatch, req.Scope, c.Epoch, req.Epoch)
 		}
 		t, err := w.target(parsed.Target)
 		if err != nil {
-			return err
+			return Grant{}, err
 		}
 		if t == nil || t.Scope != req.Scope {
-			return fmt.Errorf("%w: the request names %q, which is not a target of scope %s", ErrUnknownTarget, parsed.Target, req.Scope)
+			return Grant{}, fmt.Errorf("%w: the request names %q, which is not a target of scope %s", ErrUnknownTarget, parsed.Target, req.Scope)
 		}
 		if existing, err := w.grant(id); err != nil {
-			return err
+			return Grant{}, err
 		} else if existing != nil {
-			return fmt.Errorf("kvfence: grant id collision on %s; refusing to reuse it", id)
+			return Grant{}, fmt.Errorf("kvfence: grant id collision on %s; refusing to reuse it", id)
 		}
 		nb := req.NotBefore
 		if nb.IsZero() {
@@ -185,34 +183,33 @@ func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error
 		}
 		if nb.Year() < 1900 || na.Year() > 2200 {
 			// UnixNano wraps outside 1678-2262; refuse long before that.
-			return fmt.Errorf("%w: window [%s, %s) is outside 1900-2200", ErrInvalidWindow,
+			return Grant{}, fmt.Errorf("%w: window [%s, %s) is outside 1900-2200", ErrInvalidWindow,
 				nb.UTC().Format(time.RFC3339), na.UTC().Format(time.RFC3339))
 		}
 		if !na.After(nb) || !na.After(w.now) {
-			return fmt.Errorf("%w: [%s, %s) at %s", ErrInvalidWindow, nb.UTC().Format(time.RFC3339Nano),
+			return Grant{}, fmt.Errorf("%w: [%s, %s) at %s", ErrInvalidWindow, nb.UTC().Format(time.RFC3339Nano),
 				na.UTC().Format(time.RFC3339Nano), w.now.UTC().Format(time.RFC3339Nano))
 		}
-		g = grantRecord{ID: id, Scope: req.Scope, Epoch: c.Epoch, Executor: req.Executor, Claim: req.Claim,
+		g := grantRecord{ID: id, Scope: req.Scope, Epoch: c.Epoch, Executor: req.Executor, Claim: req.Claim,
 			Action: parsed.Action, RequestSHA256: digest[:], NotBefore: nb.UnixNano(), NotAfter: na.UnixNano(),
 			Decision: req.Decision, CreatedAt: w.now.UnixNano()}
 		if err := w.put(bucketGrants, []byte(id), &g); err != nil {
-			return err
+			return Grant{}, err
 		}
 		c.Mode, c.ActiveGrant, c.ActivatedAt = ModeOpen, id, w.now.UnixNano()
 		if err := w.putControl(req.Scope, c); err != nil {
-			return err
+			return Grant{}, err
 		}
-		seq, err = w.appendAudit(&audit.Entry{Kind: KindActivate, Scope: req.Scope, Epoch: c.Epoch,
+		seq, err := w.appendAudit(&audit.Entry{Kind: KindActivate, Scope: req.Scope, Epoch: c.Epoch,
 			Grant: id, Executor: req.Executor, Action: parsed.Action, RequestSHA256: digest[:],
 			Target: parsed.Target, Decision: req.Decision, Note: "claim " + req.Claim})
-		return err
+		if err != nil {
+			return Grant{}, err
+		}
+		out := g.public()
+		out.AuditSeq = seq
+		return out, nil
 	})
-	if err != nil {
-		return Grant{}, err
-	}
-	out := g.public()
-	out.AuditSeq = seq
-	return out, nil
 }
 
 // HoldRequest names the scopes to hold and why.
@@ -246,45 +243,40 @@ func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 	if err := ctx.Err(); err != nil {
 		return HoldResult{}, err
 	}
-	var res HoldResult
-	err := a.r.update(func(w *wtx) error {
-		res = HoldResult{HoldRequestedAt: requested.UTC(), HoldCommittedAt: w.now.UTC()}
+	return update(a.r, len(req.Reason), func(w *wtx) (HoldResult, error) {
+		res := HoldResult{HoldRequestedAt: requested.UTC(), HoldCommittedAt: w.now.UTC()}
 		for _, s := range req.Scopes {
 			c, err := w.control(s)
 			if err != nil {
-				return err
+				return HoldResult{}, err
 			}
 			if c == nil {
-				return fmt.Errorf("%w: %s", ErrUnknownScope, s)
+				return HoldResult{}, fmt.Errorf("%w: %s", ErrUnknownScope, s)
 			}
 			if c.Epoch == math.MaxUint64 {
-				return fmt.Errorf("%w: %s is at epoch %d", ErrEpochExhausted, s, c.Epoch)
+				return HoldResult{}, fmt.Errorf("%w: %s is at epoch %d", ErrEpochExhausted, s, c.Epoch)
 			}
 			prev := c.Epoch
 			c.Epoch++
 			c.Mode, c.ActiveGrant = ModeHeld, ""
 			c.HoldRequestedAt, c.HoldCommittedAt = requested.UnixNano(), w.now.UnixNano()
 			if err := w.putControl(s, c); err != nil {
-				return err
+				return HoldResult{}, err
 			}
 			if err := w.raiseEpochHighWater(c.Epoch); err != nil {
-				return err
+				return HoldResult{}, err
 			}
 			seq, err := w.appendAudit(&audit.Entry{Kind: KindHold, Scope: s, Epoch: c.Epoch,
 				Note: fmt.Sprintf("previous epoch %d; requested %s; reason: %s", prev,
 					requested.UTC().Format(time.RFC3339Nano), req.Reason)})
 			if err != nil {
-				return err
+				return HoldResult{}, err
 			}
 			res.Scopes = append(res.Scopes, HeldScope{Scope: s, PreviousEpoch: prev, Epoch: c.Epoch})
 			res.AuditSeq = seq
 		}
-		return nil
+		return res, nil
 	})
-	if err != nil {
-		return HoldResult{}, err
-	}
-	return res, nil
 }
 
 func (g *grantRecord) public() Grant {

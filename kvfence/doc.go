@@ -40,6 +40,19 @@
 // Errors are faults (storage, corruption, a closed receiver). An error never
 // means "go ahead" and never leaves a partial write.
 //
+// # Group commit
+//
+// Concurrent Submit and Admin calls share commits. A call that finds no
+// commit in progress commits at once; calls that arrive meanwhile queue,
+// and the next commit runs them in arrival order in one transaction, with
+// one checkpoint and one anchor write (DESIGN §10). There is no timer and
+// no fixed delay. Each call gets the result it would have got had the calls
+// run one by one in that order. If any call of a batch fails, or the
+// commit does, the batch is rolled back and each call runs again in a
+// transaction of its own, so one call's fault never fails another. A call
+// returns only once the anchor covers its commit; if that anchor write
+// fails, every call of the batch gets [ErrNotAcknowledged].
+//
 // # Envelope and request format
 //
 // Both are CBOR (RFC 8949) maps with text keys in core deterministic

@@ -61,7 +61,8 @@ type Options struct {
 var ErrReadOnly = errors.New("kvfence: receiver opened read-only")
 
 // Receiver is an open receiver database. Submit and the observation methods
-// are safe for concurrent use. Administrative calls are on Admin.
+// are safe for concurrent use; concurrent writes are group-committed (see
+// the package documentation). Administrative calls are on Admin.
 type Receiver struct {
 	db   *bolt.DB
 	path string
@@ -72,9 +73,12 @@ type Receiver struct {
 	defect           defect.Variant
 	faults           faultHooks
 
-	// wmu serialises write transactions together with head, the audit
-	// chain's newest entry, which a write transaction reads at its start and
-	// which is replaced only after its commit succeeded.
+	// queue holds write calls waiting to be group-committed.
+	queue commitQueue
+	// wmu is held by the leader of a batch while it runs the batch's write
+	// transaction and anchor write. It guards head, the audit chain's newest
+	// entry, which a write transaction reads at its start and which is
+	// replaced only after its commit succeeded.
 	wmu  sync.Mutex
 	head audit.Head
 	// anchor is the anchor as last read or written; guarded by wmu.
@@ -82,10 +86,16 @@ type Receiver struct {
 }
 
 // faultHooks lets this package's tests make a write transaction fail at a
-// named step, to show that the whole transaction then rolls back.
+// named step, to show that the whole transaction then rolls back. Each hook
+// is told what is about to be written, so that a test can fail one call of
+// a batch and not the others.
 type faultHooks struct {
-	beforeReceipt func() error
-	beforeAudit   func() error
+	beforeReceipt func(scope, action string) error
+	beforeAudit   func(e *audit.Entry) error
+	// shareFault removes the retry of a failed batch's calls one by one,
+	// so that every call of the batch gets its error; only the test that
+	// shows fault isolation sets it, to show that it then goes red.
+	shareFault bool
 }
 
 func init() {
@@ -400,54 +410,9 @@ func (r *Receiver) view(fn func(tx *bolt.Tx) error) (err error) {
 	return r.db.View(fn)
 }
 
-// update runs fn in one write transaction. The audit entries fn appends and
-// every change it makes commit together or not at all; the cached chain head
-// moves only when the commit succeeded.
-func (r *Receiver) update(fn func(w *wtx) error) (err error) {
-	if r.opts.ReadOnly {
-		return ErrReadOnly
-	}
-	r.wmu.Lock()
-	defer r.wmu.Unlock()
-	var w *wtx
-	var sc audit.SignedCheckpoint
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, r.path, p)
-		}
-	}()
-	err = r.db.Update(func(tx *bolt.Tx) error {
-		w = &wtx{tx: tx, chain: audit.NewChain(r.head), now: r.opts.Now(), faults: &r.faults}
-		if err := fn(w); err != nil {
-			return err
-		}
-		var err error
-		sc, err = w.checkpoint(r.id, r.opts.Key)
-		return err
-	})
-	if err != nil {
-		if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
-			return ErrClosed
-		}
-		return err
-	}
-	r.head = w.chain.Head()
-	if r.opts.Anchor == nil {
-		return nil
-	}
-	// Acknowledge only once the anchor covers the commit. If this write
-	// fails the database is ahead of its anchor, which Open accepts as a
-	// crash window; the caller sees an error and may retry (an applied
-	// request then answers already_applied).
-	if err := r.opts.Anchor.Store(&r.anchor, sc); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, r.path, err)
-	}
-	r.anchor = sc
-	return nil
-}
-
-// wtx is one write transaction with the audit chain it extends.
+// wtx is one write transaction with the audit chain it extends. Every call
+// of a batch runs in the same wtx; now is the clock as the current call
+// read it.
 type wtx struct {
 	tx     *bolt.Tx
 	chain  *audit.Chain
@@ -459,7 +424,7 @@ type wtx struct {
 // returns the entry's seq.
 func (w *wtx) appendAudit(e *audit.Entry) (uint64, error) {
 	if w.faults != nil && w.faults.beforeAudit != nil {
-		if err := w.faults.beforeAudit(); err != nil {
+		if err := w.faults.beforeAudit(e); err != nil {
 			return 0, err
 		}
 	}

@@ -84,7 +84,7 @@ func getReceipt(tx *bolt.Tx, scope, action string) (*receiptRecord, error) {
 
 func (w *wtx) putReceipt(scope, action string, rc *receiptRecord) error {
 	if w.faults != nil && w.faults.beforeReceipt != nil {
-		if err := w.faults.beforeReceipt(); err != nil {
+		if err := w.faults.beforeReceipt(scope, action); err != nil {
 			return err
 		}
 	}

@@ -53,6 +53,12 @@ func (r *Receiver) prepare(caller string, envelope []byte) *submission {
 // error; an error is a fault, after which nothing was changed — except
 // ErrNotAcknowledged, which says the decision committed but its anchor write
 // failed (retrying the same envelope is safe).
+//
+// Concurrent calls are group-committed: they share one transaction, one
+// checkpoint and one anchor write, and each gets the result it would have
+// got had the calls run one by one in the order they were queued. ctx is
+// checked before the call is queued; a queued call is not abandoned, so
+// Submit then waits for its result.
 func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (Result, error) {
 	if err := checkName("caller", caller); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
@@ -60,17 +66,10 @@ func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	// Decoding and hashing need no lock, so they happen before the call
+	// joins the commit queue; the leader of its batch runs only decide.
 	s := r.prepare(caller, envelope)
-	var res Result
-	err := r.update(func(w *wtx) error {
-		var err error
-		res, err = r.decide(w, s)
-		return err
-	})
-	if err != nil {
-		return Result{}, err
-	}
-	return res, nil
+	return update(r, len(envelope), func(w *wtx) (Result, error) { return r.decide(w, s) })
 }
 
 // decide runs checks 1-12 for one submission inside w.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
 )
 
@@ -265,9 +266,9 @@ func TestSubmit_RollbackOnInsertFailure(t *testing.T) {
 			head := f.r.Head()
 			switch step {
 			case "receipt":
-				f.r.faults.beforeReceipt = func() error { return boom }
+				f.r.faults.beforeReceipt = func(string, string) error { return boom }
 			case "audit":
-				f.r.faults.beforeAudit = func() error { return boom }
+				f.r.faults.beforeAudit = func(*audit.Entry) error { return boom }
 			}
 			res, err := f.r.Submit(f.ctx, "worker-a", a.envelope)
 			if !errors.Is(err, boom) {

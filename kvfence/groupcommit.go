@@ -1,0 +1,261 @@
+package kvfence
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvfence/kvfence/audit"
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// Group commit (DESIGN §10). A durable write costs a bbolt commit (its
+// fdatasyncs) and an anchor write, both far slower than deciding a request,
+// so concurrent writes share them: every write call queues its closure, and
+// whichever caller finds no commit running leads. The leader takes the
+// queue, runs the calls in queue order inside one write transaction, signs
+// one checkpoint for the last entry, commits, writes the anchor once and
+// then hands each caller its own result. Calls that arrive meanwhile wait
+// for the next leader, which is the first of them; there is no timer and no
+// fixed delay, so a lone caller commits at once.
+//
+// A batch's results are those of running its calls one by one in queue
+// order: they share the transaction and its audit chain, so each call sees
+// the effects of the calls before it. If any call fails, or the commit
+// does, the transaction rolls back and every call of the batch runs again
+// alone, so that one faulty call never fails its neighbours.
+
+// Batch limits. A batch holds at most maxBatchCalls calls and, unless its
+// first call alone is larger, at most maxBatchBytes of input: every call
+// of a batch waits for the whole batch, and its dirty pages stay in memory
+// until the commit.
+const (
+	maxBatchCalls = 1024
+	maxBatchBytes = 8 << 20
+)
+
+// call is one write call in the commit queue.
+type call struct {
+	fn func(w *wtx) (any, error)
+	// size is the call's input in bytes, counted against maxBatchBytes.
+	size int
+	// res and err are the call's outcome, set by the leader that ran it
+	// before it wakes the caller.
+	res any
+	err error
+	// lead, when wake fires, means the call has not run yet and its caller
+	// must lead the next batch.
+	lead bool
+	// wake receives exactly one signal; it is buffered so that the leader
+	// never blocks on a caller.
+	wake chan struct{}
+}
+
+// commitQueue holds the calls waiting for a commit.
+type commitQueue struct {
+	mu      sync.Mutex
+	pending []*call
+	// leading is true from the moment a caller takes the lead until a
+	// leader finds the queue empty; while it is true, new calls wait.
+	leading bool
+	// batch is the leader's copy of the calls it runs; only the current
+	// leader touches it.
+	batch []*call
+	// commits counts committed write transactions, so that tests and
+	// benchmarks can see how many calls shared each one.
+	commits atomic.Uint64
+}
+
+// update runs fn as one write call through the commit queue and returns
+// its result once the commit that contains it is anchored. size is the
+// call's input in bytes. fn may run more than once (a batch that fails is
+// retried call by call), so it must not keep state of its own between
+// runs: it returns its result, and only the result of a committed run
+// reaches the caller.
+func update[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, error) {
+	res, err := r.write(size, func(w *wtx) (any, error) { return fn(w) })
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return res.(T), nil
+}
+
+// exec is update for a call whose only outcome is an error.
+func (r *Receiver) exec(size int, fn func(w *wtx) error) error {
+	_, err := r.write(size, func(w *wtx) (any, error) { return nil, fn(w) })
+	return err
+}
+
+// write queues one call and waits for its outcome, leading a batch itself
+// when no commit is running.
+func (r *Receiver) write(size int, fn func(w *wtx) (any, error)) (any, error) {
+	if r.opts.ReadOnly {
+		return nil, ErrReadOnly
+	}
+	c := &call{fn: fn, size: size, wake: make(chan struct{}, 1)}
+	q := &r.queue
+	q.mu.Lock()
+	q.pending = append(q.pending, c)
+	if q.leading {
+		q.mu.Unlock()
+		<-c.wake
+		if !c.lead {
+			return c.res, c.err
+		}
+	} else {
+		q.leading = true
+		q.mu.Unlock()
+	}
+	r.lead(c)
+	return c.res, c.err
+}
+
+// lead runs one batch from the head of the queue, whose first call is
+// self's, wakes the batch's other callers, and then passes the lead to the
+// oldest waiting call, if any.
+func (r *Receiver) lead(self *call) {
+	q := &r.queue
+	batch := q.take(q.batch)
+	r.commit(batch)
+
+	for _, c := range batch {
+		if c != self {
+			c.wake <- struct{}{}
+		}
+	}
+	// The buffer goes back before the lead does: the next leader reuses it.
+	clear(batch)
+	q.batch = batch[:0]
+	q.mu.Lock()
+	if len(q.pending) > 0 {
+		// The next leader is the oldest waiting call, so the queue stays
+		// in arrival order. It is woken last, which lets it run first.
+		next := q.pending[0]
+		next.lead = true
+		next.wake <- struct{}{}
+	} else {
+		q.leading = false
+	}
+	q.mu.Unlock()
+}
+
+// take moves the next batch from the head of the queue into buf, within
+// the batch limits.
+func (q *commitQueue) take(buf []*call) []*call {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n, bytes := 0, 0
+	for n < len(q.pending) && n < maxBatchCalls {
+		bytes += q.pending[n].size
+		if n > 0 && bytes > maxBatchBytes {
+			break
+		}
+		n++
+	}
+	batch := append(buf[:0], q.pending[:n]...)
+	rest := copy(q.pending, q.pending[n:])
+	clear(q.pending[rest:])
+	q.pending = q.pending[:rest]
+	return batch
+}
+
+// commit runs a batch in one transaction, or, if that transaction does not
+// commit, each of its calls in a transaction of its own. It sets every
+// call's outcome.
+func (r *Receiver) commit(batch []*call) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	err := r.run(batch)
+	switch {
+	case err == nil:
+		return
+	case len(batch) == 1 || errors.Is(err, ErrClosed) || r.faults.shareFault:
+		for _, c := range batch {
+			c.err = err
+		}
+		return
+	}
+	for i, c := range batch {
+		if err := r.run(batch[i : i+1]); err != nil {
+			c.err = err
+		}
+	}
+}
+
+// run executes the calls in one write transaction and, if it commits,
+// moves the cached head and the anchor. The error reports a transaction
+// that did not commit: then no call has a result. After a commit each call
+// has its result, or ErrNotAcknowledged if the anchor was not moved.
+func (r *Receiver) run(batch []*call) (err error) {
+	var w *wtx
+	var sc audit.SignedCheckpoint
+	committed := false
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			if !committed {
+				err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, r.path, p)
+			} else {
+				r.notAcknowledged(batch, fmt.Errorf("anchor store panicked: %v", p))
+			}
+		}
+		if err != nil {
+			// A run that did not commit leaves no result behind, not even
+			// those of the calls before the one that failed.
+			for _, c := range batch {
+				c.res, c.err = nil, nil
+			}
+		}
+	}()
+	err = r.db.Update(func(tx *bolt.Tx) error {
+		w = &wtx{tx: tx, chain: audit.NewChain(r.head), faults: &r.faults}
+		for _, c := range batch {
+			// Each call reads the clock, as it would alone: a grant's
+			// window is checked at the call's own decision.
+			w.now = r.opts.Now()
+			res, err := c.fn(w)
+			if err != nil {
+				return err
+			}
+			c.res = res
+		}
+		var err error
+		sc, err = w.checkpoint(r.id, r.opts.Key)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
+			return ErrClosed
+		}
+		return err
+	}
+	committed = true
+	r.head = w.chain.Head()
+	r.queue.commits.Add(1)
+	if r.opts.Anchor == nil {
+		return nil
+	}
+	// Acknowledge only once the anchor covers the commit. If this write
+	// fails the database is ahead of its anchor, which Open accepts as a
+	// crash window; the callers see an error and may retry (an applied
+	// request then answers already_applied).
+	if err := r.opts.Anchor.Store(&r.anchor, sc); err != nil {
+		r.notAcknowledged(batch, err)
+		return nil
+	}
+	r.anchor = sc
+	return nil
+}
+
+// notAcknowledged gives every call of a committed batch ErrNotAcknowledged
+// in place of its result.
+func (r *Receiver) notAcknowledged(batch []*call, cause error) {
+	err := fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, r.path, cause)
+	for _, c := range batch {
+		c.res, c.err = nil, err
+	}
+}
