@@ -4,11 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
-	"unicode"
-	"unicode/utf8"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/fxamacker/cbor/v2"
+	"github.com/kvfence/kvfence/internal/ident"
 )
 
 // WireVersion is the only envelope and request version this package speaks.
@@ -22,8 +21,6 @@ const DefaultMaxEnvelopeSize = 64 << 10
 // created.
 const MaxTargetValueSize = 1 << 20
 
-// maxNameLen bounds scope, target, action, grant, executor and claim names.
-const maxNameLen = 512
 
 // Envelope is what a worker submits: the authority it claims to hold and the
 // exact approved request bytes. The caller's identity is never taken from
@@ -209,24 +206,5 @@ func (r *Request) check() error {
 }
 
 // checkName enforces the rules shared by every identifier on the wire and in
-// admin calls: non-empty, bounded, valid UTF-8 without control characters, so
-// that identifiers print unambiguously in audit output.
-func checkName(field, s string) error {
-	if s == "" {
-		return fmt.Errorf("%s is empty", field)
-	}
-	if len(s) > maxNameLen {
-		return fmt.Errorf("%s is %d bytes, over the %d-byte limit", field, len(s), maxNameLen)
-	}
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%s is not valid UTF-8", field)
-	}
-	for _, c := range s {
-		// C0, DEL, C1 (terminal escapes) and bidirectional overrides would
-		// make an identifier print as something it is not.
-		if unicode.IsControl(c) || unicode.Is(unicode.Bidi_Control, c) {
-			return fmt.Errorf("%s contains a control character", field)
-		}
-	}
-	return nil
-}
+// the administrative API (package ident).
+func checkName(field, s string) error { return ident.Check(field, s) }
