@@ -454,6 +454,12 @@ func (r *Receiver) update(fn func(w *wtx) error) (err error) {
 	// crash window; the caller sees an error and may retry (an applied
 	// request then answers already_applied).
 	if err := r.opts.Anchor.Store(&r.anchor, sc); err != nil {
+		// A store can fail after its write took effect (a directory fsync
+		// after the rename). The anchor then holds sc: expect it next
+		// time, or every later write would conflict with it.
+		if cur, lerr := r.opts.Anchor.Load(); lerr == nil && cur == sc {
+			r.anchor = sc
+		}
 		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, r.path, err)
 	}
 	r.anchor = sc
