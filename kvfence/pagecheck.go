@@ -63,6 +63,11 @@ const (
 	// maxTreeDepth bounds the depth of one bucket's B+tree, and of bucket
 	// nesting. A tree of 4 KiB pages holding 2^64 keys is far shallower.
 	maxTreeDepth = 32
+	// maxPageSpan bounds a page with its overflow pages, so that a damaged
+	// overflow count cannot make the check allocate the whole file. A
+	// receiver's largest page holds one target value (MaxTargetValueSize)
+	// or a freelist; this leaves room for 30 million free pages.
+	maxPageSpan = 256 << 20
 )
 
 var ne = binary.NativeEndian
@@ -196,6 +201,9 @@ func (c *pageChecker) page(id uint64, what string) ([]byte, uint16, error) {
 	}
 	if err := c.mark(id, overflow, what); err != nil {
 		return nil, 0, err
+	}
+	if (int64(overflow)+1)*c.pageSize > maxPageSpan {
+		return nil, 0, c.fail("%s page %d spans %d pages", what, id, int64(overflow)+1)
 	}
 	buf := make([]byte, (int64(overflow)+1)*c.pageSize)
 	if _, err := c.r.ReadAt(buf, int64(id)*c.pageSize); err != nil {
