@@ -222,8 +222,9 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
-// fuzzDatabase returns a small receiver database, cut to the pages bbolt
-// uses, for FuzzCheckPages.
+// fuzzDatabase returns a small receiver database for FuzzCheckPages,
+// rewritten with 1 KiB pages and cut to the pages bbolt uses, so that the
+// fuzzer mutates kilobytes, not tens of them.
 func fuzzDatabase(tb testing.TB, activity int) []byte {
 	tb.Helper()
 	f := newFixture(tb, defect.Variant{})
@@ -234,11 +235,25 @@ func fuzzDatabase(tb testing.TB, activity int) []byte {
 		f.hold("h")
 	}
 	f.r.Close()
-	data, err := os.ReadFile(f.path)
+	defer f.reopen()
+	small := filepath.Join(filepath.Dir(f.path), "small.db")
+	src, err := bolt.Open(f.path, 0o600, &bolt.Options{ReadOnly: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f.reopen()
+	defer src.Close()
+	dst, err := bolt.Open(small, 0o600, &bolt.Options{PageSize: 1024})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := bolt.Compact(dst, src, 0); err != nil {
+		tb.Fatal(err)
+	}
+	dst.Close()
+	data, err := os.ReadFile(small)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	c := &pageChecker{r: bytes.NewReader(data), size: int64(len(data))}
 	if err := c.meta(); err != nil {
 		tb.Fatal(err)

@@ -92,6 +92,7 @@ type pageChecker struct {
 	// seen has a bit for every page below the high-water mark that is
 	// reachable or free.
 	seen []uint64
+	buf  []byte // the page last read
 }
 
 func (c *pageChecker) fail(format string, args ...any) error {
@@ -187,26 +188,38 @@ func (c *pageChecker) mark(id uint64, overflow uint32, what string) error {
 }
 
 // page reads page id, with its overflow pages, after checking its header.
+// The bytes are valid until the next call.
 func (c *pageChecker) page(id uint64, what string) ([]byte, uint16, error) {
 	if id < 2 || id >= c.m.pgid {
 		return nil, 0, c.fail("%s page %d outside pages 2 to %d", what, id, c.m.pgid-1)
 	}
-	var h [boltPageHeaderSize]byte
-	if _, err := c.r.ReadAt(h[:], int64(id)*c.pageSize); err != nil {
+	if int64(cap(c.buf)) < c.pageSize {
+		c.buf = make([]byte, c.pageSize)
+	}
+	buf := c.buf[:c.pageSize]
+	if _, err := c.r.ReadAt(buf, int64(id)*c.pageSize); err != nil {
 		return nil, 0, c.fail("%s page %d: %v", what, id, err)
 	}
-	flags, overflow := ne.Uint16(h[8:]), ne.Uint32(h[12:])
-	if got := ne.Uint64(h[0:]); got != id {
+	flags, overflow := ne.Uint16(buf[8:]), ne.Uint32(buf[12:])
+	if got := ne.Uint64(buf[0:]); got != id {
 		return nil, 0, c.fail("%s page %d names itself %d", what, id, got)
 	}
 	if err := c.mark(id, overflow, what); err != nil {
 		return nil, 0, err
 	}
-	if (int64(overflow)+1)*c.pageSize > maxPageSpan {
+	if overflow == 0 {
+		return buf, flags, nil
+	}
+	span := (int64(overflow) + 1) * c.pageSize
+	if span > maxPageSpan {
 		return nil, 0, c.fail("%s page %d spans %d pages", what, id, int64(overflow)+1)
 	}
-	buf := make([]byte, (int64(overflow)+1)*c.pageSize)
-	if _, err := c.r.ReadAt(buf, int64(id)*c.pageSize); err != nil {
+	if int64(cap(c.buf)) < span {
+		c.buf = make([]byte, span)
+		copy(c.buf, buf)
+	}
+	buf = c.buf[:span]
+	if _, err := c.r.ReadAt(buf[c.pageSize:], (int64(id)+1)*c.pageSize); err != nil {
 		return nil, 0, c.fail("%s page %d: %v", what, id, err)
 	}
 	return buf, flags, nil
@@ -276,7 +289,7 @@ func (c *pageChecker) tree(root uint64) error {
 			}
 			stack = append(stack, children...)
 		case boltLeafPage:
-			buckets, err := c.leaf(p, it.lo, it.hi, it.level, fmt.Sprintf("page %d", it.id))
+			buckets, err := c.leaf(p, it.lo, it.hi, it.level, pageName(it.id))
 			if err != nil {
 				return err
 			}
@@ -288,8 +301,24 @@ func (c *pageChecker) tree(root uint64) error {
 	return nil
 }
 
+// pageName and branchName name a page in an error; a where is formatted
+// only when it is printed, since most pages are fine.
+type pageName uint64
+type branchName uint64
+
+func (p pageName) String() string   { return fmt.Sprintf("page %d", uint64(p)) }
+func (p branchName) String() string { return fmt.Sprintf("branch page %d", uint64(p)) }
+
+// inlineName names an inline bucket on a page.
+type inlineName struct {
+	page fmt.Stringer
+	key  []byte
+}
+
+func (n inlineName) String() string { return fmt.Sprintf("%s: inline bucket %q", n.page, n.key) }
+
 // elements returns the count and checks that the element headers fit in p.
-func (c *pageChecker) elements(p []byte, where string) (int, error) {
+func (c *pageChecker) elements(p []byte, where fmt.Stringer) (int, error) {
 	n := int(ne.Uint16(p[10:]))
 	if boltPageHeaderSize+n*boltElementSize > len(p) {
 		return 0, c.fail("%s: %d elements do not fit in %d bytes", where, n, len(p))
@@ -319,7 +348,7 @@ func keyInRange(key, prev, lo, hi []byte, first bool) bool {
 }
 
 func (c *pageChecker) branch(it treeItem, p []byte) ([]treeItem, error) {
-	where := fmt.Sprintf("branch page %d", it.id)
+	where := branchName(it.id)
 	n, err := c.elements(p, where)
 	if err != nil {
 		return nil, err
@@ -355,7 +384,7 @@ func (c *pageChecker) branch(it treeItem, p []byte) ([]treeItem, error) {
 // leaf checks a leaf page (a real one, or an inline bucket's) and returns
 // the root pages of the buckets it holds. Inline buckets are checked in
 // place.
-func (c *pageChecker) leaf(p []byte, lo, hi []byte, level int, where string) ([]treeItem, error) {
+func (c *pageChecker) leaf(p []byte, lo, hi []byte, level int, where fmt.Stringer) ([]treeItem, error) {
 	n, err := c.elements(p, where)
 	if err != nil {
 		return nil, err
@@ -395,7 +424,7 @@ func (c *pageChecker) leaf(p []byte, lo, hi []byte, level int, where string) ([]
 			continue
 		}
 		inline := value[boltBucketHeader:]
-		in := fmt.Sprintf("%s: inline bucket %q", where, key)
+		in := inlineName{page: where, key: key}
 		if len(inline) < boltPageHeaderSize || ne.Uint16(inline[8:]) != boltLeafPage {
 			return nil, c.fail("%s is not a leaf page", in)
 		}
