@@ -105,7 +105,7 @@ func TestHelperCrashChild(t *testing.T) {
 	}
 	ack(crashAck{Ready: true})
 	ctx, admin := context.Background(), r.Admin()
-	submit := func(g Grant, as string, env []byte, stale bool) {
+	submit := func(as string, env []byte, stale bool) {
 		res, err := r.Submit(ctx, as, env)
 		if err != nil {
 			fail(fmt.Errorf("submit: %w", err))
@@ -136,7 +136,7 @@ func TestHelperCrashChild(t *testing.T) {
 		env := crashEnvelope(g, g.Executor, g.Epoch)
 		switch x := rng.IntN(10); {
 		case x < 5:
-			submit(g, g.Executor, env, false)
+			submit(g.Executor, env, false)
 		case x < 8:
 			scopes := []string{scope}
 			if x == 7 {
@@ -148,10 +148,10 @@ func TestHelperCrashChild(t *testing.T) {
 			}
 			ack(crashAck{Op: "hold", Held: h.Scopes, Seq: h.AuditSeq})
 			// The superseded worker resumes, as is and with the new epoch.
-			submit(g, g.Executor, env, true)
-			submit(g, g.Executor, crashEnvelope(g, g.Executor, g.Epoch+1), true)
+			submit(g.Executor, env, true)
+			submit(g.Executor, crashEnvelope(g, g.Executor, g.Epoch+1), true)
 		default:
-			submit(g, "someone-else", env, false)
+			submit("someone-else", env, false)
 		}
 	}
 }
