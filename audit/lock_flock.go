@@ -23,3 +23,8 @@ func lockDir(dir *os.File) (unlock func(), err error) {
 	}
 	return func() { syscall.Flock(fd, syscall.LOCK_UN) }, nil
 }
+
+// lockExcludesProcesses says that lockDir excludes writers in other
+// processes too, so that a writer holding it may remove another's
+// abandoned temporary file.
+const lockExcludesProcesses = true

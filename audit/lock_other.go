@@ -15,3 +15,7 @@ func lockDir(*os.File) (unlock func(), err error) {
 	dirLock.Lock()
 	return dirLock.Unlock, nil
 }
+
+// lockExcludesProcesses says that lockDir does not exclude other
+// processes here: a temporary file may belong to a live writer.
+const lockExcludesProcesses = false

@@ -244,6 +244,12 @@ func (r *Receiver) run(batch []*call) (err error) {
 	// crash window; the callers see an error and may retry (an applied
 	// request then answers already_applied).
 	if err := r.opts.Anchor.Store(&r.anchor, sc); err != nil {
+		// A store can fail after its write took effect (an fsync after
+		// the data reached the file). The anchor then holds sc: expect it
+		// next time, or every later write would conflict with it.
+		if cur, lerr := r.opts.Anchor.Load(); lerr == nil && cur == sc {
+			r.anchor = sc
+		}
 		r.notAcknowledged(batch, err)
 		return nil
 	}

@@ -266,10 +266,9 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 		ReadOnly: o.ReadOnly,
 		NoSync:   o.NoSync,
 		// Never create: the file was there a moment ago, and if it is gone
-		// now that is ErrNotInitialized, not a fresh empty receiver.
-		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
-			return os.OpenFile(name, flag&^os.O_CREATE, perm)
-		},
+		// now that is ErrNotInitialized, not a fresh empty receiver. Check
+		// the pages under the lock before bbolt reads them (pagecheck.go).
+		OpenFile: checkedOpenFile(timeout),
 	}
 	db, err := openBolt(path, bo)
 	if err != nil {
@@ -306,11 +305,23 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 // openBolt opens the bbolt file and maps its failures onto this package's
 // errors. bbolt may panic on a corrupt file; that is a bad file, not a crash.
 func openBolt(path string, bo *bolt.Options) (db *bolt.DB, err error) {
+	// bbolt does not close the file when it panics inside Open; keep it to
+	// close here, or its lock would stay held until the process exits.
+	var file *os.File
+	openFile := bo.OpenFile
+	bo.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		f, err := openFile(name, flag, perm)
+		file = f
+		return f, err
+	}
 	// A corrupt page can make bbolt touch unmapped memory; with
 	// SetPanicOnFault that is a panic recovered below, not a crash.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
+			if file != nil {
+				releaseFile(file)
+			}
 			db, err = nil, fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, path, p)
 		}
 	}()
@@ -318,6 +329,8 @@ func openBolt(path string, bo *bolt.Options) (db *bolt.DB, err error) {
 	switch {
 	case err == nil:
 		return db, nil
+	case errors.Is(err, ErrBadFormat):
+		return nil, err
 	case errors.Is(err, bolterrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s", ErrStorageBusy, path)
 	case errors.Is(err, fs.ErrNotExist):

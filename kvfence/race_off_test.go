@@ -1,0 +1,5 @@
+//go:build !race
+
+package kvfence
+
+const raceEnabled = false
