@@ -6,17 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/boltfile"
 	"github.com/kvfence/kvfence/internal/defect"
 	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // DefaultLockTimeout is how long Open waits for the database lock when
@@ -156,32 +154,8 @@ func Init(path string, opts *InitOptions) (err error) {
 	if now == nil {
 		now = time.Now
 	}
-	// O_EXCL makes "refuse an existing file" atomic; bbolt then lays out an
-	// empty file itself.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("%w: %s", ErrAlreadyInitialized, path)
-		}
-		return fmt.Errorf("kvfence: init: %w", err)
-	}
-	f.Close()
-	defer func() {
-		if err != nil {
-			os.Remove(path)
-		}
-	}()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: DefaultLockTimeout})
-	if err != nil {
-		return fmt.Errorf("kvfence: init: %w", err)
-	}
-	defer func() {
-		if cerr := db.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("kvfence: init: %w", cerr)
-		}
-	}()
 	var first audit.SignedCheckpoint
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = boltfile.Create(path, DefaultLockTimeout, fileErrors, func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucket(name); err != nil {
 				return err
@@ -210,7 +184,7 @@ func Init(path string, opts *InitOptions) (err error) {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("kvfence: init: %w", err)
+		return err
 	}
 	if err := opts.Anchor.Store(nil, first); err != nil {
 		return fmt.Errorf("kvfence: init: writing the first anchor: %w", err)
@@ -243,34 +217,14 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 	if o.MaxEnvelopeSize <= 0 {
 		o.MaxEnvelopeSize = DefaultMaxEnvelopeSize
 	}
-	fi, err := os.Stat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%w: %s", ErrNotInitialized, path)
-	case err != nil:
-		return nil, fmt.Errorf("kvfence: open: %w", err)
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadFormat, path)
-	case fi.Size() == 0:
-		// bbolt would lay out a fresh database in an empty file; Open never
-		// creates state (an Init interrupted before its first commit leaves
-		// such a file).
-		return nil, fmt.Errorf("%w: %s is empty", ErrBadFormat, path)
-	}
 	timeout := o.LockTimeout
 	if timeout < 0 {
 		timeout = time.Nanosecond
 	}
-	bo := &bolt.Options{
-		Timeout:  timeout,
-		ReadOnly: o.ReadOnly,
-		NoSync:   o.NoSync,
-		// Never create: the file was there a moment ago, and if it is gone
-		// now that is ErrNotInitialized, not a fresh empty receiver. Check
-		// the pages under the lock before bbolt reads them (pagecheck.go).
-		OpenFile: checkedOpenFile(timeout),
-	}
-	db, err := openBolt(path, bo)
+	// The pages are checked under the lock before bbolt reads them
+	// (pagecheck.go).
+	db, err := boltfile.Open(path, bolt.Options{Timeout: timeout, ReadOnly: o.ReadOnly, NoSync: o.NoSync,
+		OpenFile: checkedOpenFile(timeout)}, fileErrors, releaseFile)
 	if err != nil {
 		return nil, err
 	}
@@ -302,45 +256,14 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 	return r, nil
 }
 
-// openBolt opens the bbolt file and maps its failures onto this package's
-// errors. bbolt may panic on a corrupt file; that is a bad file, not a crash.
-func openBolt(path string, bo *bolt.Options) (db *bolt.DB, err error) {
-	// bbolt does not close the file when it panics inside Open; keep it to
-	// close here, or its lock would stay held until the process exits.
-	var file *os.File
-	openFile := bo.OpenFile
-	bo.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
-		f, err := openFile(name, flag, perm)
-		file = f
-		return f, err
-	}
-	// A corrupt page can make bbolt touch unmapped memory; with
-	// SetPanicOnFault that is a panic recovered below, not a crash.
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			if file != nil {
-				releaseFile(file)
-			}
-			db, err = nil, fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, path, p)
-		}
-	}()
-	db, err = bolt.Open(path, 0o600, bo)
-	switch {
-	case err == nil:
-		return db, nil
-	case errors.Is(err, ErrBadFormat):
-		return nil, err
-	case errors.Is(err, bolterrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s", ErrStorageBusy, path)
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%w: %s", ErrNotInitialized, path)
-	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch),
-		errors.Is(err, bolterrors.ErrChecksum):
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadFormat, path, err)
-	default:
-		return nil, fmt.Errorf("kvfence: open %s: %w", path, err)
-	}
+// fileErrors are this package's sentinels for boltfile's failures.
+var fileErrors = boltfile.Errors{Prefix: "kvfence", NotInitialized: ErrNotInitialized, AlreadyInitialized: ErrAlreadyInitialized,
+	StorageBusy: ErrStorageBusy, BadFormat: ErrBadFormat}
+
+// openBolt opens the bbolt file with the receiver's page check and maps its
+// failures onto this package's errors.
+func openBolt(path string, bo *bolt.Options) (*bolt.DB, error) {
+	return boltfile.Open(path, *bo, fileErrors, releaseFile)
 }
 
 // load checks the layout and reads the receiver id and the chain head.

@@ -110,7 +110,7 @@ func open(path string, opts *Options, v defect.Variant) (l *Ledger, err error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	db, err := boltfile.Open(path, bolt.Options{Timeout: o.LockTimeout, ReadOnly: o.ReadOnly}, fileErrors)
+	db, err := boltfile.Open(path, bolt.Options{Timeout: o.LockTimeout, ReadOnly: o.ReadOnly}, fileErrors, nil)
 	if err != nil {
 		return nil, err
 	}

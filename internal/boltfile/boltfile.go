@@ -66,7 +66,10 @@ func Create(path string, timeout time.Duration, e Errors, fn func(tx *bolt.Tx) e
 // check and the open. An empty file (an init interrupted before its first
 // commit), a directory or a file bbolt cannot read is e.BadFormat; a lock
 // not obtained within bo.Timeout is e.StorageBusy.
-func Open(path string, bo bolt.Options, e Errors) (db *bolt.DB, err error) {
+//
+// bo.OpenFile, if set, opens the file in place of os.OpenFile; release, if
+// set, unlocks and closes a file that bbolt opened and then panicked on.
+func Open(path string, bo bolt.Options, e Errors, release func(*os.File)) (db *bolt.DB, err error) {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -82,14 +85,34 @@ func Open(path string, bo bolt.Options, e Errors) (db *bolt.DB, err error) {
 	if bo.Timeout < 0 {
 		bo.Timeout = time.Nanosecond
 	}
+	// Never create: the file was there a moment ago, and if it is gone now
+	// that is NotInitialized, not a fresh empty file. A caller's OpenFile
+	// (the receiver's checks the pages under the lock) must not create
+	// either. bbolt does not close the file when it panics inside Open;
+	// keep it to release here, or its lock would stay held until the
+	// process exits.
+	openFile := bo.OpenFile
+	if openFile == nil {
+		openFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			return os.OpenFile(name, flag&^os.O_CREATE, perm)
+		}
+	}
+	var file *os.File
 	bo.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
-		return os.OpenFile(name, flag&^os.O_CREATE, perm)
+		f, err := openFile(name, flag, perm)
+		file = f
+		return f, err
 	}
 	// A corrupt page can make bbolt touch unmapped memory; with
 	// SetPanicOnFault that is a panic recovered below, not a crash.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
+			if file != nil && release != nil {
+				release(file)
+			} else if file != nil {
+				file.Close()
+			}
 			db, err = nil, fmt.Errorf("%w: %s: bbolt: %v", e.BadFormat, path, p)
 		}
 	}()
@@ -97,6 +120,8 @@ func Open(path string, bo bolt.Options, e Errors) (db *bolt.DB, err error) {
 	switch {
 	case err == nil:
 		return db, nil
+	case errors.Is(err, e.BadFormat):
+		return nil, err
 	case errors.Is(err, bolterrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s", e.StorageBusy, path)
 	case errors.Is(err, fs.ErrNotExist):
