@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/boltfile"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -87,6 +88,19 @@ func (w *wtx) checkpoint(receiver string, key ed25519.PrivateKey) (audit.SignedC
 	return sc, w.tx.Bucket(bucketCheckpoints).Put(checkpointLatest, raw)
 }
 
+// finishInit writes the first anchor of a receiver whose Init committed the
+// database but did not live to write it (boltfile.InitCheckpoint).
+func (r *Receiver) finishInit() (sc audit.SignedCheckpoint, err error) {
+	err = r.view(func(tx *bolt.Tx) error {
+		sc, err = boltfile.InitCheckpoint(tx.Bucket(bucketCheckpoints), checkpointLatest, r.pub, r.id, r.head)
+		return err
+	})
+	if err != nil {
+		return sc, err
+	}
+	return sc, r.opts.Anchor.Store(nil, sc)
+}
+
 // hashAt returns the hash of the stored entry at seq.
 func hashAt(tx *bolt.Tx, seq uint64) (audit.Hash, error) {
 	raw := tx.Bucket(bucketAudit).Get(audit.SeqKey(seq))
@@ -102,6 +116,9 @@ func hashAt(tx *bolt.Tx, seq uint64) (audit.Hash, error) {
 // and its anchor write; a writable receiver then moves the anchor up.
 func (r *Receiver) checkAnchor() error {
 	a, err := r.opts.Anchor.Load()
+	if errors.Is(err, audit.ErrAnchorMissing) && !r.opts.ReadOnly {
+		a, err = r.finishInit()
+	}
 	if err != nil {
 		return fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
 	}

@@ -2,6 +2,7 @@ package kvfence
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"errors"
 	"io"
@@ -316,4 +317,40 @@ func TestOpen_Fork(t *testing.T) {
 	}
 	f.r = mustOpenSkip(t, f)
 	f.r.opts.Anchor = nil
+}
+
+// Ensure that a receiver whose Init died between its commit and its first
+// anchor write can be opened (the anchor is written from the database's
+// own init checkpoint), and that once anything else was recorded a missing
+// anchor is refused again.
+func TestOpen_InitCrashWindow(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.db")
+	anchor := audit.FileAnchor{Path: filepath.Join(dir, "r.anchor")}
+	if err := Init(path, &InitOptions{ReceiverID: "r", Key: testKey, Anchor: anchor}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := anchor.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(anchor.Path) // as if Init had been killed before writing it
+	if _, err := Open(path, &Options{ReadOnly: true, Anchor: anchor}); !errors.Is(err, ErrAnchorMissing) {
+		t.Fatalf("read-only Open of an unanchored fresh receiver = %v, want ErrAnchorMissing", err)
+	}
+	r, err := Open(path, &Options{Key: testKey, Anchor: anchor})
+	if err != nil {
+		t.Fatalf("Open after an interrupted Init: %v", err)
+	}
+	if got, err := anchor.Load(); err != nil || got != first {
+		t.Fatalf("anchor after Open = %v, %v; want the init checkpoint", got, err)
+	}
+	if err := r.Admin().CreateScope(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	os.Remove(anchor.Path)
+	if _, err := Open(path, &Options{Key: testKey, Anchor: anchor}); !errors.Is(err, ErrAnchorMissing) {
+		t.Fatalf("Open of a receiver with history and no anchor = %v, want ErrAnchorMissing", err)
+	}
 }

@@ -17,7 +17,8 @@ var (
 )
 
 // Errors returned by administrative calls. An administrative call that
-// returns an error changed nothing.
+// returns an error changed nothing, except ErrNotAcknowledged: the change
+// committed, but its anchor write failed.
 var (
 	// ErrScopeExists means CreateScope named a scope that already exists.
 	ErrScopeExists = errors.New("kvfence: scope already exists")
@@ -51,7 +52,9 @@ var (
 // ErrNotAcknowledged means a write committed to the database but its anchor
 // was not moved, so the call could not acknowledge it. The database is then
 // ahead of its anchor, which the next Open accepts and repairs; a retried
-// Submit of the same envelope answers already_applied.
+// Submit of the same envelope answers already_applied. An administrative
+// call that returns it (a hold, an activation) did take effect: check the
+// state (Status) before repeating it.
 var ErrNotAcknowledged = errors.New("kvfence: committed but not acknowledged (anchor write failed)")
 
 // ErrEpochMismatch means an activation named an epoch other than the scope's current one.

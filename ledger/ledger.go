@@ -183,6 +183,16 @@ func (l *Ledger) load() error {
 // over a crash window between a commit and its anchor write.
 func (l *Ledger) checkAnchor() error {
 	a, err := l.opts.Anchor.Load()
+	if errors.Is(err, audit.ErrAnchorMissing) && !l.opts.ReadOnly {
+		// Init died between its commit and its first anchor write.
+		err = l.view(func(tx *bolt.Tx) error {
+			a, err = boltfile.InitCheckpoint(tx.Bucket(bucketCheckpoints), checkpointLatest, l.pub, l.id, l.head)
+			return err
+		})
+		if err == nil {
+			err = l.opts.Anchor.Store(nil, a)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("ledger: %s: anchor: %w", l.path, err)
 	}

@@ -560,3 +560,19 @@ func TestNoPathToReceiverGrant(t *testing.T) {
 		t.Fatal("no source files checked")
 	}
 }
+
+// Ensure that a ledger whose Init died before its first anchor write opens
+// (writing that anchor), and that with any history a missing anchor is
+// refused.
+func TestOpen_InitCrashWindow(t *testing.T) {
+	f := newFixture(t)
+	os.Remove(f.anchor.Path)
+	l := f.open()
+	approve(t, l, "act")
+	l.Close()
+	os.Remove(f.anchor.Path)
+	if _, err := Open(f.path, f.opts()); !errors.Is(err, audit.ErrAnchorMissing) {
+		t.Fatalf("Open of a ledger with history and no anchor = %v, want ErrAnchorMissing", err)
+	}
+	f.problem = audit.ErrAnchorMissing
+}

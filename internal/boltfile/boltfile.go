@@ -6,6 +6,7 @@
 package boltfile
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -169,4 +170,25 @@ func HashAt(b *bolt.Bucket, seq uint64) (audit.Hash, error) {
 		return audit.Hash{}, fmt.Errorf("%w: no entry %d", audit.ErrSeqGap, seq)
 	}
 	return audit.HashEntry(raw), nil
+}
+
+// InitCheckpoint returns the signed checkpoint stored under key in bucket b
+// if it is the init checkpoint of a chain whose only entry is head: signed
+// by pub for id, at seq 1, with head's hash. Init commits the file and then
+// writes the first anchor; a crash in between leaves a file that holds only
+// its init entry and no anchor, and this checkpoint is what the anchor
+// would have been. With any later entry there is history for a missing
+// anchor to hide, and it returns an error wrapping audit.ErrAnchorMissing.
+func InitCheckpoint(b *bolt.Bucket, key []byte, pub ed25519.PublicKey, id string, head audit.Head) (audit.SignedCheckpoint, error) {
+	if head.Seq != 1 {
+		return audit.SignedCheckpoint{}, audit.ErrAnchorMissing
+	}
+	sc, err := audit.ParseSignedCheckpoint(b.Get(key))
+	if err != nil {
+		return sc, fmt.Errorf("%w (and the file's own init checkpoint is unusable: %v)", audit.ErrAnchorMissing, err)
+	}
+	if err := sc.Verify(pub); err != nil || sc.Receiver != id || sc.Seq != head.Seq || sc.Head != head.Hash {
+		return sc, fmt.Errorf("%w (and the file's own init checkpoint does not match it)", audit.ErrAnchorMissing)
+	}
+	return sc, nil
 }
