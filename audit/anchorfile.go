@@ -9,50 +9,64 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	"github.com/google/renameio/v2"
 )
 
 // FileAnchor is an AnchorStore in one file at an operator-given Path, in
-// the anchor file format. Each write replaces the file atomically and is
-// durable when Store returns.
+// the anchor file format: two fixed-size slots, each holding a generation
+// number, a checkpoint and a SHA-256 of both. Each write overwrites the
+// slot that is not current, in place, and is durable when Store returns.
 //
-// Atomic replace was chosen over appending checkpoints to an fsynced log,
-// although BenchmarkAnchorWrite on a 2-core VM (ext4, virtio disk) measured
-// it slower: a Store (read, compare, temporary file, fsync, rename,
-// directory fsync) took 0.76 to 2.0 ms, typically about 1 ms, and an append
-// with fsync 0.19 to 0.33 ms, typically 0.23 ms; both include a 27 µs
-// signature, and fsyncing the new inode is most of the difference. With
-// replace, a crash leaves the old anchor or the new one; an append can leave
-// a torn last record, which Load would then have to refuse (every crash
-// mid-write would stop the receiver) or skip (the parser would accept
-// damaged files). The log would also grow without bound, and its
-// compaction needs an atomic replace anyway. Group commit pays the
-// difference once per batch, not once per request.
+// Overwriting in place is safe because the slot being written is never
+// the current one: a crash, or a reader racing the write, can damage only
+// that slot, its checksum no longer matches, and Load falls back to the
+// other slot, the previous anchor, which the receiver already accepts as
+// the crash window between a commit and its anchor write. Slots are
+// ordered by generation, not by seq, so that Supersede, which may move seq
+// back after a recovery, still wins. The file keeps its size after
+// creation, so one fdatasync makes a write durable: no temporary file, no
+// rename, no directory fsync.
+//
+// The file used to be replaced atomically on each write (lock the
+// directory, read, compare, write a temporary file, fsync, rename, fsync
+// the directory). BenchmarkAnchorWrite on a 2-core VM (ext4, virtio disk)
+// measured that at about 1.2 ms per Store, and the in-place slot write at
+// about 0.37 ms, both including a 27 µs signature; BenchmarkSubmit with a
+// file anchor went from 2.1 ms to 1.0 ms per durable fenced write, against
+// 0.67 ms for a bare bbolt Update (0.32x to 0.65x). Appending checkpoints to
+// a log with fsync costs about as much as a slot write but grows without
+// bound and leaves a torn last record after a crash; the slots bound the
+// file and turn a torn write into a checksum mismatch in a slot that is
+// not needed.
 type FileAnchor struct {
 	// Path is the anchor file. It comes from the operator's configuration,
 	// never from the database it anchors.
 	Path string
 }
 
-// Load reads and parses the anchor file. A missing file is ErrAnchorMissing;
-// a symbolic link, directory or other non-regular file is
-// ErrAnchorNotRegular; a file writable by group or others is
-// ErrAnchorPermissions; content that is not one canonical anchor is
-// ErrBadAnchor. Load never creates or changes the file.
+// Load reads the anchor file and returns the checkpoint in its current
+// slot: the valid slot with the higher generation. A missing file is
+// ErrAnchorMissing; a symbolic link, directory or other non-regular file
+// is ErrAnchorNotRegular; a file writable by group or others is
+// ErrAnchorPermissions; a file of the wrong size, without a valid slot or
+// with two slots of one generation is ErrBadAnchor. A damaged slot beside
+// a valid one is skipped, as a crash during a write leaves it. Load never
+// creates or changes the file.
 func (f FileAnchor) Load() (SignedCheckpoint, error) {
-	data, err := f.read()
+	file, err := f.open(os.O_RDONLY)
 	if err != nil {
 		return SignedCheckpoint{}, err
 	}
-	sc, err := ParseAnchor(data)
+	defer file.Close()
+	_, cur, err := f.readSlots(file)
 	if err != nil {
-		return SignedCheckpoint{}, fmt.Errorf("%s: %w", f.Path, err)
+		return SignedCheckpoint{}, err
 	}
-	return sc, nil
+	return cur.sc, nil
 }
 
-func (f FileAnchor) read() ([]byte, error) {
+// open opens the anchor file with flag after checking that it is a regular
+// file that only its owner may write.
+func (f FileAnchor) open(flag int) (*os.File, error) {
 	if f.Path == "" {
 		return nil, errors.New("audit: anchor path is empty")
 	}
@@ -63,23 +77,42 @@ func (f FileAnchor) read() ([]byte, error) {
 	if err := checkAnchorInfo(f.Path, fi); err != nil {
 		return nil, err
 	}
-	file, err := os.Open(f.Path)
+	file, err := os.OpenFile(f.Path, flag, 0)
 	if err != nil {
 		return nil, f.statError(err)
 	}
-	defer file.Close()
 	// The path was checked before it was opened; make sure it is still the
 	// same file, not a symbolic link swapped in between.
-	if ofi, err := file.Stat(); err != nil {
-		return nil, fmt.Errorf("audit: anchor: %w", err)
-	} else if !os.SameFile(fi, ofi) {
-		return nil, fmt.Errorf("%w: %s changed while it was being opened", ErrAnchorNotRegular, f.Path)
+	if err := f.checkSame(fi, file); err != nil {
+		file.Close()
+		return nil, err
 	}
-	data, err := io.ReadAll(io.LimitReader(file, MaxCheckpointSize+1))
+	return file, nil
+}
+
+// checkSame reports whether file is the one fi describes.
+func (f FileAnchor) checkSame(fi fs.FileInfo, file *os.File) error {
+	ofi, err := file.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("audit: anchor: %w", err)
+		return fmt.Errorf("audit: anchor: %w", err)
 	}
-	return data, nil
+	if !os.SameFile(fi, ofi) {
+		return fmt.Errorf("%w: %s changed while it was being opened", ErrAnchorNotRegular, f.Path)
+	}
+	return nil
+}
+
+// readSlots reads and parses the whole file and returns its current slot.
+func (f FileAnchor) readSlots(file *os.File) (int, anchorSlot, error) {
+	data, err := io.ReadAll(io.NewSectionReader(file, 0, AnchorFileSize+1))
+	if err != nil {
+		return 0, anchorSlot{}, fmt.Errorf("audit: anchor: %w", err)
+	}
+	i, cur, err := parseAnchorFile(data)
+	if err != nil {
+		return 0, anchorSlot{}, fmt.Errorf("%s: %w", f.Path, err)
+	}
+	return i, cur, nil
 }
 
 func (f FileAnchor) statError(err error) error {
@@ -103,7 +136,7 @@ func checkAnchorInfo(path string, fi fs.FileInfo) error {
 	return nil
 }
 
-// Store implements AnchorStore.Store. The new file has mode 0600.
+// Store implements AnchorStore.Store. A new file has mode 0600.
 func (f FileAnchor) Store(old *SignedCheckpoint, next SignedCheckpoint) error {
 	return f.swap(old, next, false)
 }
@@ -114,50 +147,89 @@ func (f FileAnchor) Supersede(old, next SignedCheckpoint) error {
 }
 
 func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede bool) error {
-	text, err := next.MarshalAnchor()
+	file, err := f.open(os.O_RDWR)
+	if errors.Is(err, ErrAnchorMissing) {
+		return f.create(old, next)
+	}
 	if err != nil {
 		return err
 	}
+	defer file.Close()
+	// The file is never replaced, so a lock on it makes read-compare-write
+	// one step for every FileAnchor on it, across processes where the
+	// platform allows.
+	unlock, err := lockFile(file)
+	if err != nil {
+		return fmt.Errorf("audit: locking anchor: %w", err)
+	}
+	defer unlock()
+	// Whoever held the lock before may have been an operator's tool that
+	// put another file at the path; write only to the file the path names.
+	if fi, err := os.Lstat(f.Path); err != nil {
+		return f.statError(err)
+	} else if err := f.checkSame(fi, file); err != nil {
+		return err
+	}
+
+	// A file without a valid slot is evidence; it is never overwritten.
+	i, cur, err := f.readSlots(file)
+	if err != nil {
+		return err
+	}
+	if err := checkSwap(&cur.sc, old, &next, supersede); err != nil {
+		return err
+	}
+	if cur.sc == next {
+		return nil
+	}
+	if cur.gen == ^uint64(0) {
+		return fmt.Errorf("%w: %s: generation counter exhausted", ErrBadAnchor, f.Path)
+	}
+	slot, err := appendSlot(make([]byte, 0, AnchorSlotSize), cur.gen+1, &next)
+	if err != nil {
+		return err
+	}
+	// The other slot is the previous anchor or damage from an interrupted
+	// write; the current one is not touched until the next write.
+	if _, err := file.WriteAt(slot, int64(1-i)*AnchorSlotSize); err != nil {
+		return fmt.Errorf("audit: anchor: %w", err)
+	}
+	if err := datasync(file); err != nil {
+		return fmt.Errorf("audit: anchor: %w", err)
+	}
+	return nil
+}
+
+// create writes a new anchor file holding next in slot 0 at generation 1.
+func (f FileAnchor) create(old *SignedCheckpoint, next SignedCheckpoint) error {
+	if err := checkSwap(nil, old, &next, false); err != nil {
+		return err
+	}
+	data, err := appendSlot(make([]byte, 0, AnchorFileSize), 1, &next)
+	if err != nil {
+		return err
+	}
+	data = append(data, make([]byte, AnchorSlotSize)...)
+	file, err := os.OpenFile(f.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: expected no anchor, but %s was created meanwhile", ErrWriteConflict, f.Path)
+	}
+	if err != nil {
+		return fmt.Errorf("audit: anchor: %w", err)
+	}
+	defer file.Close()
+	if _, err := file.Write(data); err != nil {
+		return fmt.Errorf("audit: anchor: %w", err)
+	}
+	if err := file.Sync(); err != nil {
+		return fmt.Errorf("audit: anchor: %w", err)
+	}
+	// A new file's directory entry is durable only once the directory is.
 	dir, err := os.Open(filepath.Dir(f.Path))
 	if err != nil {
 		return fmt.Errorf("audit: anchor directory: %w", err)
 	}
 	defer dir.Close()
-	// The lock makes read-compare-replace one step for every FileAnchor on
-	// this directory, across processes where the platform allows.
-	unlock, err := lockDir(dir)
-	if err != nil {
-		return fmt.Errorf("audit: locking anchor directory: %w", err)
-	}
-	defer unlock()
-
-	var cur *SignedCheckpoint
-	switch sc, err := f.Load(); {
-	case err == nil:
-		cur = &sc
-	case !errors.Is(err, ErrAnchorMissing):
-		// A damaged anchor is evidence; it is never overwritten.
-		return err
-	}
-	if err := checkSwap(cur, old, &next, supersede); err != nil {
-		return err
-	}
-	if cur != nil && *cur == next {
-		return nil
-	}
-	pf, err := renameio.NewPendingFile(f.Path, renameio.WithTempDir(dir.Name()), renameio.WithStaticPermissions(0o600))
-	if err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
-	}
-	defer pf.Cleanup()
-	if _, err := pf.Write(text); err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
-	}
-	if err := pf.CloseAtomicallyReplace(); err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
-	}
-	// renameio fsyncs the file but not the directory; without this the
-	// rename itself may not survive a crash.
 	if err := dir.Sync(); err != nil {
 		return fmt.Errorf("audit: anchor directory: %w", err)
 	}
