@@ -28,17 +28,18 @@ import (
 //
 // Each write used to replace the file atomically (lock the directory, read,
 // compare, write a temporary file, fsync, rename, fsync the directory).
-// On a 2-core VM (ext4, virtio disk), with runs of the old and new code
-// alternated, BenchmarkAnchorWrite measured that replace at 0.69 to
-// 1.2 ms per write and the slot write at 0.27 to 0.35 ms, both including a
-// 27 µs signature; appending to a log with fsync took 0.24 to 0.29 ms.
-// BenchmarkSubmit with a file anchor went from 1.1 to 1.2 ms per durable
-// fenced write to 0.69 to 0.87 ms, against 0.45 to 0.61 ms for
-// BenchmarkBoltUpdate, a bare bbolt Update: from 0.38-0.52x to 0.65-0.84x
-// of it. The log would cost about the same per write but grow without
-// bound and end in a torn record after a crash; the slots keep the file at
-// 8192 bytes and turn a torn write into a checksum mismatch in the slot
-// that is not needed.
+// On a shared 2-core VM (ext4, virtio disk), in runs of the old and new
+// code taken in turn, BenchmarkAnchorWrite measured that replace at 0.69
+// to 1.2 ms per write and the slot write at 0.27 to 0.35 ms, both
+// including a 27 µs signature; appending to a log with fsync took 0.24 to
+// 0.39 ms. BenchmarkSubmit with a file anchor went from 1.1 to 2.1 ms per
+// durable fenced write to 0.69 to 0.87 ms, against 0.45 to 0.67 ms for
+// BenchmarkBoltUpdate, a bare bbolt Update: within one run, from 0.29 to
+// 0.52 (median 0.41) times its rate to 0.58 to 0.84 (median 0.65) times.
+// The log would cost about the same per write but grow without bound and
+// end in a torn record after a crash; the slots keep the file at 8192
+// bytes and turn a torn write into a checksum mismatch in the slot that is
+// not needed.
 type FileAnchor struct {
 	// Path is the anchor file. It comes from the operator's configuration,
 	// never from the database it anchors.
