@@ -130,10 +130,10 @@
 //
 // # Anchor File Format
 //
-// The anchor file ([FileAnchor], [SignedCheckpoint.MarshalAnchor],
-// [ParseAnchor]) holds one signed checkpoint as eight lines of UTF-8 text,
-// each ended by one line feed (0x0a); after the first, each line is a label,
-// one space (0x20) and a value:
+// An anchor ([SignedCheckpoint.MarshalAnchor], [ParseAnchor]) is one signed
+// checkpoint as eight lines of UTF-8 text, each ended by one line feed
+// (0x0a); after the first, each line is a label, one space (0x20) and a
+// value:
 //
 //	kvfence checkpoint v1
 //	receiver receiver-1
@@ -149,12 +149,48 @@
 // UTC with as many fractional digits as needed and no more (Go's
 // [time.RFC3339Nano]); key is the fingerprint; sig is the signature in padded
 // standard base64 (RFC 4648 §4). Nothing precedes the first line or follows
-// the last line feed, and there are no carriage returns. The file is at most
+// the last line feed, and there are no carriage returns. An anchor is at most
 // [MaxCheckpointSize] bytes. The signature covers the checkpoint these lines
 // spell, in its CBOR form; the parser refuses every spelling but the one it
 // writes itself, so an anchor that verifies has exactly one possible content.
 // An operator can compare it with verify-chain output and its key line with
 // "ssh-keygen -l -f receiver.pub".
+//
+// The anchor file ([FileAnchor]) is exactly [AnchorFileSize] (8192) bytes:
+// two slots of [AnchorSlotSize] (4096) bytes, slot 0 at offset 0 and slot 1
+// at offset 4096. A slot is either 4096 zero bytes (empty) or, in bytes:
+//
+//	0    27  "kvfence-anchor-slot v1 gen="
+//	27   20  gen: decimal, zero-padded to 20 digits, at least 1
+//	47    5  " len="
+//	52    4  len: the anchor's length, decimal, zero-padded to 4 digits
+//	56    8  " sha256="
+//	64   64  lower-case hex of SHA-256(bytes 0 to 55 || anchor)
+//	128   1  line feed
+//	129 len  the anchor
+//	         zero bytes to the end of the slot
+//
+// so slot 0 of the file that the FileAnchor example writes, a 310-byte
+// anchor at generation 1, begins
+//
+//	kvfence-anchor-slot v1 gen=00000000000000000001 len=0310 sha256=2ac9…91bf
+//	kvfence checkpoint v1
+//
+// The checksum covers the header up to and including the len digits and the
+// anchor, so a torn header or anchor does not match. A slot is valid only if
+// it is exactly this: the header as it would be written for its gen, len and
+// anchor, the anchor in canonical form and the padding zero. The current
+// anchor is in the valid slot with the higher gen. A file of another size,
+// without a valid slot, or with two valid slots of the same gen is damaged;
+// a slot that is neither empty nor valid, beside a valid one, is what a
+// write interrupted by a crash leaves, and is skipped. Text editors and
+// "cat" show the anchor; "head -c 4096" and "tail -c 4096" show one slot.
+//
+// A write puts the new anchor, at the current gen plus one, into the slot
+// that is not current, in one 4096-byte write followed by fdatasync(2). A
+// new file holds the anchor in slot 0 at gen 1 and an empty slot 1, and is
+// created with mode 0600, fsynced, and made durable by fsyncing its
+// directory.
 //
 // The C2SP formats signed-note (https://c2sp.org/signed-note) and
 // tlog-checkpoint (https://c2sp.org/tlog-checkpoint) were considered for this
@@ -179,14 +215,14 @@
 // recovery admission, moves an anchor back. Loading never creates an anchor: a
 // missing anchor is [ErrAnchorMissing], never an occasion to initialise one.
 //
-// [FileAnchor] writes a temporary file with mode 0600 in the anchor's
-// directory, fsyncs it, renames it over the anchor and fsyncs the directory,
-// under an exclusive lock on the directory; a crash leaves the old anchor or
-// the new one, never a mix or none (at worst a stray temporary file beside
-// it). It refuses symbolic links, directories and other non-regular files
+// [FileAnchor] writes the slot that is not current, in place, under an
+// exclusive lock on the file; the current slot is never written, so a crash
+// leaves the new anchor or the previous one, never a mix or none. It refuses
+// symbolic links, directories and other non-regular files
 // ([ErrAnchorNotRegular]), files writable by group or others
 // ([ErrAnchorPermissions]) and damaged files ([ErrBadAnchor]), and never
-// overwrites any of them.
+// overwrites any of them; only a damaged slot beside a valid one is
+// overwritten, by the next write.
 //
 // # Admission Format
 //
@@ -237,13 +273,20 @@
 // Anchor stores check structure and order, not signatures: the receiver
 // verifies the anchor it loads and signs what it stores.
 //
-// [FileAnchor] locks with flock(2) on the anchor's directory, which excludes
+// [FileAnchor] locks with flock(2) on the anchor file, which excludes
 // writers in other processes on Linux, macOS and the BSDs, though perhaps not
 // on network file systems; on other systems it excludes writers in the same
 // process only. Only the anchor path's last element is checked for being a
 // symbolic link; links among its parent directories are followed, as
-// everywhere else. FileAnchor does not exist on Windows, where
-// github.com/google/renameio/v2 does not build.
+// everywhere else. FileAnchor does not exist on Windows, where file modes do
+// not say who may write a file.
+//
+// Whoever can write the anchor file can damage its current slot, and Load
+// then returns the previous anchor, one write older: no more than putting
+// back an old copy of the file, which such a writer can do anyway. A crash
+// while a new anchor file is being created, or a Load during that first
+// write, can find it short, which is [ErrBadAnchor]; the receiver was not
+// initialised, and the file must be removed before trying again.
 //
 // Times are Unix nanoseconds in an int64 from the signer's clock: evidence of
 // what that clock said, within the years 1678 to 2262.

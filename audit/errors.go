@@ -14,8 +14,9 @@ var (
 	// ErrBadCheckpoint means a checkpoint or signed checkpoint does not
 	// decode, is not in canonical form, or breaks a field rule.
 	ErrBadCheckpoint = errors.New("audit: bad checkpoint")
-	// ErrBadAnchor means an anchor file is not exactly one well-formed
-	// anchor in canonical form.
+	// ErrBadAnchor means an anchor is not well-formed and canonical, or an
+	// anchor file holds no valid slot, two of one generation, or is not
+	// exactly AnchorFileSize bytes.
 	ErrBadAnchor = errors.New("audit: bad anchor file")
 	// ErrBadAdmission means an admission or signed admission does not
 	// decode, is not in canonical form, or breaks a field rule.

@@ -128,12 +128,17 @@ func ExampleFileAnchor() {
 	ten, five := at(10), at(5)
 	fmt.Println(fa.Store(nil, ten))
 	fmt.Println(errors.Is(fa.Store(&ten, five), audit.ErrAnchorRegression))
-	text, _ := os.ReadFile(fa.Path)
-	fmt.Print(string(text[:bytes.Index(text, []byte("\nkey"))+1]))
+	// The file is two 4096-byte slots; the first holds the anchor, the
+	// second is still empty.
+	data, _ := os.ReadFile(fa.Path)
+	fmt.Println(len(data), bytes.Count(data[audit.AnchorSlotSize:], []byte{0}))
+	fmt.Print(string(data[:bytes.Index(data, []byte("\nkey"))+1]))
 	// Output:
 	// true
 	// <nil>
 	// true
+	// 8192 4096
+	// kvfence-anchor-slot v1 gen=00000000000000000001 len=0310 sha256=2ac97d1c252130f8cbac2a16c3a91ab5243a7c12a2ba752058f02b70d6b791bf
 	// kvfence checkpoint v1
 	// receiver receiver-1
 	// seq 10

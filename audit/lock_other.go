@@ -7,15 +7,11 @@ import (
 	"sync"
 )
 
-// dirLock serialises FileAnchor writes within this process on platforms
+// fileLock serialises FileAnchor writes within this process on platforms
 // without flock; writers in other processes are not excluded there.
-var dirLock sync.Mutex
+var fileLock sync.Mutex
 
-func lockDir(*os.File) (unlock func(), err error) {
-	dirLock.Lock()
-	return dirLock.Unlock, nil
+func lockFile(*os.File) (unlock func(), err error) {
+	fileLock.Lock()
+	return fileLock.Unlock, nil
 }
-
-// lockExcludesProcesses says that lockDir does not exclude other
-// processes here: a temporary file may belong to a live writer.
-const lockExcludesProcesses = false

@@ -49,10 +49,10 @@
 //     commit that grows the file adds one fsync, which is counted from the
 //     file's sizes before and after and bbolt's growth rule (the size
 //     doubles from 32 KiB to 16 MiB, then grows by 16 MiB).
-//   - kvfence: the bbolt commit's two calls and its growth, plus two for the
-//     anchor (the new anchor file, then its directory); commits are counted
-//     by the anchor writes, one per commit, through a counting wrapper around
-//     audit.FileAnchor. Under group commit one commit serves many Submits,
+//   - kvfence: the bbolt commit's two calls and its growth, plus one
+//     fdatasync for the anchor (its slot is written in place); commits are
+//     counted by the anchor writes, one per commit, through a counting
+//     wrapper around audit.FileAnchor. Under group commit one commit serves many Submits,
 //     which is what the per-op figure then shows.
 //   - SQLite in WAL mode with synchronous=FULL: one call per commit (the
 //     WAL), and three per checkpoint cycle (the WAL before the checkpoint,

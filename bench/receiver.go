@@ -112,8 +112,8 @@ func (f *receiver) openFast() (*kvfence.Receiver, error) {
 }
 
 // syncs computes the receiver's fsync-like calls since it was opened: per
-// commit, bbolt's two fdatasyncs and the anchor's two fsyncs (the new
-// file, its directory), plus bbolt's growths of the file. Setup commits do
+// commit, bbolt's two fdatasyncs and the anchor's one (the slot written in
+// place), plus bbolt's growths of the file. Setup commits do
 // not write the anchor file and are not counted; setup growths are, and
 // are few next to the commits of a timed round.
 func (f *receiver) syncs() (float64, error) {
@@ -121,7 +121,7 @@ func (f *receiver) syncs() (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return float64(4*f.anchor.stores.Load()) + float64(boltGrowths(f.size0, size)), nil
+	return float64(3*f.anchor.stores.Load()) + float64(boltGrowths(f.size0, size)), nil
 }
 
 func (f *receiver) close() error {

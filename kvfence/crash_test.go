@@ -239,10 +239,10 @@ func TestCrash_KillDuringWrites(t *testing.T) {
 	if st.acks == 0 || st.dbAhead == 0 {
 		t.Fatalf("the kills never landed inside a write (acks %d, database ahead of anchor %d times)", st.acks, st.dbAhead)
 	}
-	// A kill between creating the anchor's temporary file and renaming it
-	// leaves the file behind; the next anchor write removes it.
+	// The anchor is written in place: no kill may leave another file
+	// beside it.
 	if left, _ := filepath.Glob(filepath.Join(anchorDir, ".*")); len(left) != 0 {
-		t.Fatalf("abandoned anchor temporary files: %q", left)
+		t.Fatalf("files left beside the anchor: %q", left)
 	}
 }
 

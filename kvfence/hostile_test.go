@@ -160,9 +160,12 @@ func TestHostileFiles_DatabaseLinks(t *testing.T) {
 	f.reopen()
 }
 
-// Ensure that an anchor file cut short anywhere, or with any byte changed,
-// makes Open refuse the receiver with an integrity error, and that it is
-// never replaced.
+// Ensure that an anchor file cut short anywhere, or with a byte changed,
+// either makes Open refuse the receiver with an integrity error (and is
+// never replaced), or leaves the file's other, older slot as the anchor: a
+// change in the newest slot is what a torn write leaves, and the receiver
+// then opens as after a crash between a commit and its anchor write. No
+// change ever yields a checkpoint that was not stored.
 func TestHostileFiles_Anchor(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
 	f.activate("worker-a", "claim-1", f.patchRequest("act"))
@@ -171,10 +174,48 @@ func TestHostileFiles_Anchor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cur, err := f.anchor.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The older slot's anchor: what Load returns when the newest slot is
+	// damaged.
+	var prev audit.SignedCheckpoint
+	for slot := range audit.AnchorSlots {
+		data := append([]byte(nil), good...)
+		data[slot*audit.AnchorSlotSize] ^= 0x01
+		os.WriteFile(f.anchor.Path, data, 0o600)
+		if sc, err := f.anchor.Load(); err == nil && sc != cur {
+			prev = sc
+		}
+	}
+	if prev.Seq == 0 || prev.Seq >= cur.Seq {
+		t.Fatalf("no older anchor in the file (previous %d, current %d)", prev.Seq, cur.Seq)
+	}
+	opened := 0
 	try := func(what string, data []byte) {
 		t.Helper()
 		if err := os.WriteFile(f.anchor.Path, data, 0o600); err != nil {
 			t.Fatal(err)
+		}
+		sc, lerr := f.anchor.Load()
+		switch {
+		case lerr == nil && sc == cur:
+			return // the change damaged the older slot only
+		case lerr == nil && sc != prev:
+			t.Fatalf("%s: Load returned a checkpoint that was never stored: %+v", what, sc)
+		case lerr == nil:
+			// The torn-write case: the receiver opens read-only on the
+			// older anchor, and a writer moves the anchor up again.
+			o := f.opts()
+			o.ReadOnly = true
+			r, err := Open(f.path, o)
+			if err != nil {
+				t.Fatalf("%s: read-only Open on the older slot = %v", what, err)
+			}
+			r.Close()
+			opened++
+			return
 		}
 		for _, ro := range []bool{true, false} {
 			o := f.opts()
@@ -192,15 +233,27 @@ func TestHostileFiles_Anchor(t *testing.T) {
 			t.Fatalf("%s: the refused anchor was replaced", what)
 		}
 	}
-	for n := range len(good) {
+	for n := 0; n < len(good); n += 97 {
 		try("cut to "+strconv.Itoa(n)+" bytes", good[:n])
 	}
-	for i := range good {
-		for _, x := range []byte{0x01, 0x20, 0x80} {
-			data := append([]byte(nil), good...)
-			data[i] ^= x
-			try("byte "+strconv.Itoa(i)+" ^"+strconv.Itoa(int(x)), data)
+	try("cut by one byte", good[:len(good)-1])
+	// Every byte of each slot's header and checkpoint, and a sample of its
+	// padding.
+	for slot := range audit.AnchorSlots {
+		base := slot * audit.AnchorSlotSize
+		for i := base; i < base+audit.AnchorSlotSize; i++ {
+			if i-base >= 600 && (i-base)%251 != 0 {
+				continue
+			}
+			for _, x := range []byte{0x01, 0x20, 0x80} {
+				data := append([]byte(nil), good...)
+				data[i] ^= x
+				try("byte "+strconv.Itoa(i)+" ^"+strconv.Itoa(int(x)), data)
+			}
 		}
+	}
+	if opened == 0 {
+		t.Fatal("no change fell back to the older slot; the test did not reach that case")
 	}
 	try("followed by a second copy", append(append([]byte(nil), good...), good...))
 	if err := os.WriteFile(f.anchor.Path, good, 0o600); err != nil {

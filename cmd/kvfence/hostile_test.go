@@ -66,10 +66,19 @@ func TestHostileFiles(t *testing.T) {
 			}, cmd, ExitIntegrity, []string{"bad anchor file"}},
 			testCase{"anchor emptied/" + cmd[0], func(t *testing.T, c *cli) { truncate(t, c.path("receiver.anchor"), 0) },
 				cmd, ExitIntegrity, []string{"bad anchor file"}},
-			testCase{"anchor with a changed byte/" + cmd[0], func(t *testing.T, c *cli) {
+			// A change in one slot only falls back to the other, older one,
+			// as after a torn write (TestAnchorDamaged); both slots changed
+			// leave nothing to trust.
+			testCase{"anchor with a changed byte in each slot/" + cmd[0], func(t *testing.T, c *cli) {
 				data := readFile(t, c.path("receiver.anchor"))
-				i := bytes.Index(data, []byte("\nsig ")) + 10
-				data[i] ^= 0x01
+				for off := 0; ; {
+					i := bytes.Index(data[off:], []byte("\nsig "))
+					if i < 0 {
+						break
+					}
+					data[off+i+10] ^= 0x01
+					off += i + 10
+				}
 				writeFile(t, c.path("receiver.anchor"), data, 0o600)
 			}, cmd, ExitIntegrity, []string{"anchor"}},
 			testCase{"anchor writable by others/" + cmd[0], func(t *testing.T, c *cli) { chmod(t, c.path("receiver.anchor"), 0o666) },

@@ -409,3 +409,81 @@ func TestWritersRequireAnchor(t *testing.T) {
 		t.Fatal("a refused writer changed the database")
 	}
 }
+
+// flipAnchorByte changes one byte of the anchor file's slot (0 or 1) in
+// the middle of the checkpoint it holds.
+func flipAnchorByte(t *testing.T, anchor string, slot int) {
+	t.Helper()
+	b := readFile(t, anchor)
+	b[slot*audit.AnchorSlotSize+200] ^= 0x01
+	if err := os.WriteFile(anchor, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// currentSlot returns the anchor file's slot with the higher generation.
+func currentSlot(t *testing.T, anchor string) int {
+	t.Helper()
+	b := readFile(t, anchor)
+	gen := func(slot int) string { return string(b[slot*audit.AnchorSlotSize+27 : slot*audit.AnchorSlotSize+47]) }
+	if gen(1) > gen(0) {
+		return 1
+	}
+	return 0
+}
+
+// Ensure that a damaged anchor is handled as the crash it may be, and no
+// further: with one generation in the file, a change to it stops every
+// command with exit 4 and is left as evidence; with two, a change to the
+// newer slot falls back to the older anchor, which the receiver accepts as
+// the crash window and moves up on its next write; damage to both slots is
+// refused again.
+func TestAnchorDamaged(t *testing.T) {
+	c := newCLI(t)
+	c.receiver()
+	pub := c.path("receiver.key.pub")
+
+	// A fresh receiver's anchor holds one generation.
+	fresh := c.path("fresh.anchor")
+	c.must(0, "init", "--db", c.path("fresh.db"), "--anchor", fresh, "--id", "fresh",
+		"--recovery-pub", c.path("recovery.key.pub"))
+	flipAnchorByte(t, fresh, 0)
+	before := readFile(t, fresh)
+	out := c.json(ExitIntegrity, "verify-chain", "--db", c.path("fresh.db"), "--anchor", fresh, "--pub", pub)
+	if out["ok"] != false {
+		t.Fatalf("verify-chain with the only slot damaged: %v", out)
+	}
+	r := c.must(ExitIntegrity, "scope", "create", "--db", c.path("fresh.db"), "--anchor", fresh, "--scope", "s")
+	if !strings.Contains(r.stderr, "bad anchor file") {
+		t.Fatalf("scope create with the only slot damaged: stderr:\n%s", r.stderr)
+	}
+	if !bytes.Equal(readFile(t, fresh), before) {
+		t.Fatal("a damaged anchor was overwritten")
+	}
+
+	// The fixture receiver's anchor has seen several writes.
+	anchor := c.env[envAnchor]
+	out = c.json(0, "verify-chain", "--pub", pub)
+	head := out["head_seq"].(float64)
+	if out["anchor_seq"].(float64) != head {
+		t.Fatalf("verify-chain: %v", out)
+	}
+	cur := currentSlot(t, anchor)
+	flipAnchorByte(t, anchor, cur)
+	out = c.json(0, "verify-chain", "--pub", pub)
+	if out["ok"] != true || out["anchor_seq"].(float64) >= head || out["head_seq"].(float64) != head {
+		t.Fatalf("verify-chain with the newer slot damaged: %v, want the older anchor below head %v", out, head)
+	}
+	c.must(0, "scope", "create", "--scope", "after-damage")
+	out = c.json(0, "verify-chain", "--pub", pub)
+	if out["anchor_seq"].(float64) != out["head_seq"].(float64) || out["head_seq"].(float64) <= head {
+		t.Fatalf("verify-chain after the next write: %v", out)
+	}
+	if _, err := (audit.FileAnchor{Path: anchor}).Load(); err != nil {
+		t.Fatal(err)
+	}
+	flipAnchorByte(t, anchor, 0)
+	flipAnchorByte(t, anchor, 1)
+	c.must(ExitIntegrity, "verify-chain", "--pub", pub)
+	c.must(ExitIntegrity, "scope", "create", "--scope", "after-both")
+}
