@@ -120,8 +120,10 @@ type InitOptions struct {
 }
 
 // Init creates a new receiver database at path, with mode 0600. It refuses
-// an existing file (ErrAlreadyInitialized) and, if it fails, leaves no file
-// behind.
+// an existing file (ErrAlreadyInitialized). If it fails before its commit
+// it leaves no file behind; if only the first anchor write fails, the file
+// stays, and the next writable Open writes that anchor from the database's
+// own init checkpoint.
 func Init(path string, opts *InitOptions) (err error) {
 	if opts == nil {
 		opts = &InitOptions{}

@@ -21,7 +21,6 @@ const DefaultMaxEnvelopeSize = 64 << 10
 // created.
 const MaxTargetValueSize = 1 << 20
 
-
 // Envelope is what a worker submits: the authority it claims to hold and the
 // exact approved request bytes. The caller's identity is never taken from
 // the envelope; Submit compares Executor with the authenticated caller.

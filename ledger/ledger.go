@@ -37,8 +37,10 @@ func init() {
 }
 
 // Init creates a new ledger file at path, mode 0600, and writes its first
-// checkpoint to opts.Anchor. It refuses an existing file and, if it fails,
-// leaves no file behind.
+// checkpoint to opts.Anchor. It refuses an existing file. If it fails
+// before its commit it leaves no file behind; if only the first anchor
+// write fails, the file stays, and the next writable Open writes that
+// anchor from the file's own init checkpoint.
 func Init(path string, opts *InitOptions) (err error) {
 	if opts == nil {
 		opts = &InitOptions{}

@@ -12,9 +12,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// maxReasonLen bounds a takeover reason in bytes.
-const maxReasonLen = 1024
-
 // Approve records an approval of req.Action for the request whose SHA-256
 // is req.RequestSHA256. An action is approved once; a second approval is
 // ErrAlreadyApproved.
@@ -85,7 +82,7 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 			return err
 		}
 		if act.Live != "" {
-			live, err := w.claim(act.Live)
+			live, err := w.liveClaim(req.Action, act.Live)
 			if err != nil {
 				return err
 			}
@@ -207,10 +204,7 @@ func (l *Ledger) Takeover(ctx context.Context, req TakeoverRequest) (Claim, erro
 	if err := checkIdents("action", req.Action, "operator", req.Operator, "worker", req.Worker); err != nil {
 		return Claim{}, err
 	}
-	if req.Reason == "" || len(req.Reason) > maxReasonLen {
-		return Claim{}, fmt.Errorf("%w: a takeover needs a reason of at most %d bytes", ErrInvalidArgument, maxReasonLen)
-	}
-	if err := ident.Check("reason", req.Reason); err != nil {
+	if err := ident.Check("takeover reason", req.Reason); err != nil {
 		return Claim{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	lease, err := checkLease(req.Lease)
@@ -229,7 +223,7 @@ func (l *Ledger) Takeover(ctx context.Context, req TakeoverRequest) (Claim, erro
 		if act.Live == "" {
 			return fmt.Errorf("%w: %q has no live claim to take over", ErrNoClaim, req.Action)
 		}
-		old, err := w.claim(act.Live)
+		old, err := w.liveClaim(req.Action, act.Live)
 		if err != nil {
 			return err
 		}
@@ -259,6 +253,9 @@ func (l *Ledger) Reconcile(ctx context.Context, ref, operator string, outcome St
 	}
 	if outcome != StateSucceeded && outcome != StateFailed {
 		return Claim{}, fmt.Errorf("%w: outcome must be %s or %s", ErrInvalidArgument, StateSucceeded, StateFailed)
+	}
+	if err := ctx.Err(); err != nil {
+		return Claim{}, err
 	}
 	var out Claim
 	err := l.update(func(w *wtx) error {
@@ -346,6 +343,16 @@ func (w *wtx) claim(ref string) (*claimRecord, error) {
 		return nil, fmt.Errorf("%w: %s", ErrNoClaim, ref)
 	}
 	return &c, nil
+}
+
+// liveClaim loads the claim an action names as live. Its absence is a
+// damaged file, not a refusal.
+func (w *wtx) liveClaim(action, ref string) (*claimRecord, error) {
+	c, err := w.claim(ref)
+	if errors.Is(err, ErrNoClaim) {
+		return nil, fmt.Errorf("%w: action %q names missing live claim %s", ErrBadFormat, action, ref)
+	}
+	return c, err
 }
 
 func (w *wtx) newClaim(act *actionRecord, action, worker string, lease time.Duration, e audit.Entry) (*claimRecord, error) {

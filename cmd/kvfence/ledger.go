@@ -64,6 +64,9 @@ func (f *ledgerFlags) require(write bool) error {
 	if f.path == "" {
 		return missingFlag(f.name, "ledger", envLedger)
 	}
+	if f.anchor != "" && filepath.Clean(f.anchor) == filepath.Clean(f.path) {
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor names the ledger file; the anchor must be a separate file", f.name)}
+	}
 	if !write {
 		return nil
 	}
@@ -72,9 +75,6 @@ func (f *ledgerFlags) require(write bool) error {
 	}
 	if f.key == "" {
 		return missingFlag(f.name, "key", envLedgerKey)
-	}
-	if filepath.Clean(f.anchor) == filepath.Clean(f.path) {
-		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor names the ledger file; the anchor must be a separate file", f.name)}
 	}
 	return nil
 }
@@ -98,7 +98,10 @@ func (f *ledgerFlags) open(write bool) (*ledger.Ledger, error) {
 // what it does with the open ledger.
 type ledgerSub struct {
 	write bool
-	flags func(fs *flag.FlagSet) func(l *ledger.Ledger, ctx context.Context) (any, error)
+	// flags registers the subcommand's flags and returns check, which
+	// validates them before the ledger is opened (a usage error writes
+	// nothing and takes no lock), and run.
+	flags func(fs *flag.FlagSet) (check func() error, run func(l *ledger.Ledger, ctx context.Context) (any, error))
 }
 
 // Run runs the command.
@@ -121,12 +124,15 @@ func (c *LedgerCommand) Run(ctx context.Context, args []string) (err error) {
 	lf := ledgerFlags{name: "ledger " + name}
 	fs := newFlagSet(lf.name)
 	lf.register(fs)
-	run := sub.flags(fs)
+	check, run := sub.flags(fs)
 	if err := parseFlags(fs, c.Usage, args[1:], 0); err != nil {
 		return err
 	}
 	lf.resolve(fs, c.m.Getenv)
 	if err := lf.require(sub.write); err != nil {
+		return err
+	}
+	if err := check(); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -203,32 +209,39 @@ func (c *LedgerCommand) init(ctx context.Context, args []string) error {
 
 // ledgerSubs returns the subcommands that open an existing ledger.
 func ledgerSubs(m *Main) map[string]ledgerSub {
+	type runFunc = func(*ledger.Ledger, context.Context) (any, error)
 	return map[string]ledgerSub{
-		"approve": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+		"approve": {write: true, flags: func(fs *flag.FlagSet) (func() error, runFunc) {
 			action, approver, decision := fs.String("action", "", ""), fs.String("approver", "", ""), fs.String("decision", "", "")
 			reqFile, digest := fs.String("request", "", ""), fs.String("request-sha256", "", "")
 			ttl := fs.Duration("ttl", time.Hour, "")
-			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+			var sum [32]byte
+			check := func() error {
 				if err := require("ledger approve", [2]string{"action", *action}, [2]string{"approver", *approver}); err != nil {
-					return nil, err
+					return err
 				}
-				var sum [32]byte
+				if *ttl <= 0 {
+					return usageErrorf("kvfence ledger approve: --ttl must be positive")
+				}
 				switch {
 				case (*reqFile == "") == (*digest == ""):
-					return nil, usageErrorf("kvfence ledger approve: give exactly one of --request and --request-sha256")
+					return usageErrorf("kvfence ledger approve: give exactly one of --request and --request-sha256")
 				case *reqFile != "":
 					b, err := m.readInput(*reqFile)
 					if err != nil {
-						return nil, err
+						return err
 					}
 					sum = sha256.Sum256(b)
 				default:
 					b, err := hex.DecodeString(*digest)
 					if err != nil || len(b) != len(sum) {
-						return nil, usageErrorf("kvfence ledger approve: --request-sha256 must be 64 hex digits")
+						return usageErrorf("kvfence ledger approve: --request-sha256 must be 64 hex digits")
 					}
 					copy(sum[:], b)
 				}
+				return nil
+			}
+			return check, func(l *ledger.Ledger, ctx context.Context) (any, error) {
 				a, err := l.Approve(ctx, ledger.ApproveRequest{Action: *action, RequestSHA256: sum, Approver: *approver,
 					Decision: *decision, TTL: *ttl})
 				if err != nil {
@@ -237,73 +250,81 @@ func ledgerSubs(m *Main) map[string]ledgerSub {
 				return approvalView(a), nil
 			}
 		}},
-		"claim": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+		"claim": {write: true, flags: func(fs *flag.FlagSet) (func() error, runFunc) {
 			action, worker, lease := fs.String("action", "", ""), fs.String("worker", "", ""), fs.Duration("lease", ledger.DefaultLease, "")
-			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+			check := func() error {
 				if err := require("ledger claim", [2]string{"action", *action}, [2]string{"worker", *worker}); err != nil {
-					return nil, err
+					return err
 				}
-				cl, err := l.Claim(ctx, ledger.ClaimRequest{Action: *action, Worker: *worker, Lease: *lease})
-				return claimResult(cl, err)
+				return checkLease("ledger claim", *lease)
+			}
+			return check, func(l *ledger.Ledger, ctx context.Context) (any, error) {
+				return claimResult(l.Claim(ctx, ledger.ClaimRequest{Action: *action, Worker: *worker, Lease: *lease}))
 			}
 		}},
-		"heartbeat": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+		"heartbeat": {write: true, flags: func(fs *flag.FlagSet) (func() error, runFunc) {
 			ref, worker, lease := fs.String("claim", "", ""), fs.String("worker", "", ""), fs.Duration("lease", ledger.DefaultLease, "")
-			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+			check := func() error {
 				if err := require("ledger heartbeat", [2]string{"claim", *ref}, [2]string{"worker", *worker}); err != nil {
-					return nil, err
+					return err
 				}
+				return checkLease("ledger heartbeat", *lease)
+			}
+			return check, func(l *ledger.Ledger, ctx context.Context) (any, error) {
 				return claimResult(l.Heartbeat(ctx, *ref, *worker, *lease))
 			}
 		}},
-		"dispatch": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+		"dispatch": {write: true, flags: func(fs *flag.FlagSet) (func() error, runFunc) {
 			ref, worker := fs.String("claim", "", ""), fs.String("worker", "", "")
-			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
-				if err := require("ledger dispatch", [2]string{"claim", *ref}, [2]string{"worker", *worker}); err != nil {
-					return nil, err
-				}
+			check := func() error {
+				return require("ledger dispatch", [2]string{"claim", *ref}, [2]string{"worker", *worker})
+			}
+			return check, func(l *ledger.Ledger, ctx context.Context) (any, error) {
 				return claimResult(l.Dispatch(ctx, *ref, *worker))
 			}
 		}},
-		"finish": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+		"finish": {write: true, flags: func(fs *flag.FlagSet) (func() error, runFunc) {
 			ref, worker, outcome := fs.String("claim", "", ""), fs.String("worker", "", ""), fs.String("outcome", "", "")
-			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+			check := func() error {
 				if err := require("ledger finish", [2]string{"claim", *ref}, [2]string{"worker", *worker}, [2]string{"outcome", *outcome}); err != nil {
-					return nil, err
+					return err
 				}
-				if err := checkOutcome("ledger finish", *outcome); err != nil {
-					return nil, err
-				}
+				return checkOutcome("ledger finish", *outcome)
+			}
+			return check, func(l *ledger.Ledger, ctx context.Context) (any, error) {
 				return claimResult(l.Finish(ctx, *ref, *worker, ledger.State(*outcome)))
 			}
 		}},
-		"takeover": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+		"takeover": {write: true, flags: func(fs *flag.FlagSet) (func() error, runFunc) {
 			action, operator, worker := fs.String("action", "", ""), fs.String("operator", "", ""), fs.String("worker", "", "")
 			reason, lease := fs.String("reason", "", ""), fs.Duration("lease", ledger.DefaultLease, "")
-			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+			check := func() error {
 				if err := require("ledger takeover", [2]string{"action", *action}, [2]string{"operator", *operator},
 					[2]string{"worker", *worker}, [2]string{"reason", *reason}); err != nil {
-					return nil, err
+					return err
 				}
+				return checkLease("ledger takeover", *lease)
+			}
+			return check, func(l *ledger.Ledger, ctx context.Context) (any, error) {
 				return claimResult(l.Takeover(ctx, ledger.TakeoverRequest{Action: *action, Operator: *operator, Worker: *worker,
 					Reason: *reason, Lease: *lease}))
 			}
 		}},
-		"reconcile": {write: true, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+		"reconcile": {write: true, flags: func(fs *flag.FlagSet) (func() error, runFunc) {
 			ref, operator, outcome := fs.String("claim", "", ""), fs.String("operator", "", ""), fs.String("outcome", "", "")
-			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+			check := func() error {
 				if err := require("ledger reconcile", [2]string{"claim", *ref}, [2]string{"operator", *operator}, [2]string{"outcome", *outcome}); err != nil {
-					return nil, err
+					return err
 				}
-				if err := checkOutcome("ledger reconcile", *outcome); err != nil {
-					return nil, err
-				}
+				return checkOutcome("ledger reconcile", *outcome)
+			}
+			return check, func(l *ledger.Ledger, ctx context.Context) (any, error) {
 				return claimResult(l.Reconcile(ctx, *ref, *operator, ledger.State(*outcome)))
 			}
 		}},
-		"show": {write: false, flags: func(fs *flag.FlagSet) func(*ledger.Ledger, context.Context) (any, error) {
+		"show": {write: false, flags: func(fs *flag.FlagSet) (func() error, runFunc) {
 			action := fs.String("action", "", "")
-			return func(l *ledger.Ledger, ctx context.Context) (any, error) {
+			return func() error { return nil }, func(l *ledger.Ledger, ctx context.Context) (any, error) {
 				var views []ledger.ActionView
 				if *action != "" {
 					v, err := l.Action(*action)
@@ -334,6 +355,13 @@ func ledgerSubs(m *Main) map[string]ledgerSub {
 			}
 		}},
 	}
+}
+
+func checkLease(cmd string, d time.Duration) error {
+	if d < 0 || d > ledger.MaxLease {
+		return usageErrorf("kvfence %s: --lease must be at most %s and not negative (0 means %s)", cmd, ledger.MaxLease, ledger.DefaultLease)
+	}
+	return nil
 }
 
 func checkOutcome(cmd, outcome string) error {

@@ -66,6 +66,18 @@ func TestLedger_Walkthrough(t *testing.T) {
 	c.must(ExitUsage, "ledger", "finish", "--claim", ref, "--worker", "worker-b", "--outcome", "maybe")
 	c.must(ExitUsage, "ledger", "approve", "--action", "x", "--approver", "a")
 	c.must(ExitOK, "ledger", "-h")
+	c.must(ExitUsage, "ledger", "approve", "--action", "y", "--approver", "a", "--request-sha256", strings.Repeat("0", 64), "--ttl", "0")
+	c.must(ExitUsage, "ledger", "claim", "--action", "act", "--worker", "w", "--lease", "-1s")
+	c.must(ExitUsage, "ledger", "heartbeat", "--claim", ref, "--worker", "worker-a", "--lease", "48h")
+	c.must(ExitUsage, "ledger", "show", "--anchor", c.path("ledger.db"))
+	// Flags are checked before the ledger is opened: a usage error, not a
+	// missing file, and the chain does not move.
+	head := c.json(ExitOK, "ledger", "show")["audit_seq"]
+	c.must(ExitUsage, "ledger", "claim", "--ledger", c.path("missing.db"), "--worker", "w")
+	c.must(ExitUsage, "ledger", "dispatch", "--claim", ref)
+	if again := c.json(ExitOK, "ledger", "show")["audit_seq"]; again != head {
+		t.Fatalf("usage errors moved the ledger's chain from %v to %v", head, again)
+	}
 
 	// A restored copy of the ledger file: refused for writing and reading.
 	if err := os.WriteFile(c.path("ledger.db"), backup, 0o600); err != nil {
