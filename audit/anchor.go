@@ -13,10 +13,15 @@ import (
 
 // anchorLabels are the anchor file's lines in order; each line is a label,
 // one space and a value.
-var anchorLabels = [...]string{"receiver", "seq", "head", "epoch_high_water", "at", "key", "sig"}
+var anchorLabels = [...]string{"receiver", "seq", "head", "state", "epoch_high_water", "at", "key", "sig"}
 
 // anchorMagic is the anchor file's first line, naming format and version.
-const anchorMagic = "kvfence checkpoint v1"
+const anchorMagic = "kvfence checkpoint v2"
+
+// anchorMagicV1 is the first line of the format before checkpoints
+// committed to the state; such an anchor is refused with a message that
+// says so.
+const anchorMagicV1 = "kvfence checkpoint v1"
 
 // MarshalAnchor returns sc in the anchor file format: short lines an
 // operator can read and compare with "verify-chain" output and with
@@ -25,7 +30,7 @@ func (sc SignedCheckpoint) MarshalAnchor() ([]byte, error) {
 	if err := checkCheckpoint(&sc.Checkpoint); err != nil {
 		return nil, err
 	}
-	return appendAnchor(make([]byte, 0, 384+len(sc.Receiver)), &sc), nil
+	return appendAnchor(make([]byte, 0, 456+len(sc.Receiver)), &sc), nil
 }
 
 func appendAnchor(b []byte, sc *SignedCheckpoint) []byte {
@@ -33,6 +38,7 @@ func appendAnchor(b []byte, sc *SignedCheckpoint) []byte {
 	b = append(b, sc.Receiver...)
 	b = strconv.AppendUint(append(b, "\nseq "...), sc.Seq, 10)
 	b = hex.AppendEncode(append(b, "\nhead "...), sc.Head[:])
+	b = hex.AppendEncode(append(b, "\nstate "...), sc.State[:])
 	b = strconv.AppendUint(append(b, "\nepoch_high_water "...), sc.EpochHighWater, 10)
 	b = time.Unix(0, sc.At).UTC().AppendFormat(append(b, "\nat "...), time.RFC3339Nano)
 	b = base64.RawStdEncoding.AppendEncode(append(b, "\nkey SHA256:"...), sc.Key[:])
@@ -48,6 +54,9 @@ func ParseAnchor(data []byte) (SignedCheckpoint, error) {
 		return SignedCheckpoint{}, fmt.Errorf("%w: %d bytes exceeds the %d-byte limit", ErrBadAnchor, len(data), MaxCheckpointSize)
 	}
 	rest, ok := bytes.CutPrefix(data, []byte(anchorMagic+"\n"))
+	if !ok && bytes.HasPrefix(data, []byte(anchorMagicV1+"\n")) {
+		return SignedCheckpoint{}, fmt.Errorf("%w: %w", ErrBadAnchor, ErrAnchorV1)
+	}
 	if !ok {
 		return SignedCheckpoint{}, fmt.Errorf("%w: first line is not %q", ErrBadAnchor, anchorMagic)
 	}
@@ -75,22 +84,25 @@ func ParseAnchor(data []byte) (SignedCheckpoint, error) {
 	if err := decodeFixed(sc.Head[:], v[2], hex.DecodeString); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: head: %w", ErrBadAnchor, err)
 	}
-	if sc.EpochHighWater, err = strconv.ParseUint(v[3], 10, 64); err != nil {
+	if err := decodeFixed(sc.State[:], v[3], hex.DecodeString); err != nil {
+		return SignedCheckpoint{}, fmt.Errorf("%w: state: %w", ErrBadAnchor, err)
+	}
+	if sc.EpochHighWater, err = strconv.ParseUint(v[4], 10, 64); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: epoch_high_water: %w", ErrBadAnchor, err)
 	}
-	t, err := time.Parse(time.RFC3339Nano, v[4])
+	t, err := time.Parse(time.RFC3339Nano, v[5])
 	if err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: at: %w", ErrBadAnchor, err)
 	}
 	sc.At = t.UnixNano()
-	fp, ok := strings.CutPrefix(v[5], "SHA256:")
+	fp, ok := strings.CutPrefix(v[6], "SHA256:")
 	if !ok {
 		return SignedCheckpoint{}, fmt.Errorf("%w: key: not a SHA256: fingerprint", ErrBadAnchor)
 	}
 	if err := decodeFixed(sc.Key[:], fp, base64.RawStdEncoding.Strict().DecodeString); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: key: %w", ErrBadAnchor, err)
 	}
-	if err := decodeFixed(sc.Signature[:], v[6], base64.StdEncoding.Strict().DecodeString); err != nil {
+	if err := decodeFixed(sc.Signature[:], v[7], base64.StdEncoding.Strict().DecodeString); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: sig: %w", ErrBadAnchor, err)
 	}
 	if err := checkCheckpoint(&sc.Checkpoint); err != nil {
@@ -164,6 +176,21 @@ func checkSwap(cur, old *SignedCheckpoint, next *SignedCheckpoint, supersede boo
 			ErrAnchorRegression, cur.EpochHighWater, next.EpochHighWater)
 	}
 	return nil
+}
+
+// CheckAdvance reports whether next may replace c as the anchor under the
+// rules every AnchorStore applies (a smaller seq, the same seq with another
+// head, or a smaller epoch high-water is ErrAnchorRegression; another
+// receiver is ErrReceiverMismatch). A receiver runs it before it commits, so
+// that a commit the anchor would refuse never happens. The zero Checkpoint
+// (no anchor yet) accepts any valid next.
+func (c Checkpoint) CheckAdvance(next Checkpoint) error {
+	n := SignedCheckpoint{Checkpoint: next}
+	if c.Seq == 0 {
+		return checkSwap(nil, nil, &n, false)
+	}
+	cur := SignedCheckpoint{Checkpoint: c}
+	return checkSwap(&cur, &cur, &n, false)
 }
 
 // MemAnchor is an AnchorStore in memory, for tests. The zero value holds

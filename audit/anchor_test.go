@@ -18,15 +18,16 @@ func TestMarshalAnchor(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(string(text), "\n")
-	want := []string{"kvfence checkpoint v1", "receiver receiver-1", "seq 42",
+	want := []string{"kvfence checkpoint v2", "receiver receiver-1", "seq 42",
 		"head dead000000000000000000000000000000000000000000000000000000000000",
+		"state 57a7000000000000000000000000000000000000000000000000000000000000",
 		"epoch_high_water 7", "at 2026-01-01T00:00:00.123456789Z", "key " + KeyFingerprint(pubOf(receiverKey)).String()}
 	for i, w := range want {
 		if lines[i] != w {
 			t.Errorf("line %d = %q, want %q", i+1, lines[i], w)
 		}
 	}
-	if len(lines) != 9 || !strings.HasPrefix(lines[7], "sig ") || lines[8] != "" {
+	if len(lines) != 10 || !strings.HasPrefix(lines[8], "sig ") || lines[9] != "" {
 		t.Fatalf("anchor has %d lines:\n%s", len(lines), text)
 	}
 	got, err := ParseAnchor(text)
@@ -67,7 +68,9 @@ func TestParseAnchor_Rejects(t *testing.T) {
 		text []byte
 	}{
 		{"empty", nil},
-		{"other version", edit("checkpoint v1", "checkpoint v2")},
+		{"other version", edit("checkpoint v2", "checkpoint v3")},
+		{"no state line", edit("state 57a7000000000000000000000000000000000000000000000000000000000000\n", "")},
+		{"short state", edit("state 57a7", "state 7a7")},
 		{"leading zero", edit("seq 42", "seq 042")},
 		{"plus sign", edit("seq 42", "seq +42")},
 		{"seq 0", edit("seq 42", "seq 0")},
@@ -93,6 +96,23 @@ func TestParseAnchor_Rejects(t *testing.T) {
 				t.Fatalf("ParseAnchor: %v, want ErrBadAnchor", err)
 			}
 		})
+	}
+}
+
+// Ensure that an anchor of the first format, whose checkpoints did not
+// commit to the state, is refused with a message that says so rather than
+// as mere garbage.
+func TestParseAnchor_RefusesV1(t *testing.T) {
+	sc, _ := Sign(receiverKey, testCheckpoint())
+	good, _ := sc.MarshalAnchor()
+	v1 := bytes.Replace(good, []byte("checkpoint v2"), []byte("checkpoint v1"), 1)
+	v1 = bytes.Replace(v1, []byte("state 57a7000000000000000000000000000000000000000000000000000000000000\n"), nil, 1)
+	_, err := ParseAnchor(v1)
+	if !errors.Is(err, ErrBadAnchor) || !errors.Is(err, ErrAnchorV1) {
+		t.Fatalf("ParseAnchor(v1) = %v, want ErrBadAnchor and ErrAnchorV1", err)
+	}
+	if !strings.Contains(err.Error(), "lost-anchor recovery admission") {
+		t.Fatalf("message does not say how to re-anchor: %v", err)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 // Domain separators: each signed message starts with one, so a signature
 // made for one kind of statement can never be taken for another.
 const (
-	checkpointPrefix = "kvfence/checkpoint/v1\n"
+	checkpointPrefix = "kvfence/checkpoint/v2\n"
 	admissionPrefix  = "kvfence/admission/v1\n"
 )
 
@@ -24,12 +24,14 @@ const MaxReceiverLen = 512
 // both stay under 1 KiB even with the longest receiver id.
 const MaxCheckpointSize = 2 << 10
 
-// Checkpoint is a receiver's statement of its audit head: after the chain
-// reached Seq with hash Head, no scope had an epoch above EpochHighWater.
+// Checkpoint is a receiver's statement of its audit head and its state:
+// after the chain reached Seq with hash Head, the fence state's digest was
+// State and no scope had an epoch above EpochHighWater.
 type Checkpoint struct {
 	Receiver       string // receiver id; one line of printable UTF-8
 	Seq            uint64 // the head's seq, at least 1
 	Head           Hash   // the head's hash
+	State          Hash   // StateHash.Sum of the state as of Seq
 	EpochHighWater uint64 // highest epoch of any scope as of Seq
 	At             int64  // Unix nanoseconds, receiver clock
 }
@@ -40,6 +42,7 @@ type checkpointWire struct {
 	At             int64  `cbor:"at"`
 	Seq            uint64 `cbor:"seq"`
 	Head           []byte `cbor:"head"`
+	State          []byte `cbor:"state"`
 	Receiver       string `cbor:"receiver"`
 	EpochHighWater uint64 `cbor:"epoch_high_water"`
 }
@@ -74,10 +77,11 @@ func checkReceiver(s string) error {
 }
 
 func appendCheckpoint(b []byte, c *Checkpoint) []byte {
-	b = appendHead(b, majorMap, 5)
+	b = appendHead(b, majorMap, 6)
 	b = appendInt(append(b, keyAt...), c.At)
 	b = appendHead(append(b, keySeq...), majorUint, c.Seq)
 	b = appendBytes(append(b, "\x64head"...), c.Head[:])
+	b = appendBytes(append(b, "\x65state"...), c.State[:])
 	b = appendText(append(b, "\x68receiver"...), c.Receiver)
 	return appendHead(append(b, "\x70epoch_high_water"...), majorUint, c.EpochHighWater)
 }
@@ -87,7 +91,7 @@ func checkpointMessage(c *Checkpoint) ([]byte, error) {
 	if err := checkCheckpoint(c); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, len(checkpointPrefix)+96+len(c.Receiver))
+	b := make([]byte, 0, len(checkpointPrefix)+136+len(c.Receiver))
 	return appendCheckpoint(append(b, checkpointPrefix...), c), nil
 }
 
@@ -96,10 +100,11 @@ func parseCheckpoint(raw []byte) (Checkpoint, error) {
 	if err := decMode.Unmarshal(raw, &w); err != nil {
 		return Checkpoint{}, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
 	}
-	if len(w.Head) != HashSize {
-		return Checkpoint{}, fmt.Errorf("%w: head is %d bytes, want %d", ErrBadCheckpoint, len(w.Head), HashSize)
+	if len(w.Head) != HashSize || len(w.State) != HashSize {
+		return Checkpoint{}, fmt.Errorf("%w: head and state are %d and %d bytes, want %d", ErrBadCheckpoint, len(w.Head), len(w.State), HashSize)
 	}
-	c := Checkpoint{Receiver: w.Receiver, Seq: w.Seq, Head: Hash(w.Head), EpochHighWater: w.EpochHighWater, At: w.At}
+	c := Checkpoint{Receiver: w.Receiver, Seq: w.Seq, Head: Hash(w.Head), State: Hash(w.State),
+		EpochHighWater: w.EpochHighWater, At: w.At}
 	if err := checkCheckpoint(&c); err != nil {
 		return Checkpoint{}, err
 	}
@@ -181,7 +186,7 @@ func (sc SignedCheckpoint) Marshal() ([]byte, error) {
 	if err := checkCheckpoint(&sc.Checkpoint); err != nil {
 		return nil, err
 	}
-	body := appendCheckpoint(make([]byte, 0, 96+len(sc.Receiver)), &sc.Checkpoint)
+	body := appendCheckpoint(make([]byte, 0, 136+len(sc.Receiver)), &sc.Checkpoint)
 	return appendSigned(make([]byte, 0, 128+len(body)), keyCheckpoint, sc.Key, &sc.Signature, body), nil
 }
 

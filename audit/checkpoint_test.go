@@ -9,7 +9,7 @@ import (
 )
 
 func testCheckpoint() Checkpoint {
-	return Checkpoint{Receiver: testReceiver, Seq: 42, Head: Hash{0xde, 0xad}, EpochHighWater: 7, At: t0 + 123456789}
+	return Checkpoint{Receiver: testReceiver, Seq: 42, Head: Hash{0xde, 0xad}, State: Hash{0x57, 0xa7}, EpochHighWater: 7, At: t0 + 123456789}
 }
 
 // Ensure that a checkpoint verifies under its own key only.

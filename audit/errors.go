@@ -49,6 +49,11 @@ var (
 	// ErrAnchorStale means the anchor is older than the maximum age the
 	// verifier was given, which may be a frozen (stale but valid) anchor.
 	ErrAnchorStale = errors.New("audit: anchor stale")
+	// ErrStateMismatch means the fence state (control, grant, target and
+	// receipt records) is not the state that the signed checkpoint of the
+	// chain's head commits to, or the epoch high-water is below the
+	// anchor's: state was edited or put back apart from its history.
+	ErrStateMismatch = errors.New("audit: state mismatch")
 )
 
 // Errors of an AnchorStore.
@@ -56,6 +61,11 @@ var (
 	// ErrAnchorMissing means there is no anchor; it is never a reason to
 	// create one.
 	ErrAnchorMissing = errors.New("audit: anchor missing")
+	// ErrAnchorV1 means the anchor is in the first format, whose
+	// checkpoints did not commit to the fence state. It is refused, never
+	// upgraded in place: its state cannot be vouched for after the fact.
+	// A lost-anchor recovery admission re-anchors such a receiver.
+	ErrAnchorV1 = errors.New("audit: anchor format v1 predates the state digest; re-anchor the receiver with a lost-anchor recovery admission")
 	// ErrWriteConflict means the stored anchor is not the one the writer
 	// expected to replace.
 	ErrWriteConflict = errors.New("audit: anchor write conflict")

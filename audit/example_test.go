@@ -122,7 +122,8 @@ func ExampleFileAnchor() {
 	fmt.Println(errors.Is(err, audit.ErrAnchorMissing))
 
 	at := func(seq uint64) audit.SignedCheckpoint {
-		sc, _ := audit.Sign(key, audit.Checkpoint{Receiver: "receiver-1", Seq: seq, Head: audit.Hash{byte(seq)}, At: 1767225600e9})
+		sc, _ := audit.Sign(key, audit.Checkpoint{Receiver: "receiver-1", Seq: seq, Head: audit.Hash{byte(seq)},
+			State: audit.Hash{0x57}, At: 1767225600e9})
 		return sc
 	}
 	ten, five := at(10), at(5)
@@ -138,11 +139,12 @@ func ExampleFileAnchor() {
 	// <nil>
 	// true
 	// 8192 4096
-	// kvfence-anchor-slot v1 gen=00000000000000000001 len=0310 sha256=2ac97d1c252130f8cbac2a16c3a91ab5243a7c12a2ba752058f02b70d6b791bf
-	// kvfence checkpoint v1
+	// kvfence-anchor-slot v1 gen=00000000000000000001 len=0381 sha256=f077cd668f40b593ea91f9f68e8c69b842bce8d8c6cb7ed6a19f37b85e2ff7f6
+	// kvfence checkpoint v2
 	// receiver receiver-1
 	// seq 10
 	// head 0a00000000000000000000000000000000000000000000000000000000000000
+	// state 5700000000000000000000000000000000000000000000000000000000000000
 	// epoch_high_water 0
 	// at 2026-01-01T00:00:00Z
 }

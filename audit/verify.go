@@ -28,6 +28,7 @@ const (
 	ProblemForkDetected     Problem = "fork_detected"
 	ProblemRollbackDetected Problem = "rollback_detected"
 	ProblemAnchorStale      Problem = "anchor_stale"
+	ProblemStateMismatch    Problem = "state_mismatch"
 )
 
 // VerifyOptions says what Verify checks and against what.
@@ -145,6 +146,15 @@ func Verify(opts VerifyOptions) (Report, error) {
 		r.Problem = ProblemOK
 	}
 	return r, nil
+}
+
+// Fail records a problem found beside the chain, such as a state that is
+// not the one the head's checkpoint commits to, unless a problem was
+// already found: the report names the first.
+func (r *Report) Fail(p Problem, err error) {
+	if r.Problem == "" || r.Problem == ProblemOK {
+		r.fail(p, err)
+	}
 }
 
 func (r *Report) fail(p Problem, err error) {

@@ -45,7 +45,8 @@ func IsIntegrityError(err error) bool {
 	for _, target := range []error{audit.ErrRollbackDetected, audit.ErrForkDetected, audit.ErrBadSignature,
 		audit.ErrReceiverMismatch, audit.ErrAnchorMissing, audit.ErrBadAnchor, audit.ErrBadCheckpoint,
 		audit.ErrBrokenLink, audit.ErrSeqGap, audit.ErrBadEntry, audit.ErrAnchorStale, audit.ErrAnchorNotRegular,
-		audit.ErrAnchorPermissions, audit.ErrAnchorRegression, audit.ErrBadAdmission, audit.ErrAdmissionMismatch} {
+		audit.ErrAnchorPermissions, audit.ErrAnchorRegression, audit.ErrBadAdmission, audit.ErrAdmissionMismatch,
+		audit.ErrStateMismatch} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -75,9 +76,12 @@ func (w *wtx) raiseEpochHighWater(e uint64) error {
 // the checkpoints bucket, so the database carries its own latest signed
 // statement; the anchor gets the same checkpoint after the commit.
 func (w *wtx) checkpoint(receiver string, key ed25519.PrivateKey) (audit.SignedCheckpoint, error) {
+	if err := w.storeState(); err != nil {
+		return audit.SignedCheckpoint{}, err
+	}
 	head := w.chain.Head()
 	sc, err := audit.Sign(key, audit.Checkpoint{Receiver: receiver, Seq: head.Seq, Head: head.Hash,
-		EpochHighWater: epochHighWater(w.tx), At: w.now.UnixNano()})
+		State: w.state.Sum(), EpochHighWater: epochHighWater(w.tx), At: w.now.UnixNano()})
 	if err != nil {
 		return sc, err
 	}
@@ -126,6 +130,9 @@ func (r *Receiver) checkAnchor() error {
 		return audit.CheckAnchor(a, r.pub, r.id, r.head, func(seq uint64) (audit.Hash, error) { return hashAt(tx, seq) })
 	})
 	if err != nil {
+		return fmt.Errorf("kvfence: %s: %w", r.path, err)
+	}
+	if _, err := r.checkState(&a); err != nil {
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}
 	r.anchor = a

@@ -212,7 +212,7 @@ func (r *Receiver) run(batch []*call) (err error) {
 		}
 	}()
 	err = r.db.Update(func(tx *bolt.Tx) error {
-		w = &wtx{tx: tx, chain: audit.NewChain(r.head), faults: &r.faults}
+		w = &wtx{tx: tx, chain: audit.NewChain(r.head), faults: &r.faults, state: r.state}
 		for _, c := range batch {
 			// Each call reads the clock, as it would alone: a grant's
 			// window is checked at the call's own decision.
@@ -224,8 +224,16 @@ func (r *Receiver) run(batch []*call) (err error) {
 			c.res = res
 		}
 		var err error
-		sc, err = w.checkpoint(r.id, r.opts.Key)
-		return err
+		if sc, err = w.checkpoint(r.id, r.opts.Key); err != nil {
+			return err
+		}
+		// The anchor's rules are checked before the commit, not after
+		// it: a checkpoint the anchor would refuse must not describe a
+		// committed state.
+		if r.opts.Anchor != nil {
+			return r.anchor.CheckAdvance(sc.Checkpoint)
+		}
+		return nil
 	})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
@@ -234,7 +242,7 @@ func (r *Receiver) run(batch []*call) (err error) {
 		return err
 	}
 	committed = true
-	r.head = w.chain.Head()
+	r.head, r.state = w.chain.Head(), w.state
 	r.queue.commits.Add(1)
 	if r.opts.Anchor == nil {
 		return nil

@@ -79,6 +79,9 @@ type Receiver struct {
 	// replaced only after its commit succeeded.
 	wmu  sync.Mutex
 	head audit.Head
+	// state is the fence state's digest as of head, checked against the
+	// records at Open; guarded by wmu like head.
+	state audit.StateHash
 	// anchor is the anchor as last read or written; guarded by wmu.
 	anchor audit.SignedCheckpoint
 }
@@ -178,7 +181,8 @@ func Init(path string, opts *InitOptions) (err error) {
 				return err
 			}
 		}
-		w := &wtx{tx: tx, chain: audit.NewChain(audit.Head{}), now: now()}
+		// The empty state's digest is stored too: Open always finds one.
+		w := &wtx{tx: tx, chain: audit.NewChain(audit.Head{}), now: now(), stateDirty: true}
 		if _, err := w.appendAudit(&audit.Entry{Kind: KindInit, Note: "receiver " + opts.ReceiverID}); err != nil {
 			return err
 		}
@@ -248,8 +252,14 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 		}
 	}
 	if v.SkipAnchor {
-		// The defective variant neither checks nor writes the anchor.
+		// The defective variant neither checks nor writes the anchor; a
+		// writer then keeps the digest of the state as found.
 		r.opts.Anchor = nil
+		if !o.ReadOnly {
+			if r.state, err = r.computeState(); err != nil {
+				return nil, err
+			}
+		}
 	} else if r.opts.Anchor != nil {
 		if err := r.checkAnchor(); err != nil {
 			return nil, err
@@ -277,7 +287,10 @@ func (r *Receiver) load() error {
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(metaFormat); string(v) != formatVersion {
+		if v := meta.Get(metaFormat); string(v) == "1" {
+			return fmt.Errorf("%w: %s: format version 1 predates the state digest that checkpoints now commit to; "+
+				"initialise a new receiver", ErrBadFormat, r.path)
+		} else if string(v) != formatVersion {
 			return fmt.Errorf("%w: %s: format version %q, want %q", ErrBadFormat, r.path, v, formatVersion)
 		}
 		id := meta.Get(metaReceiver)
@@ -356,6 +369,10 @@ type wtx struct {
 	chain  *audit.Chain
 	now    time.Time
 	faults *faultHooks
+	// state is the fence state's digest, kept current by every put to a
+	// state bucket; stateDirty says a record changed in this transaction.
+	state      audit.StateHash
+	stateDirty bool
 }
 
 // appendAudit fills in e's time, links it into the chain and stores it. It

@@ -28,7 +28,7 @@ var (
 )
 
 // formatVersion is the on-disk format this package reads and writes.
-const formatVersion = "1"
+const formatVersion = "2"
 
 // Mode is a scope's mode: held (nothing is authorised) or open (the active
 // grant may be used).

@@ -2,6 +2,7 @@ package kvfence
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"iter"
 	"math"
@@ -110,7 +111,7 @@ func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult,
 	var res RecoverResult
 	var sc audit.SignedCheckpoint
 	err = r.db.Update(func(tx *bolt.Tx) error {
-		w := &wtx{tx: tx, chain: audit.NewChain(r.head), now: r.opts.Now()}
+		w := &wtx{tx: tx, chain: audit.NewChain(r.head), now: r.opts.Now(), state: r.state}
 		res = RecoverResult{}
 		c := tx.Bucket(bucketControl).Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
@@ -205,5 +206,23 @@ func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
 			PublicKey: opts.PublicKey, Receiver: r.id, MaxAge: opts.MaxAge})
 		return err
 	})
-	return rep, err
+	if err != nil || !rep.OK() {
+		return rep, err
+	}
+	// The chain is the anchored one; now the state beside it must be the
+	// state that the head's checkpoint commits to. The receiver's key here
+	// is the one recorded in the database: the anchor has just verified
+	// under the operator's key, so they must agree, or the state check
+	// fails on the database's own checkpoint.
+	anchor, err := opts.Anchor.Load()
+	if err != nil {
+		return rep, err
+	}
+	r.pub = opts.PublicKey
+	if _, err := r.checkState(&anchor); errors.Is(err, audit.ErrStateMismatch) {
+		rep.Fail(audit.ProblemStateMismatch, err)
+	} else if err != nil {
+		return rep, err
+	}
+	return rep, nil
 }

@@ -96,6 +96,9 @@ func (w *wtx) put(bucket, key []byte, v any) error {
 	if err != nil {
 		return err
 	}
+	if isStateBucket(bucket) {
+		return w.putState(bucket, key, raw)
+	}
 	return w.tx.Bucket(bucket).Put(key, raw)
 }
 

@@ -1,0 +1,187 @@
+package kvfence
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+
+	"github.com/kvfence/kvfence/audit"
+	bolt "go.etcd.io/bbolt"
+)
+
+// The fence state is the records of these buckets: what a decision reads.
+// Every checkpoint commits to their digest (audit.StateHash), so a database
+// whose state was put back or edited apart from its history is refused even
+// when its chain is whole (DESIGN §7, "The anchor covers state").
+var stateBuckets = [][]byte{bucketControl, bucketGrants, bucketTargets, bucketReceipts}
+
+// checkpointState is where the checkpoints bucket keeps the state digest's
+// 2048-byte binary form, beside the latest checkpoint: a writer updates it
+// record by record instead of rehashing the state. It is a cache; Open
+// recomputes it from the records and refuses a database whose cache, or
+// whose signed checkpoint, disagrees.
+var checkpointState = []byte("state")
+
+func isStateBucket(bucket []byte) bool {
+	for _, b := range stateBuckets {
+		if bytes.Equal(b, bucket) {
+			return true
+		}
+	}
+	return false
+}
+
+// putState stores raw under key in a state bucket and moves the
+// transaction's state digest from the old record to the new one.
+func (w *wtx) putState(bucket, key, raw []byte) error {
+	b := w.tx.Bucket(bucket)
+	if old := b.Get(key); old != nil {
+		w.state.Remove(string(bucket), key, old)
+	}
+	w.state.Add(string(bucket), key, raw)
+	w.stateDirty = true
+	return b.Put(key, raw)
+}
+
+// storeState writes the transaction's state digest to the database if a
+// record changed.
+func (w *wtx) storeState() error {
+	if !w.stateDirty {
+		return nil
+	}
+	raw, _ := w.state.AppendBinary(make([]byte, 0, audit.StateHashSize))
+	return w.tx.Bucket(bucketCheckpoints).Put(checkpointState, raw)
+}
+
+// storedState reads the digest kept in the checkpoints bucket.
+func storedState(tx *bolt.Tx) (audit.StateHash, error) {
+	var s audit.StateHash
+	raw := tx.Bucket(bucketCheckpoints).Get(checkpointState)
+	if raw == nil {
+		return s, fmt.Errorf("%w: no state digest", ErrBadFormat)
+	}
+	if err := s.UnmarshalBinary(raw); err != nil {
+		return s, fmt.Errorf("%w: %v", ErrBadFormat, err)
+	}
+	return s, nil
+}
+
+// computeState hashes every record of the state buckets, a bucket per
+// goroutine, each in a read transaction of its own: the work is the SHAKE
+// expansion of each record, which spreads across cores.
+func (r *Receiver) computeState() (audit.StateHash, error) {
+	parts := make([]audit.StateHash, len(stateBuckets))
+	errs := make([]error, len(stateBuckets))
+	var wg sync.WaitGroup
+	for i, name := range stateBuckets {
+		wg.Go(func() {
+			errs[i] = r.view(func(tx *bolt.Tx) error {
+				b := tx.Bucket(name)
+				if b == nil {
+					return fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, r.path, name)
+				}
+				c := b.Cursor()
+				for k, v := c.First(); k != nil; k, v = c.Next() {
+					if v == nil {
+						return fmt.Errorf("%w: %s: nested bucket %q in %q", ErrBadFormat, r.path, k, name)
+					}
+					parts[i].Add(string(name), k, v)
+				}
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	var s audit.StateHash
+	for i := range parts {
+		if errs[i] != nil {
+			return s, errs[i]
+		}
+		s.Merge(&parts[i])
+	}
+	return s, nil
+}
+
+// latestCheckpoint reads the database's own newest signed checkpoint.
+func latestCheckpoint(tx *bolt.Tx) (audit.SignedCheckpoint, error) {
+	raw := tx.Bucket(bucketCheckpoints).Get(checkpointLatest)
+	if raw == nil {
+		return audit.SignedCheckpoint{}, fmt.Errorf("%w: no checkpoint", ErrBadFormat)
+	}
+	return audit.ParseSignedCheckpoint(raw)
+}
+
+// StateCheck is what checking the fence state against the checkpoints
+// found: the digest recomputed from the records and the one the checkpoint
+// of the database's head commits to.
+type StateCheck struct {
+	// Computed is the digest of the state records as found.
+	Computed audit.Hash
+	// Signed is the digest that the database's newest signed checkpoint,
+	// which must cover its head, commits to.
+	Signed audit.Hash
+	// EpochHighWater is the database's recorded high-water.
+	EpochHighWater uint64
+}
+
+// checkState recomputes the state digest and compares it with what the
+// database's newest signed checkpoint and its anchor say (DESIGN §7). A
+// chain that verifies says nothing about the state records beside it: a
+// backup taken while a grant was active, with the later entries copied in,
+// has the right chain and the old state. So the checkpoint of the head,
+// which every commit writes in its own transaction and which only the
+// receiver's key signs, must cover exactly this head and commit to exactly
+// this state; the database's epoch high-water must be the one it signed and
+// no lower than the anchor's. Every mismatch wraps audit.ErrStateMismatch.
+// It sets r.state on success, the digest writers then keep current.
+func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error) {
+	var latest audit.SignedCheckpoint
+	var stored audit.StateHash
+	var hw uint64
+	err := r.view(func(tx *bolt.Tx) error {
+		var err error
+		if latest, err = latestCheckpoint(tx); err != nil {
+			return fmt.Errorf("%w: the database's newest checkpoint: %w", audit.ErrStateMismatch, err)
+		}
+		if stored, err = storedState(tx); err != nil {
+			return fmt.Errorf("%w: %w", audit.ErrStateMismatch, err)
+		}
+		hw = epochHighWater(tx)
+		return nil
+	})
+	if err != nil {
+		return StateCheck{}, err
+	}
+	computed, err := r.computeState()
+	if err != nil {
+		return StateCheck{}, err
+	}
+	sc := StateCheck{Computed: computed.Sum(), Signed: latest.State, EpochHighWater: hw}
+	switch {
+	case latest.Verify(r.pub) != nil || latest.Receiver != r.id:
+		return sc, fmt.Errorf("%w: the database's newest checkpoint is not signed by this receiver's key", audit.ErrStateMismatch)
+	case latest.Seq != r.head.Seq || latest.Head != r.head.Hash:
+		return sc, fmt.Errorf("%w: the database's newest checkpoint covers seq %d (%x), but its chain ends at seq %d (%x): history was copied in without the state it describes",
+			audit.ErrStateMismatch, latest.Seq, latest.Head[:], r.head.Seq, r.head.Hash[:])
+	case sc.Computed != latest.State:
+		return sc, fmt.Errorf("%w: the control, grant, target and receipt records hash to %x, but the checkpoint of seq %d commits to %x: state was restored or edited apart from its history",
+			audit.ErrStateMismatch, sc.Computed[:], latest.Seq, latest.State[:])
+	case stored != computed:
+		return sc, fmt.Errorf("%w: the stored state digest disagrees with the records", audit.ErrStateMismatch)
+	case hw != latest.EpochHighWater:
+		return sc, fmt.Errorf("%w: the database's epoch high-water is %d, but the checkpoint of seq %d says %d",
+			audit.ErrStateMismatch, hw, latest.Seq, latest.EpochHighWater)
+	}
+	if anchor != nil {
+		switch {
+		case hw < anchor.EpochHighWater:
+			return sc, fmt.Errorf("%w: the database's epoch high-water is %d, below the anchor's %d",
+				audit.ErrStateMismatch, hw, anchor.EpochHighWater)
+		case anchor.Seq == r.head.Seq && anchor.State != sc.Computed:
+			return sc, fmt.Errorf("%w: the state hashes to %x, but the anchor at seq %d commits to %x",
+				audit.ErrStateMismatch, sc.Computed[:], anchor.Seq, anchor.State[:])
+		}
+	}
+	r.state = computed
+	return sc, nil
+}
