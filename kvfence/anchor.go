@@ -76,12 +76,13 @@ func (w *wtx) raiseEpochHighWater(e uint64) error {
 // the checkpoints bucket, so the database carries its own latest signed
 // statement; the anchor gets the same checkpoint after the commit.
 func (w *wtx) checkpoint(receiver string, key ed25519.PrivateKey) (audit.SignedCheckpoint, error) {
-	if err := w.storeState(); err != nil {
+	state, err := w.storeState()
+	if err != nil {
 		return audit.SignedCheckpoint{}, err
 	}
 	head := w.chain.Head()
 	sc, err := audit.Sign(key, audit.Checkpoint{Receiver: receiver, Seq: head.Seq, Head: head.Hash,
-		State: w.state.Sum(), EpochHighWater: epochHighWater(w.tx), At: w.now.UnixNano()})
+		State: state, EpochHighWater: epochHighWater(w.tx), At: w.now.UnixNano()})
 	if err != nil {
 		return sc, err
 	}

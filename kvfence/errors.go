@@ -49,6 +49,13 @@ var (
 	ErrMalformedRequest = errors.New("kvfence: malformed request")
 )
 
+// ErrStorageReserve means Submit was refused before anything was written
+// because the database's volume has less free space than Options.Reserve
+// keeps for administrators. Denials are written too, so a flood of them
+// could otherwise fill the volume until no hold can commit; the reserve
+// keeps room for holds and activations. Free space, then retry.
+var ErrStorageReserve = errors.New("kvfence: storage below the reserve kept for administrators; submit refused, nothing written")
+
 // ErrNotAcknowledged means a write committed to the database but its anchor
 // was not moved, so the call could not acknowledge it. The database is then
 // ahead of its anchor, which the next Open accepts and repairs; a retried

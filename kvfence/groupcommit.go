@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -42,6 +43,9 @@ type call struct {
 	fn func(w *wtx) (any, error)
 	// size is the call's input in bytes, counted against maxBatchBytes.
 	size int
+	// worker marks a worker's call (Submit), which may not write into the
+	// space reserved for administrators.
+	worker bool
 	// res and err are the call's outcome, set by the leader that ran it
 	// before it wakes the caller.
 	res any
@@ -76,7 +80,7 @@ type commitQueue struct {
 // runs: it returns its result, and only the result of a committed run
 // reaches the caller.
 func update[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, error) {
-	res, err := r.write(size, func(w *wtx) (any, error) { return fn(w) })
+	res, err := r.write(size, false, func(w *wtx) (any, error) { return fn(w) })
 	if err != nil {
 		var zero T
 		return zero, err
@@ -86,17 +90,27 @@ func update[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, error)
 
 // exec is update for a call whose only outcome is an error.
 func (r *Receiver) exec(size int, fn func(w *wtx) error) error {
-	_, err := r.write(size, func(w *wtx) (any, error) { return nil, fn(w) })
+	_, err := r.write(size, false, func(w *wtx) (any, error) { return nil, fn(w) })
 	return err
+}
+
+// submitCall is update for a worker's call, which is refused when the
+// volume is below the administrators' reserve.
+func submitCall(r *Receiver, size int, fn func(w *wtx) (Result, error)) (Result, error) {
+	res, err := r.write(size, true, func(w *wtx) (any, error) { return fn(w) })
+	if err != nil {
+		return Result{}, err
+	}
+	return res.(Result), nil
 }
 
 // write queues one call and waits for its outcome, leading a batch itself
 // when no commit is running.
-func (r *Receiver) write(size int, fn func(w *wtx) (any, error)) (any, error) {
+func (r *Receiver) write(size int, worker bool, fn func(w *wtx) (any, error)) (any, error) {
 	if r.opts.ReadOnly {
 		return nil, ErrReadOnly
 	}
-	c := &call{fn: fn, size: size, wake: make(chan struct{}, 1)}
+	c := &call{fn: fn, size: size, worker: worker, wake: make(chan struct{}, 1)}
 	q := &r.queue
 	q.mu.Lock()
 	q.pending = append(q.pending, c)
@@ -169,6 +183,9 @@ func (q *commitQueue) take(buf []*call) []*call {
 func (r *Receiver) commit(batch []*call) {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
+	if batch = r.reserve(batch); len(batch) == 0 {
+		return
+	}
 	err := r.run(batch)
 	switch {
 	case err == nil:
@@ -184,6 +201,28 @@ func (r *Receiver) commit(batch []*call) {
 			c.err = err
 		}
 	}
+}
+
+// reserve refuses the batch's worker calls with ErrStorageReserve when the
+// volume has less free space than Options.Reserve, and returns the calls
+// left to run. Measuring costs a statfs per batch, not per call. A
+// measurement that fails refuses nothing: the write itself then meets the
+// disk's own error, which changes nothing either.
+func (r *Receiver) reserve(batch []*call) []*call {
+	if r.opts.Reserve < 0 || !slices.ContainsFunc(batch, func(c *call) bool { return c.worker }) {
+		return batch
+	}
+	free, err := freeSpace(r.path)
+	if err != nil || free >= r.opts.Reserve {
+		return batch
+	}
+	refused := fmt.Errorf("%w: %s: %d bytes free, %d reserved", ErrStorageReserve, r.path, free, r.opts.Reserve)
+	return slices.DeleteFunc(slices.Clone(batch), func(c *call) bool {
+		if c.worker {
+			c.err = refused
+		}
+		return c.worker
+	})
 }
 
 // run executes the calls in one write transaction and, if it commits,
@@ -212,7 +251,7 @@ func (r *Receiver) run(batch []*call) (err error) {
 		}
 	}()
 	err = r.db.Update(func(tx *bolt.Tx) error {
-		w = &wtx{tx: tx, chain: audit.NewChain(r.head), faults: &r.faults, state: r.state}
+		w = &wtx{tx: tx, chain: audit.NewChain(r.head), faults: &r.faults, state: r.state, stateSum: r.stateSum}
 		for _, c := range batch {
 			// Each call reads the clock, as it would alone: a grant's
 			// window is checked at the call's own decision.
@@ -242,7 +281,7 @@ func (r *Receiver) run(batch []*call) (err error) {
 		return err
 	}
 	committed = true
-	r.head, r.state = w.chain.Head(), w.state
+	r.head, r.state, r.stateSum = w.chain.Head(), w.state, w.stateSum
 	r.queue.commits.Add(1)
 	if r.opts.Anchor == nil {
 		return nil

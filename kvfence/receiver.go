@@ -17,6 +17,11 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
+// DefaultReserve is the free space kept for administrative writes when
+// Options.Reserve is zero. A hold writes a few pages; the reserve is large
+// enough for many, and for the freelist of a large database.
+const DefaultReserve = 16 << 20
+
 // DefaultLockTimeout is how long Open waits for the database lock when
 // Options.LockTimeout is zero.
 const DefaultLockTimeout = time.Second
@@ -49,6 +54,12 @@ type Options struct {
 	// signs every checkpoint. Its public half must be the one recorded at
 	// Init (ErrKeyMismatch).
 	Key ed25519.PrivateKey
+	// Reserve is free space on the database's volume kept for
+	// administrative writes: while less is free (or the process's file-size
+	// limit leaves less room), Submit is refused with ErrStorageReserve
+	// before anything is written, and holds and activations still commit.
+	// Zero means DefaultReserve; a negative value turns the reserve off.
+	Reserve int64
 	// NoSync skips fsync on commit. It is for benchmarks that label their
 	// results as not durable; a receiver in service must never set it.
 	NoSync bool
@@ -80,8 +91,9 @@ type Receiver struct {
 	wmu  sync.Mutex
 	head audit.Head
 	// state is the fence state's digest as of head, checked against the
-	// records at Open; guarded by wmu like head.
-	state audit.StateHash
+	// records at Open, and stateSum its sum; guarded by wmu like head.
+	state    audit.StateHash
+	stateSum audit.Hash
 	// anchor is the anchor as last read or written; guarded by wmu.
 	anchor audit.SignedCheckpoint
 }
@@ -223,6 +235,9 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 	if o.MaxEnvelopeSize <= 0 {
 		o.MaxEnvelopeSize = DefaultMaxEnvelopeSize
 	}
+	if o.Reserve == 0 {
+		o.Reserve = DefaultReserve
+	}
 	timeout := o.LockTimeout
 	if timeout < 0 {
 		timeout = time.Nanosecond
@@ -259,6 +274,7 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 			if r.state, err = r.computeState(); err != nil {
 				return nil, err
 			}
+			r.stateSum = r.state.Sum()
 		}
 	} else if r.opts.Anchor != nil {
 		if err := r.checkAnchor(); err != nil {
@@ -370,9 +386,11 @@ type wtx struct {
 	now    time.Time
 	faults *faultHooks
 	// state is the fence state's digest, kept current by every put to a
-	// state bucket; stateDirty says a record changed in this transaction.
+	// state bucket; stateDirty says a record changed in this transaction;
+	// stateSum is state's sum as of the last checkpoint.
 	state      audit.StateHash
 	stateDirty bool
+	stateSum   audit.Hash
 }
 
 // appendAudit fills in e's time, links it into the chain and stores it. It
@@ -393,6 +411,10 @@ func (w *wtx) appendAudit(e *audit.Entry) (uint64, error) {
 	// reported as failed that reached the disk anyway) must stop writes, not
 	// overwrite the entry it missed.
 	b := w.tx.Bucket(bucketAudit)
+	// Entries are only ever appended in key order, so pages may be filled
+	// before they split instead of bbolt's half: the chain, every denial
+	// included, takes about half the pages.
+	b.FillPercent = auditFillPercent
 	if b.Get(audit.SeqKey(e.Seq)) != nil {
 		return 0, fmt.Errorf("%w: audit entry %d already exists; reopen the receiver", ErrBadFormat, e.Seq)
 	}
@@ -401,6 +423,10 @@ func (w *wtx) appendAudit(e *audit.Entry) (uint64, error) {
 	}
 	return e.Seq, nil
 }
+
+// auditFillPercent is how full the audit bucket's pages are when they
+// split; bbolt's default is half.
+const auditFillPercent = 0.95
 
 // maxNoteLen bounds an audit entry's free-text note.
 const maxNoteLen = 1024

@@ -111,7 +111,7 @@ func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult,
 	var res RecoverResult
 	var sc audit.SignedCheckpoint
 	err = r.db.Update(func(tx *bolt.Tx) error {
-		w := &wtx{tx: tx, chain: audit.NewChain(r.head), now: r.opts.Now(), state: r.state}
+		w := &wtx{tx: tx, chain: audit.NewChain(r.head), now: r.opts.Now(), state: r.state, stateSum: r.stateSum}
 		res = RecoverResult{}
 		c := tx.Bucket(bucketControl).Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {

@@ -44,13 +44,16 @@ func (w *wtx) putState(bucket, key, raw []byte) error {
 }
 
 // storeState writes the transaction's state digest to the database if a
-// record changed.
-func (w *wtx) storeState() error {
+// record changed, and returns the sum a checkpoint commits to. An unchanged
+// state keeps the sum it had, which spares a decision that changed no
+// record (an identical retry) the 2 KiB hash.
+func (w *wtx) storeState() (audit.Hash, error) {
 	if !w.stateDirty {
-		return nil
+		return w.stateSum, nil
 	}
+	w.stateSum = w.state.Sum()
 	raw, _ := w.state.AppendBinary(make([]byte, 0, audit.StateHashSize))
-	return w.tx.Bucket(bucketCheckpoints).Put(checkpointState, raw)
+	return w.stateSum, w.tx.Bucket(bucketCheckpoints).Put(checkpointState, raw)
 }
 
 // storedState reads the digest kept in the checkpoints bucket.
@@ -182,6 +185,6 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 				audit.ErrStateMismatch, sc.Computed[:], anchor.Seq, anchor.State[:])
 		}
 	}
-	r.state = computed
+	r.state, r.stateSum = computed, sc.Computed
 	return sc, nil
 }

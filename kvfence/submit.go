@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -22,9 +23,16 @@ type submission struct {
 	// denial is set when decoding failed (check 0).
 	denial Reason
 	detail string
-	// rawSHA is the digest of the raw envelope bytes, recorded for a
+	// rawSHA and rawLen describe the raw envelope bytes, recorded for a
 	// malformed envelope so an operator can match the audit entry to a file.
 	rawSHA [32]byte
+	rawLen int
+	// grant is the envelope's grant once check 5 found it, and target
+	// whether check 11 found the request's target. decide sets both on
+	// every run; they say which identifiers matched a record and may be
+	// stored verbatim.
+	grant  *grantRecord
+	target bool
 }
 
 // prepare runs check 0 outside the transaction.
@@ -32,7 +40,7 @@ func (r *Receiver) prepare(caller string, envelope []byte) *submission {
 	s := &submission{caller: caller}
 	env, err := DecodeEnvelope(envelope, r.opts.MaxEnvelopeSize)
 	if err != nil {
-		s.denial, s.detail, s.rawSHA = ReasonMalformedEnvelope, err.Error(), sha256.Sum256(envelope)
+		s.denial, s.detail, s.rawSHA, s.rawLen = ReasonMalformedEnvelope, err.Error(), sha256.Sum256(envelope), len(envelope)
 		return s
 	}
 	s.env = env
@@ -69,11 +77,12 @@ func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (
 	// Decoding and hashing need no lock, so they happen before the call
 	// joins the commit queue; the leader of its batch runs only decide.
 	s := r.prepare(caller, envelope)
-	return update(r, len(envelope), func(w *wtx) (Result, error) { return r.decide(w, s) })
+	return submitCall(r, len(envelope), func(w *wtx) (Result, error) { return r.decide(w, s) })
 }
 
 // decide runs checks 1-12 for one submission inside w.
 func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
+	s.grant, s.target = nil, false
 	if s.env == nil {
 		return w.deny(nil, s, s.denial, s.detail)
 	}
@@ -92,13 +101,13 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	// 2-4: the fence. Only a test-only defective receiver skips them.
 	if !r.defect.SkipAuthority {
 		if ctl.Mode != ModeOpen {
-			return w.deny(ctl, s, ReasonReceiverHeld, fmt.Sprintf("scope is held at epoch %d", ctl.Epoch))
+			return w.denyStale(ctl, s, ReasonReceiverHeld, fmt.Sprintf("scope is held at epoch %d", ctl.Epoch))
 		}
 		if env.Epoch != ctl.Epoch {
-			return w.deny(ctl, s, ReasonStaleEpoch, fmt.Sprintf("envelope epoch %d, scope epoch %d", env.Epoch, ctl.Epoch))
+			return w.denyStale(ctl, s, ReasonStaleEpoch, fmt.Sprintf("envelope epoch %d, scope epoch %d", env.Epoch, ctl.Epoch))
 		}
 		if env.Grant != ctl.ActiveGrant {
-			return w.deny(ctl, s, ReasonInactiveGrant, "the grant is not the scope's active grant")
+			return w.denyStale(ctl, s, ReasonInactiveGrant, "the grant is not the scope's active grant")
 		}
 	}
 	// 5
@@ -109,6 +118,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	if g == nil || g.Scope != env.Scope || g.Epoch != env.Epoch {
 		return w.deny(ctl, s, ReasonUnknownGrant, "no grant with this id for this scope and epoch")
 	}
+	s.grant = g
 	// 6: the caller's identity comes from the embedding application; the
 	// envelope's executor field is a claim that must agree with it.
 	if s.caller != env.Executor || env.Executor != g.Executor {
@@ -155,6 +165,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	if t == nil || t.Scope != env.Scope {
 		return w.deny(ctl, s, ReasonUnknownTarget, "no such target in this scope")
 	}
+	s.target = true
 	if req.ExpectRevision != nil && *req.ExpectRevision != t.Revision {
 		return w.deny(ctl, s, ReasonPreconditionFailed, fmt.Sprintf("expected revision %d, target is at %d", *req.ExpectRevision, t.Revision))
 	}
@@ -219,6 +230,23 @@ func applyPatch(p jsonpatch.Patch, value []byte) ([]byte, error) {
 	return out, nil
 }
 
+// denyStale denies a stale-authority request (checks 2-4). A superseded
+// worker's grant is usually a real, older grant of this scope: finding it
+// lets the audit entry name its action, so that an operator reads which
+// approved change a stale worker tried to make.
+func (w *wtx) denyStale(ctl *controlRecord, s *submission, reason Reason, detail string) (Result, error) {
+	if isGrantID(s.env.Grant) {
+		g, err := w.grant(s.env.Grant)
+		if err != nil {
+			return Result{}, err
+		}
+		if g != nil && g.Scope == s.env.Scope {
+			s.grant = g
+		}
+	}
+	return w.deny(ctl, s, reason, detail)
+}
+
 // deny records a denial in the audit chain and, for a known scope, in its
 // control record's counters.
 func (w *wtx) deny(ctl *controlRecord, s *submission, reason Reason, detail string) (Result, error) {
@@ -242,29 +270,97 @@ func (w *wtx) deny(ctl *controlRecord, s *submission, reason Reason, detail stri
 	return s.result(Denied, reason, detail, seq), nil
 }
 
-// entry is the audit entry for this submission's decision.
+// entry is the audit entry for this submission's decision. Its size is
+// bounded whatever the envelope carries, because a stale or hostile caller
+// can make the receiver write one per call: an identifier from the envelope
+// is stored verbatim only when it matched a record of the receiver (the
+// scope exists, the grant was found, the target exists, the envelope's
+// executor is the grant's) or has the fixed form of a grant id; otherwise
+// the entry records its length and a prefix of its SHA-256 (idDigest), and
+// only for the identifier that the failed check compared. Notes quote no
+// envelope text, only numbers, times and fixed words, cut to
+// maxDenialDetail bytes. The caller is stored as given: it is the identity
+// the embedding application authenticated, not a claim of the envelope.
 func (s *submission) entry(o Outcome, reason Reason, detail string) *audit.Entry {
 	e := &audit.Entry{Kind: KindSubmit, Outcome: string(o), Reason: string(reason), Executor: s.caller}
 	if s.env == nil {
-		e.RequestSHA256 = nil
-		e.Note = fmt.Sprintf("envelope sha256 %x: %s", s.rawSHA, detail)
+		e.Note = fmt.Sprintf("envelope %dB sha256:%x; %s", s.rawLen, s.rawSHA, clip(detail, maxDenialDetail))
 		return e
 	}
-	e.Scope, e.Epoch, e.Grant = s.env.Scope, s.env.Epoch, s.env.Grant
-	e.RequestSHA256 = s.digest[:]
-	if s.req != nil {
-		e.Action, e.Target = s.req.Action, s.req.Target
+	env := s.env
+	var notes []string
+	e.Epoch, e.RequestSHA256 = env.Epoch, s.digest[:]
+	if reason == ReasonUnknownScope {
+		// Nothing matched: the scope is the one thing checked.
+		e.Note = idDigest("scope", env.Scope)
+		return e
 	}
-	if s.caller != s.env.Executor {
-		e.Note = fmt.Sprintf("envelope executor %q", s.env.Executor)
+	e.Scope = env.Scope
+	switch {
+	case s.grant != nil || isGrantID(env.Grant):
+		e.Grant = env.Grant
+	case reason == ReasonInactiveGrant || reason == ReasonUnknownGrant:
+		notes = append(notes, idDigest("grant", env.Grant))
 	}
-	if detail != "" {
-		if e.Note != "" {
-			e.Note += "; "
+	if s.grant != nil && s.req != nil && s.req.Action == s.grant.Action {
+		e.Action = s.req.Action
+	}
+	if s.target {
+		e.Target = s.req.Target
+	}
+	switch reason {
+	case ReasonExecutorMismatch:
+		if s.caller != env.Executor {
+			if s.grant != nil && env.Executor == s.grant.Executor {
+				notes = append(notes, "envelope executor is the grant's")
+			} else {
+				notes = append(notes, idDigest("envelope executor", env.Executor))
+			}
 		}
-		e.Note += detail
+	case ReasonClaimMismatch:
+		notes = append(notes, idDigest("envelope claim", env.Claim))
+	case ReasonMalformedRequest, ReasonReceiverHeld, ReasonStaleEpoch, ReasonGrantNotYetValid,
+		ReasonGrantExpired, ReasonUnknownTarget, ReasonPreconditionFailed:
+		if detail != "" {
+			notes = append(notes, clip(detail, maxDenialDetail))
+		}
 	}
+	e.Note = strings.Join(notes, "; ")
 	return e
+}
+
+// maxDenialDetail bounds the words a denial's audit entry adds about why.
+const maxDenialDetail = 64
+
+// idDigest names an identifier that matched nothing by its length and the
+// first 16 bytes of its SHA-256: enough to tell callers apart and to match
+// a suspect file, at a fixed cost.
+func idDigest(name, v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return fmt.Sprintf("%s %dB sha256:%x", name, len(v), sum[:16])
+}
+
+// clip cuts s to at most n bytes of valid UTF-8.
+func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-3], "") + "..."
+}
+
+// isGrantID reports whether s has the form newGrantID gives grant ids: a
+// bounded string that may be stored verbatim whether or not it matched.
+func isGrantID(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *submission) result(o Outcome, reason Reason, detail string, seq uint64) Result {

@@ -194,8 +194,10 @@ func TestHelperFileSizeLimit(t *testing.T) {
 		return
 	}
 	now, _ := strconv.ParseInt(os.Getenv("KVFENCE_FSIZE_NOW"), 10, 64)
+	// The reserve is off: this child shows what the disk's own refusal
+	// does (TestReserve_* shows the reserve).
 	r, err := Open(path, &Options{Key: testKey, Anchor: audit.FileAnchor{Path: os.Getenv("KVFENCE_FSIZE_ANCHOR")},
-		Now: func() time.Time { return time.Unix(0, now) }})
+		Now: func() time.Time { return time.Unix(0, now) }, Reserve: -1})
 	if err != nil {
 		out.WriteString("setup: " + err.Error() + "\n")
 		return
