@@ -294,6 +294,9 @@ func (w *wtx) appendAudit(e *audit.Entry) (uint64, error) {
 
 // checkpoint signs the head as of this transaction. The checkpoint's epoch
 // high-water is the number of claims ever made, which only grows.
+//
+// Its State is the zero hash: the ledger's records are not yet covered by a
+// state digest as the receiver's are (SECURITY.md, promise 9).
 func (w *wtx) checkpoint(id string, key ed25519.PrivateKey) (audit.SignedCheckpoint, error) {
 	head := w.chain.Head()
 	sc, err := audit.Sign(key, audit.Checkpoint{Receiver: id, Seq: head.Seq, Head: head.Hash,
