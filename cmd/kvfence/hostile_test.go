@@ -59,7 +59,7 @@ func TestHostileFiles(t *testing.T) {
 		tests = append(tests,
 			testCase{"anchor of garbage/" + cmd[0], func(t *testing.T, c *cli) {
 				writeFile(t, c.path("receiver.anchor"), []byte("not an anchor\n"), 0o600)
-			}, cmd, ExitIntegrity, []string{"bad anchor file", "Try: the anchor file is not a well-formed kvfence anchor"}},
+			}, cmd, ExitIntegrity, []string{"bad anchor file", "the file is damaged", "Try: the anchor file is damaged"}},
 			testCase{"anchor cut short/" + cmd[0], func(t *testing.T, c *cli) {
 				data := readFile(t, c.path("receiver.anchor"))
 				writeFile(t, c.path("receiver.anchor"), data[:len(data)/2], 0o600)
