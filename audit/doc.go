@@ -236,11 +236,13 @@
 // in the damaged slot fails with [ErrWriteConflict] naming the damage.
 //
 // A damaged slot is judged by [SlotDamage.Check]. The receiver commits to
-// its database before it writes the anchor that covers the commit, and
-// every commit adds at least one entry; so an anchor write of the gen
-// after the current slot's began only once the database had committed past
-// the current slot's seq. If the damaged slot was written at that next gen
-// (damage to the newest slot, or that write torn by a crash), then:
+// its database before it writes the anchor that covers the commit, every
+// commit adds at least one entry, and the anchor written when a receiver
+// opens a database ahead of its anchor covers that database's head; so an
+// anchor write of the gen after the current slot's began only once the
+// database had committed past the current slot's seq. If the damaged slot
+// was written at that next gen (damage to the newest slot, or that write
+// torn by a crash), then:
 //
 //   - if its anchor text still parses and verifies under the receiver's
 //     key (the damage is in the header, the checksum or the padding), its
