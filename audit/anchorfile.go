@@ -20,7 +20,10 @@ import (
 // a crash during a write, or a Load racing it, can find only the other
 // slot damaged; its checksum then fails, and Load returns the current
 // slot, the previous anchor, which the receiver already accepts as the
-// crash window between a commit and its anchor write. Slots are ordered by
+// crash window between a commit and its anchor write. Inspect describes
+// the damaged slot, so that the receiver reports it, and refuses a
+// database that the write which damaged it shows to be older (see Anchor
+// Rules in the package documentation). Slots are ordered by
 // generation, not by seq, so that Supersede, which may move seq back after
 // a recovery, still wins. The file never changes size after it is created,
 // so one fdatasync makes a write durable: no temporary file, no rename, no
@@ -52,19 +55,28 @@ type FileAnchor struct {
 // is ErrAnchorNotRegular; a file writable by group or others is
 // ErrAnchorPermissions; a file of the wrong size, without a valid slot or
 // with two slots of one generation is ErrBadAnchor. A damaged slot beside
-// a valid one is skipped, as a crash during a write leaves it. Load never
-// creates or changes the file.
+// a valid one does not stop Load, as a crash during a write leaves it;
+// Inspect describes it. Load never creates or changes the file.
 func (f FileAnchor) Load() (SignedCheckpoint, error) {
+	rep, err := f.Inspect()
+	return rep.Current, err
+}
+
+// Inspect reads the anchor file as Load does, with the same errors, and
+// also describes the other slot if it is damaged, so that a receiver can
+// report the damage, and judge it (SlotDamage.Check), before its next
+// write overwrites it. Inspect never creates or changes the file.
+func (f FileAnchor) Inspect() (AnchorFileReport, error) {
 	file, err := f.open(os.O_RDONLY)
 	if err != nil {
-		return SignedCheckpoint{}, err
+		return AnchorFileReport{}, err
 	}
 	defer file.Close()
-	_, cur, err := f.readSlots(file)
+	i, cur, damage, err := f.readSlots(file)
 	if err != nil {
-		return SignedCheckpoint{}, err
+		return AnchorFileReport{}, err
 	}
-	return cur.sc, nil
+	return AnchorFileReport{Current: cur.sc, Slot: i, Generation: cur.gen, Damage: damage}, nil
 }
 
 // open opens the anchor file with flag after checking that it is a regular
@@ -105,19 +117,20 @@ func (f FileAnchor) checkSame(fi fs.FileInfo, file *os.File) error {
 	return nil
 }
 
-// readSlots reads and parses the whole file and returns its current slot.
-func (f FileAnchor) readSlots(file *os.File) (int, anchorSlot, error) {
+// readSlots reads and parses the whole file and returns its current slot
+// and the damage of the other one, if any.
+func (f FileAnchor) readSlots(file *os.File) (int, anchorSlot, *SlotDamage, error) {
 	// One byte more than the format allows tells a longer file apart.
 	data := make([]byte, AnchorFileSize+1)
 	n, err := file.ReadAt(data, 0)
 	if err != nil && err != io.EOF {
-		return 0, anchorSlot{}, fmt.Errorf("audit: anchor: %w", err)
+		return 0, anchorSlot{}, nil, fmt.Errorf("audit: anchor: %w", err)
 	}
-	i, cur, err := parseAnchorFile(data[:n])
+	i, cur, damage, err := parseAnchorFile(data[:n])
 	if err != nil {
-		return 0, anchorSlot{}, fmt.Errorf("%s: %w", f.Path, err)
+		return 0, anchorSlot{}, nil, fmt.Errorf("%s: %w", f.Path, err)
 	}
-	return i, cur, nil
+	return i, cur, damage, nil
 }
 
 func (f FileAnchor) statError(err error) error {
@@ -177,11 +190,17 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	}
 
 	// A file without a valid slot is evidence; it is never overwritten.
-	i, cur, err := f.readSlots(file)
+	i, cur, damage, err := f.readSlots(file)
 	if err != nil {
 		return err
 	}
 	if err := checkSwap(&cur.sc, old, &next, supersede); err != nil {
+		if damage != nil && errors.Is(err, ErrWriteConflict) {
+			// A writer that expected a newer anchor than the current one
+			// wrote it into the slot that is now damaged: say so, or the
+			// conflict hides the damage.
+			return fmt.Errorf("%w; %s: %v", err, f.Path, damage)
+		}
 		return err
 	}
 	if cur.sc == next {
@@ -195,7 +214,8 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 		return err
 	}
 	// The other slot is the previous anchor or damage from an interrupted
-	// write; the current one is not touched until the next write.
+	// write, which the caller has seen through Inspect when it opened; the
+	// current one is not touched until the next write.
 	if _, err := file.WriteAt(slot, int64(1-i)*AnchorSlotSize); err != nil {
 		return fmt.Errorf("audit: anchor: %w", err)
 	}

@@ -245,7 +245,7 @@ func TestParseSlot_Rejects(t *testing.T) {
 				return
 			}
 			file := append(bytes.Clone(tc.slot), make([]byte, 4096)...)
-			if _, _, err := parseAnchorFile(file); !errors.Is(err, ErrBadAnchor) {
+			if _, _, _, err := parseAnchorFile(file); !errors.Is(err, ErrBadAnchor) {
 				t.Fatalf("parseAnchorFile: %v, want ErrBadAnchor", err)
 			}
 		})
@@ -257,7 +257,10 @@ func TestParseSlot_Rejects(t *testing.T) {
 // in a file of one generation, a change to its slot is refused and a
 // change to the empty slot ignored; in a file of two, a change to the
 // newer slot falls back to the older anchor and a change to the older slot
-// leaves the newer one. No change yields a checkpoint that was not stored.
+// leaves the newer one. No change yields a checkpoint that was not stored,
+// and none goes unreported: Inspect names the changed slot and, in a file
+// of two generations, the generation that slot was written at, even when
+// the change is in the header's digits.
 func TestFileAnchor_Mangling(t *testing.T) {
 	recs, _ := testChain(t, 4)
 	a := checkpointOf(t, receiverKey, testReceiver, recs, 3)
@@ -268,19 +271,30 @@ func TestFileAnchor_Mangling(t *testing.T) {
 		name string
 		data []byte
 		want [2]*SignedCheckpoint // what Load returns when slot 0 or 1 is changed; nil: refused
+		gen  [2]uint64            // the generation Inspect names for a changed slot 0 or 1; 0: none
+		cur  [2]uint64            // the current generation when slot 0 or 1 is changed
 	}{
-		{"one generation", one, [2]*SignedCheckpoint{nil, &a}},
-		{"two generations", two, [2]*SignedCheckpoint{&b, &a}},
+		{"one generation", one, [2]*SignedCheckpoint{nil, &a}, [2]uint64{0, 0}, [2]uint64{0, 1}},
+		{"two generations", two, [2]*SignedCheckpoint{&b, &a}, [2]uint64{1, 2}, [2]uint64{2, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			check := func(i int, m []byte, sc SignedCheckpoint, err error) {
+			check := func(i int, m []byte, sc SignedCheckpoint, d *SlotDamage, err error) {
 				t.Helper()
-				want := tc.want[i/4096]
+				slot := i / 4096
+				want := tc.want[slot]
 				switch {
 				case want == nil && !errors.Is(err, ErrBadAnchor):
 					t.Fatalf("byte %d = %#x: Load = seq %d, %v; want ErrBadAnchor", i, m[i], sc.Seq, err)
-				case want != nil && (err != nil || sc != *want):
+				case want == nil:
+				case err != nil || sc != *want:
 					t.Fatalf("byte %d = %#x: Load = seq %d, %v; want seq %d", i, m[i], sc.Seq, err, want.Seq)
+				case d == nil:
+					t.Fatalf("byte %d = %#x: the changed slot %d is not reported", i, m[i], slot)
+				case d.Slot != slot || d.ClaimedGeneration != tc.gen[slot] || d.CurrentGeneration != tc.cur[slot]:
+					t.Fatalf("byte %d = %#x: reported %+v; want slot %d, generation %d beside %d",
+						i, m[i], d, slot, tc.gen[slot], tc.cur[slot])
+				case d.Next() != (tc.gen[slot] == 2):
+					t.Fatalf("byte %d = %#x: Next() = %v for %+v", i, m[i], d.Next(), d)
 				}
 			}
 			// Every value of every header byte, every bit flip and the
@@ -295,8 +309,8 @@ func TestFileAnchor_Mangling(t *testing.T) {
 						continue
 					}
 					m[i] = orig ^ byte(d)
-					_, cur, err := parseAnchorFile(m)
-					check(i, m, cur.sc, err)
+					_, cur, damage, err := parseAnchorFile(m)
+					check(i, m, cur.sc, damage, err)
 				}
 				m[i] = orig
 			}
@@ -305,8 +319,11 @@ func TestFileAnchor_Mangling(t *testing.T) {
 			for i := range m {
 				m[i] ^= 0x20
 				writeAnchor(t, fa, m)
-				sc, err := fa.Load()
-				check(i, m, sc, err)
+				rep, err := fa.Inspect()
+				check(i, m, rep.Current, rep.Damage, err)
+				if sc, lerr := fa.Load(); sc != rep.Current || (lerr == nil) != (err == nil) {
+					t.Fatalf("byte %d: Load = seq %d, %v; Inspect = seq %d, %v", i, sc.Seq, lerr, rep.Current.Seq, err)
+				}
 				m[i] ^= 0x20
 			}
 		})
@@ -596,9 +613,19 @@ func FuzzLoadAnchorFile(f *testing.F) {
 			}
 			return
 		}
-		i, cur, err := parseAnchorFile(data)
+		i, cur, damage, err := parseAnchorFile(data)
 		if err != nil || cur.sc != sc {
 			t.Fatalf("Load and parseAnchorFile disagree: %v", err)
+		}
+		// The other slot is unreported only if it is valid, or empty
+		// beside generation 1.
+		other := data[(1-i)*4096 : (2-i)*4096]
+		_, oerr := parseSlot(other)
+		if quiet := oerr == nil || isZero(other) && cur.gen == 1; quiet != (damage == nil) {
+			t.Fatalf("slot %d (%v) beside generation %d: damage %+v", 1-i, oerr, cur.gen, damage)
+		}
+		if damage != nil && (damage.Slot != 1-i || damage.CurrentGeneration != cur.gen) {
+			t.Fatalf("damage %+v for slot %d beside generation %d", damage, 1-i, cur.gen)
 		}
 		again, err := appendSlot(nil, cur.gen, &sc)
 		if err != nil || !bytes.Equal(again, data[i*4096:(i+1)*4096]) {

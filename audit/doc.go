@@ -246,10 +246,18 @@
 // it is exactly this: the header as it would be written for its gen, len and
 // anchor, the anchor in canonical form and the padding zero. The current
 // anchor is in the valid slot with the higher gen. A file of another size,
-// without a valid slot, or with two valid slots of the same gen is damaged;
-// a slot that is neither empty nor valid, beside a valid one, is what a
-// write interrupted by a crash leaves, and is skipped. Text editors and
-// "cat" show the anchor; "head -c 4096" and "tail -c 4096" show one slot.
+// without a valid slot, or with two valid slots of the same gen is damaged
+// and holds no anchor. A slot that is neither empty nor valid, beside a
+// valid one, is what a write interrupted by a crash leaves, and so is not
+// needed to read the anchor; but it is damage, and [FileAnchor.Inspect]
+// describes it ([SlotDamage]): which slot, why (a malformed header, a
+// checksum mismatch, non-zero padding, a bad anchor text), and the gen it
+// was written at. That gen is the one the header names or, where the
+// header is damaged, the one under which the checksum still matches the
+// slot, so that one changed byte anywhere in a slot never hides its gen.
+// An empty slot beside a current gen of 2 or more is damage too (erased):
+// from gen 2 on, both slots have been written. Text editors and "cat"
+// show the anchor; "head -c 4096" and "tail -c 4096" show one slot.
 //
 // A write puts the new anchor, at the current gen plus one, into the slot
 // that is not current, in one 4096-byte write followed by fdatasync(2). A
@@ -287,7 +295,36 @@
 // ([ErrAnchorNotRegular]), files writable by group or others
 // ([ErrAnchorPermissions]) and damaged files ([ErrBadAnchor]), and never
 // overwrites any of them; only a damaged slot beside a valid one is
-// overwritten, by the next write.
+// overwritten, by the next write, since the crash window needs that. A
+// receiver reads the anchor with [LoadWithDamage] when it opens, before
+// it writes, and reports a damaged slot; a write whose expected anchor is
+// in the damaged slot fails with [ErrWriteConflict] naming the damage.
+//
+// A damaged slot is judged by [SlotDamage.Check]. The receiver commits to
+// its database before it writes the anchor that covers the commit, every
+// commit adds at least one entry, and the anchor written when a receiver
+// opens a database ahead of its anchor covers that database's head; so an
+// anchor write of the gen after the current slot's began only once the
+// database had committed past the current slot's seq. If the damaged slot
+// was written at that next gen (damage to the newest slot, or that write
+// torn by a crash), then:
+//
+//   - if its anchor text still parses and verifies under the receiver's
+//     key (the damage is in the header, the checksum or the padding), its
+//     seq and head are known, and the database is checked against them as
+//     against the anchor itself: a chain that ends before its seq is a
+//     rollback, another hash at its seq a fork;
+//   - otherwise, a database whose head is exactly the current slot's seq is
+//     older than the write that damaged the slot, which is what a copy
+//     restored to the previous write, with the newest slot then damaged,
+//     presents: a suspected rollback ([SuspectedRollbackError], matching
+//     [ErrRollbackDetected]), refused like any rollback, with a recovery
+//     admission as the way back;
+//   - a database past the current slot's seq is the crash window between a
+//     commit and its anchor write: it is accepted and the damage reported.
+//
+// Damage to the older slot, or damage that erased the gen, is reported
+// and never refused.
 //
 // # Admission Format
 //
@@ -312,12 +349,16 @@
 // [Verify] streams a chain from an iterator such as a bbolt cursor and keeps
 // only the previous entry's hash, so its memory does not grow with the log. It
 // reports the first problem as a stable [Problem] code, looking in this order:
-// the anchor (anchor_missing, bad_signature, receiver_mismatch); each entry in
-// seq order (bad_entry, seq_gap, broken_link, and fork_detected at the
-// anchored seq); the chain's end (rollback_detected); and, if asked, the
-// anchor's age (anchor_stale). [CheckAnchor] is the cheap check for opening a
-// database: the anchor's signature and receiver, and the hash of one stored
-// entry.
+// the anchor (anchor_missing; anchor_damaged for a store that holds no
+// readable anchor, such as an anchor file without a valid slot or with two
+// slots of one gen; bad_signature, receiver_mismatch); each entry in seq
+// order (bad_entry, seq_gap, broken_link, and fork_detected at the anchored
+// seq); the chain's end (rollback_detected, and a damaged slot judged by
+// [SlotDamage.Check]: rollback_detected or fork_detected); and, if asked,
+// the anchor's age (anchor_stale). A damaged slot is in the [Report]
+// whatever the problem, ok included. [CheckAnchor] is the cheap check for
+// opening a database: the anchor's signature and receiver, and the hash of
+// one stored entry.
 //
 // # Caveats
 //
@@ -353,7 +394,16 @@
 //
 // Whoever can write the anchor file can damage its current slot, and Load
 // then returns the previous anchor, one write older: no more than putting
-// back an old copy of the file, which such a writer can do anyway. A crash
+// back an old copy of the file, which such a writer can do anyway. The
+// damage is reported, and a database restored to that previous write is
+// refused (see Anchor Rules); but damage that erases the newest slot's gen
+// cannot be ordered, and erasing slot 1 at gen 2 leaves exactly a new file,
+// so, as with an old copy, only an anchor kept where the database's
+// writers cannot write protects it. The rule assumes the database's
+// commits are durable before the anchor write: a receiver that does not
+// sync its commits (a benchmark setting) can lose a commit whose anchor
+// write was then torn, and be refused as a suspected rollback after a
+// power failure. A crash
 // while a new anchor file is being created, or a Load during that first
 // write, can find it short, which is [ErrBadAnchor]; the receiver was not
 // initialised, and the file must be removed before trying again.

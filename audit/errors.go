@@ -15,8 +15,9 @@ var (
 	// decode, is not in canonical form, or breaks a field rule.
 	ErrBadCheckpoint = errors.New("audit: bad checkpoint")
 	// ErrBadAnchor means an anchor is not well-formed and canonical, or an
-	// anchor file holds no valid slot, two of one generation, or is not
-	// exactly AnchorFileSize bytes.
+	// anchor file is damaged: it holds no valid slot, two of one
+	// generation, or is not exactly AnchorFileSize bytes. Verify reports
+	// it as anchor_damaged.
 	ErrBadAnchor = errors.New("audit: bad anchor file")
 	// ErrBadAdmission means an admission or signed admission does not
 	// decode, is not in canonical form, or breaks a field rule.

@@ -149,6 +149,42 @@ func ExampleFileAnchor() {
 	// at 2026-01-01T00:00:00Z
 }
 
+// A byte changed in the newest slot makes Load fall back to the older
+// anchor; Inspect says so, and Check refuses a database that ends exactly
+// at the older anchor, since the newer one was written only after the
+// database had committed past it.
+func ExampleFileAnchor_Inspect() {
+	dir, _ := os.MkdirTemp("", "anchor")
+	defer os.RemoveAll(dir)
+	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize))
+	fa := audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}
+	at := func(seq uint64) audit.SignedCheckpoint {
+		sc, _ := audit.Sign(key, audit.Checkpoint{Receiver: "receiver-1", Seq: seq, Head: audit.Hash{byte(seq)}, At: 1767225600e9})
+		return sc
+	}
+	four, five := at(4), at(5)
+	fa.Store(nil, four)   // slot 0, generation 1
+	fa.Store(&four, five) // slot 1, generation 2
+
+	data, _ := os.ReadFile(fa.Path)
+	data[audit.AnchorSlotSize+200] ^= 1 // in slot 1's anchor text
+	os.WriteFile(fa.Path, data, 0o600)
+
+	rep, _ := fa.Inspect()
+	d := rep.Damage
+	fmt.Println(rep.Current.Seq, d.Slot, d.Problem, d.ClaimedGeneration, d.CurrentGeneration, d.Next())
+	hashAt := func(seq uint64) (audit.Hash, error) { return audit.Hash{byte(seq)}, nil }
+	pub := key.Public().(ed25519.PublicKey)
+	restored := audit.Head{Seq: 4, Hash: audit.Hash{4}}
+	fmt.Println(errors.Is(d.Check(rep.Current.Checkpoint, pub, "receiver-1", restored, hashAt), audit.ErrRollbackDetected))
+	crashed := audit.Head{Seq: 5, Hash: audit.Hash{5}}
+	fmt.Println(d.Check(rep.Current.Checkpoint, pub, "receiver-1", crashed, hashAt))
+	// Output:
+	// 4 1 checksum mismatch 2 1 true
+	// true
+	// <nil>
+}
+
 // Recovery from a questioned history needs an admission signed by the
 // separate recovery key, naming exactly this receiver, anchor and head.
 func ExampleSignAdmission() {

@@ -16,10 +16,14 @@ type Problem string
 
 // The problem codes, in the order in which Verify looks for them: first
 // the anchor, then the chain entry by entry (where a fork is found at the
-// anchored seq), then the chain's end.
+// anchored seq), then the chain's end (where a damaged anchor slot is
+// judged too). ProblemAnchorDamaged is an anchor store that holds no
+// readable anchor: for a FileAnchor, a file without a valid slot, with two
+// slots of one generation, or of the wrong size.
 const (
 	ProblemOK               Problem = "ok"
 	ProblemAnchorMissing    Problem = "anchor_missing"
+	ProblemAnchorDamaged    Problem = "anchor_damaged"
 	ProblemBadSignature     Problem = "bad_signature"
 	ProblemReceiverMismatch Problem = "receiver_mismatch"
 	ProblemBadEntry         Problem = "bad_entry"
@@ -69,6 +73,11 @@ type Report struct {
 	// Anchor is the anchor's position as read from the anchor, verified or
 	// not; zero if there is no readable anchor.
 	Anchor Head
+	// AnchorDamage describes a damaged slot beside the anchor, when the
+	// anchor store is a DamageReporter that found one; nil otherwise. It
+	// is set whatever the problem, and with ProblemOK too: damage that a
+	// crash can explain is not a problem, but it is never left unsaid.
+	AnchorDamage *SlotDamage
 
 	err error
 }
@@ -77,8 +86,9 @@ type Report struct {
 func (r Report) OK() bool { return r.Problem == ProblemOK }
 
 // Err returns nil if r is ok, and otherwise an error that wraps the
-// sentinel for r.Problem (ErrRollbackDetected, ErrBrokenLink, …); a
-// rollback or fork is a *RollbackError or *ForkError.
+// sentinel for r.Problem (ErrRollbackDetected, ErrBrokenLink, …;
+// ErrBadAnchor for anchor_damaged); a rollback or fork is, or wraps, a
+// *RollbackError or *ForkError, or is a *SuspectedRollbackError.
 func (r Report) Err() error { return r.err }
 
 // Verify checks a whole chain against its anchor, streaming: memory stays
@@ -86,7 +96,9 @@ func (r Report) Err() error { return r.err }
 // receiver; that every entry decodes canonically, is stored under its own
 // seq, and links to the previous entry by hash; that seqs run from 1 with
 // no gap; that the chain's hash at the anchored seq is the anchored head;
-// and that the chain reaches the anchored seq. It reports the first problem
+// and that the chain reaches the anchored seq. If the anchor store is a
+// DamageReporter, a damaged slot is reported in the Report and judged by
+// SlotDamage.Check against the whole chain. It reports the first problem
 // in the Report. The error is only for faults that prevent verifying: bad
 // options, or an anchor store that cannot be read, which for a FileAnchor
 // includes a path that is not a regular file or is writable by others.
@@ -101,13 +113,15 @@ func Verify(opts VerifyOptions) (Report, error) {
 	}
 	var r Report
 	var ap Problem // the anchor's problem, if any, with its error in aerr
-	anchor, aerr := opts.Anchor.Load()
+	anchor, damage, aerr := LoadWithDamage(opts.Anchor)
+	r.AnchorDamage = damage
 	switch {
 	case errors.Is(aerr, ErrAnchorMissing):
 		ap = ProblemAnchorMissing
 	case errors.Is(aerr, ErrBadAnchor), errors.Is(aerr, ErrBadCheckpoint):
-		// An anchor that does not parse carries no valid signature.
-		ap, aerr = ProblemBadSignature, fmt.Errorf("%w: %w", ErrBadSignature, aerr)
+		// There is an anchor, but nothing in it can be read: that is
+		// damage to the store, not a signature that failed.
+		ap = ProblemAnchorDamaged
 	case aerr != nil:
 		return Report{}, aerr
 	default:
@@ -121,17 +135,32 @@ func Verify(opts VerifyOptions) (Report, error) {
 	// The chain is walked even when the anchor is unusable, so that the
 	// report still says how much of it verifies; the anchor's problem is
 	// the one reported, since without a trusted anchor no chain is evidence.
-	var trusted *Checkpoint
+	var trusted, next *Checkpoint
 	if aerr == nil {
 		trusted = &anchor.Checkpoint
+		if damage != nil && damage.Next() && damage.Anchor != nil {
+			// The damaged slot's checkpoint, if it verifies, is compared
+			// with the chain too; the walker keeps the hash at its seq.
+			next = &damage.Anchor.Checkpoint
+		}
 	}
-	w := checkChain(opts.Entries, trusted)
+	w := walkChain(opts.Entries, trusted, next)
 	r.Entries, r.Head = w.head.Seq, w.head
+	var derr error
+	if aerr == nil && w.err == nil {
+		derr = damage.Check(anchor.Checkpoint, opts.PublicKey, opts.Receiver, w.head, w.hashAt)
+	}
 	switch {
 	case aerr != nil:
 		r.fail(ap, aerr)
 	case w.err != nil:
 		r.fail(w.problem, w.err)
+	case errors.Is(derr, ErrForkDetected):
+		r.fail(ProblemForkDetected, derr)
+	case errors.Is(derr, ErrRollbackDetected):
+		r.fail(ProblemRollbackDetected, derr)
+	case derr != nil:
+		return Report{}, derr
 	case opts.MaxAge > 0:
 		now := time.Now
 		if opts.Now != nil {
@@ -165,7 +194,13 @@ func (r *Report) fail(p Problem, err error) {
 // none) and stops at the first problem, including a chain that ends before
 // the anchor.
 func checkChain(entries iter.Seq2[[]byte, []byte], anchor *Checkpoint) *walker {
-	w := &walker{anchor: anchor}
+	return walkChain(entries, anchor, nil)
+}
+
+// walkChain is checkChain that also keeps the hash at next.Seq, if next is
+// not nil, for SlotDamage.Check.
+func walkChain(entries iter.Seq2[[]byte, []byte], anchor, next *Checkpoint) *walker {
+	w := &walker{anchor: anchor, next: next}
 	for k, v := range entries {
 		if !w.step(k, v) {
 			return w
@@ -182,6 +217,8 @@ func checkChain(entries iter.Seq2[[]byte, []byte], anchor *Checkpoint) *walker {
 type walker struct {
 	head    Head
 	anchor  *Checkpoint // nil: no trusted anchor to compare with
+	next    *Checkpoint // nil, or a checkpoint whose seq's hash to keep
+	nextAt  Hash        // the hash at next.Seq, once walked
 	e       Entry
 	scratch []byte // re-encoding buffer, reused across entries
 	problem Problem
@@ -218,10 +255,22 @@ func (w *walker) step(k, v []byte) bool {
 			ErrBrokenLink, seq, w.e.Prev, w.head.Seq, w.head.Hash[:]))
 	}
 	w.head = Head{Seq: seq, Hash: HashEntry(v)}
+	if w.next != nil && seq == w.next.Seq {
+		w.nextAt = w.head.Hash
+	}
 	if w.anchor != nil && seq == w.anchor.Seq && w.head.Hash != w.anchor.Head {
 		return w.fail(ProblemForkDetected, &ForkError{Anchor: *w.anchor, Hash: w.head.Hash})
 	}
 	return true
+}
+
+// hashAt returns the hash kept at next.Seq; it is what SlotDamage.Check
+// asks for, and only for a seq the walk passed.
+func (w *walker) hashAt(seq uint64) (Hash, error) {
+	if w.next == nil || seq != w.next.Seq || seq > w.head.Seq {
+		return Hash{}, fmt.Errorf("audit: verify: the hash at seq %d was not kept", seq)
+	}
+	return w.nextAt, nil
 }
 
 func (w *walker) fail(p Problem, err error) bool {

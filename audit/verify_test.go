@@ -177,7 +177,7 @@ func TestVerify_Anchor(t *testing.T) {
 	}
 	t.Run("unparseable anchor", func(t *testing.T) {
 		r, err := Verify(opts(failingStore{fmt.Errorf("anchor: %w: line 3", ErrBadAnchor)}))
-		if err != nil || r.Problem != ProblemBadSignature || !errors.Is(r.Err(), ErrBadAnchor) {
+		if err != nil || r.Problem != ProblemAnchorDamaged || !errors.Is(r.Err(), ErrBadAnchor) {
 			t.Fatalf("Verify = %s, %v, %v", r.Problem, r.Err(), err)
 		}
 	})

@@ -118,9 +118,12 @@ func hashAt(tx *bolt.Tx, seq uint64) (audit.Hash, error) {
 // checkAnchor compares the database with its anchor (DESIGN §7): a chain
 // that ends before the anchor is a rollback, another hash at the anchor's
 // seq a fork. A chain ahead of the anchor is the window between a commit
-// and its anchor write; a writable receiver then moves the anchor up.
+// and its anchor write; a writable receiver then moves the anchor up. A
+// damaged anchor slot is judged by audit.SlotDamage.Check, which may refuse
+// the database as a rollback, and is otherwise reported through
+// Options.Warn before the refresh, the next write, overwrites it.
 func (r *Receiver) checkAnchor() error {
-	a, err := r.opts.Anchor.Load()
+	a, damage, err := audit.LoadWithDamage(r.opts.Anchor)
 	if errors.Is(err, audit.ErrAnchorMissing) && !r.opts.ReadOnly {
 		a, err = r.finishInit()
 	}
@@ -128,7 +131,11 @@ func (r *Receiver) checkAnchor() error {
 		return fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
 	}
 	err = r.view(func(tx *bolt.Tx) error {
-		return audit.CheckAnchor(a, r.pub, r.id, r.head, func(seq uint64) (audit.Hash, error) { return hashAt(tx, seq) })
+		at := func(seq uint64) (audit.Hash, error) { return hashAt(tx, seq) }
+		if err := audit.CheckAnchor(a, r.pub, r.id, r.head, at); err != nil {
+			return err
+		}
+		return damage.Check(a.Checkpoint, r.pub, r.id, r.head, at)
 	})
 	if err != nil {
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
@@ -137,10 +144,40 @@ func (r *Receiver) checkAnchor() error {
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}
 	r.anchor = a
+	if damage != nil {
+		r.anchorDamage = damage
+		r.opts.Warn(fmt.Sprintf("kvfence: %s: %v; %s", r.path, damage, damageVerdict(damage, a, r.head)))
+	}
 	if r.opts.ReadOnly || a.Seq == r.head.Seq {
 		return nil
 	}
 	// Refresh: a write transaction with no entry of its own re-signs the
 	// head and stores it as the anchor.
 	return r.exec(0, func(*wtx) error { return nil })
+}
+
+// damageVerdict says why a damaged slot that Check let pass is no alarm,
+// for the warning.
+func damageVerdict(d *audit.SlotDamage, a audit.SignedCheckpoint, head audit.Head) string {
+	if !d.Next() {
+		return "the current anchor is the newest one written; check who or what damaged the file"
+	}
+	return fmt.Sprintf("the database (seq %d) is past the current anchor (seq %d), as a crash during the "+
+		"anchor write after a commit leaves it; if there was no crash, the file was damaged on purpose", head.Seq, a.Seq)
+}
+
+// AnchorDamage returns the damaged anchor slot that Open found beside the
+// anchor it checked, or nil if there was none or no anchor was checked.
+// Open reported it through Options.Warn; a writable receiver's next write
+// overwrites that slot, so this is the record of it.
+func (r *Receiver) AnchorDamage() *audit.SlotDamage {
+	if r.anchorDamage == nil {
+		return nil
+	}
+	d := *r.anchorDamage
+	if d.Anchor != nil {
+		sc := *d.Anchor
+		d.Anchor = &sc
+	}
+	return &d
 }

@@ -95,6 +95,14 @@
 // anything in it; the audit chain and its anchor detect changes to the
 // history but cannot prevent them, and do not cover the current state.
 //
+// Open reads the anchor with audit.LoadWithDamage. A damaged slot of the
+// anchor file is reported through [Options.Warn] and kept for
+// [Receiver.AnchorDamage] before the first write replaces it; if it was the
+// newest anchor write and the database ends exactly at the older slot's
+// seq, Open refuses the database as a rollback (audit.SlotDamage.Check):
+// the receiver commits before it anchors, so that write was covering a
+// commit the database no longer has.
+//
 // Open checks the structure of every page bbolt will read before bbolt
 // reads it (where flock is available), since bbolt trusts its pages and some
 // damage would otherwise abort the process rather than fail the call. The

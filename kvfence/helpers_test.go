@@ -57,7 +57,7 @@ type fixture struct {
 
 // opts returns the options the fixture's receiver is opened with.
 func (f *fixture) opts() *Options {
-	return &Options{Now: f.clock.Now, Key: testKey, Anchor: f.anchor}
+	return &Options{Now: f.clock.Now, Key: testKey, Anchor: f.anchor, Warn: func(msg string) { f.t.Log(msg) }}
 }
 
 // reopen closes and reopens the fixture's receiver.

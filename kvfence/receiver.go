@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -63,6 +64,11 @@ type Options struct {
 	// NoSync skips fsync on commit. It is for benchmarks that label their
 	// results as not durable; a receiver in service must never set it.
 	NoSync bool
+	// Warn receives what an operator must see but what does not stop the
+	// receiver: a damaged anchor slot found by Open (see AnchorDamage).
+	// Nil means the standard library's log.Print, so that no warning is
+	// lost.
+	Warn func(msg string)
 }
 
 // ErrReadOnly means a state-changing call was made on a receiver opened with
@@ -96,6 +102,9 @@ type Receiver struct {
 	stateSum audit.Hash
 	// anchor is the anchor as last read or written; guarded by wmu.
 	anchor audit.SignedCheckpoint
+	// anchorDamage is the damaged anchor slot Open found, or nil. It is
+	// set before Open returns and never changed.
+	anchorDamage *audit.SlotDamage
 }
 
 // faultHooks lets this package's tests make a write transaction fail at a
@@ -237,6 +246,9 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 	}
 	if o.Reserve == 0 {
 		o.Reserve = DefaultReserve
+	}
+	if o.Warn == nil {
+		o.Warn = func(msg string) { log.Print(msg) }
 	}
 	timeout := o.LockTimeout
 	if timeout < 0 {

@@ -25,6 +25,11 @@ type Questioned struct {
 	Head   audit.Head
 	// EpochHighWater is the highest epoch the anchor vouches for.
 	EpochHighWater uint64
+	// AnchorDamage describes a damaged slot beside the anchor, if the
+	// anchor store reports one (audit.DamageReporter); nil otherwise. A
+	// recovery supersedes the anchor above, and its write overwrites the
+	// damaged slot.
+	AnchorDamage *audit.SlotDamage
 }
 
 // Inspect reads a receiver's database head and its anchor without checking
@@ -37,7 +42,7 @@ func Inspect(path string, anchor audit.AnchorStore) (Questioned, error) {
 		return Questioned{}, err
 	}
 	defer r.Close()
-	a, err := anchor.Load()
+	a, damage, err := audit.LoadWithDamage(anchor)
 	if err != nil {
 		return Questioned{}, fmt.Errorf("kvfence: %s: anchor: %w", path, err)
 	}
@@ -45,7 +50,7 @@ func Inspect(path string, anchor audit.AnchorStore) (Questioned, error) {
 		return Questioned{}, fmt.Errorf("kvfence: %s: anchor: %w", path, err)
 	}
 	return Questioned{Receiver: r.id, Anchor: audit.Head{Seq: a.Seq, Hash: a.Head}, Head: r.head,
-		EpochHighWater: a.EpochHighWater}, nil
+		EpochHighWater: a.EpochHighWater, AnchorDamage: damage}, nil
 }
 
 // RecoverOptions configures Recover.

@@ -227,17 +227,23 @@ func TestReserve_DenialFloodCannotBlockHold(t *testing.T) {
 	}
 }
 
-// Ensure that without the reserve the same flood fills the volume until
-// the administrator's hold fails: what the reserve prevents.
-func TestReserve_WithoutReserveTheHoldFails(t *testing.T) {
+// Ensure that without the reserve nothing stops the same flood before the
+// volume is full: the disk itself refuses the flood's writes, and then an
+// administrator's hold commits only if it fits in pages the flood freed,
+// which is luck, not a guarantee (it failed with "no space left on device"
+// in most runs). The reserve is what keeps the room.
+func TestReserve_WithoutReserveTheVolumeFills(t *testing.T) {
 	out := runReserveScenario(t, -1)
 	t.Logf("%+v", out)
 	if out.Applied != 0 {
 		t.Fatalf("stale worker applied: %+v", out)
 	}
-	if out.HoldErr == "" {
-		t.Fatalf("the hold committed on a full volume without a reserve: %+v; the flood did not fill it", out)
+	full := strings.Contains(out.FloodErr, syscall.ENOSPC.Error()) || strings.Contains(out.FloodErr, syscall.EFBIG.Error()) ||
+		strings.Contains(out.FloodErr, "file too large")
+	if out.Refused != 0 || !full {
+		t.Fatalf("without a reserve the flood stopped on %q (%d refused), not on a full volume", out.FloodErr, out.Refused)
 	}
+	t.Logf("hold on the full volume: %q", out.HoldErr)
 }
 
 func eventAt(t *testing.T, r *Receiver, seq uint64) Event {

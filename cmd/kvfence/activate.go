@@ -59,7 +59,7 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return fmt.Errorf("read --request: %w", err)
 	}
-	r, err := cf.openWriter()
+	r, err := cf.openWriter(c.m.warn)
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,9 @@ type admissionJSON struct {
 	Reason         string  `json:"reason"`
 	At             *string `json:"at"`
 	RecoveryKey    string  `json:"recovery_key"`
+	// AnchorDamage describes a damaged slot of the anchor file, or is
+	// null; recover overwrites it.
+	AnchorDamage *anchorDamageJSON `json:"anchor_damage"`
 }
 
 // Run runs the command.
@@ -92,7 +95,7 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	}
 	res := admissionJSON{Out: *out, Receiver: q.Receiver, AnchorSeq: q.Anchor.Seq, AnchorHead: headHex(q.Anchor),
 		HeadSeq: q.Head.Seq, Head: headHex(q.Head), EpochHighWater: q.EpochHighWater, Reason: *reason,
-		At: jsonTime(at), RecoveryKey: sa.Key.String()}
+		At: jsonTime(at), RecoveryKey: sa.Key.String(), AnchorDamage: anchorDamageOf(q.AnchorDamage)}
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}
@@ -100,7 +103,10 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "receiver\t%s\n", res.Receiver)
 	fmt.Fprintf(tw, "anchor (superseded)\t%s\n", headText(q.Anchor))
 	fmt.Fprintf(tw, "database head (admitted)\t%s\n", headText(q.Head))
-	fmt.Fprintf(tw, "database vs anchor\t%s\n", compareHeads(q.Head, q.Anchor))
+	fmt.Fprintf(tw, "database vs anchor\t%s\n", compareHeads(q.Head, q.Anchor, q.AnchorDamage))
+	if q.AnchorDamage != nil {
+		fmt.Fprintf(tw, "anchor damage\t%v\n", q.AnchorDamage)
+	}
 	fmt.Fprintf(tw, "epoch high-water\t%d\n", res.EpochHighWater)
 	fmt.Fprintf(tw, "reason\t%s\n", res.Reason)
 	fmt.Fprintf(tw, "signed at\t%s\n", humanTime(at))
@@ -138,10 +144,13 @@ func checkRecoveryKey(db string, pub ed25519.PublicKey) error {
 
 // compareHeads describes how a database head stands to its anchor, as far
 // as the two positions tell.
-func compareHeads(head, anchor audit.Head) string {
+func compareHeads(head, anchor audit.Head, damage *audit.SlotDamage) string {
 	switch {
 	case head.Seq < anchor.Seq:
 		return "the database is older than its anchor (rollback)"
+	case head == anchor && damage != nil && damage.Next():
+		return "the database ends at the anchor, but the anchor file's newest slot, damaged, was written after it " +
+			"(suspected rollback)"
 	case head == anchor:
 		return "the database and its anchor agree"
 	case head.Seq == anchor.Seq:

@@ -230,8 +230,8 @@ func checkPub(r *kvfence.Receiver, pub ed25519.PublicKey) error {
 // commands. With --anchor, the database is checked against the anchor and
 // a restored or rewritten copy is refused (an integrity error); without it
 // nothing is checked. With --pub, it refuses a receiver whose recorded key
-// differs.
-func (c *commonFlags) openObserver() (*kvfence.Receiver, error) {
+// differs. warn receives a damaged anchor slot's warning.
+func (c *commonFlags) openObserver(warn func(string)) (*kvfence.Receiver, error) {
 	if c.db == "" {
 		return nil, missingFlag(c.name, "db", envDB)
 	}
@@ -242,7 +242,7 @@ func (c *commonFlags) openObserver() (*kvfence.Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := &kvfence.Options{LockTimeout: c.lockTimeout, ReadOnly: true}
+	opts := &kvfence.Options{LockTimeout: c.lockTimeout, ReadOnly: true, Warn: warn}
 	if c.anchor != "" {
 		opts.Anchor = c.fileAnchor()
 	}
@@ -262,8 +262,10 @@ func (c *commonFlags) openObserver() (*kvfence.Receiver, error) {
 // group or others) before it takes the database lock, and lets the library
 // refuse a key other than the one recorded at init (ErrKeyMismatch) and a
 // database that disagrees with its anchor (an integrity error). The key
-// signs the checkpoint that each commit writes to the anchor.
-func (c *commonFlags) openWriter() (*kvfence.Receiver, error) {
+// signs the checkpoint that each commit writes to the anchor. warn
+// receives a damaged anchor slot's warning, given before the command's
+// first write replaces the slot.
+func (c *commonFlags) openWriter(warn func(string)) (*kvfence.Receiver, error) {
 	if err := c.requireWriter(); err != nil {
 		return nil, err
 	}
@@ -275,7 +277,7 @@ func (c *commonFlags) openWriter() (*kvfence.Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := kvfence.Open(c.db, &kvfence.Options{LockTimeout: c.lockTimeout, Key: priv, Anchor: c.fileAnchor()})
+	r, err := kvfence.Open(c.db, &kvfence.Options{LockTimeout: c.lockTimeout, Key: priv, Anchor: c.fileAnchor(), Warn: warn})
 	if err != nil {
 		return nil, err
 	}
@@ -294,6 +296,35 @@ func loadPrivate(path string) (ed25519.PrivateKey, error) {
 
 func ed25519PublicOf(priv ed25519.PrivateKey) ed25519.PublicKey {
 	return priv.Public().(ed25519.PublicKey)
+}
+
+// anchorDamageJSON is a damaged anchor slot in the --json output of status
+// and verify-chain. claimed_generation is null when the slot's generation
+// cannot be read; newer says the slot was written after the current one
+// (its generation is the current one plus one), so the anchor that was
+// read is one write behind it.
+type anchorDamageJSON struct {
+	Slot              int     `json:"slot"`
+	Problem           string  `json:"problem"`
+	ClaimedGeneration *uint64 `json:"claimed_generation"`
+	CurrentGeneration uint64  `json:"current_generation"`
+	Newer             bool    `json:"newer"`
+	Detail            string  `json:"detail"`
+}
+
+// anchorDamageOf converts a damaged slot to its JSON shape; nil stays nil
+// (JSON null).
+func anchorDamageOf(d *audit.SlotDamage) *anchorDamageJSON {
+	if d == nil {
+		return nil
+	}
+	out := &anchorDamageJSON{Slot: d.Slot, Problem: string(d.Problem), CurrentGeneration: d.CurrentGeneration,
+		Newer: d.Next(), Detail: d.Detail}
+	if d.ClaimedGeneration != 0 {
+		g := d.ClaimedGeneration
+		out.ClaimedGeneration = &g
+	}
+	return out
 }
 
 // headHex formats a chain position's hash in lowercase hex, or "" for the

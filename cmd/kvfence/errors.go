@@ -20,6 +20,7 @@ const (
 	ExitDenied    = 3 // the fence denied the request
 	ExitIntegrity = 4 // rollback, fork, tampering, bad signature, missing anchor
 	ExitBusy      = 5 // the database lock was not obtained in time
+	ExitWarning   = 6 // verify-chain: the chain verifies, but the anchor file holds a damaged slot
 )
 
 // exitCode maps an error returned by a command to the process exit code.
@@ -33,11 +34,14 @@ const (
 func exitCode(err error) int {
 	var ue *usageError
 	var de *deniedError
+	var we *warningError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
 	case kvfence.IsIntegrityError(err):
 		return ExitIntegrity
+	case errors.As(err, &we):
+		return ExitWarning
 	case errors.As(err, &ue):
 		return ExitUsage
 	case errors.As(err, &de), ledger.IsRefusal(err):
@@ -72,6 +76,16 @@ func missingFlag(cmd, name, env string) error {
 	return &usageError{msg: fmt.Sprintf("kvfence %s: --%s is required", cmd, name),
 		hint: fmt.Sprintf("kvfence %s -h", cmd)}
 }
+
+// warningError reports something an operator must see after a command
+// that did its work: verify-chain found the chain sound but the anchor file
+// damaged. It is printed as "Warning:" and exits with ExitWarning.
+type warningError struct {
+	msg  string
+	hint string
+}
+
+func (e *warningError) Error() string { return e.msg }
 
 // deniedError reports that the fence denied a submitted request. The
 // result itself has already been printed; this only sets the exit code.
@@ -111,9 +125,12 @@ func withHint(err error, hint string) error {
 func hint(err error) string {
 	var ue *usageError
 	var he *hintError
+	var we *warningError
 	switch {
 	case errors.As(err, &ue):
 		return ue.hint
+	case errors.As(err, &we):
+		return we.hint
 	case errors.As(err, &he):
 		return he.hint
 	case kvfence.IsIntegrityError(err):
@@ -127,6 +144,8 @@ func hint(err error) string {
 			"meanwhile; for a new receiver choose a new --anchor path, otherwise run kvfence verify-chain"
 	case errors.Is(err, kvfence.ErrStorageBusy):
 		return "wait for the other process to release the database, or raise --lock-timeout"
+	case errors.Is(err, kvfence.ErrStorageReserve):
+		return "free space on the database's volume; holds and activations still commit meanwhile"
 	case errors.Is(err, kvfence.ErrBadFormat):
 		return "check that --db names a kvfence receiver database"
 	case errors.Is(err, keyfile.ErrKeyPermissions):
@@ -161,12 +180,19 @@ func integrityHint(err error, suggestVerify bool) string {
 	if suggestVerify {
 		verify = "; run kvfence verify-chain for the evidence"
 	}
+	var sre *audit.SuspectedRollbackError
 	switch {
+	case errors.As(err, &sre):
+		return "the anchor file's newest slot is damaged and the database ends exactly at the write before it, " +
+			"as a copy restored to that write would: keep both files as evidence" + verify + "; " + readmit
 	case errors.Is(err, audit.ErrRollbackDetected):
 		return "the database is older than its anchor: a backup may have been restored over it" + verify + "; " + readmit
 	case errors.Is(err, audit.ErrForkDetected):
 		return "the database's history differs from the anchored one: it was rewritten, or another copy was put " +
 			"in its place; keep both files as evidence" + verify + "; " + readmit
+	case errors.Is(err, audit.ErrStateMismatch):
+		return "the database's state records are not the state its history and signed checkpoint describe: " +
+			"state was restored or edited apart from its history; keep the files as evidence" + verify + "; " + readmit
 	case errors.Is(err, audit.ErrAnchorMissing):
 		return "there is no anchor file at --anchor, and kvfence never recreates one: check that --anchor " +
 			"(or KVFENCE_ANCHOR) names this receiver's anchor, and restore it from where it is administered"
@@ -190,8 +216,9 @@ func integrityHint(err error, suggestVerify bool) string {
 		return "--admission is not a kvfence recovery admission, or it was altered: have the recovery key " +
 			"holder run kvfence admission new again"
 	case errors.Is(err, audit.ErrBadAnchor), errors.Is(err, audit.ErrBadCheckpoint):
-		return "the anchor file is not a well-formed kvfence anchor: check that --anchor names the anchor, " +
-			"not another file; if it does, it was altered" + verify
+		return "the anchor file is damaged: it holds no readable anchor. Check that --anchor names the anchor, " +
+			"not another file; if it does, it was altered or its disk failed: keep it as evidence and restore it " +
+			"from where it is administered" + verify
 	case errors.Is(err, audit.ErrBadSignature):
 		return "the anchor is not signed by this receiver's key: check that --anchor (and --pub) belong to this " +
 			"receiver (compare fingerprints with ssh-keygen -l); if they do, the anchor was altered or replaced" + verify

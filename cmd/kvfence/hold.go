@@ -54,7 +54,7 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 	if err := require("hold", [2]string{"reason", *reason}); err != nil {
 		return err
 	}
-	r, err := cf.openWriter()
+	r, err := cf.openWriter(c.m.warn)
 	if err != nil {
 		return err
 	}

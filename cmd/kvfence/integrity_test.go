@@ -436,8 +436,8 @@ func currentSlot(t *testing.T, anchor string) int {
 // further: with one generation in the file, a change to it stops every
 // command with exit 4 and is left as evidence; with two, a change to the
 // newer slot falls back to the older anchor, which the receiver accepts as
-// the crash window and moves up on its next write; damage to both slots is
-// refused again.
+// the crash window, with a warning, and moves up on its next write; damage
+// to both slots is refused again as anchor_damaged.
 func TestAnchorDamaged(t *testing.T) {
 	c := newCLI(t)
 	c.receiver()
@@ -450,7 +450,7 @@ func TestAnchorDamaged(t *testing.T) {
 	flipAnchorByte(t, fresh, 0)
 	before := readFile(t, fresh)
 	out := c.json(ExitIntegrity, "verify-chain", "--db", c.path("fresh.db"), "--anchor", fresh, "--pub", pub)
-	if out["ok"] != false {
+	if out["ok"] != false || out["problem"] != "anchor_damaged" {
 		t.Fatalf("verify-chain with the only slot damaged: %v", out)
 	}
 	r := c.must(ExitIntegrity, "scope", "create", "--db", c.path("fresh.db"), "--anchor", fresh, "--scope", "s")
@@ -470,13 +470,18 @@ func TestAnchorDamaged(t *testing.T) {
 	}
 	cur := currentSlot(t, anchor)
 	flipAnchorByte(t, anchor, cur)
-	out = c.json(0, "verify-chain", "--pub", pub)
-	if out["ok"] != true || out["anchor_seq"].(float64) >= head || out["head_seq"].(float64) != head {
+	out = c.json(ExitWarning, "verify-chain", "--pub", pub)
+	if out["ok"] != true || out["anchor_seq"].(float64) >= head || out["head_seq"].(float64) != head ||
+		out["anchor_damage"] == nil {
 		t.Fatalf("verify-chain with the newer slot damaged: %v, want the older anchor below head %v", out, head)
 	}
-	c.must(0, "scope", "create", "--scope", "after-damage")
+	r = c.must(0, "scope", "create", "--scope", "after-damage")
+	if !strings.Contains(r.stderr, "Warning: ") || !strings.Contains(r.stderr, "is damaged") {
+		t.Fatalf("scope create over a damaged slot did not warn: stderr:\n%s", r.stderr)
+	}
 	out = c.json(0, "verify-chain", "--pub", pub)
-	if out["anchor_seq"].(float64) != out["head_seq"].(float64) || out["head_seq"].(float64) <= head {
+	if out["anchor_seq"].(float64) != out["head_seq"].(float64) || out["head_seq"].(float64) <= head ||
+		out["anchor_damage"] != nil {
 		t.Fatalf("verify-chain after the next write: %v", out)
 	}
 	if _, err := (audit.FileAnchor{Path: anchor}).Load(); err != nil {
@@ -484,6 +489,8 @@ func TestAnchorDamaged(t *testing.T) {
 	}
 	flipAnchorByte(t, anchor, 0)
 	flipAnchorByte(t, anchor, 1)
-	c.must(ExitIntegrity, "verify-chain", "--pub", pub)
+	if out := c.json(ExitIntegrity, "verify-chain", "--pub", pub); out["problem"] != "anchor_damaged" {
+		t.Fatalf("verify-chain with both slots damaged: %v", out)
+	}
 	c.must(ExitIntegrity, "scope", "create", "--scope", "after-both")
 }

@@ -87,6 +87,12 @@
 //	   admission that does not verify or match; verify-chain reporting any
 //	   problem. It takes precedence over every other code.
 //	5  storage busy (the database lock was not obtained in --lock-timeout)
+//	6  verify-chain only: the chain verifies, but a slot of the anchor file
+//	   is damaged (a crash during an anchor write, or tampering)
+//
+// Any command that opens a receiver with its anchor prints a damaged anchor
+// slot as "Warning: ..." on stderr; status and verify-chain also report it
+// in their output (anchor_damage).
 package main
 
 import (
@@ -122,6 +128,10 @@ type Main struct {
 	// means an empty environment.
 	Getenv func(string) string
 }
+
+// warn prints a warning that does not stop the command, such as a damaged
+// anchor slot that a receiver found when it opened.
+func (m *Main) warn(msg string) { fmt.Fprintf(m.Stderr, "Warning: %s\n", msg) }
 
 // command is one subcommand: it parses its own arguments and writes its own
 // usage text.
@@ -288,14 +298,19 @@ information about a command.
 
 Exit codes: 0 success (also already_applied), 1 operational error,
 2 usage error, 3 denied by the fence, 4 integrity problem (rollback,
-fork, missing or badly signed anchor, ...), 5 storage busy.
+fork, missing, damaged or badly signed anchor, ...), 5 storage busy,
+6 verify-chain found the chain sound but an anchor slot damaged.
 `)
 }
 
-// printError writes err as "Error: ..." and, when one is known, a hint as
-// "Try: ...".
+// printError writes err as "Error: ..." (or "Warning: ..." for a
+// warningError) and, when one is known, a hint as "Try: ...".
 func (m *Main) printError(err error) {
-	fmt.Fprintf(m.Stderr, "Error: %s\n", err)
+	label := "Error"
+	if we := (*warningError)(nil); errors.As(err, &we) {
+		label = "Warning"
+	}
+	fmt.Fprintf(m.Stderr, "%s: %s\n", label, err)
 	if h := hint(err); h != "" {
 		fmt.Fprintf(m.Stderr, "Try: %s\n", h)
 	}

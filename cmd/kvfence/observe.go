@@ -95,7 +95,7 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 		return &usageError{msg: "kvfence observe target: exactly one target name is required", hint: "kvfence observe -h"}
 	}
 	cf.resolve(fs, c.m.Getenv)
-	r, err := cf.openObserver()
+	r, err := cf.openObserver(c.m.warn)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error)
 	if err := require("observe receipt", [2]string{"scope", *scope}, [2]string{"action", *action}); err != nil {
 		return err
 	}
-	r, err := cf.openObserver()
+	r, err := cf.openObserver(c.m.warn)
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) 
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
-	r, err := cf.openObserver()
+	r, err := cf.openObserver(c.m.warn)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func (c *ScopeCreateCommand) Run(ctx context.Context, args []string) (err error)
 	if err := require("scope create", [2]string{"scope", *scope}); err != nil {
 		return err
 	}
-	r, err := cf.openWriter()
+	r, err := cf.openWriter(c.m.warn)
 	if err != nil {
 		return err
 	}

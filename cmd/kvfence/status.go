@@ -16,11 +16,13 @@ type StatusCommand struct{ m *Main }
 // statusJSON is the --json shape of status (DESIGN §9).
 // AnchorChecked says whether the database was checked against its anchor
 // (--anchor given); without that check the state shown may be a restored
-// copy's.
+// copy's. AnchorDamage describes a damaged slot of the anchor file, or is
+// null.
 type statusJSON struct {
 	Scopes        []scopeStatusJSON `json:"scopes"`
 	AuditSeq      uint64            `json:"audit_seq"`
 	AnchorChecked bool              `json:"anchor_checked"`
+	AnchorDamage  *anchorDamageJSON `json:"anchor_damage"`
 }
 
 // scopeStatusJSON is one scope's control state. Its four timestamps are
@@ -54,7 +56,7 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 	if isSet(fs, "scope") && *scope == "" {
 		return &usageError{msg: "kvfence status: --scope is empty", hint: "kvfence status -h"}
 	}
-	r, err := cf.openObserver()
+	r, err := cf.openObserver(c.m.warn)
 	if err != nil {
 		return err
 	}
@@ -69,7 +71,8 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 	} else if scopes, err = r.Scopes(); err != nil {
 		return err
 	}
-	out := statusJSON{Scopes: []scopeStatusJSON{}, AuditSeq: r.Head().Seq, AnchorChecked: cf.anchor != ""}
+	out := statusJSON{Scopes: []scopeStatusJSON{}, AuditSeq: r.Head().Seq, AnchorChecked: cf.anchor != "",
+		AnchorDamage: anchorDamageOf(r.AnchorDamage())}
 	for _, st := range scopes {
 		out.Scopes = append(out.Scopes, scopeStatusOf(st))
 	}
@@ -100,6 +103,9 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 		fmt.Fprintf(tw, "anchor\tchecked\n")
 	} else {
 		fmt.Fprintf(tw, "anchor\tnot checked (no --anchor)\n")
+	}
+	if d := r.AnchorDamage(); d != nil {
+		fmt.Fprintf(tw, "anchor damage\t%v\n", d)
 	}
 	return tw.Flush()
 }
@@ -141,7 +147,9 @@ committed, last stale rejection), the stale-rejection count and the denial
 counts by reason, followed by the audit chain's head seq and whether the
 database was checked against its anchor. Opens the database read-only.
 Pass --anchor (or set KVFENCE_ANCHOR) so that a restored or rewritten
-database is refused with exit code 4 instead of being described.
+database is refused with exit code 4 instead of being described. A damaged
+slot of the anchor file is shown ("anchor damage"; with --json,
+"anchor_damage", as in verify-chain) and printed as a warning on stderr.
 
 Arguments:
 

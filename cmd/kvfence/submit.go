@@ -50,7 +50,7 @@ func (c *SubmitCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return fmt.Errorf("read --envelope: %w", err)
 	}
-	r, err := cf.openWriter()
+	r, err := cf.openWriter(c.m.warn)
 	if err != nil {
 		return err
 	}

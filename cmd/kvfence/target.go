@@ -51,7 +51,7 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 	default:
 		return &usageError{msg: "kvfence target create: one of --value or --value-file is required", hint: "kvfence target create -h"}
 	}
-	r, err := cf.openWriter()
+	r, err := cf.openWriter(c.m.warn)
 	if err != nil {
 		return err
 	}
