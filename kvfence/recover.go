@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
-	"github.com/kvfence/kvfence/internal/defect"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -31,7 +30,7 @@ type Questioned struct {
 // recovery admission. It verifies the anchor's signature under the
 // receiver's recorded key.
 func Inspect(path string, anchor audit.AnchorStore) (Questioned, error) {
-	r, err := open(path, &Options{ReadOnly: true}, defect.Variant{SkipAnchor: true})
+	r, err := Open(path, &Options{ReadOnly: true, anchorUnchecked: true})
 	if err != nil {
 		return Questioned{}, err
 	}
@@ -89,7 +88,7 @@ func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult,
 	if err := sa.Verify(opts.RecoveryKey); err != nil {
 		return RecoverResult{}, err
 	}
-	r, err := open(path, &Options{Key: opts.Key, Now: opts.Now, LockTimeout: opts.LockTimeout}, defect.Variant{SkipAnchor: true})
+	r, err := Open(path, &Options{Key: opts.Key, Now: opts.Now, LockTimeout: opts.LockTimeout, anchorUnchecked: true})
 	if err != nil {
 		return RecoverResult{}, err
 	}
@@ -181,7 +180,7 @@ const ProgressEvery = 100_000
 // the log. The error is for faults that prevent checking (a missing or
 // locked database); problems are in the report.
 func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
-	r, err := open(path, &Options{ReadOnly: true, LockTimeout: opts.LockTimeout}, defect.Variant{SkipAnchor: true})
+	r, err := Open(path, &Options{ReadOnly: true, LockTimeout: opts.LockTimeout, anchorUnchecked: true})
 	if err != nil {
 		return audit.Report{}, err
 	}

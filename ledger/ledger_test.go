@@ -479,11 +479,10 @@ func TestRestoredCopy(t *testing.T) {
 	}
 
 	// The counterexample: the same copy without its anchor check.
-	x, err := defect.OpenLedger(f.path, &Options{Key: f.key, Now: f.clock.Now}, defect.Variant{SkipAnchor: true})
+	u, err := open(f.path, &Options{Key: f.key, Now: f.clock.Now}, defect.Variant{SkipAnchor: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := x.(*Ledger)
 	defer u.Close()
 	c, err := u.Claim(ctx, ClaimRequest{Action: "act", Worker: "worker-b"})
 	if err != nil || c.Worker != "worker-b" {
