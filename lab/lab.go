@@ -27,7 +27,9 @@ type Options struct {
 	// Output is the directory to create. It must not exist; its parent must.
 	Output string
 	// Executable is the binary to re-execute as worker processes; it must
-	// dispatch WorkerCommand to WorkerMain. Empty means os.Executable().
+	// dispatch WorkerCommand to WorkerMain and be the lab build (BuildTag).
+	// Empty means os.Executable(), which Run then requires to be the lab
+	// build itself (ErrNotLabBuild).
 	Executable string
 	// Env is added to the worker processes' environment.
 	Env []string
@@ -76,6 +78,11 @@ type hooks struct {
 }
 
 func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
+	// Refused before the output exists: this binary's workers could not
+	// run demonstrations 2, 3a and 4.
+	if opts.Executable == "" && !Available() {
+		return nil, ErrNotLabBuild
+	}
 	if err := makeOutput(opts.Output); err != nil {
 		return nil, err
 	}

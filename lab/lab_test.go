@@ -7,25 +7,50 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/kvfence/kvfence/internal/testbin"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
-// TestMain lets the test binary serve as the lab's worker process, as the
-// kvfence binary does in service.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == WorkerCommand {
-		os.Exit(WorkerMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+// The lab's workers are the lab build of the kvfence binary (built with
+// the kvfencelab tag): this test binary is built without it, as the shipped
+// binary is, so its own workers would refuse the defective modes.
+var (
+	labOnce sync.Once
+	labDir  string
+	labExe  string
+	labErr  error
+)
+
+// labBinary builds the lab build of kvfence once and returns its path.
+func labBinary(t *testing.T) string {
+	t.Helper()
+	labOnce.Do(func() {
+		if labDir, labErr = os.MkdirTemp("", "kvfence-lab-test-"); labErr == nil {
+			labExe, labErr = testbin.Build(labDir, testbin.LabTag)
+		}
+	})
+	if labErr != nil {
+		t.Fatalf("building the lab binary: %v", labErr)
 	}
-	os.Exit(m.Run())
+	return labExe
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if labDir != "" {
+		os.RemoveAll(labDir)
+	}
+	os.Exit(code)
 }
 
 // Ensure that the lab runs end to end and that every summary value is the
 // one its demonstration must produce.
 func TestRun(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "lab")
-	sum, err := Run(context.Background(), Options{Output: out, Executable: os.Args[0]})
+	sum, err := Run(context.Background(), Options{Output: out, Executable: labBinary(t)})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -151,7 +176,7 @@ func TestRun_PreconditionFails(t *testing.T) {
 		}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := run(context.Background(), Options{Output: filepath.Join(t.TempDir(), "lab"), Executable: os.Args[0]}, tc.h)
+			_, err := run(context.Background(), Options{Output: filepath.Join(t.TempDir(), "lab"), Executable: labBinary(t)}, tc.h)
 			if !errors.Is(err, ErrPrecondition) {
 				t.Fatalf("run = %v, want ErrPrecondition", err)
 			}
@@ -178,14 +203,108 @@ func TestRun_OutputRules(t *testing.T) {
 	}
 }
 
+// Ensure that a binary built without the lab tag (this test binary, like
+// the shipped one) refuses to run the lab and creates nothing.
+func TestRun_RefusesWithoutLabBuild(t *testing.T) {
+	if Available() {
+		t.Fatal("the defective openers are installed in a build without the kvfencelab tag")
+	}
+	out := filepath.Join(t.TempDir(), "lab")
+	if _, err := Run(context.Background(), Options{Output: out}); !errors.Is(err, ErrNotLabBuild) {
+		t.Fatalf("Run = %v, want ErrNotLabBuild", err)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Run created %s: %v", out, err)
+	}
+}
+
+// Ensure that a lab worker in a binary built without the lab tag refuses
+// each defective mode before it reads or opens anything: it never gets
+// ready, even for a database inside a lab directory.
+func TestWorker_DefectiveModesNeedLabBuild(t *testing.T) {
+	dir := t.TempDir()
+	if err := makeOutput(filepath.Join(dir, "lab")); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "lab", "receiver.db")
+	for _, mode := range [][]string{{"--defective"}, {"--skip-anchor"}, {"--skip-ledger-anchor", "--ledger", filepath.Join(dir, "lab", "ledger.db")}} {
+		var stdout, stderr strings.Builder
+		args := append([]string{"--db", db, "--anchor", "a", "--key", "k", "--envelope", "e", "--as", "w"}, mode...)
+		code := WorkerMain(context.Background(), args, strings.NewReader("go\n"), &stdout, &stderr)
+		if code == 0 || stdout.Len() != 0 || !strings.Contains(stderr.String(), "kvfencelab") {
+			t.Fatalf("lab worker %s: exit %d, stdout %q, stderr %q; want a refusal naming the lab build", mode[0], code, stdout.String(), stderr.String())
+		}
+	}
+}
+
 // Ensure that a lab worker refuses a database outside a lab directory, so
-// its defective mode cannot reach a receiver in service.
+// that even in the lab build its defective mode cannot reach a receiver in
+// service.
 func TestWorker_RefusesOutsideLab(t *testing.T) {
 	dir := t.TempDir()
-	code := WorkerMain(context.Background(), []string{"--db", filepath.Join(dir, "r.db"), "--envelope", "x", "--as", "w", "--defective"},
-		nil, new(discard), new(discard))
-	if code == 0 {
-		t.Fatal("lab worker ran outside a lab directory")
+	var stderr strings.Builder
+	code := WorkerMain(context.Background(), []string{"--db", filepath.Join(dir, "r.db"), "--anchor", "a", "--key", "k", "--envelope", "x", "--as", "w"},
+		strings.NewReader("go\n"), new(discard), &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "not inside a lab output directory") {
+		t.Fatalf("lab worker outside a lab directory: exit %d, %q", code, stderr.String())
+	}
+}
+
+// Ensure that the lab-directory check resolves symbolic links and refuses
+// hard links: a directory that holds the marker and a link to a database
+// elsewhere does not make that database a lab's.
+func TestInLabDir(t *testing.T) {
+	root := t.TempDir()
+	mk := func(parts ...string) string {
+		p := filepath.Join(append([]string{root}, parts...)...)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	prod := mk("prod", "receiver.db")
+	mk("lab", markerFile)
+	own := mk("lab", "01", "receiver.db")
+	inLab := mk("lab", "receiver.db")
+	link := func(name string, f func(string, string) error, target string) string {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := f(target, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	symlink := link("lab/prod.db", os.Symlink, prod)
+	dirLink := link("lab/02", os.Symlink, filepath.Join(root, "prod"))
+	hardLink := link("lab/hard.db", os.Link, prod)
+	link("other/"+markerFile, os.Symlink, filepath.Join(root, "lab", markerFile))
+	mk("other", "receiver.db")
+	for _, tc := range []struct {
+		name, db string
+		want     string // the resolved path, or "" for a refusal
+	}{
+		{"database in the lab directory", inLab, inLab},
+		{"database in a demonstration's directory", own, own},
+		{"database outside", prod, ""},
+		{"symbolic link to a database outside", symlink, ""},
+		{"database under a linked directory", filepath.Join(dirLink, "receiver.db"), ""},
+		{"hard link to a database outside", hardLink, ""},
+		{"marker that is a symbolic link", filepath.Join(root, "other", "receiver.db"), ""},
+		{"missing database", filepath.Join(root, "lab", "none.db"), ""},
+	} {
+		got, err := inLabDir(tc.db)
+		want, _ := filepath.EvalSymlinks(tc.want)
+		switch {
+		case tc.want == "" && err == nil:
+			t.Errorf("%s: accepted as %s", tc.name, got)
+		case tc.want != "" && (err != nil || got != want):
+			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, want)
+		}
 	}
 }
 
