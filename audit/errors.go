@@ -49,6 +49,10 @@ var (
 	// ErrAnchorStale means the anchor is older than the maximum age the
 	// verifier was given, which may be a frozen (stale but valid) anchor.
 	ErrAnchorStale = errors.New("audit: anchor stale")
+	// ErrFenceViolation means the chain records a mutation applied under a
+	// grant that was not its scope's active grant at that point, or while
+	// the scope was held: the receiver that wrote it skipped its checks.
+	ErrFenceViolation = errors.New("audit: fence violation")
 )
 
 // Errors of an AnchorStore.

@@ -14,9 +14,10 @@ import (
 // The codes are part of the CLI's JSON output; they are never renamed.
 type Problem string
 
-// The problem codes, in the order in which Verify looks for them: first
-// the anchor, then the chain entry by entry (where a fork is found at the
-// anchored seq), then the chain's end.
+// The problem codes, in the order in which Verify reports them: first the
+// anchor, then the chain entry by entry (where a fork is found at the
+// anchored seq), then the chain's end; then a fence violation found by the
+// replay, and last the anchor's age.
 const (
 	ProblemOK               Problem = "ok"
 	ProblemAnchorMissing    Problem = "anchor_missing"
@@ -27,6 +28,7 @@ const (
 	ProblemBrokenLink       Problem = "broken_link"
 	ProblemForkDetected     Problem = "fork_detected"
 	ProblemRollbackDetected Problem = "rollback_detected"
+	ProblemFenceViolation   Problem = "fence_violation"
 	ProblemAnchorStale      Problem = "anchor_stale"
 )
 
@@ -50,6 +52,11 @@ type VerifyOptions struct {
 	MaxAge time.Duration
 	// Now is the clock for MaxAge. Nil means time.Now.
 	Now func() time.Time
+	// NoFenceReplay turns off the replay of each scope's control state
+	// (see Verify). It is for chains that are not a receiver's, such as
+	// the execution ledger's, whose entries do not record scopes, holds
+	// and grants.
+	NoFenceReplay bool
 }
 
 // Report is the outcome of Verify.
@@ -80,15 +87,30 @@ func (r Report) OK() bool { return r.Problem == ProblemOK }
 // rollback or fork is a *RollbackError or *ForkError.
 func (r Report) Err() error { return r.err }
 
-// Verify checks a whole chain against its anchor, streaming: memory stays
-// constant however long the chain is. It checks the anchor's signature and
-// receiver; that every entry decodes canonically, is stored under its own
-// seq, and links to the previous entry by hash; that seqs run from 1 with
-// no gap; that the chain's hash at the anchored seq is the anchored head;
-// and that the chain reaches the anchored seq. It reports the first problem
-// in the Report. The error is only for faults that prevent verifying: bad
-// options, or an anchor store that cannot be read, which for a FileAnchor
-// includes a path that is not a regular file or is writable by others.
+// Verify checks a whole chain against its anchor, streaming. It checks the
+// anchor's signature and receiver; that every entry decodes canonically, is
+// stored under its own seq, and links to the previous entry by hash; that
+// seqs run from 1 with no gap; that the chain's hash at the anchored seq is
+// the anchored head; and that the chain reaches the anchored seq.
+//
+// Unless opts.NoFenceReplay is set, it also replays each scope's control
+// state from the receiver's entries (scope_created, activate, hold,
+// recovered) and reports an applied submit entry whose scope, epoch and
+// grant were not the scope's active grant at that point, or whose scope was
+// held (fence_violation): the evidence of a receiver that skipped checks
+// 2-4, in its own chain. Entries whose outcome is already_applied or denied
+// change nothing and are not checked. A fence violation is reported only
+// when the chain itself verifies, since only an intact chain is evidence;
+// Entries and Head then cover the whole chain, and the error is a
+// *FenceViolationError.
+//
+// Memory does not grow with the chain's length: the walk keeps only the
+// previous entry's position, and the replay one small record per scope, so
+// it grows with the number of scopes, not of entries. It reports the first
+// problem in the Report. The error is only for faults that prevent
+// verifying: bad options, or an anchor store that cannot be read, which for
+// a FileAnchor includes a path that is not a regular file or is writable by
+// others.
 func Verify(opts VerifyOptions) (Report, error) {
 	switch {
 	case opts.Entries == nil || opts.Anchor == nil:
@@ -124,13 +146,19 @@ func Verify(opts VerifyOptions) (Report, error) {
 	if aerr == nil {
 		trusted = &anchor.Checkpoint
 	}
-	w := checkChain(opts.Entries, trusted)
+	var fence *fenceReplay
+	if !opts.NoFenceReplay {
+		fence = newFenceReplay()
+	}
+	w := checkChain(opts.Entries, trusted, fence)
 	r.Entries, r.Head = w.head.Seq, w.head
 	switch {
 	case aerr != nil:
 		r.fail(ap, aerr)
 	case w.err != nil:
 		r.fail(w.problem, w.err)
+	case fence != nil && fence.violation != nil:
+		r.fail(ProblemFenceViolation, fence.violation)
 	case opts.MaxAge > 0:
 		now := time.Now
 		if opts.Now != nil {
@@ -153,9 +181,10 @@ func (r *Report) fail(p Problem, err error) {
 
 // checkChain walks entries against a trusted anchor (nil if there is
 // none) and stops at the first problem, including a chain that ends before
-// the anchor.
-func checkChain(entries iter.Seq2[[]byte, []byte], anchor *Checkpoint) *walker {
-	w := &walker{anchor: anchor}
+// the anchor. Each entry that verifies is replayed into fence, if it is not
+// nil.
+func checkChain(entries iter.Seq2[[]byte, []byte], anchor *Checkpoint, fence *fenceReplay) *walker {
+	w := &walker{anchor: anchor, fence: fence}
 	for k, v := range entries {
 		if !w.step(k, v) {
 			return w
@@ -171,7 +200,8 @@ func checkChain(entries iter.Seq2[[]byte, []byte], anchor *Checkpoint) *walker {
 // position, which is what keeps Verify's memory flat.
 type walker struct {
 	head    Head
-	anchor  *Checkpoint // nil: no trusted anchor to compare with
+	anchor  *Checkpoint  // nil: no trusted anchor to compare with
+	fence   *fenceReplay // nil: no replay
 	e       Entry
 	scratch []byte // re-encoding buffer, reused across entries
 	problem Problem
@@ -210,6 +240,9 @@ func (w *walker) step(k, v []byte) bool {
 	w.head = Head{Seq: seq, Hash: HashEntry(v)}
 	if w.anchor != nil && seq == w.anchor.Seq && w.head.Hash != w.anchor.Head {
 		return w.fail(ProblemForkDetected, &ForkError{Anchor: *w.anchor, Hash: w.head.Hash})
+	}
+	if w.fence != nil {
+		w.fence.observe(&w.e)
 	}
 	return true
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // KindRecovered is the audit kind of a recovery admission's entry.
-const KindRecovered = "recovered"
+const KindRecovered = audit.KindRecovered
 
 // Questioned describes a database whose history disagrees with its anchor,
 // as a recovery operator needs to see it before signing an admission.
