@@ -59,6 +59,7 @@ func TestRun(t *testing.T) {
 		MutationsBeforeCurrentWorker:         0,
 		CurrentWorkerAccepted:                true,
 		DefectiveReceiverAcceptedStaleWorker: true,
+		DefectiveReceiverCaughtByVerifyChain: true,
 		RestoredLedgerAcceptedClaim:          true,
 		HeldReceiverAcceptedRestoredWork:     false,
 		RestoredLedgerRollbackDetected:       true,
@@ -93,7 +94,8 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rep.Stale.Reason != "stale_or_unknown_epoch" || rep.TargetAtStaleDecision.Revision != 1 ||
-		rep.FinalTarget.Revision != 2 || rep.LastStaleRejectionAt == nil || !rep.HoldCommittedAt.Before(rep.Stale.DecidedAt) {
+		rep.FinalTarget.Revision != 2 || rep.LastStaleRejectionAt == nil || !rep.HoldCommittedAt.Before(rep.Stale.DecidedAt) ||
+		rep.VerifyChain != "ok" {
 		t.Fatalf("paused-worker report: %s", raw)
 	}
 	for dir, want := range map[string]uint64{"04-restored-receiver-unanchored": 2, "05-restored-receiver-anchored": 1} {

@@ -41,6 +41,7 @@ func (c *LabCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "mutations_before_current_worker\t%d\n", sum.MutationsBeforeCurrentWorker)
 	fmt.Fprintf(tw, "current_worker_accepted\t%v\n", sum.CurrentWorkerAccepted)
 	fmt.Fprintf(tw, "defective_receiver_accepted_stale_worker\t%v\n", sum.DefectiveReceiverAcceptedStaleWorker)
+	fmt.Fprintf(tw, "defective_receiver_caught_by_verify_chain\t%v\n", sum.DefectiveReceiverCaughtByVerifyChain)
 	fmt.Fprintf(tw, "restored_ledger_accepted_claim\t%v\n", sum.RestoredLedgerAcceptedClaim)
 	fmt.Fprintf(tw, "held_receiver_accepted_restored_work\t%v\n", sum.HeldReceiverAcceptedRestoredWork)
 	fmt.Fprintf(tw, "restored_receiver_copy_accepted_old_grant\t%v\n", sum.RestoredReceiverCopyAcceptedOldGrant)

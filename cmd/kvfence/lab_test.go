@@ -230,4 +230,9 @@ func TestLabWorker_LabBuildRefusesLinks(t *testing.T) {
 	if after := c.state(db, anchor); after != before {
 		t.Fatalf("the original receiver changed: %+v, was %+v", after, before)
 	}
+	// The copy's own chain is the evidence of what its receiver skipped.
+	v := c.json(ExitIntegrity, "verify-chain", "--db", cdb, "--anchor", canchor, "--pub", c.path("receiver.key.pub"))
+	if v["problem"] != "fence_violation" || !strings.Contains(v["detail"].(string), "superseded by the hold") {
+		t.Fatalf("verify-chain of the defective receiver's copy: %v; want fence_violation", v)
+	}
 }
