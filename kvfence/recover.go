@@ -175,10 +175,14 @@ type VerifyOptions struct {
 const ProgressEvery = 100_000
 
 // VerifyChain checks every entry of the receiver's audit chain against its
-// anchor and reports the first problem; it changes neither. It opens the
-// database read-only and streams the chain, so memory does not grow with
-// the log. The error is for faults that prevent checking (a missing or
-// locked database); problems are in the report.
+// anchor and reports the first problem; it changes neither. It also
+// replays each scope's control state from the chain and reports an applied
+// mutation under a grant that was not the scope's active grant as
+// audit.ProblemFenceViolation: the evidence of a receiver that skipped
+// checks 2-4 (see audit.Verify). It opens the database read-only and
+// streams the chain, so memory grows with the number of scopes, not with
+// the length of the log. The error is for faults that prevent checking (a
+// missing or locked database); problems are in the report.
 func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
 	r, err := Open(path, &Options{ReadOnly: true, LockTimeout: opts.LockTimeout, anchorUnchecked: true})
 	if err != nil {
