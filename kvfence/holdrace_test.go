@@ -3,8 +3,8 @@ package kvfence
 import (
 	"bufio"
 	"bytes"
-	"crypto/ed25519"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"

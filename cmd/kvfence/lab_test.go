@@ -172,15 +172,6 @@ func TestLab_ShippedBinaryRefuses(t *testing.T) {
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Fatalf("kvfence lab created %s: %v", out, err)
 	}
-	// The same in-process, as the tests' own binary is built without the tag.
-	c := newCLI(t)
-	r := c.must(ExitUsage, "lab", "--output", out)
-	if !strings.Contains(r.stderr, "-tags kvfencelab") {
-		t.Fatalf("kvfence lab (in-process): %s", r)
-	}
-	if _, err := os.Stat(out); !os.IsNotExist(err) {
-		t.Fatalf("kvfence lab (in-process) created %s: %v", out, err)
-	}
 }
 
 // Ensure that the lab build's worker, which has the defective modes,
