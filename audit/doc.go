@@ -347,18 +347,38 @@
 // # Verification
 //
 // [Verify] streams a chain from an iterator such as a bbolt cursor and keeps
-// only the previous entry's hash, so its memory does not grow with the log. It
-// reports the first problem as a stable [Problem] code, looking in this order:
-// the anchor (anchor_missing; anchor_damaged for a store that holds no
-// readable anchor, such as an anchor file without a valid slot or with two
-// slots of one gen; bad_signature, receiver_mismatch); each entry in seq
-// order (bad_entry, seq_gap, broken_link, and fork_detected at the anchored
-// seq); the chain's end (rollback_detected, and a damaged slot judged by
-// [SlotDamage.Check]: rollback_detected or fork_detected); and, if asked,
-// the anchor's age (anchor_stale). A damaged slot is in the [Report]
-// whatever the problem, ok included. [CheckAnchor] is the cheap check for
+// only the previous entry's hash for the links, and one small record per
+// scope for the fence replay below, so its memory grows with the number of
+// scopes, not with the number of entries. It reports the first problem as a
+// stable [Problem] code, looking in this order: the anchor (anchor_missing;
+// anchor_damaged for a store that holds no readable anchor, such as an
+// anchor file without a valid slot or with two slots of one gen;
+// bad_signature, receiver_mismatch); each entry in seq order (bad_entry,
+// seq_gap, broken_link, and fork_detected at the anchored seq); the chain's
+// end (rollback_detected, and a damaged slot judged by [SlotDamage.Check]:
+// rollback_detected or fork_detected); then the replay (fence_violation);
+// and, if asked, the anchor's age (anchor_stale). A damaged slot is in the
+// [Report] whatever the problem, ok included. The receiver's caller then
+// checks the state beside the chain (state_mismatch, see State Digest). [CheckAnchor] is the cheap check for
 // opening a database: the anchor's signature and receiver, and the hash of
 // one stored entry.
+//
+// # Fence Replay
+//
+// While it walks a receiver's chain, [Verify] replays each scope's control
+// state from the entries the receiver writes ([KindScopeCreated]: held at
+// epoch 1; [KindActivate]: open at the entry's epoch under its grant;
+// [KindHold]: held at the entry's epoch, no active grant; [KindRecovered]:
+// every scope held, every active grant removed, until the scope's next
+// activation). A [KindSubmit] entry with outcome [OutcomeApplied] must name
+// its scope's active grant and that grant's epoch; one that does not, or
+// that names a held or unknown scope, is a fence_violation
+// ([ErrFenceViolation], [FenceViolationError]), whose detail names the
+// entry, the grant and the hold that superseded it. Entries with outcome
+// already_applied or denied change nothing and are not checked. This is the
+// receiver's own evidence that it skipped checks 2-4. The execution
+// ledger's chain has no scopes to replay and is verified with
+// [VerifyOptions.NoFenceReplay].
 //
 // # Caveats
 //
@@ -413,4 +433,9 @@
 //
 // The [VerifyOptions.Entries] iterator cannot return an error; a caller whose
 // source can fail must check it after Verify returns.
+//
+// The fence replay checks what the entries say, not the state: it catches a
+// receiver that skipped its checks and recorded what it did, not one that
+// records a mutation under a grant it did not use, nor an edit of the
+// database's state that writes no entry.
 package audit

@@ -55,6 +55,10 @@ var (
 	// chain's head commits to, or the epoch high-water is below the
 	// anchor's: state was edited or put back apart from its history.
 	ErrStateMismatch = errors.New("audit: state mismatch")
+	// ErrFenceViolation means the chain records a mutation applied under a
+	// grant that was not its scope's active grant at that point, or while
+	// the scope was held: the receiver that wrote it skipped its checks.
+	ErrFenceViolation = errors.New("audit: fence violation")
 )
 
 // Errors of an AnchorStore.

@@ -27,7 +27,9 @@ func pubOf(k ed25519.PrivateKey) ed25519.PublicKey { return k.Public().(ed25519.
 type record struct{ k, v []byte }
 
 // testEntry returns the i-th entry of the standard test chain: a mix of
-// kinds and field sets, so that optional fields come and go.
+// kinds and field sets, so that optional fields come and go. It is a
+// receiver's history that keeps the fence: each applied entry uses the
+// grant activated two entries before it, at that activation's epoch.
 func testEntry(i uint64) *Entry {
 	e := &Entry{At: t0 + int64(i)*1_000_000, Scope: "configmap/prod/backup-policy", Epoch: 1 + i/4}
 	switch i % 4 {
@@ -40,6 +42,7 @@ func testEntry(i uint64) *Entry {
 		e.Grant, e.Action, e.RequestSHA256 = "g-00000001", "raise-retention", bytes.Repeat([]byte{0xaa}, 32)
 	default:
 		e.Kind, e.Outcome, e.Executor, e.Grant, e.Action = "submit", "applied", "worker-b", fmt.Sprintf("g-%08d", i-2), "raise-retention"
+		e.Epoch = (i-2)/4 + 1
 		e.Target, e.RevBefore, e.RevAfter = "configmap/prod/backup-policy", i/4, i/4+1
 		e.RequestSHA256, e.ValueSHA256 = bytes.Repeat([]byte{0xaa}, 32), bytes.Repeat([]byte{byte(i)}, 32)
 	}

@@ -14,10 +14,11 @@ import (
 // The codes are part of the CLI's JSON output; they are never renamed.
 type Problem string
 
-// The problem codes, in the order in which Verify looks for them: first
-// the anchor, then the chain entry by entry (where a fork is found at the
+// The problem codes, in the order in which Verify reports them: first the
+// anchor, then the chain entry by entry (where a fork is found at the
 // anchored seq), then the chain's end (where a damaged anchor slot is
-// judged too). ProblemAnchorDamaged is an anchor store that holds no
+// judged too); then a fence violation found by the replay, and last the
+// anchor's age. ProblemAnchorDamaged is an anchor store that holds no
 // readable anchor: for a FileAnchor, a file without a valid slot, with two
 // slots of one generation, or of the wrong size.
 const (
@@ -31,6 +32,7 @@ const (
 	ProblemBrokenLink       Problem = "broken_link"
 	ProblemForkDetected     Problem = "fork_detected"
 	ProblemRollbackDetected Problem = "rollback_detected"
+	ProblemFenceViolation   Problem = "fence_violation"
 	ProblemAnchorStale      Problem = "anchor_stale"
 	ProblemStateMismatch    Problem = "state_mismatch"
 )
@@ -55,6 +57,11 @@ type VerifyOptions struct {
 	MaxAge time.Duration
 	// Now is the clock for MaxAge. Nil means time.Now.
 	Now func() time.Time
+	// NoFenceReplay turns off the replay of each scope's control state
+	// (see Verify). It is for chains that are not a receiver's, such as
+	// the execution ledger's, whose entries do not record scopes, holds
+	// and grants.
+	NoFenceReplay bool
 }
 
 // Report is the outcome of Verify.
@@ -91,17 +98,32 @@ func (r Report) OK() bool { return r.Problem == ProblemOK }
 // *RollbackError or *ForkError, or is a *SuspectedRollbackError.
 func (r Report) Err() error { return r.err }
 
-// Verify checks a whole chain against its anchor, streaming: memory stays
-// constant however long the chain is. It checks the anchor's signature and
-// receiver; that every entry decodes canonically, is stored under its own
-// seq, and links to the previous entry by hash; that seqs run from 1 with
-// no gap; that the chain's hash at the anchored seq is the anchored head;
-// and that the chain reaches the anchored seq. If the anchor store is a
-// DamageReporter, a damaged slot is reported in the Report and judged by
-// SlotDamage.Check against the whole chain. It reports the first problem
-// in the Report. The error is only for faults that prevent verifying: bad
-// options, or an anchor store that cannot be read, which for a FileAnchor
-// includes a path that is not a regular file or is writable by others.
+// Verify checks a whole chain against its anchor, streaming. It checks the
+// anchor's signature and receiver; that every entry decodes canonically, is
+// stored under its own seq, and links to the previous entry by hash; that
+// seqs run from 1 with no gap; that the chain's hash at the anchored seq is
+// the anchored head; and that the chain reaches the anchored seq. If the
+// anchor store is a DamageReporter, a damaged slot is reported in the
+// Report and judged by SlotDamage.Check against the whole chain.
+//
+// Unless opts.NoFenceReplay is set, it also replays each scope's control
+// state from the receiver's entries (scope_created, activate, hold,
+// recovered) and reports an applied submit entry whose scope, epoch and
+// grant were not the scope's active grant at that point, or whose scope was
+// held (fence_violation): the evidence of a receiver that skipped checks
+// 2-4, in its own chain. Entries whose outcome is already_applied or denied
+// change nothing and are not checked. A fence violation is reported only
+// when the chain itself verifies, since only an intact chain is evidence;
+// Entries and Head then cover the whole chain, and the error is a
+// *FenceViolationError.
+//
+// Memory does not grow with the chain's length: the walk keeps only the
+// previous entry's position, and the replay one small record per scope, so
+// it grows with the number of scopes, not of entries. It reports the first
+// problem in the Report. The error is only for faults that prevent
+// verifying: bad options, or an anchor store that cannot be read, which for
+// a FileAnchor includes a path that is not a regular file or is writable by
+// others.
 func Verify(opts VerifyOptions) (Report, error) {
 	switch {
 	case opts.Entries == nil || opts.Anchor == nil:
@@ -144,7 +166,11 @@ func Verify(opts VerifyOptions) (Report, error) {
 			next = &damage.Anchor.Checkpoint
 		}
 	}
-	w := walkChain(opts.Entries, trusted, next)
+	var fence *fenceReplay
+	if !opts.NoFenceReplay {
+		fence = newFenceReplay()
+	}
+	w := walkChain(opts.Entries, trusted, next, fence)
 	r.Entries, r.Head = w.head.Seq, w.head
 	var derr error
 	if aerr == nil && w.err == nil {
@@ -161,6 +187,8 @@ func Verify(opts VerifyOptions) (Report, error) {
 		r.fail(ProblemRollbackDetected, derr)
 	case derr != nil:
 		return Report{}, derr
+	case fence != nil && fence.violation != nil:
+		r.fail(ProblemFenceViolation, fence.violation)
 	case opts.MaxAge > 0:
 		now := time.Now
 		if opts.Now != nil {
@@ -192,15 +220,16 @@ func (r *Report) fail(p Problem, err error) {
 
 // checkChain walks entries against a trusted anchor (nil if there is
 // none) and stops at the first problem, including a chain that ends before
-// the anchor.
-func checkChain(entries iter.Seq2[[]byte, []byte], anchor *Checkpoint) *walker {
-	return walkChain(entries, anchor, nil)
+// the anchor. Each entry that verifies is replayed into fence, if it is not
+// nil.
+func checkChain(entries iter.Seq2[[]byte, []byte], anchor *Checkpoint, fence *fenceReplay) *walker {
+	return walkChain(entries, anchor, nil, fence)
 }
 
 // walkChain is checkChain that also keeps the hash at next.Seq, if next is
 // not nil, for SlotDamage.Check.
-func walkChain(entries iter.Seq2[[]byte, []byte], anchor, next *Checkpoint) *walker {
-	w := &walker{anchor: anchor, next: next}
+func walkChain(entries iter.Seq2[[]byte, []byte], anchor, next *Checkpoint, fence *fenceReplay) *walker {
+	w := &walker{anchor: anchor, next: next, fence: fence}
 	for k, v := range entries {
 		if !w.step(k, v) {
 			return w
@@ -216,9 +245,10 @@ func walkChain(entries iter.Seq2[[]byte, []byte], anchor, next *Checkpoint) *wal
 // position, which is what keeps Verify's memory flat.
 type walker struct {
 	head    Head
-	anchor  *Checkpoint // nil: no trusted anchor to compare with
-	next    *Checkpoint // nil, or a checkpoint whose seq's hash to keep
-	nextAt  Hash        // the hash at next.Seq, once walked
+	anchor  *Checkpoint  // nil: no trusted anchor to compare with
+	next    *Checkpoint  // nil, or a checkpoint whose seq's hash to keep
+	nextAt  Hash         // the hash at next.Seq, once walked
+	fence   *fenceReplay // nil: no replay
 	e       Entry
 	scratch []byte // re-encoding buffer, reused across entries
 	problem Problem
@@ -260,6 +290,9 @@ func (w *walker) step(k, v []byte) bool {
 	}
 	if w.anchor != nil && seq == w.anchor.Seq && w.head.Hash != w.anchor.Head {
 		return w.fail(ProblemForkDetected, &ForkError{Anchor: *w.anchor, Hash: w.head.Hash})
+	}
+	if w.fence != nil {
+		w.fence.observe(&w.e)
 	}
 	return true
 }

@@ -66,8 +66,30 @@ func chainCases(t testing.TB) []chainCase {
 	misKeyed[5].k = SeqKey(5)
 	misKeyed = append(misKeyed[:4], misKeyed[5:]...)
 
+	// fence_violation: entry 7, worker-a's stale request, recorded as
+	// applied instead of denied, under grant g-00000002 at epoch 1, which
+	// the hold at seq 5 superseded (g-00000006 is active). The chain is
+	// rebuilt from there and anchored at 8, as a receiver that skipped
+	// checks 2-4 would have written and anchored it: every link verifies.
+	violated := clone()[:6]
+	vc := NewChain(Head{Seq: 6, Hash: HashEntry(violated[5].v)})
+	for i := uint64(7); i <= 10; i++ {
+		e := testEntry(i)
+		if i == 7 {
+			e = testEntry(4)
+			e.At, e.Executor, e.RevBefore, e.RevAfter = testEntry(7).At, "worker-a", 2, 3
+		}
+		raw, _, err := vc.Append(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		violated = append(violated, record{SeqKey(i), raw})
+	}
+	violatedAnchor := checkpointOf(t, receiverKey, testReceiver, violated, 8)
+
 	return []chainCase{
 		{"ok", recs, &anchor, ProblemOK, nil, 10},
+		{"fence_violation", violated, &violatedAnchor, ProblemFenceViolation, ErrFenceViolation, 10},
 		{"ok_anchor_at_head", recs[:8], &anchor, ProblemOK, nil, 8},
 		{"anchor_missing", recs, nil, ProblemAnchorMissing, ErrAnchorMissing, 10},
 		{"bad_signature", recs, ptr(checkpointOf(t, otherKey, testReceiver, recs, 8)), ProblemBadSignature, ErrBadSignature, 10},
@@ -152,14 +174,14 @@ func TestVerify_Evidence(t *testing.T) {
 func TestVerify_EntryMangling(t *testing.T) {
 	recs, _ := testChain(t, 3)
 	anchor := checkpointOf(t, receiverKey, testReceiver, recs, 3)
-	if w := checkChain(entriesOf(recs), &anchor.Checkpoint); w.err != nil {
+	if w := checkChain(entriesOf(recs), &anchor.Checkpoint, nil); w.err != nil {
 		t.Fatal(w.err)
 	}
 	for i := range recs {
 		orig := recs[i].v
 		mangle(orig, func(j int, m []byte) {
 			recs[i].v = m
-			if w := checkChain(entriesOf(recs), &anchor.Checkpoint); w.err == nil {
+			if w := checkChain(entriesOf(recs), &anchor.Checkpoint, nil); w.err == nil {
 				t.Fatalf("entry %d byte %d = %#x: accepted", i+1, j, m[j])
 			}
 		})

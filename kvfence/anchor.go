@@ -39,14 +39,15 @@ var (
 )
 
 // IsIntegrityError reports whether err says the database, its chain or its
-// anchor cannot be trusted: a rollback, fork, bad signature, missing anchor
-// or another receiver's anchor. The CLI maps these to exit code 4.
+// anchor cannot be trusted: a rollback, fork, bad signature, missing anchor,
+// another receiver's anchor, or a chain that records a mutation under a
+// superseded grant (a fence violation). The CLI maps these to exit code 4.
 func IsIntegrityError(err error) bool {
 	for _, target := range []error{audit.ErrRollbackDetected, audit.ErrForkDetected, audit.ErrBadSignature,
 		audit.ErrReceiverMismatch, audit.ErrAnchorMissing, audit.ErrBadAnchor, audit.ErrBadCheckpoint,
 		audit.ErrBrokenLink, audit.ErrSeqGap, audit.ErrBadEntry, audit.ErrAnchorStale, audit.ErrAnchorNotRegular,
 		audit.ErrAnchorPermissions, audit.ErrAnchorRegression, audit.ErrBadAdmission, audit.ErrAdmissionMismatch,
-		audit.ErrStateMismatch} {
+		audit.ErrStateMismatch, audit.ErrFenceViolation} {
 		if errors.Is(err, target) {
 			return true
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -296,6 +297,7 @@ func TestHoldRace_InProcess(t *testing.T) {
 		m := replayChain(t, r)
 		checkState(t, r, m)
 		a, s := checkRaceCalls(t, m, got)
+		verifyRaceChain(t, r)
 		calls, applied, staleDenied = calls+len(got), applied+a, staleDenied+s
 		if t.Failed() {
 			t.Fatalf("schedule seed %d (KVFENCE_RACE_SEED=%d) failed", sc.seed, seed)
@@ -304,6 +306,19 @@ func TestHoldRace_InProcess(t *testing.T) {
 	t.Logf("seed %d: %d schedules, %d calls, %d applied, %d superseded-grant calls denied as stale", seed, schedules, calls, applied, staleDenied)
 	if applied == 0 || staleDenied == 0 {
 		t.Fatalf("the race never applied (%d) or never denied a stale worker (%d)", applied, staleDenied)
+	}
+}
+
+// verifyRaceChain closes r and checks that VerifyChain, with its replay of
+// the scopes' control state, finds nothing wrong with what a correct
+// receiver wrote under the race (closing r again in cleanup does nothing).
+func verifyRaceChain(t *testing.T, r *Receiver) {
+	t.Helper()
+	anchor := r.opts.Anchor
+	r.Close()
+	rep, err := VerifyChain(r.Path(), VerifyOptions{Anchor: anchor, PublicKey: testKey.Public().(ed25519.PublicKey)})
+	if err != nil || !rep.OK() {
+		t.Errorf("VerifyChain = %s (%s), %v; want ok", rep.Problem, rep.Detail, err)
 	}
 }
 
@@ -322,8 +337,9 @@ func (e *errRecorder) Errorf(format string, args ...any) {
 }
 
 // Ensure that the race's checks go red when checks 2-4 are removed: the
-// defective receiver applies superseded grants, and both the chain replay
-// and the per-call check say so.
+// defective receiver applies superseded grants, and the chain replay, the
+// per-call check and VerifyChain (from the receiver's own evidence) all
+// say so.
 func TestHoldRace_DefectiveReceiverIsCaught(t *testing.T) {
 	rec := &errRecorder{TB: t}
 	for i := range 4 {
@@ -331,6 +347,17 @@ func TestHoldRace_DefectiveReceiverIsCaught(t *testing.T) {
 		calls := runHoldRace(t, r, raceSchedule{seed: defaultRaceSeed + uint64(i), rotations: 30, stale: 3, current: 1})
 		m := replayChain(rec, r)
 		checkRaceCalls(rec, m, calls)
+		// VerifyChain opens the file itself, so the receiver closes first
+		// (closing it again in cleanup does nothing).
+		anchor := r.opts.Anchor
+		r.Close()
+		rep, err := VerifyChain(r.Path(), VerifyOptions{Anchor: anchor, PublicKey: testKey.Public().(ed25519.PublicKey)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Problem != audit.ProblemFenceViolation || !errors.Is(rep.Err(), audit.ErrFenceViolation) {
+			t.Fatalf("schedule %d: VerifyChain = %s (%s), want fence_violation", i, rep.Problem, rep.Detail)
+		}
 	}
 	if len(rec.errs) == 0 {
 		t.Fatal("the hold race found nothing wrong with a receiver that skips checks 2-4")

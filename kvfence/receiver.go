@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
@@ -69,6 +70,13 @@ type Options struct {
 	// Nil means the standard library's log.Print, so that no warning is
 	// lost.
 	Warn func(msg string)
+
+	// anchorUnchecked opens without comparing the database with its anchor
+	// and leaves the anchor alone. Inspect and VerifyChain (read-only) and
+	// Recover use it: they handle a database whose history may be
+	// questioned and check the anchor themselves. It is not a defect: such
+	// a receiver never writes except through Recover's own transaction.
+	anchorUnchecked bool
 }
 
 // ErrReadOnly means a state-changing call was made on a receiver opened with
@@ -120,12 +128,12 @@ type faultHooks struct {
 	shareFault bool
 }
 
-func init() {
-	defect.Open = func(path string, opts any, v defect.Variant) (any, error) {
-		o, _ := opts.(*Options)
-		return open(path, o, v)
-	}
-}
+// defectsAllowed says whether a defect.Variant may take effect. It is set
+// only by the lab build (defect_lab.go, build tag kvfencelab) and by this
+// package's tests; in every other build open refuses a defective variant and
+// Submit runs checks 2-4 even if one were set, so that no program built
+// without the tag can weaken a receiver, whatever reaches its internals.
+var defectsAllowed atomic.Bool
 
 // InitOptions configures Init.
 type InitOptions struct {
@@ -227,11 +235,17 @@ func Open(path string, opts *Options) (*Receiver, error) {
 	return open(path, opts, defect.Variant{})
 }
 
+// open opens the receiver as the given variant. Only the lab build and this
+// package's tests may ask for a defective one (defectsAllowed).
 func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error) {
+	if v != (defect.Variant{}) && !defectsAllowed.Load() {
+		return nil, fmt.Errorf("%w: a defective receiver exists only in this package's tests and the lab build", ErrInvalidArgument)
+	}
 	o := Options{}
 	if opts != nil {
 		o = *opts
 	}
+	skipAnchor := o.anchorUnchecked || v.SkipAnchor
 	if o.LockTimeout == 0 {
 		o.LockTimeout = DefaultLockTimeout
 	}
@@ -271,16 +285,17 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 		return nil, err
 	}
 	if !o.ReadOnly {
-		if o.Key == nil || (o.Anchor == nil && !v.SkipAnchor) {
+		if o.Key == nil || (o.Anchor == nil && !skipAnchor) {
 			return nil, ErrNoAnchor
 		}
 		if len(o.Key) != ed25519.PrivateKeySize || !r.pub.Equal(o.Key.Public()) {
 			return nil, fmt.Errorf("%w: %s", ErrKeyMismatch, path)
 		}
 	}
-	if v.SkipAnchor {
-		// The defective variant neither checks nor writes the anchor; a
-		// writer then keeps the digest of the state as found.
+	if skipAnchor {
+		// Neither checked nor written: the defective variant, or a caller
+		// that handles the anchor itself (anchorUnchecked). A writer
+		// then keeps the digest of the state as found.
 		r.opts.Anchor = nil
 		if !o.ReadOnly {
 			if r.state, err = r.computeState(); err != nil {

@@ -9,12 +9,11 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
-	"github.com/kvfence/kvfence/internal/defect"
 	bolt "go.etcd.io/bbolt"
 )
 
 // KindRecovered is the audit kind of a recovery admission's entry.
-const KindRecovered = "recovered"
+const KindRecovered = audit.KindRecovered
 
 // Questioned describes a database whose history disagrees with its anchor,
 // as a recovery operator needs to see it before signing an admission.
@@ -37,7 +36,7 @@ type Questioned struct {
 // recovery admission. It verifies the anchor's signature under the
 // receiver's recorded key.
 func Inspect(path string, anchor audit.AnchorStore) (Questioned, error) {
-	r, err := open(path, &Options{ReadOnly: true}, defect.Variant{SkipAnchor: true})
+	r, err := Open(path, &Options{ReadOnly: true, anchorUnchecked: true})
 	if err != nil {
 		return Questioned{}, err
 	}
@@ -95,7 +94,7 @@ func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult,
 	if err := sa.Verify(opts.RecoveryKey); err != nil {
 		return RecoverResult{}, err
 	}
-	r, err := open(path, &Options{Key: opts.Key, Now: opts.Now, LockTimeout: opts.LockTimeout}, defect.Variant{SkipAnchor: true})
+	r, err := Open(path, &Options{Key: opts.Key, Now: opts.Now, LockTimeout: opts.LockTimeout, anchorUnchecked: true})
 	if err != nil {
 		return RecoverResult{}, err
 	}
@@ -182,12 +181,16 @@ type VerifyOptions struct {
 const ProgressEvery = 100_000
 
 // VerifyChain checks every entry of the receiver's audit chain against its
-// anchor and reports the first problem; it changes neither. It opens the
-// database read-only and streams the chain, so memory does not grow with
-// the log. The error is for faults that prevent checking (a missing or
-// locked database); problems are in the report.
+// anchor and reports the first problem; it changes neither. It also
+// replays each scope's control state from the chain and reports an applied
+// mutation under a grant that was not the scope's active grant as
+// audit.ProblemFenceViolation: the evidence of a receiver that skipped
+// checks 2-4 (see audit.Verify). It opens the database read-only and
+// streams the chain, so memory grows with the number of scopes, not with
+// the length of the log. The error is for faults that prevent checking (a
+// missing or locked database); problems are in the report.
 func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
-	r, err := open(path, &Options{ReadOnly: true, LockTimeout: opts.LockTimeout}, defect.Variant{SkipAnchor: true})
+	r, err := Open(path, &Options{ReadOnly: true, LockTimeout: opts.LockTimeout, anchorUnchecked: true})
 	if err != nil {
 		return audit.Report{}, err
 	}

@@ -3,6 +3,8 @@ package kvfence
 import (
 	"encoding/hex"
 	"time"
+
+	"github.com/kvfence/kvfence/audit"
 )
 
 // Outcome is what Submit did with a request.
@@ -11,12 +13,12 @@ type Outcome string
 // Submit's outcomes.
 const (
 	// Applied means the mutation committed, with its receipt and audit entry.
-	Applied Outcome = "applied"
+	Applied Outcome = audit.OutcomeApplied
 	// AlreadyApplied means an identical request for the action was applied
 	// earlier; nothing changed now.
-	AlreadyApplied Outcome = "already_applied"
+	AlreadyApplied Outcome = audit.OutcomeAlreadyApplied
 	// Denied means the request was refused; Result.Reason says why.
-	Denied Outcome = "denied"
+	Denied Outcome = audit.OutcomeDenied
 )
 
 // Reason is the stable code of a denial. Codes never change meaning; new
@@ -49,14 +51,15 @@ func (r Reason) isStale() bool {
 	return r == ReasonReceiverHeld || r == ReasonStaleEpoch || r == ReasonInactiveGrant
 }
 
-// Audit entry kinds written by the receiver.
+// Audit entry kinds written by the receiver. They are audit's constants,
+// because audit.Verify replays the scopes' control state from them.
 const (
-	KindInit          = "init"
-	KindScopeCreated  = "scope_created"
-	KindTargetCreated = "target_created"
-	KindActivate      = "activate"
-	KindHold          = "hold"
-	KindSubmit        = "submit"
+	KindInit          = audit.KindInit
+	KindScopeCreated  = audit.KindScopeCreated
+	KindTargetCreated = audit.KindTargetCreated
+	KindActivate      = audit.KindActivate
+	KindHold          = audit.KindHold
+	KindSubmit        = audit.KindSubmit
 )
 
 // Result is Submit's decision. Fields the request did not supply, or that

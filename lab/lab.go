@@ -27,7 +27,9 @@ type Options struct {
 	// Output is the directory to create. It must not exist; its parent must.
 	Output string
 	// Executable is the binary to re-execute as worker processes; it must
-	// dispatch WorkerCommand to WorkerMain. Empty means os.Executable().
+	// dispatch WorkerCommand to WorkerMain and be the lab build (BuildTag).
+	// Empty means os.Executable(), which Run then requires to be the lab
+	// build itself (ErrNotLabBuild).
 	Executable string
 	// Env is added to the worker processes' environment.
 	Env []string
@@ -50,6 +52,9 @@ type Summary struct {
 	MutationsBeforeCurrentWorker         uint64 `json:"mutations_before_current_worker"`
 	CurrentWorkerAccepted                bool   `json:"current_worker_accepted"`
 	DefectiveReceiverAcceptedStaleWorker bool   `json:"defective_receiver_accepted_stale_worker"`
+	// DefectiveReceiverCaughtByVerifyChain says verify-chain reported the
+	// defective receiver's own chain as a fence_violation.
+	DefectiveReceiverCaughtByVerifyChain bool   `json:"defective_receiver_caught_by_verify_chain"`
 	RestoredLedgerAcceptedClaim          bool   `json:"restored_ledger_accepted_claim"`
 	HeldReceiverAcceptedRestoredWork     bool   `json:"held_receiver_accepted_restored_work"`
 	RestoredReceiverCopyAcceptedOldGrant bool   `json:"restored_receiver_copy_accepted_old_grant"`
@@ -76,6 +81,11 @@ type hooks struct {
 }
 
 func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
+	// Refused before the output exists: this binary's workers could not
+	// run demonstrations 2, 3a and 4.
+	if opts.Executable == "" && !Available() {
+		return nil, ErrNotLabBuild
+	}
 	if err := makeOutput(opts.Output); err != nil {
 		return nil, err
 	}
@@ -108,6 +118,7 @@ func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
 		return nil, err
 	}
 	sum.DefectiveReceiverAcceptedStaleWorker = d2.Stale.Outcome == string(kvfence.Applied)
+	sum.DefectiveReceiverCaughtByVerifyChain = d2.VerifyChain == string(audit.ProblemFenceViolation)
 
 	d3u, err := l.restoredLedger(ctx, "03a-restored-ledger-unanchored", false)
 	if err != nil {
@@ -199,6 +210,10 @@ type pausedReport struct {
 	// vouch for (kept apart from decided ones): none, when both workers'
 	// requests went through this receiver's transaction.
 	OutstandingEffects []string `json:"outstanding_effects"`
+	// VerifyChain is verify-chain's problem code for the receiver's
+	// database at the end, and VerifyDetail its evidence.
+	VerifyChain  string `json:"verify_chain"`
+	VerifyDetail string `json:"verify_detail,omitempty"`
 }
 
 type targetView struct {
@@ -339,10 +354,17 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 	if err != nil {
 		return nil, err
 	}
+	v, err := kvfence.VerifyChain(rc.db, kvfence.VerifyOptions{Anchor: audit.FileAnchor{Path: rc.anchor},
+		PublicKey: rc.priv.Public().(ed25519.PublicKey), LockTimeout: 10 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	rep.VerifyChain, rep.VerifyDetail = string(v.Problem), v.Detail
+	record("operator", "verify-chain", rep.VerifyChain)
 	if err := writeJSON(filepath.Join(dir, "report.json"), rep); err != nil {
 		return nil, err
 	}
-	l.logf("%s: worker-a %s, worker-b %s", name, decision(rep.Stale), decision(rep.Current))
+	l.logf("%s: worker-a %s, worker-b %s; verify-chain %s", name, decision(rep.Stale), decision(rep.Current), rep.VerifyChain)
 	return rep, nil
 }
 

@@ -7,25 +7,50 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/kvfence/kvfence/internal/testbin"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
-// TestMain lets the test binary serve as the lab's worker process, as the
-// kvfence binary does in service.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == WorkerCommand {
-		os.Exit(WorkerMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+// The lab's workers are the lab build of the kvfence binary (built with
+// the kvfencelab tag): this test binary is built without it, as the shipped
+// binary is, so its own workers would refuse the defective modes.
+var (
+	labOnce sync.Once
+	labDir  string
+	labExe  string
+	labErr  error
+)
+
+// labBinary builds the lab build of kvfence once and returns its path.
+func labBinary(t *testing.T) string {
+	t.Helper()
+	labOnce.Do(func() {
+		if labDir, labErr = os.MkdirTemp("", "kvfence-lab-test-"); labErr == nil {
+			labExe, labErr = testbin.Build(labDir, testbin.LabTag)
+		}
+	})
+	if labErr != nil {
+		t.Fatalf("building the lab binary: %v", labErr)
 	}
-	os.Exit(m.Run())
+	return labExe
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if labDir != "" {
+		os.RemoveAll(labDir)
+	}
+	os.Exit(code)
 }
 
 // Ensure that the lab runs end to end and that every summary value is the
 // one its demonstration must produce.
 func TestRun(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "lab")
-	sum, err := Run(context.Background(), Options{Output: out, Executable: os.Args[0]})
+	sum, err := Run(context.Background(), Options{Output: out, Executable: labBinary(t)})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -34,6 +59,7 @@ func TestRun(t *testing.T) {
 		MutationsBeforeCurrentWorker:         0,
 		CurrentWorkerAccepted:                true,
 		DefectiveReceiverAcceptedStaleWorker: true,
+		DefectiveReceiverCaughtByVerifyChain: true,
 		RestoredLedgerAcceptedClaim:          true,
 		HeldReceiverAcceptedRestoredWork:     false,
 		RestoredLedgerRollbackDetected:       true,
@@ -68,7 +94,8 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rep.Stale.Reason != "stale_or_unknown_epoch" || rep.TargetAtStaleDecision.Revision != 1 ||
-		rep.FinalTarget.Revision != 2 || rep.LastStaleRejectionAt == nil || !rep.HoldCommittedAt.Before(rep.Stale.DecidedAt) {
+		rep.FinalTarget.Revision != 2 || rep.LastStaleRejectionAt == nil || !rep.HoldCommittedAt.Before(rep.Stale.DecidedAt) ||
+		rep.VerifyChain != "ok" {
 		t.Fatalf("paused-worker report: %s", raw)
 	}
 	for dir, want := range map[string]uint64{"04-restored-receiver-unanchored": 2, "05-restored-receiver-anchored": 1} {
@@ -151,7 +178,7 @@ func TestRun_PreconditionFails(t *testing.T) {
 		}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := run(context.Background(), Options{Output: filepath.Join(t.TempDir(), "lab"), Executable: os.Args[0]}, tc.h)
+			_, err := run(context.Background(), Options{Output: filepath.Join(t.TempDir(), "lab"), Executable: labBinary(t)}, tc.h)
 			if !errors.Is(err, ErrPrecondition) {
 				t.Fatalf("run = %v, want ErrPrecondition", err)
 			}
@@ -179,13 +206,73 @@ func TestRun_OutputRules(t *testing.T) {
 }
 
 // Ensure that a lab worker refuses a database outside a lab directory, so
-// its defective mode cannot reach a receiver in service.
+// that even in the lab build its defective mode cannot reach a receiver in
+// service.
 func TestWorker_RefusesOutsideLab(t *testing.T) {
 	dir := t.TempDir()
-	code := WorkerMain(context.Background(), []string{"--db", filepath.Join(dir, "r.db"), "--envelope", "x", "--as", "w", "--defective"},
-		nil, new(discard), new(discard))
-	if code == 0 {
-		t.Fatal("lab worker ran outside a lab directory")
+	var stderr strings.Builder
+	code := WorkerMain(context.Background(), []string{"--db", filepath.Join(dir, "r.db"), "--anchor", "a", "--key", "k", "--envelope", "x", "--as", "w"},
+		strings.NewReader("go\n"), new(discard), &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "not inside a lab output directory") {
+		t.Fatalf("lab worker outside a lab directory: exit %d, %q", code, stderr.String())
+	}
+}
+
+// Ensure that the lab-directory check resolves symbolic links and refuses
+// hard links: a directory that holds the marker and a link to a database
+// elsewhere does not make that database a lab's.
+func TestInLabDir(t *testing.T) {
+	root := t.TempDir()
+	mk := func(parts ...string) string {
+		p := filepath.Join(append([]string{root}, parts...)...)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	prod := mk("prod", "receiver.db")
+	mk("lab", markerFile)
+	own := mk("lab", "01", "receiver.db")
+	inLab := mk("lab", "receiver.db")
+	link := func(name string, f func(string, string) error, target string) string {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := f(target, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	symlink := link("lab/prod.db", os.Symlink, prod)
+	dirLink := link("lab/02", os.Symlink, filepath.Join(root, "prod"))
+	hardLink := link("lab/hard.db", os.Link, prod)
+	link("other/"+markerFile, os.Symlink, filepath.Join(root, "lab", markerFile))
+	mk("other", "receiver.db")
+	for _, tc := range []struct {
+		name, db string
+		want     string // the resolved path, or "" for a refusal
+	}{
+		{"database in the lab directory", inLab, inLab},
+		{"database in a demonstration's directory", own, own},
+		{"database outside", prod, ""},
+		{"symbolic link to a database outside", symlink, ""},
+		{"database under a linked directory", filepath.Join(dirLink, "receiver.db"), ""},
+		{"hard link to a database outside", hardLink, ""},
+		{"marker that is a symbolic link", filepath.Join(root, "other", "receiver.db"), ""},
+		{"missing database", filepath.Join(root, "lab", "none.db"), ""},
+	} {
+		got, err := inLabDir(tc.db)
+		want, _ := filepath.EvalSymlinks(tc.want)
+		switch {
+		case tc.want == "" && err == nil:
+			t.Errorf("%s: accepted as %s", tc.name, got)
+		case tc.want != "" && (err != nil || got != want):
+			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, want)
+		}
 	}
 }
 

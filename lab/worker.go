@@ -24,9 +24,24 @@ import (
 const WorkerCommand = "lab-worker"
 
 // markerFile marks a directory as a lab's output. A lab worker refuses a
-// database outside such a directory, so its defective mode can never be
-// pointed at a receiver in service.
+// database outside such a directory, so that even the lab build's defective
+// modes cannot be pointed at a receiver in service.
 const markerFile = "KVFENCE-LAB"
+
+// BuildTag is the build tag of the lab build. Only a binary built with it
+// (go build -tags kvfencelab) contains the defective receiver and ledger
+// openers that the lab's demonstrations 2, 3a and 4 need; in every other
+// build they do not exist.
+const BuildTag = "kvfencelab"
+
+// ErrNotLabBuild means the lab, or a lab worker's defective mode, was asked
+// of a binary built without BuildTag.
+var ErrNotLabBuild = errors.New("lab: this binary was built without the kvfencelab tag; " +
+	"run the lab with go run -tags kvfencelab ./cmd/kvfence lab --output DIR")
+
+// Available reports whether this binary is the lab build, the only one whose
+// workers can open the defective receivers and ledgers the lab demonstrates.
+func Available() bool { return defect.Open != nil && defect.OpenLedger != nil }
 
 // workerResult is what a worker process prints as its last line.
 type workerResult struct {
@@ -106,14 +121,26 @@ type ledgerArgs struct {
 }
 
 func runWorker(ctx context.Context, a workerArgs, stdin io.Reader, stdout io.Writer) error {
+	// Refused before anything is read or opened: in a binary without the
+	// lab build's openers, a defective mode must not fall back to a normal
+	// one, nor get as far as the database.
+	if (a.defective || a.skipAnchor) && defect.Open == nil {
+		return fmt.Errorf("--defective and --skip-anchor: %w", ErrNotLabBuild)
+	}
+	if a.ledger.skipAnchor && defect.OpenLedger == nil {
+		return fmt.Errorf("--skip-ledger-anchor: %w", ErrNotLabBuild)
+	}
 	if a.db == "" || a.anchor == "" || a.key == "" || a.envelope == "" || a.as == "" {
 		return errors.New("--db, --anchor, --key, --envelope and --as are required")
 	}
-	if err := inLabDir(a.db); err != nil {
+	// The worker opens the resolved path, the one that was checked, so
+	// that a link swapped after the check changes nothing.
+	var err error
+	if a.db, err = inLabDir(a.db); err != nil {
 		return err
 	}
 	if a.ledger.db != "" {
-		if err := inLabDir(a.ledger.db); err != nil {
+		if a.ledger.db, err = inLabDir(a.ledger.db); err != nil {
 			return err
 		}
 	}
@@ -233,18 +260,33 @@ func printResult(stdout io.Writer, res workerResult) error {
 	return err
 }
 
-// inLabDir refuses a database whose directory, or that directory's parent,
-// does not carry the lab marker.
-func inLabDir(db string) error {
-	abs, err := filepath.Abs(db)
+// inLabDir returns db with every symbolic link resolved, or an error if the
+// resolved file's directory, or that directory's parent, does not carry the
+// lab marker. Resolving first matters: a lab directory holding the marker
+// and a link to a database elsewhere must not pass. A database file with
+// more than one hard link is refused for the same reason; the lab never
+// makes one.
+func inLabDir(db string) (string, error) {
+	notLab := fmt.Errorf("%s is not inside a lab output directory; the lab worker runs only there", db)
+	resolved, err := filepath.EvalSymlinks(db)
 	if err != nil {
-		return err
+		return "", fmt.Errorf("%w: %w", notLab, err)
 	}
-	dir := filepath.Dir(abs)
+	if resolved, err = filepath.Abs(resolved); err != nil {
+		return "", fmt.Errorf("%w: %w", notLab, err)
+	}
+	fi, err := os.Lstat(resolved)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", notLab, err)
+	}
+	if !fi.Mode().IsRegular() || linkCount(fi) > 1 {
+		return "", fmt.Errorf("%w: %s is not a regular file with a single link", notLab, resolved)
+	}
+	dir := filepath.Dir(resolved)
 	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if _, err := os.Stat(filepath.Join(d, markerFile)); err == nil {
-			return nil
+		if m, err := os.Lstat(filepath.Join(d, markerFile)); err == nil && m.Mode().IsRegular() {
+			return resolved, nil
 		}
 	}
-	return fmt.Errorf("%s is not inside a lab output directory; the lab worker runs only there", db)
+	return "", notLab
 }

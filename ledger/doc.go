@@ -34,5 +34,8 @@
 // exactly as the receiver does. Opening a ledger whose chain ends before its
 // anchor, or disagrees with it, fails with audit.ErrRollbackDetected or
 // audit.ErrForkDetected: a restored copy of the ledger cannot hand out a
-// second claim of an action that was already claimed.
+// second claim of an action that was already claimed. A verifier of a
+// ledger's chain sets audit.VerifyOptions.NoFenceReplay: its entries record
+// claims, not a receiver's scopes, holds and grants, so there is no fence
+// to replay.
 package ledger

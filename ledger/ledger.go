@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
@@ -29,12 +30,10 @@ type Ledger struct {
 	anchor audit.SignedCheckpoint
 }
 
-func init() {
-	defect.OpenLedger = func(path string, opts any, v defect.Variant) (any, error) {
-		o, _ := opts.(*Options)
-		return open(path, o, v)
-	}
-}
+// defectsAllowed says whether a defect.Variant may take effect. It is set
+// only by the lab build (defect_lab.go, build tag kvfencelab) and by this
+// package's tests; every other build refuses to open a defective ledger.
+var defectsAllowed atomic.Bool
 
 // Init creates a new ledger file at path, mode 0600, and writes its first
 // checkpoint to opts.Anchor. It refuses an existing file. If it fails
@@ -101,7 +100,12 @@ func Init(path string, opts *InitOptions) (err error) {
 // audit.ErrRollbackDetected, one that disagrees with it audit.ErrForkDetected.
 func Open(path string, opts *Options) (*Ledger, error) { return open(path, opts, defect.Variant{}) }
 
+// open opens the ledger as the given variant. Only the lab build and this
+// package's tests may ask for a defective one (defectsAllowed).
 func open(path string, opts *Options, v defect.Variant) (l *Ledger, err error) {
+	if v != (defect.Variant{}) && !defectsAllowed.Load() {
+		return nil, fmt.Errorf("%w: a defective ledger exists only in this package's tests and the lab build", ErrInvalidArgument)
+	}
 	o := Options{}
 	if opts != nil {
 		o = *opts

@@ -222,6 +222,9 @@ func integrityHint(err error, suggestVerify bool) string {
 	case errors.Is(err, audit.ErrBadSignature):
 		return "the anchor is not signed by this receiver's key: check that --anchor (and --pub) belong to this " +
 			"receiver (compare fingerprints with ssh-keygen -l); if they do, the anchor was altered or replaced" + verify
+	case errors.Is(err, audit.ErrFenceViolation):
+		return "the receiver applied a mutation under a superseded grant: it ran without its fence checks; keep the " +
+			"database as evidence, hold the scope the entry names, and review the change it records"
 	case errors.Is(err, audit.ErrBrokenLink), errors.Is(err, audit.ErrSeqGap), errors.Is(err, audit.ErrBadEntry):
 		if suggestVerify {
 			verify = "; run kvfence verify-chain to find the first bad entry"

@@ -22,6 +22,13 @@ func (c *LabCommand) Run(ctx context.Context, args []string) error {
 	if err := require("lab", [2]string{"output", *output}); err != nil {
 		return err
 	}
+	// Checked before anything is created: the workers this binary would
+	// start could not run the lab's defective demonstrations.
+	if !lab.Available() {
+		return &usageError{msg: "kvfence lab: this kvfence binary was built without the lab; " +
+			"its defective receivers exist only in a binary built with -tags " + lab.BuildTag,
+			hint: "go run -tags " + lab.BuildTag + " ./cmd/kvfence lab --output DIR"}
+	}
 	sum, err := lab.Run(ctx, lab.Options{Output: *output, Progress: c.m.Stderr})
 	if err != nil {
 		return err
@@ -34,6 +41,7 @@ func (c *LabCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "mutations_before_current_worker\t%d\n", sum.MutationsBeforeCurrentWorker)
 	fmt.Fprintf(tw, "current_worker_accepted\t%v\n", sum.CurrentWorkerAccepted)
 	fmt.Fprintf(tw, "defective_receiver_accepted_stale_worker\t%v\n", sum.DefectiveReceiverAcceptedStaleWorker)
+	fmt.Fprintf(tw, "defective_receiver_caught_by_verify_chain\t%v\n", sum.DefectiveReceiverCaughtByVerifyChain)
 	fmt.Fprintf(tw, "restored_ledger_accepted_claim\t%v\n", sum.RestoredLedgerAcceptedClaim)
 	fmt.Fprintf(tw, "held_receiver_accepted_restored_work\t%v\n", sum.HeldReceiverAcceptedRestoredWork)
 	fmt.Fprintf(tw, "restored_receiver_copy_accepted_old_grant\t%v\n", sum.RestoredReceiverCopyAcceptedOldGrant)
@@ -53,6 +61,12 @@ as paused workers) on the backup-policy fixture, and writes the evidence to
 DIR: summary.json, report.md, source and environment manifests, and per
 demonstration a report, the receiver database, receipts and events.
 
+The lab runs only in a binary built with the kvfencelab tag, the only one
+that contains the defective receivers it demonstrates; other builds refuse
+(exit 2) before creating anything:
+
+	go run -tags kvfencelab ./cmd/kvfence lab --output DIR
+
 DIR must not exist and its parent must. An interrupted run's output is kept.
 The fixture is read from the source tree (testdata/backup-policy) and
 checked against its SHA256SUMS manifest.
@@ -60,7 +74,8 @@ checked against its SHA256SUMS manifest.
 }
 
 // labWorkerCommand is the lab's own worker process; it is not listed in
-// help and refuses to run outside a lab output directory.
+// help, refuses to run outside a lab output directory, and refuses its
+// defective modes in a binary built without the lab tag.
 type labWorkerCommand struct{ m *Main }
 
 func (c *labWorkerCommand) Run(ctx context.Context, args []string) error {

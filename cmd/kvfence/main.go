@@ -287,7 +287,7 @@ The commands are:
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission
 	ledger          approvals and claims in the execution ledger
-	lab             run the fencing lab in real processes
+	lab             run the fencing lab in real processes (lab build only)
 	bench           measure durable fenced writes against fsync, bbolt, SQLite
 
 Commands that write need --anchor and --key (or KVFENCE_ANCHOR and

@@ -130,8 +130,10 @@ func (c *VerifyChainCommand) Usage() {
 Checks the receiver's audit chain against its anchor without changing
 either: the anchor's signature under --pub and its receiver id, then every
 entry (canonical encoding, its own seq, the link to the one before), the
-hash at the anchored seq, and that the chain reaches the anchor. Prints the
-first problem, or ok with the head:
+hash at the anchored seq, and that the chain reaches the anchor. It also
+replays each scope's epoch, mode and active grant from the chain and checks
+that every applied mutation used the scope's active grant. Prints the first
+problem, or ok with the head:
 
 	ok                  the chain verifies and contains the anchored head
 	anchor_missing      there is no anchor file
@@ -147,6 +149,10 @@ first problem, or ok with the head:
 	                    is older than its anchor (a restored backup); or the
 	                    anchor file's newest slot is damaged and the chain
 	                    ends exactly at the write before it
+	fence_violation     an intact chain records a mutation applied under a
+	                    grant that was not its scope's active grant then (or
+	                    while the scope was held): the receiver skipped its
+	                    checks
 	anchor_stale        the anchor is older than --max-age
 
 The anchor file keeps the anchor in two slots. A damaged slot beside a

@@ -1,7 +1,11 @@
 // Package defect opens receivers that are wrong on purpose. The tests and
 // the lab use it to show that their assertions go red when a decisive check
 // is removed. It is internal so that no program outside this module can
-// reach it: the public API has no way to weaken a receiver.
+// reach it: the public API has no way to weaken a receiver. Within the
+// module, only a binary built with the kvfencelab tag (the lab build)
+// installs Open and OpenLedger; in every other build they are nil, and the
+// receiver and the ledger refuse a defective variant even when asked
+// directly, except in their own package tests.
 package defect
 
 // Variant names the checks a defective receiver skips.
@@ -16,10 +20,12 @@ type Variant struct {
 
 // Open opens the receiver database at path with the given *kvfence.Options
 // (nil for defaults) as the given variant and returns a *kvfence.Receiver.
-// The kvfence package installs it when it is initialised.
+// The kvfence package installs it when it is initialised in the lab build;
+// otherwise it is nil.
 var Open func(path string, opts any, v Variant) (any, error)
 
 // OpenLedger opens the ledger file at path with the given *ledger.Options
 // as the given variant (only SkipAnchor applies) and returns a
-// *ledger.Ledger. The ledger package installs it when it is initialised.
+// *ledger.Ledger. The ledger package installs it when it is initialised in
+// the lab build; otherwise it is nil.
 var OpenLedger func(path string, opts any, v Variant) (any, error)

@@ -1,0 +1,63 @@
+// Package testbin builds the kvfence command for tests that must run it as a
+// process of its own: the lab's worker processes, which exist only in the
+// lab build, and the checks that the shipped binary has no defective mode.
+// Only tests import it.
+package testbin
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// Command is the import path of the kvfence command.
+const Command = "github.com/kvfence/kvfence/cmd/kvfence"
+
+// LabTag is the build tag of the lab build, the only one that contains the
+// defective receivers the lab demonstrates.
+const LabTag = "kvfencelab"
+
+// Build compiles the kvfence command into dir with the given build tags
+// (none for the binary as shipped) and returns the binary's path. It runs
+// the go command found on PATH, or else under $GOROOT/bin, since a test
+// binary does not carry a compiler of its own.
+func Build(dir string, tags ...string) (string, error) {
+	goCmd, err := goCommand()
+	if err != nil {
+		return "", err
+	}
+	name := "kvfence"
+	if len(tags) > 0 {
+		name += "-" + strings.Join(tags, "-")
+	}
+	if runtime.GOOS == "windows" {
+		name += ".exe"
+	}
+	out := filepath.Join(dir, name)
+	args := []string{"build", "-o", out}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command(goCmd, append(args, Command)...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("testbin: go %s: %w\n%s", strings.Join(cmd.Args[1:], " "), err, b)
+	}
+	return out, nil
+}
+
+func goCommand() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	if root := os.Getenv("GOROOT"); root != "" {
+		p := filepath.Join(root, "bin", "go")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("testbin: no go command on PATH or under $GOROOT/bin, needed to build the kvfence binary")
+}
