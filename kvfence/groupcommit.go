@@ -197,6 +197,12 @@ func (r *Receiver) commit(batch []*call) {
 		return
 	}
 	for i, c := range batch {
+		// The batch may have failed because it filled the volume: each
+		// worker call retried alone is measured against the reserve
+		// again, so that the retries cannot eat the administrators' room.
+		if len(r.reserve(batch[i:i+1])) == 0 {
+			continue
+		}
 		if err := r.run(batch[i : i+1]); err != nil {
 			c.err = err
 		}

@@ -61,6 +61,10 @@ type Options struct {
 	// limit leaves less room), Submit is refused with ErrStorageReserve
 	// before anything is written, and holds and activations still commit.
 	// Zero means DefaultReserve; a negative value turns the reserve off.
+	// The check is made once per batch, before it runs, and again for each
+	// call retried alone, so the reserve must exceed what one batch writes
+	// (up to 1024 calls; about 1 KiB of pages per denial, and an applied
+	// write's new value and receipt).
 	Reserve int64
 	// NoSync skips fsync on commit. It is for benchmarks that label their
 	// results as not durable; a receiver in service must never set it.

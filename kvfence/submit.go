@@ -33,6 +33,8 @@ type submission struct {
 	// stored verbatim.
 	grant  *grantRecord
 	target bool
+	// scope is whether the envelope's scope exists, set by deny.
+	scope bool
 }
 
 // prepare runs check 0 outside the transaction.
@@ -252,6 +254,7 @@ func (w *wtx) denyStale(ctl *controlRecord, s *submission, reason Reason, detail
 // deny records a denial in the audit chain and, for a known scope, in its
 // control record's counters.
 func (w *wtx) deny(ctl *controlRecord, s *submission, reason Reason, detail string) (Result, error) {
+	s.scope = ctl != nil
 	if ctl != nil {
 		if ctl.Denials == nil {
 			ctl.Denials = make(map[Reason]uint64, 1)
@@ -297,7 +300,11 @@ func (s *submission) entry(o Outcome, reason Reason, detail string) *audit.Entry
 		e.Note = idDigest("scope", env.Scope)
 		return e
 	}
-	e.Scope = env.Scope
+	if s.scope {
+		e.Scope = env.Scope
+	} else {
+		notes = append(notes, idDigest("scope", env.Scope))
+	}
 	switch {
 	case s.grant != nil || isGrantID(env.Grant):
 		e.Grant = env.Grant
@@ -323,7 +330,9 @@ func (s *submission) entry(o Outcome, reason Reason, detail string) *audit.Entry
 		notes = append(notes, idDigest("envelope claim", env.Claim))
 	case ReasonMalformedRequest, ReasonReceiverHeld, ReasonStaleEpoch, ReasonGrantNotYetValid,
 		ReasonGrantExpired, ReasonUnknownTarget, ReasonPreconditionFailed:
-		if detail != "" {
+		// For a scope that does not exist its digest is the note: the
+		// decoder's words would take the entry past its bound.
+		if detail != "" && s.scope {
 			notes = append(notes, clip(detail, maxDenialDetail))
 		}
 	}
