@@ -84,7 +84,7 @@ func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (
 
 // decide runs checks 1-12 for one submission inside w.
 func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
-	s.grant, s.target = nil, false
+	s.grant, s.target, s.scope = nil, false, false
 	if s.env == nil {
 		return w.deny(nil, s, s.denial, s.detail)
 	}
@@ -100,6 +100,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	if ctl == nil {
 		return w.deny(nil, s, ReasonUnknownScope, "no such scope")
 	}
+	s.scope = true
 	// 2-4: the fence. Only a defective receiver of this package's tests or
 	// the lab build skips them; the switch is read here too, so that a
 	// variant that reached a receiver by any other way has no effect.
