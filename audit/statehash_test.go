@@ -115,8 +115,8 @@ func TestStateHash_RecordsAreDistinct(t *testing.T) {
 // Ensure that the binary form round-trips, is refused at the wrong length,
 // and that the digest of known records stays what it was (a change of the
 // construction would invalidate every stored checkpoint). The known answers
-// were computed independently of this package, with Python's hashlib
-// (shake_128 and sha256) and 16-bit lane sums.
+// were computed by a separate implementation of SHAKE128, SHA-256 and the
+// 16-bit lane sums, not by this package.
 func TestStateHash_Binary(t *testing.T) {
 	var s StateHash
 	s.Add("control", []byte("configmap/prod/backup-policy"), []byte{0xa1, 0x65, 'e', 'p', 'o', 'c', 'h', 0x01})
