@@ -176,9 +176,10 @@ type RecoverResult struct {
 // database head has moved past the one it names, and an anchor exists.
 //
 // If the anchor write fails after the commit, the error says so; the
-// database is then ahead of the admission, and a lost-anchor recovery
-// needs a new admission for the new head. Nothing short of the recovery
-// key adopts an anchorless database.
+// database is then ahead of the admission, and a new admission for the
+// new head is needed. Nothing short of the recovery key adopts an
+// anchorless database: a restored copy of a recovered one would otherwise
+// slip back in.
 func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult, error) {
 	if len(opts.RecoveryKey) != ed25519.PublicKeySize {
 		return RecoverResult{}, fmt.Errorf("%w: the recovery public key is required", ErrInvalidArgument)
