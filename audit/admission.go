@@ -13,22 +13,48 @@ const MaxReasonLen = 1 << 10
 // MaxAdmissionSize bounds an encoded signed admission.
 const MaxAdmissionSize = 4 << 10
 
-// Admission is a recovery decision: the holder of the recovery key admits
-// the database whose chain ends at AdmittedHead, although the receiver's
-// anchor says SupersededAnchor. It names all three of receiver, anchor and
-// head so that it cannot be replayed against any other state.
+// reanchorPrefix is the domain separator of a lost-anchor admission. It
+// differs from admissionPrefix so that a signature on one kind of admission
+// is worthless as the other, whatever their bodies.
+const reanchorPrefix = "kvfence/reanchor/v1\n"
+
+// Admission is a recovery decision, in one of two kinds.
+//
+// An ordinary admission (LostAnchor false): the holder of the recovery key
+// admits the database whose chain ends at AdmittedHead, although the
+// receiver's anchor says SupersededAnchor. It names all three of receiver,
+// anchor and head so that it cannot be replayed against any other state.
+//
+// A lost-anchor admission (LostAnchor true): the anchor is gone, or damaged
+// beyond use, so there is nothing to supersede; SupersededAnchor is zero
+// and is not encoded. It names the receiver and the head, and carries
+// EpochFloor, because without its anchor nothing vouches for the
+// database's own epoch high-water. It is a distinct form with its own
+// keys and its own signature prefix, never an ordinary admission with a
+// zero anchor.
 type Admission struct {
 	Receiver         string // receiver id
-	SupersededAnchor Head   // the anchor's seq and head
+	LostAnchor       bool   // the lost-anchor kind: there is no anchor to supersede
+	SupersededAnchor Head   // the anchor's seq and head; zero for a lost anchor
 	AdmittedHead     Head   // the database's newest entry
-	At               int64  // Unix nanoseconds, recovery operator's clock
-	Reason           string // why; 1 to MaxReasonLen bytes of UTF-8
+	// EpochFloor, for a lost anchor only, is the recovery operator's best
+	// knowledge of the highest epoch the receiver ever used (from
+	// monitoring, or the lost anchor's last known value); every scope is
+	// held above it. It is 0 in an ordinary admission, whose anchor
+	// vouches for the high-water.
+	EpochFloor uint64
+	At         int64  // Unix nanoseconds, recovery operator's clock
+	Reason     string // why; 1 to MaxReasonLen bytes of UTF-8
 }
 
+// admissionWire holds the keys of both kinds; which ones are present is
+// decided by re-encoding, so a key of the other kind is refused.
 type admissionWire struct {
 	At             int64  `cbor:"at"`
 	Reason         string `cbor:"reason"`
 	Receiver       string `cbor:"receiver"`
+	EpochFloor     uint64 `cbor:"epoch_floor"`
+	LostAnchor     bool   `cbor:"lost_anchor"`
 	AdmittedSeq    uint64 `cbor:"admitted_seq"`
 	AdmittedHead   []byte `cbor:"admitted_head"`
 	SupersededSeq  uint64 `cbor:"superseded_seq"`
@@ -40,8 +66,14 @@ func checkAdmission(a *Admission) error {
 		return fmt.Errorf("%w: %w", ErrBadAdmission, err)
 	}
 	switch {
-	case a.SupersededAnchor.Seq == 0 || a.AdmittedHead.Seq == 0:
-		return fmt.Errorf("%w: seq is 0", ErrBadAdmission)
+	case a.AdmittedHead.Seq == 0:
+		return fmt.Errorf("%w: admitted seq is 0", ErrBadAdmission)
+	case a.LostAnchor && a.SupersededAnchor != (Head{}):
+		return fmt.Errorf("%w: a lost-anchor admission supersedes no anchor", ErrBadAdmission)
+	case !a.LostAnchor && a.SupersededAnchor.Seq == 0:
+		return fmt.Errorf("%w: superseded seq is 0", ErrBadAdmission)
+	case !a.LostAnchor && a.EpochFloor != 0:
+		return fmt.Errorf("%w: an epoch floor belongs in a lost-anchor admission only", ErrBadAdmission)
 	case a.Reason == "":
 		return fmt.Errorf("%w: reason is empty", ErrBadAdmission)
 	case len(a.Reason) > MaxReasonLen:
@@ -53,6 +85,9 @@ func checkAdmission(a *Admission) error {
 }
 
 func appendAdmission(b []byte, a *Admission) []byte {
+	if a.LostAnchor {
+		return appendLostAnchor(b, a)
+	}
 	b = appendHead(b, majorMap, 7)
 	b = appendInt(append(b, keyAt...), a.At)
 	b = appendText(append(b, "\x66reason"...), a.Reason)
@@ -63,12 +98,30 @@ func appendAdmission(b []byte, a *Admission) []byte {
 	return appendBytes(append(b, "\x6fsuperseded_head"...), a.SupersededAnchor.Hash[:])
 }
 
+// appendLostAnchor writes the lost-anchor form: no superseded keys, and an
+// explicit lost_anchor true (0xf5) so that the kind is spelled out in the
+// bytes, not inferred from what is missing.
+func appendLostAnchor(b []byte, a *Admission) []byte {
+	b = appendHead(b, majorMap, 7)
+	b = appendInt(append(b, keyAt...), a.At)
+	b = appendText(append(b, "\x66reason"...), a.Reason)
+	b = appendText(append(b, "\x68receiver"...), a.Receiver)
+	b = appendHead(append(b, "\x6bepoch_floor"...), majorUint, a.EpochFloor)
+	b = append(b, "\x6blost_anchor\xf5"...)
+	b = appendHead(append(b, "\x6cadmitted_seq"...), majorUint, a.AdmittedHead.Seq)
+	return appendBytes(append(b, "\x6dadmitted_head"...), a.AdmittedHead.Hash[:])
+}
+
 func admissionMessage(a *Admission) ([]byte, error) {
 	if err := checkAdmission(a); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, len(admissionPrefix)+192+len(a.Receiver)+len(a.Reason))
-	return appendAdmission(append(b, admissionPrefix...), a), nil
+	prefix := admissionPrefix
+	if a.LostAnchor {
+		prefix = reanchorPrefix
+	}
+	b := make([]byte, 0, len(prefix)+192+len(a.Receiver)+len(a.Reason))
+	return appendAdmission(append(b, prefix...), a), nil
 }
 
 func parseAdmission(raw []byte) (Admission, error) {
@@ -76,16 +129,24 @@ func parseAdmission(raw []byte) (Admission, error) {
 	if err := decMode.Unmarshal(raw, &w); err != nil {
 		return Admission{}, fmt.Errorf("%w: %w", ErrBadAdmission, err)
 	}
-	if len(w.AdmittedHead) != HashSize || len(w.SupersededHead) != HashSize {
-		return Admission{}, fmt.Errorf("%w: heads are %d and %d bytes, want %d",
-			ErrBadAdmission, len(w.AdmittedHead), len(w.SupersededHead), HashSize)
+	if len(w.AdmittedHead) != HashSize {
+		return Admission{}, fmt.Errorf("%w: admitted head is %d bytes, want %d", ErrBadAdmission, len(w.AdmittedHead), HashSize)
 	}
 	a := Admission{
-		Receiver:         w.Receiver,
-		SupersededAnchor: Head{Seq: w.SupersededSeq, Hash: Hash(w.SupersededHead)},
-		AdmittedHead:     Head{Seq: w.AdmittedSeq, Hash: Hash(w.AdmittedHead)},
-		At:               w.At,
-		Reason:           w.Reason,
+		Receiver:     w.Receiver,
+		LostAnchor:   w.LostAnchor,
+		AdmittedHead: Head{Seq: w.AdmittedSeq, Hash: Hash(w.AdmittedHead)},
+		EpochFloor:   w.EpochFloor,
+		At:           w.At,
+		Reason:       w.Reason,
+	}
+	// A lost-anchor admission's superseded keys, if any, are left out here
+	// and so make the re-encoding differ below.
+	if !a.LostAnchor {
+		if len(w.SupersededHead) != HashSize {
+			return Admission{}, fmt.Errorf("%w: superseded head is %d bytes, want %d", ErrBadAdmission, len(w.SupersededHead), HashSize)
+		}
+		a.SupersededAnchor = Head{Seq: w.SupersededSeq, Hash: Hash(w.SupersededHead)}
 	}
 	if err := checkAdmission(&a); err != nil {
 		return Admission{}, err
@@ -96,14 +157,34 @@ func parseAdmission(raw []byte) (Admission, error) {
 	return a, nil
 }
 
-// Check refuses an admission that is not for exactly this receiver, this
-// anchor and this database head; the error wraps ErrAdmissionMismatch.
+// Check refuses an admission that is not an ordinary one for exactly this
+// receiver, this anchor and this database head; the error wraps
+// ErrAdmissionMismatch. A lost-anchor admission never passes: it names no
+// anchor, so it cannot supersede one.
 func (a Admission) Check(receiver string, anchor, head Head) error {
 	switch {
+	case a.LostAnchor:
+		return fmt.Errorf("%w: a lost-anchor admission cannot supersede anchor %v", ErrAdmissionMismatch, anchor)
 	case a.Receiver != receiver:
 		return fmt.Errorf("%w: admission is for receiver %q, not %q", ErrAdmissionMismatch, a.Receiver, receiver)
 	case a.SupersededAnchor != anchor:
 		return fmt.Errorf("%w: admission supersedes anchor %v, but the anchor is %v", ErrAdmissionMismatch, a.SupersededAnchor, anchor)
+	case a.AdmittedHead != head:
+		return fmt.Errorf("%w: admission admits head %v, but the database head is %v", ErrAdmissionMismatch, a.AdmittedHead, head)
+	}
+	return nil
+}
+
+// CheckLostAnchor refuses an admission that is not a lost-anchor one for
+// exactly this receiver and this database head; the error wraps
+// ErrAdmissionMismatch. Whether the anchor is really lost is for the
+// caller to establish: the admission only says that its signer believed so.
+func (a Admission) CheckLostAnchor(receiver string, head Head) error {
+	switch {
+	case !a.LostAnchor:
+		return fmt.Errorf("%w: the admission supersedes anchor %v; it is not for a lost anchor", ErrAdmissionMismatch, a.SupersededAnchor)
+	case a.Receiver != receiver:
+		return fmt.Errorf("%w: admission is for receiver %q, not %q", ErrAdmissionMismatch, a.Receiver, receiver)
 	case a.AdmittedHead != head:
 		return fmt.Errorf("%w: admission admits head %v, but the database head is %v", ErrAdmissionMismatch, a.AdmittedHead, head)
 	}

@@ -3,8 +3,8 @@
 // chain's head, an anchor that keeps the latest checkpoint outside the
 // database, a streaming verifier, and the signed admission with which a
 // separately held recovery key re-admits a database whose history was
-// questioned. It imports nothing else from kvfence; the receiver and the
-// ledger both build on it.
+// questioned or whose anchor was lost. It imports nothing else from
+// kvfence; the receiver and the ledger both build on it.
 //
 // # Guarantee
 //
@@ -16,8 +16,10 @@
 // receiver had when it signed. A copy restored from before s ends too early
 // (rollback); a history rewritten at or below s has another hash at s (fork).
 // Both are refused, and only a recovery admission lets such a database back
-// into service. A receiver that returns from a write only once the anchor
-// covering it is durable therefore has every acknowledged write covered.
+// into service; so is a database whose anchor is missing or damaged, which
+// only a lost-anchor admission re-anchors. A receiver that returns from a
+// write only once the anchor covering it is durable therefore has every
+// acknowledged write covered.
 //
 // # Encoding
 //
@@ -166,10 +168,11 @@
 // Signatures are Ed25519 (RFC 8032, pure Ed25519) over a domain-separated
 // message:
 //
-//	checkpoint:  "kvfence/checkpoint/v2\n" || checkpoint bytes
-//	admission:   "kvfence/admission/v1\n" || admission bytes
+//	checkpoint:             "kvfence/checkpoint/v2\n" || checkpoint bytes
+//	admission:              "kvfence/admission/v1\n" || admission bytes
+//	lost-anchor admission:  "kvfence/reanchor/v1\n" || admission bytes
 //
-// The prefixes make a signature on one kind of statement worthless as the
+// The prefixes make a signature on one kind of statement worthless as any
 // other, even under one key. A key is named by its [Fingerprint]: the SHA-256
 // of its OpenSSH wire form, 00 00 00 0b "ssh-ed25519" 00 00 00 20 and the
 // 32-byte key, written "SHA256:" and unpadded base64 as "ssh-keygen -l" writes
@@ -189,8 +192,9 @@
 // so it is a3 63 6b 65 79 58 20, the fingerprint, 63 73 69 67 58 40, the
 // signature, 6a 63 68 65 63 6b 70 6f 69 6e 74 and the checkpoint as a bstr; it
 // is at most [MaxCheckpointSize] bytes. A signed admission ([SignedAdmission])
-// has the same form with the key "admission" (69 61 64 6d 69 73 73 69 6f 6e)
-// in place of "checkpoint", and is at most [MaxAdmissionSize] bytes.
+// of either kind has the same form with the key "admission" (69 61 64 6d 69
+// 73 73 69 6f 6e) in place of "checkpoint", and is at most
+// [MaxAdmissionSize] bytes.
 //
 // # Anchor File Format
 //
@@ -286,7 +290,9 @@
 // high-water ([ErrAnchorRegression]), and one for another receiver
 // ([ErrReceiverMismatch]). Only [AnchorStore.Supersede], after a verified
 // recovery admission, moves an anchor back. Loading never creates an anchor: a
-// missing anchor is [ErrAnchorMissing], never an occasion to initialise one.
+// missing anchor is [ErrAnchorMissing], never an occasion to initialise one;
+// after init, only a verified lost-anchor admission leads the receiver to
+// store an anchor where there is none ([AnchorStore.Store] with a nil old).
 //
 // [FileAnchor] writes the slot that is not current, in place, under an
 // exclusive lock on the file; the current slot is never written, so a crash
@@ -328,8 +334,9 @@
 //
 // # Admission Format
 //
-// An admission ([Admission]) is a map with these keys, in this order, all
-// required:
+// An admission ([Admission]) is one of two kinds, each a map of seven
+// pairs. An ordinary admission, which supersedes an anchor, has these keys,
+// in this order, all required:
 //
 //	at               int   Unix nanoseconds, recovery operator's clock
 //	reason           tstr  1 to MaxReasonLen bytes
@@ -339,10 +346,45 @@
 //	superseded_seq   uint  the superseded anchor's seq, at least 1
 //	superseded_head  bstr  32 bytes: the superseded anchor's head
 //
-// It is signed with the recovery key, which is not the receiver's key, under
-// its own prefix (see Signatures). [Admission.Check] accepts it only for the
-// receiver, anchor and head it names, so it cannot be replayed against any
-// other state.
+// A lost-anchor admission, for a receiver whose anchor is missing or
+// damaged as a whole, has these keys, in this order, all required:
+//
+//	at               int   Unix nanoseconds, recovery operator's clock
+//	reason           tstr  1 to MaxReasonLen bytes
+//	receiver         tstr  the receiver id
+//	epoch_floor      uint  the operator's highest known epoch; 0 allowed
+//	lost_anchor      true  the simple value true (f5), nothing else
+//	admitted_seq     uint  the database head's seq, at least 1
+//	admitted_head    bstr  32 bytes: the database head's hash
+//
+// The kind is written out, not inferred: a lost-anchor admission carries
+// lost_anchor true and no superseded key; an ordinary one carries neither
+// lost_anchor nor epoch_floor. Any mix (lost_anchor false, a zero
+// superseded anchor, an epoch floor beside a superseded anchor) is refused.
+// At 0, reason "r", receiver "r", epoch floor 7 and head seq 1 with a zero
+// hash, a lost-anchor admission is these 113 bytes:
+//
+//	a7                                          map of 7 pairs
+//	62 61 74  00                                "at"             0
+//	66 72 65 61 73 6f 6e  61 72                 "reason"         "r"
+//	68 72 65 63 65 69 76 65 72  61 72           "receiver"       "r"
+//	6b 65 70 6f 63 68 5f 66 6c 6f 6f 72  07     "epoch_floor"    7
+//	6b 6c 6f 73 74 5f 61 6e 63 68 6f 72  f5     "lost_anchor"    true
+//	6c 61 64 6d 69 74 74 65 64 5f 73 65 71  01  "admitted_seq"   1
+//	6d 61 64 6d 69 74 74 65 64 5f 68 65 61 64   "admitted_head"
+//	    58 20  00 … 00                          32 zero bytes
+//
+// Both kinds are signed with the recovery key, which is not the receiver's
+// key, each under its own prefix (see Signatures), so a signature on one
+// kind never verifies as the other. [Admission.Check] accepts only an
+// ordinary admission, and only for the receiver, anchor and head it names;
+// [Admission.CheckLostAnchor] accepts only a lost-anchor admission, and
+// only for the receiver and head it names. Neither can be replayed against
+// any other state. Whether the anchor is really lost is for the receiver
+// to establish when it applies the admission: the admission records only
+// that its signer believed so, and the epoch floor the signer chose,
+// because without its anchor nothing vouches for the database's own epoch
+// high-water.
 //
 // # Verification
 //

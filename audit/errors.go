@@ -86,7 +86,9 @@ var (
 )
 
 // ErrAdmissionMismatch means a recovery admission names another receiver,
-// another superseded anchor or another admitted head than the one at hand.
+// another superseded anchor or another admitted head than the one at hand,
+// or is of the other kind: a lost-anchor admission where an anchor exists,
+// or an ordinary one where there is no anchor to supersede.
 var ErrAdmissionMismatch = errors.New("audit: admission does not match")
 
 // RollbackError reports a database whose chain ends before its anchor.

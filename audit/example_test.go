@@ -207,3 +207,26 @@ func ExampleSignAdmission() {
 	// <nil>
 	// true
 }
+
+// A receiver whose anchor is lost is re-anchored by the other kind of
+// admission: it names the receiver and head, says that there is no anchor
+// to supersede, and carries the operator's epoch floor.
+func ExampleSignAdmission_lostAnchor() {
+	recovery := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{3}, ed25519.SeedSize))
+	head := audit.Head{Seq: 7, Hash: audit.Hash{7}}
+	sa, err := audit.SignAdmission(recovery, audit.Admission{Receiver: "receiver-1", LostAnchor: true,
+		AdmittedHead: head, EpochFloor: 40, At: 1767225600e9, Reason: "anchor volume lost"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	raw, _ := sa.Marshal()
+
+	got, _ := audit.ParseSignedAdmission(raw)
+	fmt.Println(got.LostAnchor, got.EpochFloor, got.Verify(recovery.Public().(ed25519.PublicKey)))
+	fmt.Println(got.CheckLostAnchor("receiver-1", head))
+	fmt.Println(errors.Is(got.Check("receiver-1", audit.Head{Seq: 8}, head), audit.ErrAdmissionMismatch))
+	// Output:
+	// true 40 <nil>
+	// <nil>
+	// true
+}

@@ -20,6 +20,9 @@ const (
 	// KindRecovered is a recovery admission's entry: every scope held at a
 	// new epoch and every active grant removed. It names no scope.
 	KindRecovered = "recovered"
+	// KindReanchored is a lost-anchor admission's entry: like recovered,
+	// every scope held at a new epoch and every grant revoked.
+	KindReanchored = "reanchored"
 
 	OutcomeApplied        = "applied"         // the mutation committed
 	OutcomeAlreadyApplied = "already_applied" // an identical request was applied before; nothing changed
@@ -158,7 +161,7 @@ func (r *fenceReplay) observe(e *Entry) {
 	case KindActivate:
 		s := r.scope(e.Scope)
 		s.epoch, s.grant, s.activated = e.Epoch, e.Grant, e.Seq
-	case KindRecovered:
+	case KindRecovered, KindReanchored:
 		r.recoveries++
 		r.recovered = e.Seq
 	case KindSubmit:

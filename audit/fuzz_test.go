@@ -124,3 +124,38 @@ func FuzzParseSignedAdmission(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseLostAnchorAdmission starts from lost-anchor admissions and the
+// spellings that sit next to them, and checks that whatever is accepted
+// is one kind or the other, never a mix: a lost-anchor admission names no
+// anchor and passes only CheckLostAnchor, an ordinary one has no epoch
+// floor and passes only Check.
+func FuzzParseLostAnchorAdmission(f *testing.F) {
+	sa, _ := SignAdmission(recoveryKey, testLostAnchorAdmission())
+	raw, _ := sa.Marshal()
+	f.Add(raw)
+	f.Add(appendSigned(nil, keyAdmission, sa.Key, &sa.Signature, appendAdmission(nil, &Admission{Receiver: "r",
+		LostAnchor: true, AdmittedHead: Head{Seq: 1}, Reason: "r"})))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		sa, err := ParseSignedAdmission(raw)
+		if err != nil {
+			if !errors.Is(err, ErrBadAdmission) {
+				t.Fatalf("error %v does not wrap ErrBadAdmission", err)
+			}
+			return
+		}
+		if again, err := sa.Marshal(); err != nil || !bytes.Equal(again, raw) {
+			t.Fatalf("accepted %x, re-encodes to %x, %v", raw, again, err)
+		}
+		a := sa.Admission
+		if a.LostAnchor {
+			if a.SupersededAnchor != (Head{}) || a.CheckLostAnchor(a.Receiver, a.AdmittedHead) != nil ||
+				a.Check(a.Receiver, a.SupersededAnchor, a.AdmittedHead) == nil {
+				t.Fatalf("accepted a lost-anchor admission that is not only that: %+v", a)
+			}
+		} else if a.EpochFloor != 0 || a.Check(a.Receiver, a.SupersededAnchor, a.AdmittedHead) != nil ||
+			a.CheckLostAnchor(a.Receiver, a.AdmittedHead) == nil {
+			t.Fatalf("accepted an ordinary admission that is not only that: %+v", a)
+		}
+	})
+}

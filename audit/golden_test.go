@@ -145,10 +145,16 @@ func TestGolden_Formats(t *testing.T) {
 	cbor, _ := sc.Marshal()
 	anchor, _ := sc.MarshalAnchor()
 	adm, _ := sa.Marshal()
+	la, err := SignAdmission(recoveryKey, testLostAnchorAdmission())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostAnchor, _ := la.Marshal()
 	golden(t, "format/entry.cbor", entry)
 	golden(t, "format/checkpoint.cbor", cbor)
 	golden(t, "format/anchor", anchor)
 	golden(t, "format/admission.cbor", adm)
+	golden(t, "format/admission-lost-anchor.cbor", lostAnchor)
 
 	read := func(name string) []byte {
 		b, err := os.ReadFile(filepath.Join("testdata/format", name))
@@ -167,7 +173,13 @@ func TestGolden_Formats(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if got, err := ParseSignedAdmission(read("admission.cbor")); err != nil || got.Verify(pubOf(recoveryKey)) != nil {
-		t.Errorf("admission.cbor: %v", err)
+	for name, lost := range map[string]bool{"admission.cbor": false, "admission-lost-anchor.cbor": true} {
+		got, err := ParseSignedAdmission(read(name))
+		if err == nil {
+			err = got.Verify(pubOf(recoveryKey))
+		}
+		if err != nil || got.LostAnchor != lost {
+			t.Errorf("%s: lost anchor %v, %v", name, got.LostAnchor, err)
+		}
 	}
 }

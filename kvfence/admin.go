@@ -282,7 +282,7 @@ func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 func (g *grantRecord) public() Grant {
 	out := Grant{ID: g.ID, Scope: g.Scope, Epoch: g.Epoch, Executor: g.Executor, Claim: g.Claim,
 		Action: g.Action, NotBefore: fromNanos(g.NotBefore), NotAfter: fromNanos(g.NotAfter),
-		Decision: g.Decision, CreatedAt: fromNanos(g.CreatedAt)}
+		Decision: g.Decision, CreatedAt: fromNanos(g.CreatedAt), RevokedSeq: g.RevokedSeq}
 	copy(out.RequestSHA256[:], g.RequestSHA256)
 	return out
 }

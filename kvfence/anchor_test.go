@@ -183,14 +183,17 @@ func TestRecover(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
-	if len(res.Scopes) != 1 || res.Scopes[0].Epoch != 4 {
-		t.Fatalf("recover result %+v, want the scope at epoch 4", res)
+	if len(res.Scopes) != 1 || res.Scopes[0].Epoch != 4 || res.LostAnchor || res.GrantsRevoked != 1 {
+		t.Fatalf("recover result %+v, want the scope at epoch 4 and A's grant revoked", res)
 	}
 	r, err = Open(path, f.opts())
 	if err != nil {
 		t.Fatalf("Open after recovery: %v", err)
 	}
 	f.r, f.admin = r, r.Admin()
+	if g, err := f.r.Grant(a.grant.ID); err != nil || g.RevokedSeq != res.AuditSeq {
+		t.Fatalf("A's grant after recovery: %+v, %v", g, err)
+	}
 	wantDenied(t, f.submit("worker-a", a.envelope), ReasonReceiverHeld)
 	st, _ := f.r.Status(fixScope)
 	if st.Mode != ModeHeld || st.ActiveGrant != "" || st.Epoch != 4 {

@@ -66,3 +66,8 @@ var ErrNotAcknowledged = errors.New("kvfence: committed but not acknowledged (an
 
 // ErrEpochMismatch means an activation named an epoch other than the scope's current one.
 var ErrEpochMismatch = errors.New("kvfence: epoch mismatch")
+
+// ErrAnchorPresent means a lost-anchor admission met an anchor store that
+// holds a loadable anchor: the anchor is not lost, and an ordinary
+// admission is the way to supersede it.
+var ErrAnchorPresent = errors.New("kvfence: an anchor is present; a lost-anchor admission is only for a missing one")

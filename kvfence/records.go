@@ -68,6 +68,11 @@ type grantRecord struct {
 	NotAfter      int64  `cbor:"not_after"`
 	Decision      string `cbor:"decision,omitempty"`
 	CreatedAt     int64  `cbor:"created_at"`
+	// RevokedSeq is the audit seq of the recovery that revoked the grant;
+	// 0 means not revoked. A recovery marks the record instead of
+	// deleting it: receipts and audit entries name grants by id, and the
+	// record is the only place that keeps the grant's validity window.
+	RevokedSeq uint64 `cbor:"revoked_seq,omitempty"`
 }
 
 // targetRecord is the stored form of a target.

@@ -1,7 +1,9 @@
 package kvfence
 
 import (
+	"bytes"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"iter"
@@ -12,23 +14,38 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// KindRecovered is the audit kind of a recovery admission's entry.
+// KindRecovered is the audit kind of an ordinary recovery admission's
+// entry: a questioned database re-admitted over its anchor.
 const KindRecovered = audit.KindRecovered
 
+// KindReanchored is the audit kind of a lost-anchor admission's entry: a
+// database whose anchor was missing or damaged, given a new one. It is a
+// kind of its own so that the chain says which authority was used.
+const KindReanchored = audit.KindReanchored
+
 // Questioned describes a database whose history disagrees with its anchor,
-// as a recovery operator needs to see it before signing an admission.
+// or whose anchor is lost, as a recovery operator needs to see it before
+// signing an admission.
 type Questioned struct {
 	Receiver string
-	// Anchor is the anchor's position; Head the database's newest entry.
+	// Anchor is the anchor's position, zero from InspectDatabase; Head
+	// the database's newest entry.
 	Anchor audit.Head
 	Head   audit.Head
-	// EpochHighWater is the highest epoch the anchor vouches for.
+	// EpochHighWater is the highest epoch the anchor vouches for; 0 from
+	// InspectDatabase.
 	EpochHighWater uint64
 	// AnchorDamage describes a damaged slot beside the anchor, if the
 	// anchor store reports one (audit.DamageReporter); nil otherwise. A
 	// recovery supersedes the anchor above, and its write overwrites the
 	// damaged slot.
 	AnchorDamage *audit.SlotDamage
+	// DatabaseEpochHighWater is the highest epoch the database itself
+	// records: its epoch high-water, or a scope's epoch if one is higher.
+	// Nothing vouches for it: a restored copy shows what it had when it
+	// was copied, which is why a lost-anchor admission carries an epoch
+	// floor of its own.
+	DatabaseEpochHighWater uint64
 }
 
 // Inspect reads a receiver's database head and its anchor without checking
@@ -41,6 +58,10 @@ func Inspect(path string, anchor audit.AnchorStore) (Questioned, error) {
 		return Questioned{}, err
 	}
 	defer r.Close()
+	q, err := r.inspect()
+	if err != nil {
+		return Questioned{}, err
+	}
 	a, damage, err := audit.LoadWithDamage(anchor)
 	if err != nil {
 		return Questioned{}, fmt.Errorf("kvfence: %s: anchor: %w", path, err)
@@ -48,15 +69,66 @@ func Inspect(path string, anchor audit.AnchorStore) (Questioned, error) {
 	if err := a.Verify(r.pub); err != nil {
 		return Questioned{}, fmt.Errorf("kvfence: %s: anchor: %w", path, err)
 	}
-	return Questioned{Receiver: r.id, Anchor: audit.Head{Seq: a.Seq, Hash: a.Head}, Head: r.head,
-		EpochHighWater: a.EpochHighWater, AnchorDamage: damage}, nil
+	q.Anchor, q.EpochHighWater, q.AnchorDamage = audit.Head{Seq: a.Seq, Hash: a.Head}, a.EpochHighWater, damage
+	return q, nil
+}
+
+// InspectDatabase reads a receiver's database head and epoch high-water
+// and nothing of its anchor, for preparing a lost-anchor admission when
+// the anchor is missing or damaged. It changes nothing. Anchor and
+// EpochHighWater are zero.
+func InspectDatabase(path string) (Questioned, error) {
+	r, err := Open(path, &Options{ReadOnly: true, anchorUnchecked: true})
+	if err != nil {
+		return Questioned{}, err
+	}
+	defer r.Close()
+	return r.inspect()
+}
+
+// inspect reads what the database alone says about a recovery.
+func (r *Receiver) inspect() (Questioned, error) {
+	q := Questioned{Receiver: r.id, Head: r.head}
+	err := r.view(func(tx *bolt.Tx) error {
+		q.DatabaseEpochHighWater = epochHighWater(tx)
+		scopes, err := scopeNames(tx)
+		if err != nil {
+			return err
+		}
+		for _, s := range scopes {
+			ctl, err := getControl(tx, s)
+			if err != nil {
+				return err
+			}
+			q.DatabaseEpochHighWater = max(q.DatabaseEpochHighWater, ctl.Epoch)
+		}
+		return nil
+	})
+	return q, err
+}
+
+// scopeNames returns every scope's name. They are read before any control
+// record is rewritten, because a bbolt cursor may skip or repeat keys when
+// its bucket changes under it.
+func scopeNames(tx *bolt.Tx) ([]string, error) {
+	var names []string
+	c := tx.Bucket(bucketControl).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if v == nil {
+			return nil, fmt.Errorf("%w: control %q is a bucket, not a record", ErrBadFormat, k)
+		}
+		names = append(names, string(k))
+	}
+	return names, nil
 }
 
 // RecoverOptions configures Recover.
 type RecoverOptions struct {
 	// Key is the receiver's signing key, for the new anchor.
 	Key ed25519.PrivateKey
-	// Anchor is the receiver's anchor store.
+	// Anchor is the receiver's anchor store: an ordinary admission
+	// supersedes the anchor in it; after a lost-anchor admission a new
+	// anchor is stored in it, where there was none.
 	Anchor audit.AnchorStore
 	// RecoveryKey is the operator's copy of the recovery public key. It
 	// must equal the one recorded at Init: a database cannot vouch for
@@ -71,21 +143,53 @@ type RecoverOptions struct {
 // RecoverResult reports an applied recovery.
 type RecoverResult struct {
 	AuditSeq uint64
+	// LostAnchor says that a lost-anchor admission was applied: the
+	// anchor was created afresh, not superseded.
+	LostAnchor bool
 	// Scopes lists every scope's epochs; all are now held.
 	Scopes []HeldScope
-	Anchor audit.Head
+	// GrantsRevoked counts the grant records this recovery marked revoked;
+	// records revoked by an earlier recovery keep their mark.
+	GrantsRevoked int
+	Anchor        audit.Head
 }
 
-// Recover re-admits a database whose history was questioned (a rollback or
-// fork), on the strength of an admission signed by the separately held
-// recovery key for exactly this receiver, anchor and database head. In one
-// transaction it appends a "recovered" entry, sets every scope's epoch above
-// both the anchor's epoch high-water and its own, holds every scope and
-// clears every active grant; then it supersedes the anchor. A grant minted
-// before the recovery can therefore never be used again.
+// Recover re-admits a database on the strength of an admission signed by
+// the separately held recovery key, of either kind:
+//
+//   - An ordinary admission re-admits a database whose history was
+//     questioned (a rollback or fork); it must name this receiver, its
+//     current anchor and its database head, and the anchor is then
+//     superseded.
+//   - A lost-anchor admission re-anchors a database whose anchor is
+//     missing; it must name this receiver and its database head, and a new
+//     anchor is then stored where there was none. It is refused while the
+//     store holds an anchor that loads (ErrAnchorPresent, which also
+//     matches audit.ErrAdmissionMismatch): an ordinary admission is the way
+//     to supersede one. An anchor file that is damaged as a whole
+//     (audit.ErrBadAnchor) is refused too: it is evidence, and Recover
+//     never replaces or moves it; the operator moves it aside first.
+//
+// In one transaction Recover appends a "recovered" or "reanchored" entry
+// naming the admission by its SHA-256, sets every scope's epoch above the
+// database's epoch high-water, the scope's own epoch, and the anchor's
+// epoch high-water or the admission's epoch floor, holds every scope,
+// clears every active grant and marks every grant record revoked; then it
+// writes the anchor. A grant minted before the recovery can therefore
+// never be used again, and the admission cannot be used twice: the
+// database head has moved past the one it names, and an anchor exists.
+//
+// If the anchor write fails after the commit, the error says so; the
+// database is then ahead of the admission, and a new admission for the
+// new head is needed. Nothing short of the recovery key adopts an
+// anchorless database: a restored copy of a recovered one would otherwise
+// slip back in.
 func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult, error) {
 	if len(opts.RecoveryKey) != ed25519.PublicKeySize {
 		return RecoverResult{}, fmt.Errorf("%w: the recovery public key is required", ErrInvalidArgument)
+	}
+	if opts.Anchor == nil {
+		return RecoverResult{}, fmt.Errorf("%w: an anchor store is required", ErrInvalidArgument)
 	}
 	sa, err := audit.ParseSignedAdmission(admission)
 	if err != nil {
@@ -102,29 +206,101 @@ func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult,
 	if r.recoveryPub == nil || !r.recoveryPub.Equal(opts.RecoveryKey) {
 		return RecoverResult{}, fmt.Errorf("%w: the recovery key given is not the one recorded at init", audit.ErrBadSignature)
 	}
-	old, err := opts.Anchor.Load()
+	digest := sha256.Sum256(admission)
+	var rc recovery
+	var old *audit.SignedCheckpoint
+	if sa.LostAnchor {
+		if err := checkAnchorLost(path, opts.Anchor); err != nil {
+			return RecoverResult{}, err
+		}
+		if err := sa.CheckLostAnchor(r.id, r.head); err != nil {
+			return RecoverResult{}, err
+		}
+		rc = recovery{kind: KindReanchored, floor: sa.EpochFloor, reason: sa.Reason,
+			detail: fmt.Sprintf("lost anchor; admitted head %v; epoch floor %d; admission sha256 %x",
+				sa.AdmittedHead, sa.EpochFloor, digest)}
+	} else {
+		a, err := opts.Anchor.Load()
+		if err != nil {
+			return RecoverResult{}, fmt.Errorf("kvfence: %s: anchor: %w", path, err)
+		}
+		if err := a.Verify(r.pub); err != nil {
+			return RecoverResult{}, fmt.Errorf("kvfence: %s: anchor: %w", path, err)
+		}
+		if err := sa.Admission.Check(r.id, audit.Head{Seq: a.Seq, Hash: a.Head}, r.head); err != nil {
+			return RecoverResult{}, err
+		}
+		old = &a
+		rc = recovery{kind: KindRecovered, floor: a.EpochHighWater, reason: sa.Reason,
+			detail: fmt.Sprintf("superseded anchor %v; admitted head %v; admission sha256 %x",
+				sa.SupersededAnchor, sa.AdmittedHead, digest)}
+	}
+	res, sc, err := r.applyRecovery(&rc, opts.Key)
 	if err != nil {
-		return RecoverResult{}, fmt.Errorf("kvfence: %s: anchor: %w", path, err)
-	}
-	if err := old.Verify(r.pub); err != nil {
-		return RecoverResult{}, fmt.Errorf("kvfence: %s: anchor: %w", path, err)
-	}
-	if err := sa.Admission.Check(r.id, audit.Head{Seq: old.Seq, Hash: old.Head}, r.head); err != nil {
 		return RecoverResult{}, err
 	}
+	if old != nil {
+		err = opts.Anchor.Supersede(*old, sc)
+	} else {
+		err = opts.Anchor.Store(nil, sc)
+	}
+	if err != nil {
+		return RecoverResult{}, fmt.Errorf("kvfence: %s: recovered, but the anchor was not written: %w", path, err)
+	}
+	res.LostAnchor = sa.LostAnchor
+	res.Anchor = audit.Head{Seq: sc.Seq, Hash: sc.Head}
+	return res, nil
+}
+
+// checkAnchorLost returns nil only if anchor holds no anchor at all: the
+// one state a lost-anchor admission may be applied in.
+func checkAnchorLost(path string, anchor audit.AnchorStore) error {
+	a, err := anchor.Load()
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: the anchor store holds seq %d for receiver %q (%w)", ErrAnchorPresent, a.Seq, a.Receiver,
+			audit.ErrAdmissionMismatch)
+	case errors.Is(err, audit.ErrAnchorMissing):
+		return nil
+	case errors.Is(err, audit.ErrBadAnchor):
+		// A damaged file is what an attack or a fault left behind; writing
+		// over it or renaming it is the operator's decision, not ours.
+		return fmt.Errorf("kvfence: %s: anchor: %w; it is kept as evidence and not replaced: move it aside, "+
+			"then apply the admission again", path, err)
+	default:
+		return fmt.Errorf("kvfence: %s: anchor: %w", path, err)
+	}
+}
+
+// recovery is what an admission of either kind does to the database.
+type recovery struct {
+	kind   string // KindRecovered or KindReanchored
+	floor  uint64 // every scope is held above it
+	detail string // what the admission named, for the entry's note
+	reason string
+}
+
+// applyRecovery runs a recovery's one write transaction and returns the
+// checkpoint it signed, for the anchor.
+func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverResult, audit.SignedCheckpoint, error) {
 	var res RecoverResult
 	var sc audit.SignedCheckpoint
-	err = r.db.Update(func(tx *bolt.Tx) error {
+	err := r.db.Update(func(tx *bolt.Tx) error {
 		w := &wtx{tx: tx, chain: audit.NewChain(r.head), now: r.opts.Now(), state: r.state, stateSum: r.stateSum}
 		res = RecoverResult{}
-		c := tx.Bucket(bucketControl).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			scope := string(k)
+		// The recovery's entry is the next one; the revoked grants name it.
+		seq := r.head.Seq + 1
+		scopes, err := scopeNames(tx)
+		if err != nil {
+			return err
+		}
+		floor := max(rc.floor, epochHighWater(tx))
+		for _, scope := range scopes {
 			ctl, err := w.control(scope)
 			if err != nil {
 				return err
 			}
-			base := max(old.EpochHighWater, ctl.Epoch, epochHighWater(tx))
+			base := max(floor, ctl.Epoch)
 			if base == math.MaxUint64 {
 				return fmt.Errorf("%w: %s", ErrEpochExhausted, scope)
 			}
@@ -135,29 +311,63 @@ func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult,
 				return err
 			}
 		}
+		// The floor is the highest epoch known to have been used, even with
+		// no scope at it now; the high-water keeps it for the checkpoints.
+		if err := w.raiseEpochHighWater(rc.floor); err != nil {
+			return err
+		}
 		for _, s := range res.Scopes {
 			if err := w.raiseEpochHighWater(s.Epoch); err != nil {
 				return err
 			}
 		}
-		seq, err := w.appendAudit(&audit.Entry{Kind: KindRecovered, Epoch: epochHighWater(tx),
-			Note: fmt.Sprintf("superseded anchor %v; admitted head %v; reason: %s",
-				sa.SupersededAnchor, sa.AdmittedHead, sa.Reason)})
+		if res.GrantsRevoked, err = w.revokeGrants(seq); err != nil {
+			return err
+		}
+		got, err := w.appendAudit(&audit.Entry{Kind: rc.kind, Epoch: epochHighWater(tx),
+			Note: fmt.Sprintf("%s; scopes held %d, grants revoked %d; reason: %s",
+				rc.detail, len(res.Scopes), res.GrantsRevoked, rc.reason)})
 		if err != nil {
 			return err
 		}
-		res.AuditSeq = seq
-		sc, err = w.checkpoint(r.id, opts.Key)
+		if got != seq {
+			return fmt.Errorf("kvfence: recovery entry is seq %d, its grants name %d", got, seq)
+		}
+		res.AuditSeq = got
+		sc, err = w.checkpoint(r.id, key)
 		return err
 	})
-	if err != nil {
-		return RecoverResult{}, err
+	return res, sc, err
+}
+
+// revokeGrants marks every grant record not yet revoked as revoked by the
+// entry at seq, and returns how many it marked. The records stay, as the
+// history that receipts and audit entries refer to.
+func (w *wtx) revokeGrants(seq uint64) (int, error) {
+	var ids [][]byte
+	c := w.tx.Bucket(bucketGrants).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		ids = append(ids, bytes.Clone(k))
 	}
-	if err := opts.Anchor.Supersede(old, sc); err != nil {
-		return RecoverResult{}, fmt.Errorf("kvfence: %s: recovered, but the anchor was not replaced: %w", path, err)
+	n := 0
+	for _, id := range ids {
+		g, err := w.grant(string(id))
+		if err != nil {
+			return 0, err
+		}
+		if g == nil {
+			return 0, fmt.Errorf("%w: grant %q is a bucket, not a record", ErrBadFormat, id)
+		}
+		if g.RevokedSeq != 0 {
+			continue
+		}
+		g.RevokedSeq = seq
+		if err := w.put(bucketGrants, id, g); err != nil {
+			return 0, err
+		}
+		n++
 	}
-	res.Anchor = audit.Head{Seq: sc.Seq, Hash: sc.Head}
-	return res, nil
+	return n, nil
 }
 
 // VerifyOptions configures VerifyChain.

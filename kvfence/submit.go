@@ -123,6 +123,13 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	if g == nil || g.Scope != env.Scope || g.Epoch != env.Epoch {
 		return w.deny(ctl, s, ReasonUnknownGrant, "no grant with this id for this scope and epoch")
 	}
+	// A recovery moves every epoch past its grants' and clears the active
+	// ones, so this never decides alone; it keeps the revocation in the
+	// record itself, not only in epoch arithmetic over a database whose
+	// history was in doubt.
+	if g.RevokedSeq != 0 {
+		return w.deny(ctl, s, ReasonUnknownGrant, fmt.Sprintf("grant revoked by the recovery at audit seq %d", g.RevokedSeq))
+	}
 	s.grant = g
 	// 6: the caller's identity comes from the embedding application; the
 	// envelope's executor field is a claim that must agree with it.

@@ -97,6 +97,10 @@ type Grant struct {
 	Decision      string
 	CreatedAt     time.Time
 	AuditSeq      uint64
+	// RevokedSeq is the audit seq of the recovery that revoked the grant,
+	// or 0. A revoked grant is refused even if it were somehow active
+	// again.
+	RevokedSeq uint64
 }
 
 // RequestSHA256Hex returns the bound request digest in lowercase hex.

@@ -15,27 +15,43 @@ import (
 // AdmissionNewCommand is the recovery key holder's half of a recovery: it
 // reads a questioned database's head and its anchor, shows them, and signs
 // an admission for exactly those with the separately held recovery key.
-// It changes neither the database nor the anchor; kvfence recover applies
-// the admission.
+// With --lost-anchor it signs the other kind, for a database whose anchor
+// is missing or damaged: it reads only the database, and the admission
+// carries the operator's epoch floor. It changes neither the database nor
+// the anchor; kvfence recover applies the admission.
 type AdmissionNewCommand struct{ m *Main }
 
 // admissionJSON is the --json shape of admission new. Hashes are lowercase
-// hex.
+// hex. For a lost anchor, anchor_seq is 0, anchor_head "" and
+// epoch_high_water null, since there is no anchor to read them from; for
+// an ordinary admission, epoch_floor is null.
 type admissionJSON struct {
-	Out            string  `json:"out"`
-	Receiver       string  `json:"receiver"`
-	AnchorSeq      uint64  `json:"anchor_seq"`
-	AnchorHead     string  `json:"anchor_head"`
-	HeadSeq        uint64  `json:"head_seq"`
-	Head           string  `json:"head"`
-	EpochHighWater uint64  `json:"epoch_high_water"`
-	Reason         string  `json:"reason"`
-	At             *string `json:"at"`
-	RecoveryKey    string  `json:"recovery_key"`
+	Out                    string  `json:"out"`
+	Receiver               string  `json:"receiver"`
+	LostAnchor             bool    `json:"lost_anchor"`
+	AnchorState            string  `json:"anchor_state"`
+	AnchorSeq              uint64  `json:"anchor_seq"`
+	AnchorHead             string  `json:"anchor_head"`
+	HeadSeq                uint64  `json:"head_seq"`
+	Head                   string  `json:"head"`
+	EpochHighWater         *uint64 `json:"epoch_high_water"`
+	DatabaseEpochHighWater uint64  `json:"database_epoch_high_water"`
+	EpochFloor             *uint64 `json:"epoch_floor"`
+	Reason                 string  `json:"reason"`
+	At                     *string `json:"at"`
+	RecoveryKey            string  `json:"recovery_key"`
 	// AnchorDamage describes a damaged slot of the anchor file, or is
 	// null; recover overwrites it.
 	AnchorDamage *anchorDamageJSON `json:"anchor_damage"`
 }
+
+// What admission new found where the anchor should be (anchor_state).
+const (
+	anchorPresent   = "present"   // an ordinary admission's anchor, verified
+	anchorMissing   = "missing"   // no file at --anchor
+	anchorDamaged   = "damaged"   // a file at --anchor without a valid slot
+	anchorUnchecked = "unchecked" // --lost-anchor without --anchor
+)
 
 // Run runs the command.
 func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
@@ -45,6 +61,8 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	recoveryKey := fs.String("recovery-key", "", "")
 	reason := fs.String("reason", "", "")
 	out := fs.String("out", "", "")
+	lostAnchor := fs.Bool("lost-anchor", false, "")
+	epochFloor := fs.Uint64("epoch-floor", 0, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
@@ -52,8 +70,12 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	if cf.db == "" {
 		return missingFlag(cf.name, "db", envDB)
 	}
-	if cf.anchor == "" {
+	if cf.anchor == "" && !*lostAnchor {
 		return missingFlag(cf.name, "anchor", envAnchor)
+	}
+	if isSet(fs, "epoch-floor") && !*lostAnchor {
+		return &usageError{msg: "kvfence admission new: --epoch-floor is only for a lost-anchor admission; " +
+			"an ordinary admission takes its floor from the anchor it supersedes", hint: "kvfence admission new -h"}
 	}
 	if err := require(cf.name, [2]string{"recovery-key", *recoveryKey}, [2]string{"reason", *reason},
 		[2]string{"out", *out}); err != nil {
@@ -76,13 +98,27 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	q, err := kvfence.Inspect(cf.db, cf.fileAnchor())
+	var q kvfence.Questioned
+	state := anchorPresent
+	if *lostAnchor {
+		if state, err = lostAnchorState(cf.anchor); err != nil {
+			return err
+		}
+		q, err = kvfence.InspectDatabase(cf.db)
+	} else {
+		q, err = kvfence.Inspect(cf.db, cf.fileAnchor())
+	}
 	if err != nil {
 		return err
 	}
 	at := time.Now().UTC()
-	sa, err := audit.SignAdmission(priv, audit.Admission{Receiver: q.Receiver, SupersededAnchor: q.Anchor,
-		AdmittedHead: q.Head, At: at.UnixNano(), Reason: *reason})
+	a := audit.Admission{Receiver: q.Receiver, AdmittedHead: q.Head, At: at.UnixNano(), Reason: *reason}
+	if *lostAnchor {
+		a.LostAnchor, a.EpochFloor = true, *epochFloor
+	} else {
+		a.SupersededAnchor = q.Anchor
+	}
+	sa, err := audit.SignAdmission(priv, a)
 	if err != nil {
 		return err
 	}
@@ -93,26 +129,72 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	if err := writeNew(*out, b, 0o600); err != nil {
 		return fmt.Errorf("write --out: %w", err)
 	}
-	res := admissionJSON{Out: *out, Receiver: q.Receiver, AnchorSeq: q.Anchor.Seq, AnchorHead: headHex(q.Anchor),
-		HeadSeq: q.Head.Seq, Head: headHex(q.Head), EpochHighWater: q.EpochHighWater, Reason: *reason,
-		At: jsonTime(at), RecoveryKey: sa.Key.String(), AnchorDamage: anchorDamageOf(q.AnchorDamage)}
+	res := admissionJSON{Out: *out, Receiver: q.Receiver, LostAnchor: *lostAnchor, AnchorState: state,
+		AnchorSeq: q.Anchor.Seq, AnchorHead: headHex(q.Anchor), HeadSeq: q.Head.Seq, Head: headHex(q.Head),
+		DatabaseEpochHighWater: q.DatabaseEpochHighWater, Reason: *reason, At: jsonTime(at), RecoveryKey: sa.Key.String(),
+		AnchorDamage: anchorDamageOf(q.AnchorDamage)}
+	if *lostAnchor {
+		res.EpochFloor = epochFloor
+		if *epochFloor <= q.DatabaseEpochHighWater {
+			// Not an error: the operator may know nothing better. But the
+			// new epochs then rest on the database's word alone.
+			fmt.Fprintf(c.m.Stderr, "Warning: --epoch-floor %d is not above the database's own epoch high-water %d, "+
+				"which nothing vouches for without its anchor; if a higher epoch was ever used (monitoring, the lost "+
+				"anchor's last known epoch_high_water), sign again with that --epoch-floor\n", *epochFloor, q.DatabaseEpochHighWater)
+		}
+	} else {
+		res.EpochHighWater = &q.EpochHighWater
+	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}
 	tw := newTable(c.m.Stdout)
 	fmt.Fprintf(tw, "receiver\t%s\n", res.Receiver)
-	fmt.Fprintf(tw, "anchor (superseded)\t%s\n", headText(q.Anchor))
-	fmt.Fprintf(tw, "database head (admitted)\t%s\n", headText(q.Head))
-	fmt.Fprintf(tw, "database vs anchor\t%s\n", compareHeads(q.Head, q.Anchor, q.AnchorDamage))
-	if q.AnchorDamage != nil {
-		fmt.Fprintf(tw, "anchor damage\t%v\n", q.AnchorDamage)
+	if *lostAnchor {
+		fmt.Fprintf(tw, "anchor\t%s (lost: nothing to supersede)\n", state)
+		fmt.Fprintf(tw, "database head (admitted)\t%s\n", headText(q.Head))
+		fmt.Fprintf(tw, "database epoch high-water\t%d (the database's own word)\n", q.DatabaseEpochHighWater)
+		fmt.Fprintf(tw, "epoch floor\t%d\n", *epochFloor)
+		fmt.Fprintf(tw, "scopes will be held above\t%d\n", max(*epochFloor, q.DatabaseEpochHighWater))
+	} else {
+		fmt.Fprintf(tw, "anchor (superseded)\t%s\n", headText(q.Anchor))
+		fmt.Fprintf(tw, "database head (admitted)\t%s\n", headText(q.Head))
+		fmt.Fprintf(tw, "database vs anchor\t%s\n", compareHeads(q.Head, q.Anchor, q.AnchorDamage))
+		if q.AnchorDamage != nil {
+			fmt.Fprintf(tw, "anchor damage\t%v\n", q.AnchorDamage)
+		}
+		fmt.Fprintf(tw, "epoch high-water\t%d\n", q.EpochHighWater)
 	}
-	fmt.Fprintf(tw, "epoch high-water\t%d\n", res.EpochHighWater)
 	fmt.Fprintf(tw, "reason\t%s\n", res.Reason)
 	fmt.Fprintf(tw, "signed at\t%s\n", humanTime(at))
 	fmt.Fprintf(tw, "recovery key\t%s\n", res.RecoveryKey)
 	fmt.Fprintf(tw, "admission\t%s (mode 0600)\n", res.Out)
 	return tw.Flush()
+}
+
+// lostAnchorState says what is at the anchor path, for a lost-anchor
+// admission: missing or damaged is what it is for; an anchor that loads
+// is refused before anything is signed, since the ordinary admission is
+// the way to supersede it. Without a path there is nothing to check: the
+// recovery key holder may sign where the anchor is out of reach, and
+// kvfence recover checks again.
+func lostAnchorState(path string) (string, error) {
+	if path == "" {
+		return anchorUnchecked, nil
+	}
+	a, err := audit.FileAnchor{Path: path}.Load()
+	switch {
+	case err == nil:
+		return "", withHint(fmt.Errorf("kvfence admission new: --lost-anchor: %w: %s holds seq %d for receiver %q",
+			kvfence.ErrAnchorPresent, path, a.Seq, a.Receiver),
+			"if the database disagrees with this anchor, sign an ordinary admission (kvfence admission new without "+
+				"--lost-anchor); if the file does not belong here, move it aside and keep it as evidence")
+	case errors.Is(err, audit.ErrAnchorMissing):
+		return anchorMissing, nil
+	case errors.Is(err, audit.ErrBadAnchor):
+		return anchorDamaged, nil
+	}
+	return "", err
 }
 
 // checkRecoveryKey refuses, before anything is signed, a recovery key that
@@ -164,6 +246,8 @@ func compareHeads(head, anchor audit.Head, damage *audit.SlotDamage) string {
 func (c *AdmissionNewCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence admission new --recovery-key FILE --db FILE --anchor FILE --reason R
                              --out ADM [--json]
+       kvfence admission new --lost-anchor --recovery-key FILE --db FILE --reason R
+                             [--epoch-floor N] [--anchor FILE] --out ADM [--json]
 
 For the holder of the recovery key. Reads the receiver's database head and
 its anchor without comparing or changing them, prints both, and signs an
@@ -174,8 +258,19 @@ against any other state: if the database or the anchor changes before
 
 Sign only after you have seen the evidence (kvfence verify-chain) and
 decided that this copy of the database is the one to keep. Recovery holds
-every scope at an epoch above any the anchor vouches for, so no grant
-minted before it can be used again.
+every scope at an epoch above any the anchor vouches for, and revokes
+every grant, so no grant minted before it can be used again.
+
+With --lost-anchor, for a receiver whose anchor is gone or damaged as a
+whole (every command refuses it with "anchor missing" or "bad anchor
+file", exit code 4), it signs the other kind of admission: one that names
+this receiver and this database head, says that there is no anchor to
+supersede, and carries --epoch-floor. It reads only the database. Recovery
+then holds every scope above the database's own epoch high-water and the
+floor, revokes every grant, and creates a new anchor. If --anchor (or
+$KVFENCE_ANCHOR) is set, an anchor that still loads is refused: the
+ordinary admission is the way to supersede it. Without the anchor nothing
+vouches for the database: sign only for a copy you have decided to keep.
 
 Arguments:
 
@@ -188,9 +283,18 @@ Arguments:
 	    the audit chain (at most 1024 bytes).
 	--out ADM
 	    Where to write the signed admission.
+	--lost-anchor
+	    Sign a lost-anchor admission (see above).
+	--epoch-floor N
+	    With --lost-anchor: the highest epoch this receiver is known to
+	    have used, from monitoring or the lost anchor's last known
+	    epoch_high_water (default 0). Every scope is held above it. The
+	    database's own high-water cannot be trusted without its anchor: a
+	    restored copy shows an older one.
 	--db FILE
 	    Receiver database. Defaults to $KVFENCE_DB.
 	--anchor FILE
-	    The receiver's anchor file. Defaults to $KVFENCE_ANCHOR.
+	    The receiver's anchor file. Defaults to $KVFENCE_ANCHOR. Required
+	    without --lost-anchor.
 `+usageJSON)
 }

@@ -195,7 +195,9 @@ func integrityHint(err error, suggestVerify bool) string {
 			"state was restored or edited apart from its history; keep the files as evidence" + verify + "; " + readmit
 	case errors.Is(err, audit.ErrAnchorMissing):
 		return "there is no anchor file at --anchor, and kvfence never recreates one: check that --anchor " +
-			"(or KVFENCE_ANCHOR) names this receiver's anchor, and restore it from where it is administered"
+			"(or KVFENCE_ANCHOR) names this receiver's anchor, and restore it from where it is administered; " +
+			"if it is lost for good, have the recovery key holder run kvfence admission new --lost-anchor and " +
+			"then kvfence recover"
 	case errors.Is(err, audit.ErrReceiverMismatch):
 		return "the anchor belongs to another receiver: check that --anchor and --db name the same receiver's files"
 	case errors.Is(err, audit.ErrAnchorNotRegular):

@@ -30,10 +30,12 @@
 //	observe         a target, a receipt, or the audit events
 //	verify-chain    check the whole audit chain against the anchor
 //
-// Recovery (for a database whose history was questioned):
+// Recovery (for a database whose history was questioned, or whose anchor
+// was lost):
 //
 //	admission new   sign an admission with the separately held recovery key
-//	recover         apply an admission: hold every scope at a new epoch
+//	recover         apply an admission: hold every scope at a new epoch,
+//	                revoke every grant, write the anchor
 //
 // Execution ledger (its own file, anchor and key; authorises nothing):
 //
@@ -63,7 +65,8 @@
 // database older than its anchor (a restored backup), one whose history
 // differs from it, or a missing or badly signed anchor is refused with exit
 // code 4, and a missing anchor is never recreated. Only an admission signed
-// by the recovery key (init --recovery-pub) re-admits such a database.
+// by the recovery key (init --recovery-pub) re-admits such a database, and
+// only a lost-anchor admission from that key gives one a new anchor.
 //
 // Human output goes to stdout, diagnostics to stderr as "Error: ..." with a
 // "Try: ..." hint where one helps; for an integrity problem the hint says

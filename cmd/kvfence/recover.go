@@ -10,18 +10,21 @@ import (
 	"github.com/kvfence/kvfence/kvfence"
 )
 
-// RecoverCommand applies a recovery admission: it re-admits a database
-// whose history was questioned (a rollback or fork), holds every scope at
-// an epoch above any the anchor vouches for, clears every active grant,
-// and supersedes the anchor.
+// RecoverCommand applies a recovery admission of either kind: it
+// re-admits a database whose history was questioned (a rollback or fork)
+// and supersedes its anchor, or re-anchors a database whose anchor is
+// missing and creates a new one. Either way it holds every scope at a new
+// epoch, clears every active grant and revokes every grant record.
 type RecoverCommand struct{ m *Main }
 
 // recoverJSON is the --json shape of recover.
 type recoverJSON struct {
-	AuditSeq   uint64          `json:"audit_seq"`
-	Scopes     []holdScopeJSON `json:"scopes"`
-	AnchorSeq  uint64          `json:"anchor_seq"`
-	AnchorHead string          `json:"anchor_head"`
+	AuditSeq      uint64          `json:"audit_seq"`
+	LostAnchor    bool            `json:"lost_anchor"`
+	Scopes        []holdScopeJSON `json:"scopes"`
+	GrantsRevoked int             `json:"grants_revoked"`
+	AnchorSeq     uint64          `json:"anchor_seq"`
+	AnchorHead    string          `json:"anchor_head"`
 }
 
 // Run runs the command.
@@ -70,6 +73,22 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	}
 	res, err := kvfence.Recover(cf.db, adm, kvfence.RecoverOptions{Key: priv, Anchor: cf.fileAnchor(),
 		RecoveryKey: rpub, LockTimeout: cf.lockTimeout})
+	switch {
+	case errors.Is(err, kvfence.ErrAnchorPresent):
+		return withHint(err, "the anchor at --anchor loads, so it is not lost: if the database disagrees with it, "+
+			"have the recovery key holder sign an ordinary admission (kvfence admission new without --lost-anchor); "+
+			"if the file does not belong here, move it aside and keep it as evidence")
+	case sa.LostAnchor && errors.Is(err, audit.ErrBadAnchor):
+		return withHint(err, "recover never writes over or moves a damaged anchor file, because it is evidence: "+
+			"move it aside (for example to ANCHOR.damaged), then run kvfence recover again; it creates a new anchor file")
+	case sa.LostAnchor && errors.Is(err, audit.ErrAdmissionMismatch):
+		return withHint(err, "the admission names another receiver or database head than this one (it was used "+
+			"already, or the database changed after it was signed): have the recovery key holder run "+
+			"kvfence admission new --lost-anchor again")
+	case !sa.LostAnchor && errors.Is(err, audit.ErrAnchorMissing):
+		return withHint(err, "this admission supersedes an anchor, and there is none at --anchor: check --anchor; "+
+			"if the anchor is lost, have the recovery key holder sign kvfence admission new --lost-anchor")
+	}
 	if errors.Is(err, audit.ErrBadSignature) {
 		// The admission verified above: either --recovery-pub is not the
 		// key recorded at init, or the anchor is not the receiver's.
@@ -79,8 +98,8 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	out := recoverJSON{AuditSeq: res.AuditSeq, Scopes: []holdScopeJSON{}, AnchorSeq: res.Anchor.Seq,
-		AnchorHead: headHex(res.Anchor)}
+	out := recoverJSON{AuditSeq: res.AuditSeq, LostAnchor: res.LostAnchor, Scopes: []holdScopeJSON{},
+		GrantsRevoked: res.GrantsRevoked, AnchorSeq: res.Anchor.Seq, AnchorHead: headHex(res.Anchor)}
 	for _, s := range res.Scopes {
 		out.Scopes = append(out.Scopes, holdScopeJSON{Scope: s.Scope, PreviousEpoch: s.PreviousEpoch, Epoch: s.Epoch, Mode: "held"})
 	}
@@ -97,8 +116,13 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "grants revoked\t%d\n", out.GrantsRevoked)
 	fmt.Fprintf(tw, "audit seq\t%d\n", out.AuditSeq)
-	fmt.Fprintf(tw, "new anchor\t%s\n", headText(res.Anchor))
+	if out.LostAnchor {
+		fmt.Fprintf(tw, "new anchor\t%s (created: the anchor was lost)\n", headText(res.Anchor))
+	} else {
+		fmt.Fprintf(tw, "new anchor\t%s\n", headText(res.Anchor))
+	}
 	return tw.Flush()
 }
 
@@ -107,23 +131,41 @@ func (c *RecoverCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence recover --admission ADM --recovery-pub FILE --db FILE --anchor FILE
                        --key FILE [--lock-timeout DURATION] [--json]
 
-Re-admits a database whose history was questioned (kvfence verify-chain
-reports rollback_detected or fork_detected), on the strength of an
-admission signed with the separately held recovery key (kvfence admission
-new) for exactly this receiver, this anchor and this database head. In one
-transaction it records a "recovered" audit entry, sets every scope's epoch
-above any epoch the anchor vouches for, holds every scope and clears every
-active grant; then it replaces the anchor. No grant minted before the
-recovery can be used again: activate new grants afterwards.
+Applies an admission signed with the separately held recovery key
+(kvfence admission new), of either kind:
 
-Prints each scope's previous and new epoch, and the new anchor. With
---json: {"audit_seq","scopes":[{"scope","previous_epoch","epoch","mode"}],
+  - An ordinary admission re-admits a database whose history was
+    questioned (kvfence verify-chain reports rollback_detected or
+    fork_detected); it must name this receiver, this anchor and this
+    database head, and the anchor is then replaced.
+  - A lost-anchor admission (kvfence admission new --lost-anchor)
+    re-anchors a database whose anchor is missing; it must name this
+    receiver and this database head, and a new anchor file is created at
+    --anchor. It is refused while --anchor holds an anchor that loads.
+    A damaged anchor file is refused too, and left as it is: move it
+    aside, keeping it as evidence, then run recover again.
+
+In one transaction recover records a "recovered" (or "reanchored") audit
+entry naming the admission, sets every scope's epoch above any epoch the
+anchor vouches for (or the admission's epoch floor) and above the
+database's own, holds every scope, clears every active grant and marks
+every grant record revoked; then it writes the anchor. No grant minted
+before the recovery can be used again: activate new grants afterwards.
+An admission works once: afterwards the database head has moved past the
+one it names.
+
+Prints each scope's previous and new epoch, the number of grants revoked,
+and the new anchor. With --json: {"audit_seq","lost_anchor",
+"scopes":[{"scope","previous_epoch","epoch","mode"}],"grants_revoked",
 "anchor_seq","anchor_head"}.
 
 Exit codes: 0 recovered; 4 the admission does not verify under
---recovery-pub, --recovery-pub is not the recovery key recorded at init, or
-the admission does not name the current receiver, anchor and database head
-(nothing was changed); 1 other errors.
+--recovery-pub, --recovery-pub is not the recovery key recorded at init,
+the admission does not name the current receiver, anchor and database
+head, or the anchor is not in the state the admission is for (nothing was
+changed); 1 other errors. If only the final anchor write fails, the error
+says so: the database has moved, and a lost-anchor recovery then needs a
+new admission for the new head.
 
 Arguments:
 
@@ -136,7 +178,7 @@ Arguments:
 `+usageKey+`	--db FILE
 	    Receiver database. Defaults to $KVFENCE_DB.
 	--anchor FILE
-	    The receiver's anchor file, to be superseded. Defaults to
-	    $KVFENCE_ANCHOR.
+	    The receiver's anchor file: superseded, or created after a
+	    lost-anchor admission. Defaults to $KVFENCE_ANCHOR.
 `+usageLock+usageJSON)
 }
