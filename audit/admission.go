@@ -16,7 +16,7 @@ const MaxAdmissionSize = 4 << 10
 // reanchorPrefix is the domain separator of a lost-anchor admission. It
 // differs from admissionPrefix so that a signature on one kind of admission
 // is worthless as the other, whatever their bodies.
-const reanchorPrefix = "kvfence/reanchor/v1\n"
+const reanchorPrefix = "kvfence/reanchor/v2\n"
 
 // Admission is a recovery decision, in one of two kinds.
 //
@@ -37,6 +37,11 @@ type Admission struct {
 	LostAnchor       bool   // the lost-anchor kind: there is no anchor to supersede
 	SupersededAnchor Head   // the anchor's seq and head; zero for a lost anchor
 	AdmittedHead     Head   // the database's newest entry
+	// AdmittedState is the sum of the fence state's digest (StateHash)
+	// of the database as the recovery operator inspected it: recovery
+	// signs a new checkpoint over that state, so the admission must pin it,
+	// or records edited after the admission was signed would be signed too.
+	AdmittedState Hash
 	// EpochFloor, for a lost anchor only, is the recovery operator's best
 	// knowledge of the highest epoch the receiver ever used (from
 	// monitoring, or the lost anchor's last known value); every scope is
@@ -57,6 +62,7 @@ type admissionWire struct {
 	LostAnchor     bool   `cbor:"lost_anchor"`
 	AdmittedSeq    uint64 `cbor:"admitted_seq"`
 	AdmittedHead   []byte `cbor:"admitted_head"`
+	AdmittedState  []byte `cbor:"admitted_state"`
 	SupersededSeq  uint64 `cbor:"superseded_seq"`
 	SupersededHead []byte `cbor:"superseded_head"`
 }
@@ -88,12 +94,13 @@ func appendAdmission(b []byte, a *Admission) []byte {
 	if a.LostAnchor {
 		return appendLostAnchor(b, a)
 	}
-	b = appendHead(b, majorMap, 7)
+	b = appendHead(b, majorMap, 8)
 	b = appendInt(append(b, keyAt...), a.At)
 	b = appendText(append(b, "\x66reason"...), a.Reason)
 	b = appendText(append(b, "\x68receiver"...), a.Receiver)
 	b = appendHead(append(b, "\x6cadmitted_seq"...), majorUint, a.AdmittedHead.Seq)
 	b = appendBytes(append(b, "\x6dadmitted_head"...), a.AdmittedHead.Hash[:])
+	b = appendBytes(append(b, "\x6eadmitted_state"...), a.AdmittedState[:])
 	b = appendHead(append(b, "\x6esuperseded_seq"...), majorUint, a.SupersededAnchor.Seq)
 	return appendBytes(append(b, "\x6fsuperseded_head"...), a.SupersededAnchor.Hash[:])
 }
@@ -102,14 +109,15 @@ func appendAdmission(b []byte, a *Admission) []byte {
 // explicit lost_anchor true (0xf5) so that the kind is spelled out in the
 // bytes, not inferred from what is missing.
 func appendLostAnchor(b []byte, a *Admission) []byte {
-	b = appendHead(b, majorMap, 7)
+	b = appendHead(b, majorMap, 8)
 	b = appendInt(append(b, keyAt...), a.At)
 	b = appendText(append(b, "\x66reason"...), a.Reason)
 	b = appendText(append(b, "\x68receiver"...), a.Receiver)
 	b = appendHead(append(b, "\x6bepoch_floor"...), majorUint, a.EpochFloor)
 	b = append(b, "\x6blost_anchor\xf5"...)
 	b = appendHead(append(b, "\x6cadmitted_seq"...), majorUint, a.AdmittedHead.Seq)
-	return appendBytes(append(b, "\x6dadmitted_head"...), a.AdmittedHead.Hash[:])
+	b = appendBytes(append(b, "\x6dadmitted_head"...), a.AdmittedHead.Hash[:])
+	return appendBytes(append(b, "\x6eadmitted_state"...), a.AdmittedState[:])
 }
 
 func admissionMessage(a *Admission) ([]byte, error) {
@@ -120,7 +128,7 @@ func admissionMessage(a *Admission) ([]byte, error) {
 	if a.LostAnchor {
 		prefix = reanchorPrefix
 	}
-	b := make([]byte, 0, len(prefix)+192+len(a.Receiver)+len(a.Reason))
+	b := make([]byte, 0, len(prefix)+240+len(a.Receiver)+len(a.Reason))
 	return appendAdmission(append(b, prefix...), a), nil
 }
 
@@ -129,16 +137,18 @@ func parseAdmission(raw []byte) (Admission, error) {
 	if err := decMode.Unmarshal(raw, &w); err != nil {
 		return Admission{}, fmt.Errorf("%w: %w", ErrBadAdmission, err)
 	}
-	if len(w.AdmittedHead) != HashSize {
-		return Admission{}, fmt.Errorf("%w: admitted head is %d bytes, want %d", ErrBadAdmission, len(w.AdmittedHead), HashSize)
+	if len(w.AdmittedHead) != HashSize || len(w.AdmittedState) != HashSize {
+		return Admission{}, fmt.Errorf("%w: admitted head and state are %d and %d bytes, want %d", ErrBadAdmission,
+			len(w.AdmittedHead), len(w.AdmittedState), HashSize)
 	}
 	a := Admission{
-		Receiver:     w.Receiver,
-		LostAnchor:   w.LostAnchor,
-		AdmittedHead: Head{Seq: w.AdmittedSeq, Hash: Hash(w.AdmittedHead)},
-		EpochFloor:   w.EpochFloor,
-		At:           w.At,
-		Reason:       w.Reason,
+		Receiver:      w.Receiver,
+		LostAnchor:    w.LostAnchor,
+		AdmittedHead:  Head{Seq: w.AdmittedSeq, Hash: Hash(w.AdmittedHead)},
+		AdmittedState: Hash(w.AdmittedState),
+		EpochFloor:    w.EpochFloor,
+		At:            w.At,
+		Reason:        w.Reason,
 	}
 	// A lost-anchor admission's superseded keys, if any, are left out here
 	// and so make the re-encoding differ below.
@@ -158,10 +168,11 @@ func parseAdmission(raw []byte) (Admission, error) {
 }
 
 // Check refuses an admission that is not an ordinary one for exactly this
-// receiver, this anchor and this database head; the error wraps
-// ErrAdmissionMismatch. A lost-anchor admission never passes: it names no
-// anchor, so it cannot supersede one.
-func (a Admission) Check(receiver string, anchor, head Head) error {
+// receiver, this anchor, this database head and this state (the sum of
+// the database's StateHash); the error wraps ErrAdmissionMismatch. A
+// lost-anchor admission never passes: it names no anchor, so it cannot
+// supersede one.
+func (a Admission) Check(receiver string, anchor, head Head, state Hash) error {
 	switch {
 	case a.LostAnchor:
 		return fmt.Errorf("%w: a lost-anchor admission cannot supersede anchor %v", ErrAdmissionMismatch, anchor)
@@ -169,26 +180,35 @@ func (a Admission) Check(receiver string, anchor, head Head) error {
 		return fmt.Errorf("%w: admission is for receiver %q, not %q", ErrAdmissionMismatch, a.Receiver, receiver)
 	case a.SupersededAnchor != anchor:
 		return fmt.Errorf("%w: admission supersedes anchor %v, but the anchor is %v", ErrAdmissionMismatch, a.SupersededAnchor, anchor)
+	}
+	return a.checkAdmitted(head, state)
+}
+
+// checkAdmitted compares the database the admission admits with the one at
+// hand.
+func (a Admission) checkAdmitted(head Head, state Hash) error {
+	switch {
 	case a.AdmittedHead != head:
 		return fmt.Errorf("%w: admission admits head %v, but the database head is %v", ErrAdmissionMismatch, a.AdmittedHead, head)
+	case a.AdmittedState != state:
+		return fmt.Errorf("%w: admission admits state %x, but the database's state is %x: its records changed after the admission was signed",
+			ErrAdmissionMismatch, a.AdmittedState[:], state[:])
 	}
 	return nil
 }
 
 // CheckLostAnchor refuses an admission that is not a lost-anchor one for
-// exactly this receiver and this database head; the error wraps
-// ErrAdmissionMismatch. Whether the anchor is really lost is for the
+// exactly this receiver, this database head and this state; the error
+// wraps ErrAdmissionMismatch. Whether the anchor is really lost is for the
 // caller to establish: the admission only says that its signer believed so.
-func (a Admission) CheckLostAnchor(receiver string, head Head) error {
+func (a Admission) CheckLostAnchor(receiver string, head Head, state Hash) error {
 	switch {
 	case !a.LostAnchor:
 		return fmt.Errorf("%w: the admission supersedes anchor %v; it is not for a lost anchor", ErrAdmissionMismatch, a.SupersededAnchor)
 	case a.Receiver != receiver:
 		return fmt.Errorf("%w: admission is for receiver %q, not %q", ErrAdmissionMismatch, a.Receiver, receiver)
-	case a.AdmittedHead != head:
-		return fmt.Errorf("%w: admission admits head %v, but the database head is %v", ErrAdmissionMismatch, a.AdmittedHead, head)
 	}
-	return nil
+	return a.checkAdmitted(head, state)
 }
 
 // SignedAdmission is an admission with the Ed25519 signature of the

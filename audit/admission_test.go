@@ -11,11 +11,11 @@ import (
 
 func testAdmission() Admission {
 	return Admission{Receiver: testReceiver, SupersededAnchor: Head{8, Hash{8}}, AdmittedHead: Head{7, Hash{7}},
-		At: t0 + 3600e9, Reason: "restored from backup after disk loss; ticket OPS-1234"}
+		AdmittedState: Hash{0x57}, At: t0 + 3600e9, Reason: "restored from backup after disk loss; ticket OPS-1234"}
 }
 
 func testLostAnchorAdmission() Admission {
-	return Admission{Receiver: testReceiver, LostAnchor: true, AdmittedHead: Head{7, Hash{7}}, EpochFloor: 40,
+	return Admission{Receiver: testReceiver, LostAnchor: true, AdmittedHead: Head{7, Hash{7}}, AdmittedState: Hash{0x57}, EpochFloor: 40,
 		At: t0 + 3600e9, Reason: "anchor volume lost; highest epoch seen in monitoring was 40; ticket OPS-1235"}
 }
 
@@ -59,16 +59,18 @@ func TestAdmission_Check(t *testing.T) {
 		anchor   Head
 		head     Head
 		want     error
+		state    Hash
 	}{
-		{"match", testReceiver, Head{8, Hash{8}}, Head{7, Hash{7}}, nil},
-		{"other receiver", "receiver-2", Head{8, Hash{8}}, Head{7, Hash{7}}, ErrAdmissionMismatch},
-		{"other anchor seq", testReceiver, Head{9, Hash{8}}, Head{7, Hash{7}}, ErrAdmissionMismatch},
-		{"other anchor head", testReceiver, Head{8, Hash{9}}, Head{7, Hash{7}}, ErrAdmissionMismatch},
-		{"other head seq", testReceiver, Head{8, Hash{8}}, Head{6, Hash{7}}, ErrAdmissionMismatch},
-		{"other head hash", testReceiver, Head{8, Hash{8}}, Head{7, Hash{6}}, ErrAdmissionMismatch},
+		{"match", testReceiver, Head{8, Hash{8}}, Head{7, Hash{7}}, nil, Hash{0x57}},
+		{"other state", testReceiver, Head{8, Hash{8}}, Head{7, Hash{7}}, ErrAdmissionMismatch, Hash{0x58}},
+		{"other receiver", "receiver-2", Head{8, Hash{8}}, Head{7, Hash{7}}, ErrAdmissionMismatch, Hash{0x57}},
+		{"other anchor seq", testReceiver, Head{9, Hash{8}}, Head{7, Hash{7}}, ErrAdmissionMismatch, Hash{0x57}},
+		{"other anchor head", testReceiver, Head{8, Hash{9}}, Head{7, Hash{7}}, ErrAdmissionMismatch, Hash{0x57}},
+		{"other head seq", testReceiver, Head{8, Hash{8}}, Head{6, Hash{7}}, ErrAdmissionMismatch, Hash{0x57}},
+		{"other head hash", testReceiver, Head{8, Hash{8}}, Head{7, Hash{6}}, ErrAdmissionMismatch, Hash{0x57}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := a.Check(tc.receiver, tc.anchor, tc.head)
+			err := a.Check(tc.receiver, tc.anchor, tc.head, tc.state)
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("Check: %v, want %v", err, tc.want)
 			}
@@ -166,23 +168,23 @@ func TestParseAdmission_KindConfusion(t *testing.T) {
 	h8 := "\x58\x20" + string(bytes.Repeat([]byte{8}, 32))
 	zero := "\x58\x20" + string(make([]byte, 32))
 	common := "\x62at\x00\x66reason\x61r\x68receiver\x61r"
-	admitted := "\x6cadmitted_seq\x07\x6dadmitted_head" + h7
+	admitted := "\x6cadmitted_seq\x07\x6dadmitted_head" + h7 + "\x6eadmitted_state" + h7
 	superseded := "\x6esuperseded_seq\x08\x6fsuperseded_head" + h8
 	for name, body := range map[string]string{
-		"lost_anchor false":                    "\xa8" + common + "\x6blost_anchor\xf4" + admitted + superseded,
-		"lost_anchor false, no superseded":     "\xa6" + common + "\x6blost_anchor\xf4" + admitted,
-		"lost_anchor 1":                        "\xa7" + common + "\x6bepoch_floor\x00\x6blost_anchor\x01" + admitted,
-		"lost_anchor null":                     "\xa7" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf6" + admitted,
-		"lost anchor without epoch_floor":      "\xa6" + common + "\x6blost_anchor\xf5" + admitted,
-		"lost anchor without lost_anchor":      "\xa6" + common + "\x6bepoch_floor\x00" + admitted,
-		"lost anchor with a superseded anchor": "\xa9" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf5" + admitted + superseded,
-		"lost anchor with a zero anchor": "\xa9" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf5" + admitted +
+		"lost_anchor false":                    "\xa9" + common + "\x6blost_anchor\xf4" + admitted + superseded,
+		"lost_anchor false, no superseded":     "\xa7" + common + "\x6blost_anchor\xf4" + admitted,
+		"lost_anchor 1":                        "\xa8" + common + "\x6bepoch_floor\x00\x6blost_anchor\x01" + admitted,
+		"lost_anchor null":                     "\xa8" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf6" + admitted,
+		"lost anchor without epoch_floor":      "\xa7" + common + "\x6blost_anchor\xf5" + admitted,
+		"lost anchor without lost_anchor":      "\xa7" + common + "\x6bepoch_floor\x00" + admitted,
+		"lost anchor with a superseded anchor": "\xaa" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf5" + admitted + superseded,
+		"lost anchor with a zero anchor": "\xaa" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf5" + admitted +
 			"\x6esuperseded_seq\x00\x6fsuperseded_head" + zero,
-		"ordinary with epoch_floor 0":   "\xa8" + common + "\x6bepoch_floor\x00" + admitted + superseded,
-		"ordinary with a zero anchor":   "\xa7" + common + admitted + "\x6esuperseded_seq\x00\x6fsuperseded_head" + zero,
-		"no anchor and no kind":         "\xa5" + common + admitted,
-		"epoch_floor not shortest":      "\xa7" + common + "\x6bepoch_floor\x18\x07\x6blost_anchor\xf5" + admitted,
-		"epoch_floor after lost_anchor": "\xa7" + common + "\x6blost_anchor\xf5\x6bepoch_floor\x07" + admitted,
+		"ordinary with epoch_floor 0":   "\xa9" + common + "\x6bepoch_floor\x00" + admitted + superseded,
+		"ordinary with a zero anchor":   "\xa8" + common + admitted + "\x6esuperseded_seq\x00\x6fsuperseded_head" + zero,
+		"no anchor and no kind":         "\xa6" + common + admitted,
+		"epoch_floor not shortest":      "\xa8" + common + "\x6bepoch_floor\x18\x07\x6blost_anchor\xf5" + admitted,
+		"epoch_floor after lost_anchor": "\xa8" + common + "\x6blost_anchor\xf5\x6bepoch_floor\x07" + admitted,
 	} {
 		if _, err := parseAdmission([]byte(body)); !errors.Is(err, ErrBadAdmission) {
 			t.Errorf("%s: %v, want ErrBadAdmission", name, err)
@@ -190,8 +192,8 @@ func TestParseAdmission_KindConfusion(t *testing.T) {
 	}
 	// The well-formed spellings of both kinds, for contrast.
 	for name, body := range map[string]string{
-		"ordinary":    "\xa7" + common + admitted + superseded,
-		"lost anchor": "\xa7" + common + "\x6bepoch_floor\x07\x6blost_anchor\xf5" + admitted,
+		"ordinary":    "\xa8" + common + admitted + superseded,
+		"lost anchor": "\xa8" + common + "\x6bepoch_floor\x07\x6blost_anchor\xf5" + admitted,
 	} {
 		if _, err := parseAdmission([]byte(body)); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -282,14 +284,14 @@ func TestAdmission_CheckLostAnchor(t *testing.T) {
 		{"ordinary admission", testAdmission(), testReceiver, Head{7, Hash{7}}, ErrAdmissionMismatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.a.CheckLostAnchor(tc.receiver, tc.head)
+			err := tc.a.CheckLostAnchor(tc.receiver, tc.head, Hash{0x57})
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("CheckLostAnchor: %v, want %v", err, tc.want)
 			}
 		})
 	}
 	for _, anchor := range []Head{{}, {8, Hash{8}}, {7, Hash{7}}} {
-		if err := la.Check(testReceiver, anchor, Head{7, Hash{7}}); !errors.Is(err, ErrAdmissionMismatch) {
+		if err := la.Check(testReceiver, anchor, Head{7, Hash{7}}, Hash{0x57}); !errors.Is(err, ErrAdmissionMismatch) {
 			t.Errorf("Check(anchor %v) of a lost-anchor admission: %v", anchor, err)
 		}
 	}
@@ -299,9 +301,10 @@ func TestAdmission_CheckLostAnchor(t *testing.T) {
 // encoding, byte for byte.
 func TestAdmission_LostAnchorDocExample(t *testing.T) {
 	a := Admission{Receiver: "r", LostAnchor: true, AdmittedHead: Head{Seq: 1}, EpochFloor: 7, Reason: "r"}
-	want := "a7" + "626174" + "00" + "66726561736f6e" + "6172" + "6872656365697665" + "72" + "6172" +
+	want := "a8" + "626174" + "00" + "66726561736f6e" + "6172" + "6872656365697665" + "72" + "6172" +
 		"6b65706f63685f666c6f6f72" + "07" + "6b6c6f73745f616e63686f72" + "f5" +
-		"6c61646d69747465645f736571" + "01" + "6d61646d69747465645f68656164" + "5820" + strings.Repeat("00", 32)
+		"6c61646d69747465645f736571" + "01" + "6d61646d69747465645f68656164" + "5820" + strings.Repeat("00", 32) +
+		"6e61646d69747465645f7374617465" + "5820" + strings.Repeat("00", 32)
 	if got := hex.EncodeToString(appendAdmission(nil, &a)); got != want {
 		t.Fatalf("encoding\n got %s\nwant %s", got, want)
 	}

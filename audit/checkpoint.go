@@ -14,7 +14,7 @@ import (
 // made for one kind of statement can never be taken for another.
 const (
 	checkpointPrefix = "kvfence/checkpoint/v2\n"
-	admissionPrefix  = "kvfence/admission/v1\n"
+	admissionPrefix  = "kvfence/admission/v2\n"
 )
 
 // MaxReceiverLen bounds a receiver id in bytes.

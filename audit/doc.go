@@ -169,8 +169,8 @@
 // message:
 //
 //	checkpoint:             "kvfence/checkpoint/v2\n" || checkpoint bytes
-//	admission:              "kvfence/admission/v1\n" || admission bytes
-//	lost-anchor admission:  "kvfence/reanchor/v1\n" || admission bytes
+//	admission:              "kvfence/admission/v2\n" || admission bytes
+//	lost-anchor admission:  "kvfence/reanchor/v2\n" || admission bytes
 //
 // The prefixes make a signature on one kind of statement worthless as any
 // other, even under one key. A key is named by its [Fingerprint]: the SHA-256
@@ -334,7 +334,7 @@
 //
 // # Admission Format
 //
-// An admission ([Admission]) is one of two kinds, each a map of seven
+// An admission ([Admission]) is one of two kinds, each a map of eight
 // pairs. An ordinary admission, which supersedes an anchor, has these keys,
 // in this order, all required:
 //
@@ -343,6 +343,7 @@
 //	receiver         tstr  the receiver id
 //	admitted_seq     uint  the database head's seq, at least 1
 //	admitted_head    bstr  32 bytes: the database head's hash
+//	admitted_state   bstr  32 bytes: the sum of the database's StateHash
 //	superseded_seq   uint  the superseded anchor's seq, at least 1
 //	superseded_head  bstr  32 bytes: the superseded anchor's head
 //
@@ -356,15 +357,20 @@
 //	lost_anchor      true  the simple value true (f5), nothing else
 //	admitted_seq     uint  the database head's seq, at least 1
 //	admitted_head    bstr  32 bytes: the database head's hash
+//	admitted_state   bstr  32 bytes: the sum of the database's StateHash
+//
+// Both name the state as well as the head: recovery signs a checkpoint
+// over the records it finds, so an admission that named only the head
+// would let records changed after it was signed be signed too.
 //
 // The kind is written out, not inferred: a lost-anchor admission carries
 // lost_anchor true and no superseded key; an ordinary one carries neither
 // lost_anchor nor epoch_floor. Any mix (lost_anchor false, a zero
 // superseded anchor, an epoch floor beside a superseded anchor) is refused.
 // At 0, reason "r", receiver "r", epoch floor 7 and head seq 1 with a zero
-// hash, a lost-anchor admission is these 113 bytes:
+// hash and a zero state, a lost-anchor admission is these 162 bytes:
 //
-//	a7                                          map of 7 pairs
+//	a8                                          map of 8 pairs
 //	62 61 74  00                                "at"             0
 //	66 72 65 61 73 6f 6e  61 72                 "reason"         "r"
 //	68 72 65 63 65 69 76 65 72  61 72           "receiver"       "r"
@@ -373,13 +379,16 @@
 //	6c 61 64 6d 69 74 74 65 64 5f 73 65 71  01  "admitted_seq"   1
 //	6d 61 64 6d 69 74 74 65 64 5f 68 65 61 64   "admitted_head"
 //	    58 20  00 … 00                          32 zero bytes
+//	6e 61 64 6d 69 74 74 65 64 5f 73 74 61 74 65
+//	                                            "admitted_state"
+//	    58 20  00 … 00                          32 zero bytes
 //
 // Both kinds are signed with the recovery key, which is not the receiver's
 // key, each under its own prefix (see Signatures), so a signature on one
 // kind never verifies as the other. [Admission.Check] accepts only an
-// ordinary admission, and only for the receiver, anchor and head it names;
-// [Admission.CheckLostAnchor] accepts only a lost-anchor admission, and
-// only for the receiver and head it names. Neither can be replayed against
+// ordinary admission, and only for the receiver, anchor, head and state it
+// names; [Admission.CheckLostAnchor] accepts only a lost-anchor admission,
+// and only for the receiver, head and state it names. Neither can be replayed against
 // any other state. Whether the anchor is really lost is for the receiver
 // to establish when it applies the admission: the admission records only
 // that its signer believed so, and the epoch floor the signer chose,

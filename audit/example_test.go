@@ -186,13 +186,15 @@ func ExampleFileAnchor_Inspect() {
 }
 
 // Recovery from a questioned history needs an admission signed by the
-// separate recovery key, naming exactly this receiver, anchor and head.
+// separate recovery key, naming exactly this receiver, anchor, head and
+// state.
 func ExampleSignAdmission() {
 	recovery := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{3}, ed25519.SeedSize))
 	anchor := audit.Head{Seq: 8, Hash: audit.Hash{8}}
 	head := audit.Head{Seq: 7, Hash: audit.Hash{7}}
+	state := audit.Hash{0x57} // the sum of the database's StateHash
 	sa, err := audit.SignAdmission(recovery, audit.Admission{Receiver: "receiver-1", SupersededAnchor: anchor,
-		AdmittedHead: head, At: 1767225600e9, Reason: "restored from backup after disk loss"})
+		AdmittedHead: head, AdmittedState: state, At: 1767225600e9, Reason: "restored from backup after disk loss"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -200,8 +202,8 @@ func ExampleSignAdmission() {
 
 	got, _ := audit.ParseSignedAdmission(raw)
 	fmt.Println(got.Verify(recovery.Public().(ed25519.PublicKey)))
-	fmt.Println(got.Check("receiver-1", anchor, head))
-	fmt.Println(errors.Is(got.Check("receiver-1", anchor, audit.Head{Seq: 9}), audit.ErrAdmissionMismatch))
+	fmt.Println(got.Check("receiver-1", anchor, head, state))
+	fmt.Println(errors.Is(got.Check("receiver-1", anchor, audit.Head{Seq: 9}, state), audit.ErrAdmissionMismatch))
 	// Output:
 	// <nil>
 	// <nil>
@@ -214,8 +216,9 @@ func ExampleSignAdmission() {
 func ExampleSignAdmission_lostAnchor() {
 	recovery := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{3}, ed25519.SeedSize))
 	head := audit.Head{Seq: 7, Hash: audit.Hash{7}}
+	state := audit.Hash{0x57}
 	sa, err := audit.SignAdmission(recovery, audit.Admission{Receiver: "receiver-1", LostAnchor: true,
-		AdmittedHead: head, EpochFloor: 40, At: 1767225600e9, Reason: "anchor volume lost"})
+		AdmittedHead: head, AdmittedState: state, EpochFloor: 40, At: 1767225600e9, Reason: "anchor volume lost"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -223,8 +226,8 @@ func ExampleSignAdmission_lostAnchor() {
 
 	got, _ := audit.ParseSignedAdmission(raw)
 	fmt.Println(got.LostAnchor, got.EpochFloor, got.Verify(recovery.Public().(ed25519.PublicKey)))
-	fmt.Println(got.CheckLostAnchor("receiver-1", head))
-	fmt.Println(errors.Is(got.Check("receiver-1", audit.Head{Seq: 8}, head), audit.ErrAdmissionMismatch))
+	fmt.Println(got.CheckLostAnchor("receiver-1", head, state))
+	fmt.Println(errors.Is(got.Check("receiver-1", audit.Head{Seq: 8}, head, state), audit.ErrAdmissionMismatch))
 	// Output:
 	// true 40 <nil>
 	// <nil>

@@ -149,12 +149,12 @@ func FuzzParseLostAnchorAdmission(f *testing.F) {
 		}
 		a := sa.Admission
 		if a.LostAnchor {
-			if a.SupersededAnchor != (Head{}) || a.CheckLostAnchor(a.Receiver, a.AdmittedHead) != nil ||
-				a.Check(a.Receiver, a.SupersededAnchor, a.AdmittedHead) == nil {
+			if a.SupersededAnchor != (Head{}) || a.CheckLostAnchor(a.Receiver, a.AdmittedHead, a.AdmittedState) != nil ||
+				a.Check(a.Receiver, a.SupersededAnchor, a.AdmittedHead, a.AdmittedState) == nil {
 				t.Fatalf("accepted a lost-anchor admission that is not only that: %+v", a)
 			}
-		} else if a.EpochFloor != 0 || a.Check(a.Receiver, a.SupersededAnchor, a.AdmittedHead) != nil ||
-			a.CheckLostAnchor(a.Receiver, a.AdmittedHead) == nil {
+		} else if a.EpochFloor != 0 || a.Check(a.Receiver, a.SupersededAnchor, a.AdmittedHead, a.AdmittedState) != nil ||
+			a.CheckLostAnchor(a.Receiver, a.AdmittedHead, a.AdmittedState) == nil {
 			t.Fatalf("accepted an ordinary admission that is not only that: %+v", a)
 		}
 	})

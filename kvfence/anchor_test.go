@@ -153,7 +153,7 @@ func TestRecover(t *testing.T) {
 		}
 		return raw
 	}
-	good := audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor, AdmittedHead: q.Head, At: clock.Now().UnixNano(), Reason: "restored from backup"}
+	good := audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor, AdmittedHead: q.Head, AdmittedState: q.State, At: clock.Now().UnixNano(), Reason: "restored from backup"}
 	ropts := RecoverOptions{Key: testKey, Anchor: anchor, RecoveryKey: recoveryKey.Public().(ed25519.PublicKey), Now: clock.Now}
 	otherHead := good
 	otherHead.AdmittedHead.Seq++

@@ -196,7 +196,7 @@ func TestOpen_RestoredToPreviousWriteWithDamagedSlot(t *testing.T) {
 				t.Fatalf("Inspect = %+v, %v", q, err)
 			}
 			sa, err := audit.SignAdmission(recoveryKey, audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor,
-				AdmittedHead: q.Head, At: clock.Now().UnixNano(), Reason: "restored with a damaged anchor slot"})
+				AdmittedHead: q.Head, AdmittedState: q.State, At: clock.Now().UnixNano(), Reason: "restored with a damaged anchor slot"})
 			if err != nil {
 				t.Fatal(err)
 			}

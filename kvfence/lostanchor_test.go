@@ -75,7 +75,7 @@ func (f *fixture) lostAnchorAdmission(floor uint64) audit.Admission {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return audit.Admission{Receiver: q.Receiver, LostAnchor: true, AdmittedHead: q.Head, EpochFloor: floor,
+	return audit.Admission{Receiver: q.Receiver, LostAnchor: true, AdmittedHead: q.Head, AdmittedState: q.State, EpochFloor: floor,
 		At: f.clock.Now().UnixNano(), Reason: "anchor volume lost"}
 }
 

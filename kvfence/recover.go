@@ -46,6 +46,10 @@ type Questioned struct {
 	// was copied, which is why a lost-anchor admission carries an epoch
 	// floor of its own.
 	DatabaseEpochHighWater uint64
+	// State is the sum of the database's fence state digest, recomputed
+	// from its records: what an admission admits along with Head, so that
+	// records changed after the admission was signed are refused.
+	State audit.Hash
 }
 
 // Inspect reads a receiver's database head and its anchor without checking
@@ -89,7 +93,12 @@ func InspectDatabase(path string) (Questioned, error) {
 // inspect reads what the database alone says about a recovery.
 func (r *Receiver) inspect() (Questioned, error) {
 	q := Questioned{Receiver: r.id, Head: r.head}
-	err := r.view(func(tx *bolt.Tx) error {
+	state, err := r.computeState()
+	if err != nil {
+		return q, err
+	}
+	q.State = state.Sum()
+	err = r.view(func(tx *bolt.Tx) error {
 		q.DatabaseEpochHighWater = epochHighWater(tx)
 		scopes, err := scopeNames(tx)
 		if err != nil {
@@ -213,7 +222,7 @@ func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult,
 		if err := checkAnchorLost(path, opts.Anchor); err != nil {
 			return RecoverResult{}, err
 		}
-		if err := sa.CheckLostAnchor(r.id, r.head); err != nil {
+		if err := sa.CheckLostAnchor(r.id, r.head, r.stateSum); err != nil {
 			return RecoverResult{}, err
 		}
 		rc = recovery{kind: KindReanchored, floor: sa.EpochFloor, reason: sa.Reason,
@@ -227,7 +236,7 @@ func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult,
 		if err := a.Verify(r.pub); err != nil {
 			return RecoverResult{}, fmt.Errorf("kvfence: %s: anchor: %w", path, err)
 		}
-		if err := sa.Admission.Check(r.id, audit.Head{Seq: a.Seq, Hash: a.Head}, r.head); err != nil {
+		if err := sa.Admission.Check(r.id, audit.Head{Seq: a.Seq, Hash: a.Head}, r.head, r.stateSum); err != nil {
 			return RecoverResult{}, err
 		}
 		old = &a

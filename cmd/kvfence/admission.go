@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -34,6 +35,7 @@ type admissionJSON struct {
 	AnchorHead             string  `json:"anchor_head"`
 	HeadSeq                uint64  `json:"head_seq"`
 	Head                   string  `json:"head"`
+	State                  string  `json:"state"`
 	EpochHighWater         *uint64 `json:"epoch_high_water"`
 	DatabaseEpochHighWater uint64  `json:"database_epoch_high_water"`
 	EpochFloor             *uint64 `json:"epoch_floor"`
@@ -112,7 +114,7 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	at := time.Now().UTC()
-	a := audit.Admission{Receiver: q.Receiver, AdmittedHead: q.Head, At: at.UnixNano(), Reason: *reason}
+	a := audit.Admission{Receiver: q.Receiver, AdmittedHead: q.Head, AdmittedState: q.State, At: at.UnixNano(), Reason: *reason}
 	if *lostAnchor {
 		a.LostAnchor, a.EpochFloor = true, *epochFloor
 	} else {
@@ -130,7 +132,7 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("write --out: %w", err)
 	}
 	res := admissionJSON{Out: *out, Receiver: q.Receiver, LostAnchor: *lostAnchor, AnchorState: state,
-		AnchorSeq: q.Anchor.Seq, AnchorHead: headHex(q.Anchor), HeadSeq: q.Head.Seq, Head: headHex(q.Head),
+		AnchorSeq: q.Anchor.Seq, AnchorHead: headHex(q.Anchor), HeadSeq: q.Head.Seq, Head: headHex(q.Head), State: hex.EncodeToString(q.State[:]),
 		DatabaseEpochHighWater: q.DatabaseEpochHighWater, Reason: *reason, At: jsonTime(at), RecoveryKey: sa.Key.String(),
 		AnchorDamage: anchorDamageOf(q.AnchorDamage)}
 	if *lostAnchor {
