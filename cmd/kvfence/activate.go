@@ -64,7 +64,7 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer closeReceiver(r, &err)
-	g, err := r.Admin().Activate(ctx, kvfence.ActivateRequest{Scope: *scope, Executor: *executor, Claim: *claim,
+	g, err := localAdmin(r).Activate(ctx, kvfence.ActivateRequest{Scope: *scope, Executor: *executor, Claim: *claim,
 		Request: reqBytes, Epoch: *epoch, TTL: *ttl, Decision: *decision})
 	if err != nil {
 		return err

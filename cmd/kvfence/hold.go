@@ -59,7 +59,7 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer closeReceiver(r, &err)
-	res, err := r.Admin().Hold(ctx, kvfence.HoldRequest{Scopes: scopes, Reason: *reason})
+	res, err := localAdmin(r).Hold(ctx, kvfence.HoldRequest{Scopes: scopes, Reason: *reason})
 	if err != nil {
 		return err
 	}

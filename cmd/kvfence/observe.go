@@ -291,6 +291,7 @@ func (t *textEvents) event(e eventJSON) error {
 	addN("rev_before", e.RevBefore)
 	addN("rev_after", e.RevAfter)
 	add("decision", e.Decision)
+	add("actor", e.Actor)
 	add("note", e.Note)
 	_, err := fmt.Fprintf(t.tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, at, e.Kind, orDash(e.Scope), epoch, strings.Join(d, " "))
 	return err

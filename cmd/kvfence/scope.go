@@ -38,7 +38,7 @@ func (c *ScopeCreateCommand) Run(ctx context.Context, args []string) (err error)
 		return err
 	}
 	defer closeReceiver(r, &err)
-	if err := r.Admin().CreateScope(ctx, *scope); err != nil {
+	if err := localAdmin(r).CreateScope(ctx, *scope); err != nil {
 		return err
 	}
 	st, err := r.Status(*scope)

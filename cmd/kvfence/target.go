@@ -56,7 +56,7 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 		return err
 	}
 	defer closeReceiver(r, &err)
-	if err := r.Admin().CreateTarget(ctx, *scope, *target, v); err != nil {
+	if err := localAdmin(r).CreateTarget(ctx, *scope, *target, v); err != nil {
 		return err
 	}
 	t, err := r.Target(*target)
