@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 	bolt "go.etcd.io/bbolt"
@@ -194,6 +195,7 @@ func (r *Receiver) run(batch []*call) (err error) {
 	var w *wtx
 	var sc audit.SignedCheckpoint
 	committed := false
+	start := time.Now()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
@@ -236,7 +238,9 @@ func (r *Receiver) run(batch []*call) (err error) {
 	committed = true
 	r.head = w.chain.Head()
 	r.queue.commits.Add(1)
+	stats := r.commitStats(batch)
 	if r.opts.Anchor == nil {
+		r.observe(stats, start, nil)
 		return nil
 	}
 	// Acknowledge only once the anchor covers the commit. If this write
@@ -250,10 +254,12 @@ func (r *Receiver) run(batch []*call) (err error) {
 		if cur, lerr := r.opts.Anchor.Load(); lerr == nil && cur == sc {
 			r.anchor = sc
 		}
+		r.observe(stats, start, err)
 		r.notAcknowledged(batch, err)
 		return nil
 	}
 	r.anchor = sc
+	r.observe(stats, start, nil)
 	return nil
 }
 

@@ -49,6 +49,9 @@ type Options struct {
 	// signs every checkpoint. Its public half must be the one recorded at
 	// Init (ErrKeyMismatch).
 	Key ed25519.PrivateKey
+	// Observer, if set, is told about every committed write transaction
+	// (its calls, decisions, duration and anchor write), for metrics.
+	Observer Observer
 	// NoSync skips fsync on commit. It is for benchmarks that label their
 	// results as not durable; a receiver in service must never set it.
 	NoSync bool
