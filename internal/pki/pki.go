@@ -139,3 +139,28 @@ func issue(ca *Pair, o Options, isCA bool) (Pair, error) {
 	}
 	return Pair{Cert: cert, Key: key}, nil
 }
+
+// Load reads a certificate and its PKCS #8 private key from PEM.
+func Load(certPEM, keyPEM []byte) (Pair, error) {
+	cb, _ := pem.Decode(certPEM)
+	if cb == nil || cb.Type != "CERTIFICATE" {
+		return Pair{}, errors.New("pki: no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return Pair{}, fmt.Errorf("pki: %w", err)
+	}
+	kb, _ := pem.Decode(keyPEM)
+	if kb == nil || kb.Type != "PRIVATE KEY" {
+		return Pair{}, errors.New("pki: no PEM PKCS #8 private key")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return Pair{}, fmt.Errorf("pki: %w", err)
+	}
+	signer, ok := k.(crypto.Signer)
+	if !ok {
+		return Pair{}, errors.New("pki: the key cannot sign")
+	}
+	return Pair{Cert: cert, Key: signer}, nil
+}
