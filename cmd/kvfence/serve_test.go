@@ -404,3 +404,77 @@ func TestCert(t *testing.T) {
 	}
 	c.must(1, "cert", "client", "--ca", c.path("t-ca"), "--spiffe-id", spiffeOperator, "--out", c.path("op2"))
 }
+
+// Ensure that the CLI operates a running kvfence serve with --server, with
+// the outputs and exit codes of the local mode: while serving, the file is
+// locked (a local status exits 5) and the operator holds live over the
+// socket; a worker submits over mTLS without --as; its stale envelope is
+// denied with exit 3; a worker's certificate cannot hold; and after the
+// server stops, the local status prints what the remote one printed.
+func TestServe_CLIWalkthrough(t *testing.T) {
+	c := newCLI(t)
+	c.receiver()
+	c.pki("t")
+	c.clientCert("t", "operator", spiffeOperator)
+	c.clientCert("t", "a", spiffeWorker+"a")
+	c.clientCert("t", "b", spiffeWorker+"b")
+	sock := filepath.Join(socketDir(t), "admin.sock")
+	rn := c.serve("--listen", "127.0.0.1:0", "--tls-cert", c.path("t-server.crt"), "--tls-key", c.path("t-server.key"),
+		"--client-ca", c.path("t-ca.crt"), "--admin", spiffeOperator, "--admin-socket", sock,
+		"--admin-uid", fmt.Sprint(os.Getuid()))
+	url := "https://" + rn.addrs.Listen
+	as := func(who string, args ...string) []string {
+		return append(args, "--server", url, "--tls-cert", c.path("t-"+who+".crt"), "--tls-key", c.path("t-"+who+".key"),
+			"--tls-ca", c.path("t-ca.crt"))
+	}
+	local := func(args ...string) []string { return args } // KVFENCE_DB and friends are set
+	sockArgs := func(args ...string) []string { return append(args, "--server", "unix://"+sock) }
+
+	// The file is the server's while it serves.
+	c.must(ExitBusy, local("status", "--lock-timeout", "50ms")...)
+
+	c.json(0, as("operator", "scope", "create", "--scope", "other")...)
+	c.json(0, as("operator", "target", "create", "--scope", "other", "--target", "other", "--value", "v")...)
+	g := c.json(0, as("operator", "activate", "--scope", fixtureScope, "--executor", spiffeWorker+"a", "--claim", "claim-a",
+		"--request", c.path("req.cbor"))...)
+	c.must(0, "envelope", "build", "--scope", fixtureScope, "--epoch", jsonNum(g["epoch"]), "--grant", g["grant"].(string),
+		"--executor", spiffeWorker+"a", "--claim", "claim-a", "--request", c.path("req.cbor"), "--out", c.path("a.cbor"))
+	// --as has no place with --server.
+	c.must(ExitUsage, as("a", "submit", "--as", spiffeWorker+"a", "--envelope", c.path("a.cbor"))...)
+	c.must(ExitUsage, as("a", "status", "--db", c.env[envDB])...)
+	// B's certificate with A's envelope: denied by identity.
+	out := c.json(ExitDenied, as("b", "submit", "--envelope", c.path("a.cbor"))...)
+	if out["reason"] != "executor_mismatch" {
+		t.Fatalf("B with A's envelope: %v", out)
+	}
+	// A worker cannot hold; the operator holds over the socket, live.
+	c.must(ExitError, as("a", "hold", "--scope", fixtureScope, "--reason", "mine now")...)
+	out = c.json(0, sockArgs("hold", "--scope", fixtureScope, "--reason", "worker-a stalled")...)
+	if out["scopes"].([]any)[0].(map[string]any)["epoch"].(float64) != 2 {
+		t.Fatalf("hold: %v", out)
+	}
+	out = c.json(ExitDenied, as("a", "submit", "--envelope", c.path("a.cbor"))...)
+	if out["reason"] != "receiver_held" {
+		t.Fatalf("A after the hold: %v", out)
+	}
+	c.must(ExitError, as("operator", "status", "--scope", "nope")...)
+	remoteStatus := c.must(0, as("operator", "status", "--json")...).stdout
+	remoteTarget := c.must(0, as("operator", "observe", "target", fixtureScope, "--json")...).stdout
+	remoteEvents := c.must(0, sockArgs("observe", "events", "--json")...).stdout
+	if !strings.Contains(remoteEvents, `"actor": "`+spiffeOperator+`"`) ||
+		!strings.Contains(remoteEvents, fmt.Sprintf(`"actor": "unix:uid:%d"`, os.Getuid())) {
+		t.Fatalf("events lack the actors:\n%s", remoteEvents)
+	}
+	if code := rn.wait(t); code != 0 {
+		t.Fatalf("serve exited %d", code)
+	}
+	if got := c.must(0, local("status", "--json")...).stdout; got != remoteStatus {
+		t.Fatalf("local status differs from the served one:\n%s\n---\n%s", got, remoteStatus)
+	}
+	if got := c.must(0, local("observe", "target", fixtureScope, "--json")...).stdout; got != remoteTarget {
+		t.Fatalf("local target differs:\n%s\n---\n%s", got, remoteTarget)
+	}
+	if got := c.must(0, local("observe", "events", "--json")...).stdout; got != remoteEvents {
+		t.Fatalf("local events differ from the served ones")
+	}
+}

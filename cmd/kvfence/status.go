@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -46,30 +47,38 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("status")
 	cf := commonFlags{name: "status"}
 	cf.register(fs, withDB)
+	var rf remoteFlags
+	rf.register(fs)
 	scope := fs.String("scope", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
+	if err := rf.check(fs, "status"); err != nil {
+		return err
+	}
 	if isSet(fs, "scope") && *scope == "" {
 		return &usageError{msg: "kvfence status: --scope is empty", hint: "kvfence status -h"}
 	}
-	r, err := cf.openObserver()
+	got, err := either(&cf, &rf, false,
+		func(r *kvfence.Receiver) (client.Status, error) {
+			st := client.Status{AuditSeq: r.Head().Seq}
+			var err error
+			if *scope != "" {
+				s, err := r.Status(*scope)
+				st.Scopes = []kvfence.ScopeStatus{s}
+				return st, err
+			}
+			st.Scopes, err = r.Scopes()
+			return st, err
+		},
+		func(cl *client.Client) (client.Status, error) { return cl.Status(ctx, *scope) })
 	if err != nil {
 		return err
 	}
-	defer closeReceiver(r, &err)
-	var scopes []kvfence.ScopeStatus
-	if *scope != "" {
-		st, err := r.Status(*scope)
-		if err != nil {
-			return err
-		}
-		scopes = []kvfence.ScopeStatus{st}
-	} else if scopes, err = r.Scopes(); err != nil {
-		return err
-	}
-	out := statusJSON{Scopes: []scopeStatusJSON{}, AuditSeq: r.Head().Seq, AnchorChecked: cf.anchor != ""}
+	scopes := got.Scopes
+	// A served receiver checked its anchor when it opened.
+	out := statusJSON{Scopes: []scopeStatusJSON{}, AuditSeq: got.AuditSeq, AnchorChecked: cf.anchor != "" || rf.on()}
 	for _, st := range scopes {
 		out.Scopes = append(out.Scopes, scopeStatusOf(st))
 	}
@@ -147,5 +156,5 @@ Arguments:
 
 	--scope S
 	    Show only this scope.
-`+usageDBRead+usageJSON)
+`+usageDBRead+usageServer+usageJSON)
 }
