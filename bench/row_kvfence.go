@@ -26,7 +26,7 @@ type submitCell struct {
 	base int64
 	// executor is the grants' executor; empty means benchExecutor.
 	executor string
-	envs [][]byte
+	envs     [][]byte
 }
 
 func openSubmit(_ context.Context, dir string, _ int) (cell, error) {
