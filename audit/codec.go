@@ -43,6 +43,7 @@ const (
 	keyKind          = "\x64kind"
 	keyNote          = "\x64note"
 	keyPrev          = "\x64prev"
+	keyActor         = "\x65actor"
 	keyEpoch         = "\x65epoch"
 	keyGrant         = "\x65grant"
 	keyScope         = "\x65scope"
@@ -84,7 +85,7 @@ func checkEntry(e *Entry) (int, error) {
 		return 0, fmt.Errorf("%w: value_sha256 is %d bytes, want %d", ErrBadEntry, len(e.ValueSHA256), HashSize)
 	}
 	for i, s := range [...]string{e.Kind, e.Scope, e.Grant, e.Executor, e.Action, e.Outcome,
-		e.Reason, e.Target, e.Decision, e.Note} {
+		e.Reason, e.Target, e.Decision, e.Note, e.Actor} {
 		if !utf8.ValidString(s) {
 			return 0, fmt.Errorf("%w: %s is not valid UTF-8", ErrBadEntry, textFields[i])
 		}
@@ -104,6 +105,7 @@ func entrySize(e *Entry) int {
 	}
 	return 1 + len(keyAt) + headSize(at) + len(keySeq) + headSize(e.Seq) +
 		optSize(keyKind, len(e.Kind)) + optSize(keyNote, len(e.Note)) + optSize(keyPrev, len(e.Prev)) +
+		optSize(keyActor, len(e.Actor)) +
 		optUintSize(keyEpoch, e.Epoch) + optSize(keyGrant, len(e.Grant)) + optSize(keyScope, len(e.Scope)) +
 		optSize(keyAction, len(e.Action)) + optSize(keyReason, len(e.Reason)) + optSize(keyTarget, len(e.Target)) +
 		optSize(keyOutcome, len(e.Outcome)) + optSize(keyDecision, len(e.Decision)) +
@@ -129,13 +131,13 @@ func optUintSize(key string, v uint64) int {
 }
 
 var textFields = [...]string{"kind", "scope", "grant", "executor", "action", "outcome",
-	"reason", "target", "decision", "note"}
+	"reason", "target", "decision", "note", "actor"}
 
 // appendEntry writes the fields in canonical key order; zero optional fields
 // are left out, which is what makes the encoding of an Entry unique.
 func appendEntry(b []byte, e *Entry) []byte {
 	n := uint64(4)
-	for _, s := range [...]string{e.Note, e.Grant, e.Scope, e.Action, e.Reason, e.Target,
+	for _, s := range [...]string{e.Note, e.Actor, e.Grant, e.Scope, e.Action, e.Reason, e.Target,
 		e.Outcome, e.Decision, e.Executor} {
 		if s != "" {
 			n++
@@ -153,6 +155,7 @@ func appendEntry(b []byte, e *Entry) []byte {
 	b = appendText(append(b, keyKind...), e.Kind)
 	b = optText(b, keyNote, e.Note)
 	b = appendBytes(append(b, keyPrev...), e.Prev)
+	b = optText(b, keyActor, e.Actor)
 	b = optUint(b, keyEpoch, e.Epoch)
 	b = optText(b, keyGrant, e.Grant)
 	b = optText(b, keyScope, e.Scope)

@@ -42,6 +42,7 @@
 //	kind            tstr  required  not empty
 //	note            tstr
 //	prev            bstr  required  32 bytes: the hash of entry seq-1
+//	actor           tstr            the administrator who made the change
 //	epoch           uint
 //	grant           tstr
 //	scope           tstr
@@ -57,7 +58,10 @@
 //	request_sha256  bstr  32 bytes
 //
 // A key not marked required is present exactly when its value is not zero or
-// empty, so that an absent field has one spelling. An entry is at most
+// empty, so that an absent field has one spelling. actor names the
+// authenticated administrator (such as "spiffe://example.org/ops/alice" or
+// "unix:uid:1000") on the entry of an administrative change; entries of
+// decisions, and changes made by a caller that named no one, have none. An entry is at most
 // [MaxEntrySize] bytes. The entry with at 0, seq 1, kind "init" and nothing
 // else is these 59 bytes:
 //

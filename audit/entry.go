@@ -39,6 +39,7 @@ type Entry struct {
 	ValueSHA256   []byte `cbor:"value_sha256,omitempty"`   // SHA-256 of the target's new value
 	Decision      string `cbor:"decision,omitempty"`       // decision reference that approved an activation
 	Note          string `cbor:"note,omitempty"`           // free text for what no field holds
+	Actor         string `cbor:"actor,omitempty"`          // administrator who made an administrative change
 }
 
 // HashEntry returns SHA-256("kvfence/audit/v1\n" || raw), the link hash of

@@ -22,7 +22,7 @@ func TestEncodeEntry_CoreDeterministic(t *testing.T) {
 	full := &Entry{Seq: 1<<32 + 5, Prev: make([]byte, 32), At: -1 << 40, Kind: "k", Scope: "s", Epoch: 1 << 20,
 		Grant: "g", Executor: "x", Action: "a", Outcome: "o", Reason: "r", RequestSHA256: make([]byte, 32),
 		Target: "t", RevBefore: 255, RevAfter: 256, ValueSHA256: make([]byte, 32), Decision: "d",
-		Note: strings.Repeat("é", 200)}
+		Note: strings.Repeat("é", 200), Actor: "unix:uid:0"}
 	fullRaw, err := EncodeEntry(full)
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ type EntryJSON struct {
 	ValueSHA256   string  `json:"value_sha256,omitempty"`
 	Decision      string  `json:"decision,omitempty"`
 	Note          string  `json:"note,omitempty"`
+	Actor         string  `json:"actor,omitempty"`
 }
 
 // JSON returns the JSON form of e, whose link hash is hash.
@@ -35,7 +36,7 @@ func (e *Entry) JSON(hash Hash) EntryJSON {
 	out := EntryJSON{Seq: e.Seq, Hash: hex.EncodeToString(hash[:]), Prev: hex.EncodeToString(e.Prev),
 		Kind: e.Kind, Scope: e.Scope, Epoch: e.Epoch, Grant: e.Grant, Executor: e.Executor, Action: e.Action,
 		Outcome: e.Outcome, Reason: e.Reason, Target: e.Target, RevBefore: e.RevBefore, RevAfter: e.RevAfter,
-		Decision: e.Decision, Note: e.Note}
+		Decision: e.Decision, Note: e.Note, Actor: e.Actor}
 	if e.At != 0 {
 		at := time.Unix(0, e.At).UTC().Format(time.RFC3339Nano)
 		out.At = &at

@@ -19,6 +19,7 @@ const (
 	RowBoltBatch      = "bbolt_batch"
 	RowBoltNoSync     = "bbolt_nosync_not_durable"
 	RowSubmit         = "kvfence_submit"
+	RowSubmitHTTPS    = "kvfence_submit_https"
 	RowDenied         = "kvfence_denied"
 	RowLifecycle      = "kvfence_lifecycle"
 	RowSQLite         = "sqlite_fenced"
@@ -156,6 +157,7 @@ var rows = []row{
 		return openBolt(dir, boltNoSync)
 	}},
 	{RowSubmit, true, openSubmit},
+	{RowSubmitHTTPS, true, openSubmitHTTPS},
 	{RowDenied, true, openDenied},
 	{RowLifecycle, true, openLifecycle},
 	{RowSQLite, true, func(ctx context.Context, dir string, _ int) (cell, error) {

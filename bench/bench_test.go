@@ -32,6 +32,7 @@ func TestRun(t *testing.T) {
 		RowBoltBatch:      {0.01, 2.5},
 		RowBoltNoSync:     {0, 0},
 		RowSubmit:         {0.01, 4.5},
+		RowSubmitHTTPS:    {0.01, 4.5},
 		RowDenied:         {0.01, 4.5},
 		RowLifecycle:      {0.03, 12.5},
 		RowSQLite:         {0.01, 1.5},

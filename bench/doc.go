@@ -13,6 +13,7 @@
 //	bbolt_batch                     the same put through bbolt's DB.Batch with its defaults
 //	bbolt_nosync_not_durable        the same put per Update with NoSync: a CPU-only reference, not durable
 //	kvfence_submit                  Receiver.Submit of a distinct, applied, fenced write, file anchor included
+//	kvfence_submit_https            the same write through client.Submit over loopback mTLS to server/, connections reused
 //	kvfence_denied                  Receiver.Submit of a stale envelope: denied, and still recorded in the audit chain
 //	kvfence_lifecycle               Activate, Submit and Hold of one action: three commits per op
 //	sqlite_fenced                   the same fenced transaction on SQLite, WAL mode, synchronous=FULL

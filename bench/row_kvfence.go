@@ -24,7 +24,9 @@ type submitCell struct {
 	scopes, active int
 	// base is the number of the operation envs[0] is for.
 	base int64
-	envs [][]byte
+	// executor is the grants' executor; empty means benchExecutor.
+	executor string
+	envs     [][]byte
 }
 
 func openSubmit(_ context.Context, dir string, _ int) (cell, error) {
@@ -50,7 +52,11 @@ func (c *submitCell) prepare(ctx context.Context, from, n int64) error {
 		}
 		for k := range envs {
 			op := from + int64(k)
-			env, err := activateWrite(ctx, a, k, fmt.Sprintf("op-%d", op), benchExecutor, op)
+			executor := c.executor
+			if executor == "" {
+				executor = benchExecutor
+			}
+			env, err := activateWrite(ctx, a, k, fmt.Sprintf("op-%d", op), executor, op)
 			if err != nil {
 				return err
 			}

@@ -16,6 +16,8 @@ import (
 // Submit.
 type Admin struct {
 	r *Receiver
+	// actor is recorded on every change's audit entry; see As.
+	actor string
 }
 
 // Admin returns the receiver's administrative handle.
@@ -24,6 +26,9 @@ func (r *Receiver) Admin() *Admin { return &Admin{r: r} }
 // CreateScope creates a protected scope at epoch 1, held, with no active
 // grant.
 func (a *Admin) CreateScope(ctx context.Context, scope string) error {
+	if err := a.checkActor(); err != nil {
+		return err
+	}
 	if err := checkName("scope", scope); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
@@ -45,13 +50,16 @@ func (a *Admin) CreateScope(ctx context.Context, scope string) error {
 		if err := w.raiseEpochHighWater(1); err != nil {
 			return err
 		}
-		_, err = w.appendAudit(&audit.Entry{Kind: KindScopeCreated, Scope: scope, Epoch: 1})
+		_, err = w.appendAudit(&audit.Entry{Kind: KindScopeCreated, Scope: scope, Epoch: 1, Actor: a.actor})
 		return err
 	})
 }
 
 // CreateTarget creates a target in an existing scope at revision 1.
 func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []byte) error {
+	if err := a.checkActor(); err != nil {
+		return err
+	}
 	if err := checkName("scope", scope); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
@@ -84,7 +92,7 @@ func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []
 		}
 		sum := sha256.Sum256(value)
 		_, err = w.appendAudit(&audit.Entry{Kind: KindTargetCreated, Scope: scope, Epoch: c.Epoch,
-			Target: target, RevAfter: 1, ValueSHA256: sum[:]})
+			Target: target, RevAfter: 1, ValueSHA256: sum[:], Actor: a.actor})
 		return err
 	})
 }
@@ -116,6 +124,9 @@ const DefaultGrantTTL = 15 * time.Minute
 // Activate mints a grant for a held scope at its current epoch and opens the
 // scope with it. It never advances the epoch.
 func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error) {
+	if err := a.checkActor(); err != nil {
+		return Grant{}, err
+	}
 	for _, f := range []struct{ name, val string }{
 		{"scope", req.Scope}, {"executor", req.Executor}, {"claim", req.Claim},
 	} {
@@ -202,7 +213,7 @@ func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error
 		}
 		seq, err := w.appendAudit(&audit.Entry{Kind: KindActivate, Scope: req.Scope, Epoch: c.Epoch,
 			Grant: id, Executor: req.Executor, Action: parsed.Action, RequestSHA256: digest[:],
-			Target: parsed.Target, Decision: req.Decision, Note: "claim " + req.Claim})
+			Target: parsed.Target, Decision: req.Decision, Note: "claim " + req.Claim, Actor: a.actor})
 		if err != nil {
 			return Grant{}, err
 		}
@@ -224,6 +235,9 @@ type HoldRequest struct {
 // with ErrEpochExhausted.
 func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 	requested := a.r.opts.Now()
+	if err := a.checkActor(); err != nil {
+		return HoldResult{}, err
+	}
 	if len(req.Scopes) == 0 {
 		return HoldResult{}, fmt.Errorf("%w: no scope to hold", ErrInvalidArgument)
 	}
@@ -268,7 +282,7 @@ func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 			}
 			seq, err := w.appendAudit(&audit.Entry{Kind: KindHold, Scope: s, Epoch: c.Epoch,
 				Note: fmt.Sprintf("previous epoch %d; requested %s; reason: %s", prev,
-					requested.UTC().Format(time.RFC3339Nano), req.Reason)})
+					requested.UTC().Format(time.RFC3339Nano), req.Reason), Actor: a.actor})
 			if err != nil {
 				return HoldResult{}, err
 			}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 	bolt "go.etcd.io/bbolt"
@@ -239,6 +240,7 @@ func (r *Receiver) run(batch []*call) (err error) {
 	var w *wtx
 	var sc audit.SignedCheckpoint
 	committed := false
+	start := time.Now()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
@@ -289,7 +291,9 @@ func (r *Receiver) run(batch []*call) (err error) {
 	committed = true
 	r.head, r.state, r.stateSum = w.chain.Head(), w.state, w.stateSum
 	r.queue.commits.Add(1)
+	stats := r.commitStats(batch)
 	if r.opts.Anchor == nil {
+		r.observe(stats, start, nil)
 		return nil
 	}
 	// Acknowledge only once the anchor covers the commit. If this write
@@ -303,10 +307,12 @@ func (r *Receiver) run(batch []*call) (err error) {
 		if cur, lerr := r.opts.Anchor.Load(); lerr == nil && cur == sc {
 			r.anchor = sc
 		}
+		r.observe(stats, start, err)
 		r.notAcknowledged(batch, err)
 		return nil
 	}
 	r.anchor = sc
+	r.observe(stats, start, nil)
 	return nil
 }
 

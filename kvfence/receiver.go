@@ -66,6 +66,9 @@ type Options struct {
 	// (up to 1024 calls; about 1 KiB of pages per denial, and an applied
 	// write's new value and receipt).
 	Reserve int64
+	// Observer, if set, is told about every committed write transaction
+	// (its calls, decisions, duration and anchor write), for metrics.
+	Observer Observer
 	// NoSync skips fsync on commit. It is for benchmarks that label their
 	// results as not durable; a receiver in service must never set it.
 	NoSync bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -31,6 +32,8 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("activate")
 	cf := commonFlags{name: "activate"}
 	cf.register(fs, withDB|withKey)
+	var rf remoteFlags
+	rf.register(fs)
 	scope := fs.String("scope", "", "")
 	executor := fs.String("executor", "", "")
 	claim := fs.String("claim", "", "")
@@ -42,8 +45,13 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
-	if err := cf.requireWriter(); err != nil {
+	if err := rf.check(fs, "activate"); err != nil {
 		return err
+	}
+	if !rf.on() {
+		if err := cf.requireWriter(); err != nil {
+			return err
+		}
 	}
 	if err := require("activate", [2]string{"scope", *scope}, [2]string{"executor", *executor},
 		[2]string{"claim", *claim}, [2]string{"request", *request}); err != nil {
@@ -59,13 +67,14 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return fmt.Errorf("read --request: %w", err)
 	}
-	r, err := cf.openWriter(c.m.warn)
-	if err != nil {
-		return err
-	}
-	defer closeReceiver(r, &err)
-	g, err := r.Admin().Activate(ctx, kvfence.ActivateRequest{Scope: *scope, Executor: *executor, Claim: *claim,
-		Request: reqBytes, Epoch: *epoch, TTL: *ttl, Decision: *decision})
+	req := kvfence.ActivateRequest{Scope: *scope, Executor: *executor, Claim: *claim,
+		Request: reqBytes, Epoch: *epoch, TTL: *ttl, Decision: *decision}
+	g, err := either(&cf, &rf, true, c.m.warn,
+		func(r *kvfence.Receiver) (kvfence.Grant, error) { return localAdmin(r).Activate(ctx, req) },
+		func(cl *client.Client) (kvfence.Grant, error) {
+			a, err := cl.Activate(ctx, req)
+			return a.Grant, err
+		})
 	if err != nil {
 		return err
 	}
@@ -118,5 +127,5 @@ Arguments:
 	--epoch N
 	    Refuse unless the scope is at epoch N: a compare-and-swap against
 	    a hold the approver did not see.
-`+usageKey+usageDB+usageJSON)
+`+usageKey+usageDB+usageServer+usageJSON)
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 	"github.com/kvfence/kvfence/ledger"
@@ -38,7 +39,7 @@ func exitCode(err error) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
-	case kvfence.IsIntegrityError(err):
+	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity):
 		return ExitIntegrity
 	case errors.As(err, &we):
 		return ExitWarning

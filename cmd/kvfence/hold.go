@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -38,6 +39,8 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("hold")
 	cf := commonFlags{name: "hold"}
 	cf.register(fs, withDB|withKey)
+	var rf remoteFlags
+	rf.register(fs)
 	var scopes stringList
 	fs.Var(&scopes, "scope", "")
 	reason := fs.String("reason", "", "")
@@ -45,8 +48,13 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
-	if err := cf.requireWriter(); err != nil {
+	if err := rf.check(fs, "hold"); err != nil {
 		return err
+	}
+	if !rf.on() {
+		if err := cf.requireWriter(); err != nil {
+			return err
+		}
 	}
 	if len(scopes) == 0 {
 		return missingFlag("hold", "scope", "")
@@ -54,12 +62,10 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 	if err := require("hold", [2]string{"reason", *reason}); err != nil {
 		return err
 	}
-	r, err := cf.openWriter(c.m.warn)
-	if err != nil {
-		return err
-	}
-	defer closeReceiver(r, &err)
-	res, err := r.Admin().Hold(ctx, kvfence.HoldRequest{Scopes: scopes, Reason: *reason})
+	req := kvfence.HoldRequest{Scopes: scopes, Reason: *reason}
+	res, err := either(&cf, &rf, true, c.m.warn,
+		func(r *kvfence.Receiver) (kvfence.HoldResult, error) { return localAdmin(r).Hold(ctx, req) },
+		func(cl *client.Client) (kvfence.HoldResult, error) { return cl.Hold(ctx, req) })
 	if err != nil {
 		return err
 	}
@@ -100,5 +106,5 @@ Arguments:
 	    A scope to hold; repeat for several.
 	--reason R
 	    Why, recorded in the audit chain.
-`+usageKey+usageDB+usageJSON)
+`+usageKey+usageDB+usageServer+usageJSON)
 }

@@ -42,6 +42,15 @@
 //	ledger          init, approve, claim, heartbeat, dispatch, finish,
 //	                takeover, reconcile, show
 //
+// Serving (DESIGN §12):
+//
+//	serve           run the receiver as a service: workers submit over mTLS
+//	                (identity: the client certificate's SPIFFE ID),
+//	                administrators over mTLS or a unix socket (SO_PEERCRED),
+//	                Prometheus metrics on their own listener
+//	cert            make a test CA, a server certificate and SPIFFE-ID
+//	                client certificates for trying serve
+//
 // Demonstration and measurement:
 //
 //	lab             the fencing lab, in real processes, with its evidence
@@ -107,12 +116,13 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/kvfence/kvfence/lab"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}.Run(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
@@ -130,6 +140,9 @@ type Main struct {
 	// Getenv looks up the environment fallbacks (KVFENCE_DB, ...). Nil
 	// means an empty environment.
 	Getenv func(string) string
+	// Hangup, when set, stands in for SIGHUP for serve: each value
+	// received reloads its certificates. Nil means SIGHUP itself.
+	Hangup <-chan os.Signal
 }
 
 // warn prints a warning that does not stop the command, such as a damaged
@@ -236,6 +249,10 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &LedgerCommand{m}, args, nil
 	case "lab":
 		return &LabCommand{m}, args, nil
+	case "serve":
+		return &ServeCommand{m}, args, nil
+	case "cert":
+		return &CertCommand{m}, args, nil
 	case "bench":
 		return &BenchCommand{m}, args, nil
 	case lab.WorkerCommand:

@@ -123,6 +123,9 @@ var (
 	reTime = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`)
 	reHash = regexp.MustCompile(`"(hash|prev|head|anchor_head)": "[0-9a-f]{64}"`)
 	reKey  = regexp.MustCompile(`ssh-ed25519 [A-Za-z0-9+/=]+`)
+	// reUID is the invoking user that local administrative commands
+	// record as their actor.
+	reUID = regexp.MustCompile(`unix:uid:\d+`)
 	// reAnyHash and reFingerprint are for outputs that carry chain hashes
 	// and key fingerprints in free text (details, tables).
 	reAnyHash     = regexp.MustCompile(`\b[0-9a-f]{64}\b`)
@@ -138,6 +141,7 @@ func (c *cli) mask(s string, grants map[string]string) string {
 	s = strings.ReplaceAll(s, c.dir, "$DIR")
 	s = reTime.ReplaceAllString(s, "TIME")
 	s = reHash.ReplaceAllString(s, `"$1": "HASH"`)
+	s = reUID.ReplaceAllString(s, "unix:uid:UID")
 	return reKey.ReplaceAllString(s, "ssh-ed25519 KEY")
 }
 

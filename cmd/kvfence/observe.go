@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -75,6 +76,8 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 	fs := newFlagSet("observe target")
 	cf := commonFlags{name: "observe target"}
 	cf.register(fs, withDB)
+	var rf remoteFlags
+	rf.register(fs)
 	// The target's name is positional and flags may follow it.
 	var names []string
 	for {
@@ -95,12 +98,12 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 		return &usageError{msg: "kvfence observe target: exactly one target name is required", hint: "kvfence observe -h"}
 	}
 	cf.resolve(fs, c.m.Getenv)
-	r, err := cf.openObserver(c.m.warn)
-	if err != nil {
+	if err := rf.check(fs, "observe target"); err != nil {
 		return err
 	}
-	defer closeReceiver(r, &err)
-	t, err := r.Target(names[0])
+	t, err := either(&cf, &rf, false, c.m.warn,
+		func(r *kvfence.Receiver) (kvfence.Target, error) { return r.Target(names[0]) },
+		func(cl *client.Client) (kvfence.Target, error) { return cl.Target(ctx, names[0]) })
 	if err != nil {
 		return err
 	}
@@ -134,21 +137,23 @@ func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error)
 	fs := newFlagSet("observe receipt")
 	cf := commonFlags{name: "observe receipt"}
 	cf.register(fs, withDB)
+	var rf remoteFlags
+	rf.register(fs)
 	scope := fs.String("scope", "", "")
 	action := fs.String("action", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
+	if err := rf.check(fs, "observe receipt"); err != nil {
+		return err
+	}
 	if err := require("observe receipt", [2]string{"scope", *scope}, [2]string{"action", *action}); err != nil {
 		return err
 	}
-	r, err := cf.openObserver(c.m.warn)
-	if err != nil {
-		return err
-	}
-	defer closeReceiver(r, &err)
-	rc, err := r.Receipt(*scope, *action)
+	rc, err := either(&cf, &rf, false, c.m.warn,
+		func(r *kvfence.Receiver) (kvfence.Receipt, error) { return r.Receipt(*scope, *action) },
+		func(cl *client.Client) (kvfence.Receipt, error) { return cl.Receipt(ctx, *scope, *action) })
 	if err != nil {
 		return err
 	}
@@ -174,16 +179,16 @@ func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) 
 	fs := newFlagSet("observe events")
 	cf := commonFlags{name: "observe events"}
 	cf.register(fs, withDB)
+	var rf remoteFlags
+	rf.register(fs)
 	since := fs.Uint64("since", 0, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
-	r, err := cf.openObserver(c.m.warn)
-	if err != nil {
+	if err := rf.check(fs, "observe events"); err != nil {
 		return err
 	}
-	defer closeReceiver(r, &err)
 	var p eventPrinter
 	if cf.json {
 		p = newJSONEvents(c.m.Stdout)
@@ -191,13 +196,16 @@ func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) 
 		p = newTextEvents(c.m.Stdout)
 	}
 	var werr error
-	if err := r.Events(*since, func(ev kvfence.Event) bool {
+	each := func(ev kvfence.Event) bool {
 		if werr = ctx.Err(); werr != nil {
 			return false
 		}
 		werr = p.event(eventOf(ev))
 		return werr == nil
-	}); err != nil {
+	}
+	if _, err := either(&cf, &rf, false, c.m.warn,
+		func(r *kvfence.Receiver) (struct{}, error) { return struct{}{}, r.Events(*since, each) },
+		func(cl *client.Client) (struct{}, error) { return struct{}{}, cl.Events(ctx, *since, each) }); err != nil {
 		return err
 	}
 	if werr != nil {
@@ -291,6 +299,7 @@ func (t *textEvents) event(e eventJSON) error {
 	addN("rev_before", e.RevBefore)
 	addN("rev_after", e.RevAfter)
 	add("decision", e.Decision)
+	add("actor", e.Actor)
 	add("note", e.Note)
 	_, err := fmt.Fprintf(t.tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, at, e.Kind, orDash(e.Scope), epoch, strings.Join(d, " "))
 	return err
@@ -331,5 +340,5 @@ Arguments:
 	    The receipt's scope and logical action id.
 	--since SEQ
 	    The first audit seq to print.
-`+usageDBRead+usageJSON)
+`+usageDBRead+usageServer+usageJSON)
 }

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+
+	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/kvfence"
 )
 
 // ScopeCreateCommand creates a protected scope at epoch 1, held, with no
@@ -22,26 +25,32 @@ func (c *ScopeCreateCommand) Run(ctx context.Context, args []string) (err error)
 	fs := newFlagSet("scope create")
 	cf := commonFlags{name: "scope create"}
 	cf.register(fs, withDB|withKey)
+	var rf remoteFlags
+	rf.register(fs)
 	scope := fs.String("scope", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
-	if err := cf.requireWriter(); err != nil {
+	if err := rf.check(fs, "scope create"); err != nil {
 		return err
+	}
+	if !rf.on() {
+		if err := cf.requireWriter(); err != nil {
+			return err
+		}
 	}
 	if err := require("scope create", [2]string{"scope", *scope}); err != nil {
 		return err
 	}
-	r, err := cf.openWriter(c.m.warn)
-	if err != nil {
-		return err
-	}
-	defer closeReceiver(r, &err)
-	if err := r.Admin().CreateScope(ctx, *scope); err != nil {
-		return err
-	}
-	st, err := r.Status(*scope)
+	st, err := either(&cf, &rf, true, c.m.warn,
+		func(r *kvfence.Receiver) (kvfence.ScopeStatus, error) {
+			if err := localAdmin(r).CreateScope(ctx, *scope); err != nil {
+				return kvfence.ScopeStatus{}, err
+			}
+			return r.Status(*scope)
+		},
+		func(cl *client.Client) (kvfence.ScopeStatus, error) { return cl.CreateScope(ctx, *scope) })
 	if err != nil {
 		return err
 	}
@@ -68,5 +77,5 @@ Arguments:
 
 	--scope S
 	    The scope's name, e.g. configmap/prod/backup-policy.
-`+usageKey+usageDB+usageJSON)
+`+usageKey+usageDB+usageServer+usageJSON)
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/kvfence/kvfence/audit"
 	"sort"
 	"strings"
 
+	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -48,31 +50,41 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("status")
 	cf := commonFlags{name: "status"}
 	cf.register(fs, withDB)
+	var rf remoteFlags
+	rf.register(fs)
 	scope := fs.String("scope", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
+	if err := rf.check(fs, "status"); err != nil {
+		return err
+	}
 	if isSet(fs, "scope") && *scope == "" {
 		return &usageError{msg: "kvfence status: --scope is empty", hint: "kvfence status -h"}
 	}
-	r, err := cf.openObserver(c.m.warn)
+	var damage *audit.SlotDamage
+	got, err := either(&cf, &rf, false, c.m.warn,
+		func(r *kvfence.Receiver) (client.Status, error) {
+			st := client.Status{AuditSeq: r.Head().Seq}
+			damage = r.AnchorDamage()
+			var err error
+			if *scope != "" {
+				s, err := r.Status(*scope)
+				st.Scopes = []kvfence.ScopeStatus{s}
+				return st, err
+			}
+			st.Scopes, err = r.Scopes()
+			return st, err
+		},
+		func(cl *client.Client) (client.Status, error) { return cl.Status(ctx, *scope) })
 	if err != nil {
 		return err
 	}
-	defer closeReceiver(r, &err)
-	var scopes []kvfence.ScopeStatus
-	if *scope != "" {
-		st, err := r.Status(*scope)
-		if err != nil {
-			return err
-		}
-		scopes = []kvfence.ScopeStatus{st}
-	} else if scopes, err = r.Scopes(); err != nil {
-		return err
-	}
-	out := statusJSON{Scopes: []scopeStatusJSON{}, AuditSeq: r.Head().Seq, AnchorChecked: cf.anchor != "",
-		AnchorDamage: anchorDamageOf(r.AnchorDamage())}
+	scopes := got.Scopes
+	// A served receiver checked its anchor when it opened.
+	out := statusJSON{Scopes: []scopeStatusJSON{}, AuditSeq: got.AuditSeq, AnchorChecked: cf.anchor != "" || rf.on(),
+		AnchorDamage: anchorDamageOf(damage)}
 	for _, st := range scopes {
 		out.Scopes = append(out.Scopes, scopeStatusOf(st))
 	}
@@ -104,7 +116,7 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 	} else {
 		fmt.Fprintf(tw, "anchor\tnot checked (no --anchor)\n")
 	}
-	if d := r.AnchorDamage(); d != nil {
+	if d := damage; d != nil {
 		fmt.Fprintf(tw, "anchor damage\t%v\n", d)
 	}
 	return tw.Flush()
@@ -155,5 +167,5 @@ Arguments:
 
 	--scope S
 	    Show only this scope.
-`+usageDBRead+usageJSON)
+`+usageDBRead+usageServer+usageJSON)
 }

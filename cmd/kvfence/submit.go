@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -34,28 +35,40 @@ func (c *SubmitCommand) Run(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("submit")
 	cf := commonFlags{name: "submit"}
 	cf.register(fs, withDB|withKey)
+	var rf remoteFlags
+	rf.register(fs)
 	as := fs.String("as", "", "")
 	envelope := fs.String("envelope", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
-	if err := cf.requireWriter(); err != nil {
+	if err := rf.check(fs, "submit"); err != nil {
 		return err
 	}
-	if err := require("submit", [2]string{"as", *as}, [2]string{"envelope", *envelope}); err != nil {
+	if rf.on() {
+		if isSet(fs, "as") {
+			return &usageError{msg: "kvfence submit: --as does not go with --server: the identity is your certificate's",
+				hint: "drop --as; pass the worker's certificate as --tls-cert and --tls-key"}
+		}
+	} else {
+		if err := cf.requireWriter(); err != nil {
+			return err
+		}
+		if err := require("submit", [2]string{"as", *as}); err != nil {
+			return err
+		}
+	}
+	if err := require("submit", [2]string{"envelope", *envelope}); err != nil {
 		return err
 	}
 	env, err := c.m.readInput(*envelope)
 	if err != nil {
 		return fmt.Errorf("read --envelope: %w", err)
 	}
-	r, err := cf.openWriter(c.m.warn)
-	if err != nil {
-		return err
-	}
-	defer closeReceiver(r, &err)
-	res, err := r.Submit(ctx, *as, env)
+	res, err := either(&cf, &rf, true, c.m.warn,
+		func(r *kvfence.Receiver) (kvfence.Result, error) { return r.Submit(ctx, *as, env) },
+		func(cl *client.Client) (kvfence.Result, error) { return cl.Submit(ctx, env) })
 	if err != nil {
 		return err
 	}
@@ -121,5 +134,5 @@ Arguments:
 	    The worker identity submitting the envelope.
 	--envelope ENV.cbor
 	    The envelope (from "kvfence envelope build"; "-" for stdin).
-`+usageKey+usageDB+usageJSON)
+`+usageKey+usageDB+usageServer+usageJSON)
 }

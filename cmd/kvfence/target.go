@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+
+	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/kvfence"
 )
 
 // TargetCreateCommand creates a target in an existing scope at revision 1.
@@ -24,6 +27,8 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 	fs := newFlagSet("target create")
 	cf := commonFlags{name: "target create"}
 	cf.register(fs, withDB|withKey)
+	var rf remoteFlags
+	rf.register(fs)
 	scope := fs.String("scope", "", "")
 	target := fs.String("target", "", "")
 	value := fs.String("value", "", "")
@@ -32,8 +37,13 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
-	if err := cf.requireWriter(); err != nil {
+	if err := rf.check(fs, "target create"); err != nil {
 		return err
+	}
+	if !rf.on() {
+		if err := cf.requireWriter(); err != nil {
+			return err
+		}
 	}
 	if err := require("target create", [2]string{"scope", *scope}, [2]string{"target", *target}); err != nil {
 		return err
@@ -51,15 +61,14 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 	default:
 		return &usageError{msg: "kvfence target create: one of --value or --value-file is required", hint: "kvfence target create -h"}
 	}
-	r, err := cf.openWriter(c.m.warn)
-	if err != nil {
-		return err
-	}
-	defer closeReceiver(r, &err)
-	if err := r.Admin().CreateTarget(ctx, *scope, *target, v); err != nil {
-		return err
-	}
-	t, err := r.Target(*target)
+	t, err := either(&cf, &rf, true, c.m.warn,
+		func(r *kvfence.Receiver) (kvfence.Target, error) {
+			if err := localAdmin(r).CreateTarget(ctx, *scope, *target, v); err != nil {
+				return kvfence.Target{}, err
+			}
+			return r.Target(*target)
+		},
+		func(cl *client.Client) (kvfence.Target, error) { return cl.CreateTarget(ctx, *scope, *target, v) })
 	if err != nil {
 		return err
 	}
@@ -93,5 +102,5 @@ Arguments:
 	    The initial value, as given.
 	--value-file F
 	    Read the initial value from F, byte for byte ("-" for stdin).
-`+usageKey+usageDB+usageJSON)
+`+usageKey+usageDB+usageServer+usageJSON)
 }

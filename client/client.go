@@ -1,0 +1,440 @@
+// Package client is the Go client of a served kvfence receiver (DESIGN
+// §12): workers submit envelopes with it and operators administer the
+// receiver with it, over mTLS or the local admin socket. Calls return
+// kvfence's own types and, where an error corresponds to one of kvfence's
+// sentinels, an error that errors.Is matches to it (ErrStorageBusy for 503
+// storage_busy, ErrUnknownScope, ErrNotAcknowledged, ...), so that code
+// written against an embedded receiver reads the same against a served one.
+//
+// The client never tells the receiver who it is: the receiver takes the
+// identity from the channel, the client certificate's SPIFFE ID or the
+// socket's peer credentials.
+//
+// A worker is handed an Assignment (what Activate returned, with the
+// request bytes), and submits it with SubmitAssignment, or builds the
+// envelope with Assignment.Envelope: it never copies the scope, epoch,
+// grant, executor and claim by hand.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvfence/kvfence/internal/api"
+	"github.com/kvfence/kvfence/kvfence"
+)
+
+// Errors for answers that are not one of kvfence's sentinels. A *Error
+// unwraps to one of these or to a kvfence sentinel.
+var (
+	// ErrUnauthenticated means the receiver found no usable identity on the
+	// channel (401): no SPIFFE ID, or more than one.
+	ErrUnauthenticated = errors.New("client: the receiver found no usable identity on the connection")
+	// ErrForbidden means the identity may not make this call (403): a
+	// worker at an administrative endpoint, or a uid not on the socket's
+	// allow-list.
+	ErrForbidden = errors.New("client: the receiver refused this identity for this call")
+	// ErrTooLarge means the request was over the receiver's size limit
+	// (413); nothing was decided or recorded.
+	ErrTooLarge = errors.New("client: request over the receiver's size limit")
+	// ErrBadRequest means the receiver could not parse the request (400,
+	// 404, 405, 415).
+	ErrBadRequest = errors.New("client: the receiver could not parse the request")
+	// ErrIntegrity means the receiver met an integrity problem (a rollback,
+	// a fork, a moved anchor) while serving the call.
+	ErrIntegrity = errors.New("client: integrity problem at the receiver")
+	// ErrServer means the receiver failed (500); its log has the detail.
+	// A fault is never a decision: nothing was applied on its account.
+	ErrServer = errors.New("client: receiver fault")
+	// ErrProtocol means the answer was not what the API defines.
+	ErrProtocol = errors.New("client: unexpected answer from the receiver")
+)
+
+// Error is an error answer from the receiver.
+type Error struct {
+	Status  int    // the HTTP status
+	Code    string // the stable error code
+	Message string // for people
+	err     error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s (HTTP %d %s)", e.Message, e.Status, e.Code)
+}
+
+// Unwrap returns the sentinel the answer's code stands for.
+func (e *Error) Unwrap() error { return e.err }
+
+// Client talks to one served receiver. It keeps connections open between
+// calls and is safe for concurrent use.
+type Client struct {
+	base string
+	hc   *http.Client
+}
+
+// New returns a client for the receiver at rawURL: "https://HOST:PORT",
+// with tlsConfig carrying the client certificate and the CA that issued
+// the receiver's certificate, or "unix:///PATH" for the local admin socket
+// (tlsConfig is then ignored). Plain http is refused: the receiver takes
+// the caller's identity from the channel, and plain TCP carries none.
+func New(rawURL string, tlsConfig *tls.Config) (*Client, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	tr := &http.Transport{
+		// Workers submit concurrently; each keeps its connection.
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}
+	c := &Client{hc: &http.Client{Transport: tr}}
+	switch u.Scheme {
+	case "https":
+		if tlsConfig == nil {
+			return nil, errors.New("client: an https receiver needs a TLS configuration with a client certificate")
+		}
+		if u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return nil, fmt.Errorf("client: %q: want https://HOST:PORT", rawURL)
+		}
+		tr.TLSClientConfig = tlsConfig.Clone()
+		c.base = "https://" + u.Host
+	case "unix":
+		if u.Host != "" || u.Path == "" {
+			return nil, fmt.Errorf("client: %q: want unix:///PATH", rawURL)
+		}
+		path := u.Path
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}
+		// The host is a placeholder: every connection goes to the socket.
+		c.base = "http://kvfence-admin"
+	default:
+		return nil, fmt.Errorf("client: %q: the scheme must be https or unix", rawURL)
+	}
+	return c, nil
+}
+
+// Close closes the client's idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// maxAnswer bounds an answer's body: the largest is a page of events.
+const maxAnswer = 64 << 20
+
+// call sends one request and decodes a 2xx answer into out. An error
+// answer becomes an *Error; for submit, okStatus lists the statuses whose
+// body is a result (403 is a denial there).
+func (c *Client) call(ctx context.Context, method, path, ctype string, body []byte, out any, okStatus ...int) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	req.Header.Set("Accept", api.ContentJSON)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	// The whole body is read so that the connection can be reused.
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
+	}
+	if len(raw) > maxAnswer {
+		return fmt.Errorf("%w: %s %s: answer over %d bytes", ErrProtocol, method, path, maxAnswer)
+	}
+	ok := resp.StatusCode == http.StatusOK
+	for _, s := range okStatus {
+		ok = ok || resp.StatusCode == s
+	}
+	if ok {
+		var probe struct {
+			Error *api.ErrorBody `json:"error"`
+		}
+		if json.Unmarshal(raw, &probe) == nil && probe.Error != nil {
+			return errorOf(resp.StatusCode, *probe.Error)
+		}
+		if err := json.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("%w: %s %s: %v", ErrProtocol, method, path, err)
+		}
+		return nil
+	}
+	var e api.Error
+	if err := json.Unmarshal(raw, &e); err != nil || e.Error.Code == "" {
+		return &Error{Status: resp.StatusCode, Code: "", Message: strings.TrimSpace(string(raw)), err: statusErr(resp.StatusCode)}
+	}
+	return errorOf(resp.StatusCode, e.Error)
+}
+
+// errorOf maps an error answer to its sentinel.
+func errorOf(status int, b api.ErrorBody) error {
+	e := &Error{Status: status, Code: b.Code, Message: b.Message}
+	if s, ok := api.SentinelByCode(b.Code); ok {
+		e.err = s.Err
+		return e
+	}
+	switch b.Code {
+	case api.CodeUnauthenticated:
+		e.err = ErrUnauthenticated
+	case api.CodeForbidden:
+		e.err = ErrForbidden
+	case api.CodeTooLarge:
+		e.err = ErrTooLarge
+	case api.CodeIntegrity:
+		e.err = ErrIntegrity
+	case api.CodeCanceled:
+		e.err = context.Canceled
+	default:
+		e.err = statusErr(status)
+	}
+	return e
+}
+
+func statusErr(status int) error {
+	switch {
+	case status == http.StatusUnauthorized:
+		return ErrUnauthenticated
+	case status == http.StatusForbidden:
+		return ErrForbidden
+	case status == http.StatusRequestEntityTooLarge:
+		return ErrTooLarge
+	case status >= 400 && status < 500:
+		return ErrBadRequest
+	case status >= 500:
+		return ErrServer
+	}
+	return ErrProtocol
+}
+
+func (c *Client) postJSON(ctx context.Context, path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	return c.call(ctx, http.MethodPost, path, api.ContentJSON, body, out)
+}
+
+// Submit sends an envelope and returns the receiver's decision: a denial
+// is a Result with Outcome Denied, not an error. An error means nothing
+// was decided on this call's account, or (ErrNotAcknowledged) that the
+// decision committed unacknowledged; retrying the same envelope is safe
+// either way, as an applied one answers already_applied.
+func (c *Client) Submit(ctx context.Context, envelope []byte) (kvfence.Result, error) {
+	var out api.Submit
+	if err := c.call(ctx, http.MethodPost, api.PathSubmit, api.ContentCBOR, envelope, &out, http.StatusForbidden); err != nil {
+		return kvfence.Result{}, err
+	}
+	res, err := out.Result()
+	if err != nil {
+		return kvfence.Result{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	return res, nil
+}
+
+// SubmitAssignment builds the assignment's envelope and submits it.
+func (c *Client) SubmitAssignment(ctx context.Context, a Assignment) (kvfence.Result, error) {
+	env, err := a.Envelope()
+	if err != nil {
+		return kvfence.Result{}, err
+	}
+	return c.Submit(ctx, env)
+}
+
+// CreateScope creates a protected scope at epoch 1, held, and returns its
+// status as created (scope, epoch, mode, creation time).
+func (c *Client) CreateScope(ctx context.Context, scope string) (kvfence.ScopeStatus, error) {
+	var out api.ScopeCreate
+	if err := c.postJSON(ctx, api.PathScopes, api.ScopeCreateRequest{Scope: scope}, &out); err != nil {
+		return kvfence.ScopeStatus{}, err
+	}
+	created, err := api.ParseTime(out.CreatedAt)
+	if err != nil {
+		return kvfence.ScopeStatus{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	return kvfence.ScopeStatus{Scope: out.Scope, Epoch: out.Epoch, Mode: kvfence.Mode(out.Mode), CreatedAt: created}, nil
+}
+
+// CreateTarget creates a target in an existing scope at revision 1 and
+// returns it, after checking that the receiver stored value's digest.
+func (c *Client) CreateTarget(ctx context.Context, scope, target string, value []byte) (kvfence.Target, error) {
+	if value == nil {
+		value = []byte{}
+	}
+	var out api.TargetCreate
+	if err := c.postJSON(ctx, api.PathTargets, api.TargetCreateRequest{Scope: scope, Target: target, ValueB64: value}, &out); err != nil {
+		return kvfence.Target{}, err
+	}
+	sum := sha256.Sum256(value)
+	if out.ValueSHA256 != fmt.Sprintf("%x", sum) {
+		return kvfence.Target{}, fmt.Errorf("%w: the receiver stored a value with sha256 %s, sent %x", ErrProtocol, out.ValueSHA256, sum)
+	}
+	return kvfence.Target{Name: out.Target, Scope: out.Scope, Revision: out.Revision, Value: value}, nil
+}
+
+// Activation is what Activate returns: the grant, and the request bytes
+// it binds, which together are what a worker needs.
+type Activation struct {
+	kvfence.Grant
+	// Request is the exact request bytes the grant binds.
+	Request []byte
+}
+
+// Assignment returns what the activated worker is handed.
+func (a Activation) Assignment() Assignment {
+	return Assignment{Scope: a.Scope, Epoch: a.Epoch, Grant: a.ID, Executor: a.Executor, Claim: a.Claim,
+		Request: append([]byte(nil), a.Request...)}
+}
+
+// Activate mints a grant for a held scope at its current epoch and opens
+// the scope with it. req.NotBefore and req.NotAfter are not sent: the
+// receiver's clock sets the window, from now for req.TTL (zero: its
+// default). It checks that the grant binds the request bytes it sent.
+func (c *Client) Activate(ctx context.Context, req kvfence.ActivateRequest) (Activation, error) {
+	if !req.NotBefore.IsZero() || !req.NotAfter.IsZero() {
+		return Activation{}, fmt.Errorf("%w: a served receiver sets the window from its own clock; give TTL", kvfence.ErrInvalidArgument)
+	}
+	in := api.ActivateRequest{Scope: req.Scope, Executor: req.Executor, Claim: req.Claim, RequestB64: req.Request,
+		Decision: req.Decision, Epoch: req.Epoch}
+	if req.TTL != 0 {
+		in.TTL = req.TTL.String()
+	}
+	var out api.Activate
+	if err := c.postJSON(ctx, api.PathActivate, in, &out); err != nil {
+		return Activation{}, err
+	}
+	g, err := out.ToGrant()
+	if err != nil {
+		return Activation{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	if g.RequestSHA256 != sha256.Sum256(req.Request) {
+		return Activation{}, fmt.Errorf("%w: the grant binds request sha256 %x, not the bytes sent", ErrProtocol, g.RequestSHA256)
+	}
+	return Activation{Grant: g, Request: append([]byte(nil), req.Request...)}, nil
+}
+
+// Hold advances the epoch of every named scope and holds it, all or none.
+func (c *Client) Hold(ctx context.Context, req kvfence.HoldRequest) (kvfence.HoldResult, error) {
+	var out api.Hold
+	if err := c.postJSON(ctx, api.PathHold, api.HoldRequest{Scopes: req.Scopes, Reason: req.Reason}, &out); err != nil {
+		return kvfence.HoldResult{}, err
+	}
+	res, err := out.Result()
+	if err != nil {
+		return kvfence.HoldResult{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	return res, nil
+}
+
+// Status is the control state of scopes and the audit head's seq read
+// before them.
+type Status struct {
+	Scopes   []kvfence.ScopeStatus
+	AuditSeq uint64
+}
+
+// Status returns the control state of scope, or of every scope when scope
+// is "".
+func (c *Client) Status(ctx context.Context, scope string) (Status, error) {
+	path := api.PathStatus
+	if scope != "" {
+		path += "?scope=" + url.QueryEscape(scope)
+	}
+	var out api.Status
+	if err := c.call(ctx, http.MethodGet, path, "", nil, &out); err != nil {
+		return Status{}, err
+	}
+	st := Status{AuditSeq: out.AuditSeq}
+	for _, s := range out.Scopes {
+		ss, err := s.Status()
+		if err != nil {
+			return Status{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+		}
+		st.Scopes = append(st.Scopes, ss)
+	}
+	return st, nil
+}
+
+// Target returns a target's value and revision.
+func (c *Client) Target(ctx context.Context, name string) (kvfence.Target, error) {
+	var out api.Target
+	if err := c.call(ctx, http.MethodGet, api.PathTarget+"?target="+url.QueryEscape(name), "", nil, &out); err != nil {
+		return kvfence.Target{}, err
+	}
+	return kvfence.Target{Name: out.Target, Scope: out.Scope, Revision: out.Revision, Value: out.ValueB64}, nil
+}
+
+// Receipt returns the receipt of an applied action.
+func (c *Client) Receipt(ctx context.Context, scope, action string) (kvfence.Receipt, error) {
+	var out api.Receipt
+	q := "?scope=" + url.QueryEscape(scope) + "&action=" + url.QueryEscape(action)
+	if err := c.call(ctx, http.MethodGet, api.PathReceipt+q, "", nil, &out); err != nil {
+		return kvfence.Receipt{}, err
+	}
+	rc, err := out.ToReceipt()
+	if err != nil {
+		return kvfence.Receipt{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	return rc, nil
+}
+
+// eventsPage is the page size Events asks for.
+const eventsPage = 1000
+
+// Events calls fn for each audit entry with seq >= since, in order, until
+// fn returns false, reading the chain a page at a time. Each entry is
+// re-encoded and must hash to the hash the receiver sent, and each links
+// to the one before it, so fn sees exactly the chain the receiver holds
+// from the first entry it was sent.
+func (c *Client) Events(ctx context.Context, since uint64, fn func(kvfence.Event) bool) error {
+	var prev *kvfence.Event
+	for {
+		var out api.Events
+		path := api.PathEvents + "?since=" + strconv.FormatUint(since, 10) + "&limit=" + strconv.Itoa(eventsPage)
+		if err := c.call(ctx, http.MethodGet, path, "", nil, &out); err != nil {
+			return err
+		}
+		for _, e := range out.Events {
+			ev, err := api.Event(e)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrProtocol, err)
+			}
+			if ev.Seq < since || (prev != nil && (ev.Seq != prev.Seq+1 || !bytes.Equal(ev.Prev, prev.Hash[:]))) {
+				return fmt.Errorf("%w: entry %d does not follow the entry before it", ErrProtocol, ev.Seq)
+			}
+			prev = &ev
+			if !fn(ev) {
+				return nil
+			}
+		}
+		if len(out.Events) < eventsPage {
+			return nil
+		}
+		since = prev.Seq + 1
+	}
+}
+
+// Healthz reports whether the receiver is serving.
+func (c *Client) Healthz(ctx context.Context) error {
+	var out map[string]any
+	return c.call(ctx, http.MethodGet, api.PathHealthz, "", nil, &out)
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/kvfence"
+)
+
+// remoteFlags are the flags of a command that can talk to a running
+// receiver instead of opening its file (DESIGN §12).
+type remoteFlags struct {
+	server, tlsCert, tlsKey, tlsCA string
+}
+
+func (rf *remoteFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&rf.server, "server", "", "")
+	fs.StringVar(&rf.tlsCert, "tls-cert", "", "")
+	fs.StringVar(&rf.tlsKey, "tls-key", "", "")
+	fs.StringVar(&rf.tlsCA, "tls-ca", "", "")
+}
+
+// on reports whether --server was given.
+func (rf *remoteFlags) on() bool { return rf.server != "" }
+
+// check refuses flags that do not go with the mode: with --server, the
+// file flags (--db, --anchor, --key, --pub, --lock-timeout), since the
+// receiver's files belong to the process serving it; without it, the TLS
+// flags. Their environment fallbacks are ignored with --server.
+func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string) error {
+	if !rf.on() {
+		for _, f := range []string{"tls-cert", "tls-key", "tls-ca"} {
+			if isSet(fs, f) {
+				return &usageError{msg: fmt.Sprintf("kvfence %s: --%s goes with --server", cmd, f), hint: "kvfence " + cmd + " -h"}
+			}
+		}
+		return nil
+	}
+	for _, f := range []string{"db", "anchor", "key", "pub", "lock-timeout"} {
+		if isSet(fs, f) {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --%s does not go with --server: the server opens the receiver", cmd, f),
+				hint: "drop --" + f}
+		}
+	}
+	switch {
+	case strings.HasPrefix(rf.server, "https://"):
+		if rf.tlsCert == "" || rf.tlsKey == "" || rf.tlsCA == "" {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --server https://... needs --tls-cert, --tls-key and --tls-ca", cmd),
+				hint: "kvfence cert -h, to make them"}
+		}
+	case strings.HasPrefix(rf.server, "unix://"):
+		if rf.tlsCert != "" || rf.tlsKey != "" || rf.tlsCA != "" {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --server unix://... takes no TLS flags: the socket identifies you by uid", cmd)}
+		}
+	default:
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --server %q: want https://HOST:PORT or unix:///PATH", cmd, rf.server)}
+	}
+	return nil
+}
+
+// dial returns a client for --server.
+func (rf *remoteFlags) dial() (*client.Client, error) {
+	var cfg *tls.Config
+	if strings.HasPrefix(rf.server, "https://") {
+		cert, err := tls.LoadX509KeyPair(rf.tlsCert, rf.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		pem, err := os.ReadFile(rf.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", rf.tlsCA)
+		}
+		cfg = &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Certificates: []tls.Certificate{cert}}
+	}
+	return client.New(rf.server, cfg)
+}
+
+const usageServer = `	--server URL
+	    Talk to a running "kvfence serve" instead of opening the database:
+	    https://HOST:PORT (with --tls-cert, --tls-key and --tls-ca) or
+	    unix:///PATH (the admin socket). --db, --anchor and --key are then
+	    not taken, and their environment variables are ignored.
+	--tls-cert F, --tls-key F, --tls-ca F
+	    Your client certificate and key, and the CA of the server's
+	    certificate, for --server https://.
+`
+
+// either runs remote against --server when it is given, and otherwise
+// local against the receiver's file, opened for writing or for
+// observation, and closed before it returns.
+func either[T any](cf *commonFlags, rf *remoteFlags, write bool, warn func(string), local func(*kvfence.Receiver) (T, error),
+	remote func(*client.Client) (T, error)) (res T, err error) {
+	if rf.on() {
+		cl, err := rf.dial()
+		if err != nil {
+			return res, err
+		}
+		defer cl.Close()
+		return remote(cl)
+	}
+	var r *kvfence.Receiver
+	if write {
+		r, err = cf.openWriter(warn)
+	} else {
+		r, err = cf.openObserver(warn)
+	}
+	if err != nil {
+		return res, err
+	}
+	defer closeReceiver(r, &err)
+	return local(r)
+}

@@ -1,0 +1,86 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/kvfence/kvfence/kvfence"
+)
+
+// Error is the body of every response that is not a result: {"error":
+// {"code","message"}}. Code is stable; Message is for people.
+type Error struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody is the error itself.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Codes of errors that are not one of kvfence's sentinels.
+const (
+	CodeBadRequest      = "bad_request"
+	CodeUnauthenticated = "unauthenticated"
+	CodeForbidden       = "forbidden"
+	CodeNotFound        = "no_such_endpoint"
+	CodeMethod          = "method_not_allowed"
+	CodeMediaType       = "unsupported_media_type"
+	CodeTooLarge        = "too_large"
+	CodeCanceled        = "canceled"
+	CodeIntegrity       = "integrity"
+	CodeInternal        = "internal"
+)
+
+// Sentinel is one of kvfence's errors as it crosses the wire: its code and
+// HTTP status. The server finds the first entry that an error matches; the
+// client turns the code back into the sentinel, so that errors.Is works on
+// both sides of the connection.
+type Sentinel struct {
+	Code   string
+	Status int
+	Err    error
+}
+
+// Sentinels lists kvfence's errors in the order they are matched. A change
+// that committed but was not acknowledged comes first: whatever caused it,
+// the caller must check the state before repeating the call.
+var Sentinels = []Sentinel{
+	{"not_acknowledged", http.StatusInternalServerError, kvfence.ErrNotAcknowledged},
+	{"storage_busy", http.StatusServiceUnavailable, kvfence.ErrStorageBusy},
+	{"storage_reserve", http.StatusServiceUnavailable, kvfence.ErrStorageReserve},
+	{"closed", http.StatusServiceUnavailable, kvfence.ErrClosed},
+	{"scope_exists", http.StatusConflict, kvfence.ErrScopeExists},
+	{"target_exists", http.StatusConflict, kvfence.ErrTargetExists},
+	{"not_held", http.StatusConflict, kvfence.ErrNotHeld},
+	{"epoch_mismatch", http.StatusConflict, kvfence.ErrEpochMismatch},
+	{"epoch_exhausted", http.StatusConflict, kvfence.ErrEpochExhausted},
+	{"unknown_scope", http.StatusNotFound, kvfence.ErrUnknownScope},
+	{"unknown_target", http.StatusNotFound, kvfence.ErrUnknownTarget},
+	{"not_found", http.StatusNotFound, kvfence.ErrNotFound},
+	{"invalid_window", http.StatusBadRequest, kvfence.ErrInvalidWindow},
+	{"malformed_request", http.StatusBadRequest, kvfence.ErrMalformedRequest},
+	{"invalid_argument", http.StatusBadRequest, kvfence.ErrInvalidArgument},
+	{"read_only", http.StatusServiceUnavailable, kvfence.ErrReadOnly},
+}
+
+// SentinelOf returns the entry of Sentinels that err matches.
+func SentinelOf(err error) (Sentinel, bool) {
+	for _, s := range Sentinels {
+		if errors.Is(err, s.Err) {
+			return s, true
+		}
+	}
+	return Sentinel{}, false
+}
+
+// SentinelByCode returns the entry of Sentinels with code.
+func SentinelByCode(code string) (Sentinel, bool) {
+	for _, s := range Sentinels {
+		if s.Code == code {
+			return s, true
+		}
+	}
+	return Sentinel{}, false
+}

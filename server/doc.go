@@ -1,0 +1,57 @@
+// Package server serves a running kvfence receiver over HTTP (DESIGN §12):
+// an http.Handler over a *kvfence.Receiver that workers submit envelopes to
+// and operators administer while it serves, so that a scope can be held
+// during an incident without stopping the service that embeds the receiver.
+//
+// # Guarantee
+//
+// The caller's identity comes from the channel, never from the request: an
+// Authenticator computes it once per request, at the edge, from the TLS
+// connection's verified client certificate (SPIFFECertificate: its one
+// SPIFFE ID) or from a unix socket's peer credentials (UnixPeer:
+// "unix:uid:N", admitted only from an allow-list), and the handler passes
+// it to kvfence.Receiver.Submit as the caller, where the fence compares it
+// with the envelope's and the grant's executor. Administrative endpoints
+// admit only the identities in Options.Admins, and every change they make
+// records that identity as the audit entry's actor.
+//
+// A request that is refused before the receiver sees it (401, 403 for the
+// endpoint, 413, 415, 400) is neither decided nor recorded. A fault, a
+// panic or a shutdown is answered with an error status (500, 503) and
+// logged, and never turns into a decision: only the receiver decides, and
+// a denial is a result (403 with the decision), not an error.
+//
+// # Endpoints
+//
+//	POST /v1/submit    envelope bytes (application/cbor); 200 applied or
+//	                   already_applied, 403 denied, the decision in both
+//	POST /v1/scopes    {"scope"}                                    admin
+//	POST /v1/targets   {"scope","target","value_b64"}               admin
+//	POST /v1/activate  {"scope","executor","claim","request_b64",
+//	                    "ttl","decision","epoch"}                   admin
+//	POST /v1/hold      {"scopes":[...],"reason"}                    admin
+//	GET  /v1/status[?scope=S]                                       admin
+//	GET  /v1/target?target=K                                        admin
+//	GET  /v1/receipt?scope=S&action=A                               admin
+//	GET  /v1/events?since=N[&limit=M]   {"events":[...]}            admin
+//	GET  /healthz      200 while the receiver is open
+//
+// Bodies and answers are JSON in the CLI's --json shapes. Every answer that
+// is not a result is {"error":{"code","message"}} with a stable code: the
+// receiver's sentinels keep theirs (storage_busy is 503, unknown_scope 404,
+// scope_exists 409, ...), and a fault is 500 "internal" with its detail
+// only in the server's log.
+//
+// # Caveats
+//
+// The handler sets no timeouts and no TLS configuration: the http.Server
+// that runs it must (ReadHeaderTimeout, ReadTimeout, WriteTimeout,
+// MaxHeaderBytes, and tls.RequireAndVerifyClientCert against the workers'
+// CA for SPIFFECertificate). Whoever holds a certificate of that CA with
+// an ID in Options.Admins, or runs as an admitted uid, is an administrator.
+//
+// Unix peer credentials are read on Linux only; elsewhere UnixPeer admits
+// no one. A submit whose client goes away after it was queued is still
+// decided and recorded; its answer is lost, and retrying the same envelope
+// answers already_applied.
+package server

@@ -1,0 +1,488 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/api"
+	"github.com/kvfence/kvfence/kvfence"
+)
+
+// DefaultMaxBodySize bounds the JSON body of an administrative request when
+// Options.MaxBodySize is zero: room for a target value of
+// kvfence.MaxTargetValueSize in base64.
+const DefaultMaxBodySize = kvfence.MaxTargetValueSize*4/3 + 64<<10
+
+// Event page sizes for GET /v1/events: a page is sent while a read
+// transaction is open, so a page, not the whole chain, bounds how long a
+// slow client can hold one.
+const (
+	DefaultEventsLimit = 1000
+	MaxEventsLimit     = 10000
+)
+
+// Options configures New.
+type Options struct {
+	// Receiver is the open receiver the handler serves. Required. The
+	// handler never closes it.
+	Receiver *kvfence.Receiver
+	// Authenticator computes each request's identity from its channel.
+	// Required: SPIFFECertificate for mTLS, UnixPeer for a unix socket.
+	Authenticator Authenticator
+	// Admins are the identities admitted to the administrative endpoints;
+	// every other authenticated caller may only submit (403 otherwise).
+	Admins []string
+	// MaxEnvelopeSize bounds a submitted envelope; a larger body is
+	// answered 413 before anything is decided or recorded. Zero means
+	// kvfence.DefaultMaxEnvelopeSize. It should not exceed the receiver's
+	// own limit, which would then deny the envelope as malformed.
+	MaxEnvelopeSize int
+	// MaxBodySize bounds an administrative JSON body (413 beyond it). Zero
+	// means DefaultMaxBodySize.
+	MaxBodySize int
+	// Logger receives faults and refused callers. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Handler serves one receiver's HTTP API (DESIGN §12). It is safe for
+// concurrent use.
+type Handler struct {
+	r       *kvfence.Receiver
+	auth    Authenticator
+	admins  []string
+	maxEnv  int
+	maxBody int
+	log     *slog.Logger
+	routes  map[string]route
+}
+
+// route is one endpoint: its method, whether it is administrative, and
+// what serves it once the caller is known.
+type route struct {
+	method string
+	admin  bool
+	serve  func(w http.ResponseWriter, r *http.Request, caller string) error
+}
+
+// New returns a handler for opts.
+func New(opts Options) (*Handler, error) {
+	if opts.Receiver == nil {
+		return nil, errors.New("server: Options.Receiver is required")
+	}
+	if opts.Authenticator == nil {
+		return nil, errors.New("server: Options.Authenticator is required")
+	}
+	h := &Handler{r: opts.Receiver, auth: opts.Authenticator, admins: slices.Clone(opts.Admins),
+		maxEnv: opts.MaxEnvelopeSize, maxBody: opts.MaxBodySize, log: opts.Logger}
+	if h.maxEnv <= 0 {
+		h.maxEnv = kvfence.DefaultMaxEnvelopeSize
+	}
+	if h.maxBody <= 0 {
+		h.maxBody = DefaultMaxBodySize
+	}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	h.routes = map[string]route{
+		api.PathSubmit:   {http.MethodPost, false, h.submit},
+		api.PathScopes:   {http.MethodPost, true, h.createScope},
+		api.PathTargets:  {http.MethodPost, true, h.createTarget},
+		api.PathActivate: {http.MethodPost, true, h.activate},
+		api.PathHold:     {http.MethodPost, true, h.hold},
+		api.PathStatus:   {http.MethodGet, true, h.status},
+		api.PathTarget:   {http.MethodGet, true, h.target},
+		api.PathReceipt:  {http.MethodGet, true, h.receipt},
+		api.PathEvents:   {http.MethodGet, true, h.events},
+	}
+	return h, nil
+}
+
+// httpError is an answer other than a result: a status, a stable code and
+// a message for the caller.
+type httpError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *httpError) Error() string { return e.message }
+
+func errorf(status int, code, format string, args ...any) error {
+	return &httpError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// ServeHTTP authenticates the caller once, checks that it may use the
+// endpoint, and serves it. A panic is answered 500 and logged: it never
+// becomes a decision.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			h.log.Error("panic while serving a request", "path", r.URL.Path, "panic", p)
+			h.writeError(w, r, "", errorf(http.StatusInternalServerError, api.CodeInternal, "internal error"))
+		}
+	}()
+	if r.URL.Path == api.PathHealthz {
+		h.healthz(w, r)
+		return
+	}
+	caller, err := h.auth.Authenticate(r)
+	if err != nil {
+		h.writeError(w, r, "", h.authError(r, err))
+		return
+	}
+	rt, ok := h.routes[r.URL.Path]
+	switch {
+	case !ok:
+		err = errorf(http.StatusNotFound, api.CodeNotFound, "no endpoint %s", r.URL.Path)
+	case r.Method != rt.method:
+		w.Header().Set("Allow", rt.method)
+		err = errorf(http.StatusMethodNotAllowed, api.CodeMethod, "%s takes %s", r.URL.Path, rt.method)
+	case rt.admin && !slices.Contains(h.admins, caller):
+		h.log.Warn("refused a caller that is not an administrator", "path", r.URL.Path, "caller", caller)
+		err = errorf(http.StatusForbidden, api.CodeForbidden, "%s is not an administrator of this receiver", caller)
+	default:
+		err = rt.serve(w, r, caller)
+	}
+	if err != nil {
+		h.writeError(w, r, caller, err)
+	}
+}
+
+// authError maps an Authenticator's error to its answer.
+func (h *Handler) authError(r *http.Request, err error) error {
+	switch {
+	case errors.Is(err, ErrForbidden):
+		h.log.Warn("refused a caller", "path", r.URL.Path, "error", err)
+		return errorf(http.StatusForbidden, api.CodeForbidden, "%v", err)
+	case errors.Is(err, ErrUnauthenticated):
+		h.log.Warn("refused an unauthenticated caller", "path", r.URL.Path, "error", err)
+		return errorf(http.StatusUnauthorized, api.CodeUnauthenticated, "%v", err)
+	}
+	return fmt.Errorf("authenticating the caller: %w", err)
+}
+
+// writeError answers err. A receiver's sentinel keeps its code; any other
+// error is a fault: logged in full, answered 500 without its detail.
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, caller string, err error) {
+	var he *httpError
+	switch s, ok := api.SentinelOf(err); {
+	case errors.As(err, &he):
+	case ok:
+		he = &httpError{status: s.Status, code: s.Code, message: err.Error()}
+		if s.Status >= 500 {
+			h.log.Error("receiver error", "path", r.URL.Path, "caller", caller, "error", err)
+		}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		he = &httpError{status: http.StatusServiceUnavailable, code: api.CodeCanceled, message: err.Error()}
+	case kvfence.IsIntegrityError(err):
+		h.log.Error("integrity error", "path", r.URL.Path, "caller", caller, "error", err)
+		he = &httpError{status: http.StatusInternalServerError, code: api.CodeIntegrity, message: err.Error()}
+	default:
+		h.log.Error("fault", "path", r.URL.Path, "caller", caller, "error", err)
+		he = &httpError{status: http.StatusInternalServerError, code: api.CodeInternal, message: "internal error; see the server's log"}
+	}
+	writeJSON(w, he.status, api.Error{Error: api.ErrorBody{Code: he.code, Message: he.message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		// Only a programming error gets here: every body is plain data.
+		status = http.StatusInternalServerError
+		b.Reset()
+		b.WriteString(`{"error":{"code":"internal","message":"encoding the response"}}` + "\n")
+	}
+	w.Header().Set("Content-Type", api.ContentJSON)
+	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+	w.WriteHeader(status)
+	w.Write(b.Bytes())
+}
+
+// healthz answers 200 while the receiver is open: New takes an open
+// receiver, which checked its anchor when it opened.
+func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		h.writeError(w, r, "", errorf(http.StatusMethodNotAllowed, api.CodeMethod, "/healthz takes GET"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "receiver": h.r.ID(), "audit_seq": h.r.Head().Seq})
+}
+
+// checkMediaType refuses a body of another media type than want.
+func checkMediaType(r *http.Request, want string) error {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != want {
+		return errorf(http.StatusUnsupportedMediaType, api.CodeMediaType, "the body must be %s", want)
+	}
+	return nil
+}
+
+// readBody reads the whole body, refusing one over limit with 413 before
+// anything else looks at it.
+func readBody(r *http.Request, limit int) ([]byte, error) {
+	if r.ContentLength > int64(limit) {
+		return nil, errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "the body is %d bytes, over the %d-byte limit", r.ContentLength, limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, api.CodeBadRequest, "reading the body: %v", err)
+	}
+	if len(b) > limit {
+		return nil, errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "the body is over the %d-byte limit", limit)
+	}
+	return b, nil
+}
+
+// decodeJSON reads a JSON body into v strictly: one object, no unknown
+// keys, nothing after it.
+func (h *Handler) decodeJSON(r *http.Request, v any) error {
+	if err := checkMediaType(r, api.ContentJSON); err != nil {
+		return err
+	}
+	b, err := readBody(r, h.maxBody)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errorf(http.StatusBadRequest, api.CodeBadRequest, "the body is not the expected JSON: %v", err)
+	}
+	if dec.More() {
+		return errorf(http.StatusBadRequest, api.CodeBadRequest, "the body has data after its JSON object")
+	}
+	return nil
+}
+
+// query returns the request's query values, refusing keys other than
+// allowed and repeated keys.
+func query(r *http.Request, allowed ...string) (url.Values, error) {
+	if r.ContentLength > 0 {
+		return nil, errorf(http.StatusBadRequest, api.CodeBadRequest, "%s takes no body", r.URL.Path)
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, api.CodeBadRequest, "bad query: %v", err)
+	}
+	for k, v := range q {
+		if !slices.Contains(allowed, k) {
+			return nil, errorf(http.StatusBadRequest, api.CodeBadRequest, "unknown query parameter %q", k)
+		}
+		if len(v) != 1 {
+			return nil, errorf(http.StatusBadRequest, api.CodeBadRequest, "query parameter %q given %d times", k, len(v))
+		}
+	}
+	return q, nil
+}
+
+// submit decides an envelope as the authenticated caller: 200 for applied
+// and already_applied, 403 for denied, the decision in both.
+func (h *Handler) submit(w http.ResponseWriter, r *http.Request, caller string) error {
+	if err := checkMediaType(r, api.ContentCBOR); err != nil {
+		return err
+	}
+	env, err := readBody(r, h.maxEnv)
+	if err != nil {
+		return err
+	}
+	res, err := h.r.Submit(r.Context(), caller, env)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if res.Outcome == kvfence.Denied {
+		status = http.StatusForbidden
+	}
+	writeJSON(w, status, api.SubmitOf(res))
+	return nil
+}
+
+func (h *Handler) createScope(w http.ResponseWriter, r *http.Request, caller string) error {
+	var req api.ScopeCreateRequest
+	if err := h.decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if err := h.r.Admin().As(caller).CreateScope(r.Context(), req.Scope); err != nil {
+		return err
+	}
+	st, err := h.r.Status(req.Scope)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.ScopeCreate{Scope: st.Scope, Epoch: st.Epoch, Mode: string(st.Mode),
+		CreatedAt: api.Time(st.CreatedAt)})
+	return nil
+}
+
+func (h *Handler) createTarget(w http.ResponseWriter, r *http.Request, caller string) error {
+	var req api.TargetCreateRequest
+	if err := h.decodeJSON(r, &req); err != nil {
+		return err
+	}
+	if req.ValueB64 == nil {
+		return errorf(http.StatusBadRequest, api.CodeBadRequest, "value_b64 is required")
+	}
+	if err := h.r.Admin().As(caller).CreateTarget(r.Context(), req.Scope, req.Target, req.ValueB64); err != nil {
+		return err
+	}
+	t, err := h.r.Target(req.Target)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(t.Value)
+	writeJSON(w, http.StatusOK, api.TargetCreate{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
+		ValueSHA256: hex.EncodeToString(sum[:])})
+	return nil
+}
+
+func (h *Handler) activate(w http.ResponseWriter, r *http.Request, caller string) error {
+	var req api.ActivateRequest
+	if err := h.decodeJSON(r, &req); err != nil {
+		return err
+	}
+	var ttl time.Duration
+	if req.TTL != "" {
+		var err error
+		if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl <= 0 {
+			return errorf(http.StatusBadRequest, api.CodeBadRequest, "ttl %q is not a positive duration", req.TTL)
+		}
+	}
+	g, err := h.r.Admin().As(caller).Activate(r.Context(), kvfence.ActivateRequest{Scope: req.Scope,
+		Executor: req.Executor, Claim: req.Claim, Request: req.RequestB64, Epoch: req.Epoch, TTL: ttl,
+		Decision: req.Decision})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.ActivateOf(g))
+	return nil
+}
+
+func (h *Handler) hold(w http.ResponseWriter, r *http.Request, caller string) error {
+	var req api.HoldRequest
+	if err := h.decodeJSON(r, &req); err != nil {
+		return err
+	}
+	res, err := h.r.Admin().As(caller).Hold(r.Context(), kvfence.HoldRequest{Scopes: req.Scopes, Reason: req.Reason})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.HoldOf(res))
+	return nil
+}
+
+func (h *Handler) status(w http.ResponseWriter, r *http.Request, _ string) error {
+	q, err := query(r, "scope")
+	if err != nil {
+		return err
+	}
+	// The head is read first: the scopes read after it are at least as new.
+	out := api.Status{Scopes: []api.ScopeStatus{}, AuditSeq: h.r.Head().Seq, AnchorChecked: true}
+	var scopes []kvfence.ScopeStatus
+	if q.Has("scope") {
+		st, err := h.r.Status(q.Get("scope"))
+		if err != nil {
+			return err
+		}
+		scopes = []kvfence.ScopeStatus{st}
+	} else if scopes, err = h.r.Scopes(); err != nil {
+		return err
+	}
+	for _, st := range scopes {
+		out.Scopes = append(out.Scopes, api.ScopeStatusOf(st))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Handler) target(w http.ResponseWriter, r *http.Request, _ string) error {
+	q, err := query(r, "target")
+	if err != nil {
+		return err
+	}
+	if !q.Has("target") {
+		return errorf(http.StatusBadRequest, api.CodeBadRequest, "target is required")
+	}
+	t, err := h.r.Target(q.Get("target"))
+	if err != nil {
+		return err
+	}
+	out := api.Target{Target: t.Name, Scope: t.Scope, Revision: t.Revision, ValueB64: t.Value}
+	if out.ValueB64 == nil {
+		out.ValueB64 = []byte{}
+	}
+	if utf8.Valid(t.Value) {
+		s := string(t.Value)
+		out.Value = &s
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Handler) receipt(w http.ResponseWriter, r *http.Request, _ string) error {
+	q, err := query(r, "scope", "action")
+	if err != nil {
+		return err
+	}
+	if !q.Has("scope") || !q.Has("action") {
+		return errorf(http.StatusBadRequest, api.CodeBadRequest, "scope and action are required")
+	}
+	rc, err := h.r.Receipt(q.Get("scope"), q.Get("action"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.ReceiptOf(rc))
+	return nil
+}
+
+// events answers one page of the chain from since: at most limit entries.
+// A caller reads on from the last seq + 1 until a page comes back short.
+func (h *Handler) events(w http.ResponseWriter, r *http.Request, _ string) error {
+	q, err := query(r, "since", "limit")
+	if err != nil {
+		return err
+	}
+	var since uint64
+	limit := DefaultEventsLimit
+	if q.Has("since") {
+		if since, err = strconv.ParseUint(q.Get("since"), 10, 64); err != nil {
+			return errorf(http.StatusBadRequest, api.CodeBadRequest, "since %q is not a seq", q.Get("since"))
+		}
+	}
+	if q.Has("limit") {
+		n, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || n < 1 || n > MaxEventsLimit {
+			return errorf(http.StatusBadRequest, api.CodeBadRequest, "limit must be 1 to %d", MaxEventsLimit)
+		}
+		limit = n
+	}
+	out := api.Events{Events: []audit.EntryJSON{}}
+	if err := h.r.Events(since, func(ev kvfence.Event) bool {
+		out.Events = append(out.Events, ev.Entry.JSON(ev.Hash))
+		return len(out.Events) < limit
+	}); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
