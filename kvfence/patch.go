@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"unicode/utf8"
 )
@@ -89,6 +90,9 @@ func parsePatch(b []byte) ([]patchOp, error) {
 }
 
 func parsePatchOps(b []byte) ([]patchOp, error) {
+	if len(b) > math.MaxInt32 {
+		return nil, errors.New("too large")
+	}
 	if !utf8.Valid(b) {
 		return nil, errors.New("not valid UTF-8")
 	}

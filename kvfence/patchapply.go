@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"unicode/utf8"
@@ -37,7 +38,7 @@ var errPatchTest = errors.New("patch test operation failed")
 func applyPatch(ops []patchOp, value []byte) ([]byte, error) {
 	// RFC 8259 §8.1: a JSON text is UTF-8. Strings compare by code point,
 	// which other encodings would leave undefined.
-	if !utf8.Valid(value) || !json.Valid(value) {
+	if len(value) > math.MaxInt32 || !utf8.Valid(value) || !json.Valid(value) {
 		return nil, errors.New("the target's value is not a UTF-8 JSON text")
 	}
 	d := &document{root: newNode(newSource(value))}
@@ -142,17 +143,17 @@ func (d *document) find(p pointer) (*node, error) {
 		}
 		switch n.kind {
 		case '{':
-			i, ok := n.index[tok]
+			i, ok := n.x.index[tok]
 			if !ok {
 				return nil, fmt.Errorf("%q does not exist: no member %q", p.text, tok)
 			}
-			n = n.members[i].val
+			n = n.x.members[i].val
 		case '[':
-			i, err := arrayIndex(tok, len(n.elems), false)
+			i, err := arrayIndex(tok, len(n.x.elems), false)
 			if err != nil {
 				return nil, fmt.Errorf("%q does not exist: %v", p.text, err)
 			}
-			n = n.elems[i]
+			n = n.x.elems[i]
 		default:
 			return nil, fmt.Errorf("%q does not exist: %q is not an object or array", p.text, pointerPrefix(p, k))
 		}
@@ -224,21 +225,21 @@ func (d *document) add(p pointer, v *node) error {
 		return err
 	}
 	if n.kind == '{' {
-		if i, ok := n.index[tok]; ok {
-			n.members[i].val = v
+		if i, ok := n.x.index[tok]; ok {
+			n.x.members[i].val = v
 			return nil
 		}
-		n.index[tok] = len(n.members)
-		n.members = append(n.members, member{name: tok, val: v})
+		n.x.index[tok] = len(n.x.members)
+		n.x.members = append(n.x.members, member{name: tok, val: v})
 		return nil
 	}
-	i, err := arrayIndex(tok, len(n.elems), true)
+	i, err := arrayIndex(tok, len(n.x.elems), true)
 	if err != nil {
 		return err
 	}
-	n.elems = append(n.elems, nil)
-	copy(n.elems[i+1:], n.elems[i:])
-	n.elems[i] = v
+	n.x.elems = append(n.x.elems, nil)
+	copy(n.x.elems[i+1:], n.x.elems[i:])
+	n.x.elems[i] = v
 	return nil
 }
 
@@ -252,24 +253,24 @@ func (d *document) remove(p pointer) (*node, error) {
 		return nil, err
 	}
 	if n.kind == '{' {
-		i, ok := n.index[tok]
+		i, ok := n.x.index[tok]
 		if !ok {
 			return nil, fmt.Errorf("%q does not exist: no member %q", p.text, tok)
 		}
-		v := n.members[i].val
-		n.members = append(n.members[:i], n.members[i+1:]...)
-		delete(n.index, tok)
-		for j := i; j < len(n.members); j++ {
-			n.index[n.members[j].name] = j
+		v := n.x.members[i].val
+		n.x.members = append(n.x.members[:i], n.x.members[i+1:]...)
+		delete(n.x.index, tok)
+		for j := i; j < len(n.x.members); j++ {
+			n.x.index[n.x.members[j].name] = j
 		}
 		return v, nil
 	}
-	i, err := arrayIndex(tok, len(n.elems), false)
+	i, err := arrayIndex(tok, len(n.x.elems), false)
 	if err != nil {
 		return nil, fmt.Errorf("%q does not exist: %v", p.text, err)
 	}
-	v := n.elems[i]
-	n.elems = append(n.elems[:i], n.elems[i+1:]...)
+	v := n.x.elems[i]
+	n.x.elems = append(n.x.elems[:i], n.x.elems[i+1:]...)
 	return v, nil
 }
 
@@ -285,18 +286,18 @@ func (d *document) replace(p pointer, v *node) error {
 		return err
 	}
 	if n.kind == '{' {
-		i, ok := n.index[tok]
+		i, ok := n.x.index[tok]
 		if !ok {
 			return fmt.Errorf("%q does not exist: no member %q", p.text, tok)
 		}
-		n.members[i].val = v
+		n.x.members[i].val = v
 		return nil
 	}
-	i, err := arrayIndex(tok, len(n.elems), false)
+	i, err := arrayIndex(tok, len(n.x.elems), false)
 	if err != nil {
 		return fmt.Errorf("%q does not exist: %v", p.text, err)
 	}
-	n.elems[i] = v
+	n.x.elems[i] = v
 	return nil
 }
 
@@ -360,12 +361,18 @@ func skipSpace(b []byte, i int) int {
 
 // node is one JSON value. Until it is opened it is just its bytes in src;
 // an object or array is opened into members or elements when a pointer or
-// a comparison goes into it, and from then on those are the value.
+// a comparison goes into it, and from then on those are the value. A node
+// is kept to 32 bytes, since a target of small values has many of them.
 type node struct {
 	src        *source
-	start, end int
+	start, end int32
 	// kind is '{', '[', '"', 't', 'f', 'n' (null) or '0' (a number).
-	kind    byte
+	kind byte
+	x    *nodeState // set once the node is opened or compared
+}
+
+// nodeState is what a node has once it is opened or compared.
+type nodeState struct {
 	opened  bool
 	members []member       // an opened object
 	index   map[string]int // an opened object's member positions by name
@@ -384,103 +391,140 @@ type member struct {
 
 // newNode is the whole of src as a value.
 func newNode(src *source) *node {
+	n := &node{}
 	start := skipSpace(src.b, 0)
-	return valueNode(src, start, src.end(start))
+	n.set(src, start, src.end(start))
+	return n
 }
 
-func valueNode(src *source, start, end int) *node {
-	n := &node{src: src, start: start, end: end, kind: src.b[start]}
+func (n *node) set(src *source, start, end int) {
+	n.src, n.start, n.end, n.kind = src, int32(start), int32(end), src.b[start]
 	if n.kind == '-' || (n.kind >= '0' && n.kind <= '9') {
 		n.kind = '0'
 	}
-	return n
+}
+
+func (n *node) bytes() []byte { return n.src.b[n.start:n.end] }
+
+func (n *node) opened() bool { return n.x != nil && n.x.opened }
+
+func (n *node) state() *nodeState {
+	if n.x == nil {
+		n.x = &nodeState{}
+	}
+	return n.x
 }
 
 // open splits an object or array into its members or elements. An object
 // with a member name twice is refused: RFC 8259 leaves its meaning to the
 // reader, so no pointer into it and no comparison with it is well defined.
 func (n *node) open() error {
-	if n.opened || (n.kind != '{' && n.kind != '[') {
+	if n.opened() || (n.kind != '{' && n.kind != '[') {
 		return nil
 	}
-	b := n.src.b
-	if n.kind == '{' {
-		n.index = map[string]int{}
+	// Counted first, so that the children are allocated at once.
+	count := 0
+	n.each(func(_, _, _, _ int) { count++ })
+	nodes := make([]node, count)
+	k := 0
+	if n.kind == '[' {
+		elems := make([]*node, count)
+		n.each(func(_, _, vs, ve int) {
+			nodes[k].set(n.src, vs, ve)
+			elems[k] = &nodes[k]
+			k++
+		})
+		n.state().elems, n.x.opened = elems, true
+		return nil
 	}
-	i := skipSpace(b, n.start+1)
-	for b[i] != '}' && b[i] != ']' {
-		if n.kind == '{' {
-			ke := stringEnd(b, i)
-			name, _ := decodeString(b[i:ke])
-			if _, dup := n.index[name]; dup {
-				n.members, n.index = nil, nil
-				return fmt.Errorf("the target's value has an object with the member name %q twice", name)
-			}
-			vs := skipSpace(b, skipSpace(b, ke)+1) // past the ':'
-			ve := n.src.end(vs)
-			n.index[name] = len(n.members)
-			n.members = append(n.members, member{name: name, raw: b[i:ke], val: valueNode(n.src, vs, ve)})
-			i = ve
-		} else {
-			ve := n.src.end(i)
-			n.elems = append(n.elems, valueNode(n.src, i, ve))
-			i = ve
+	members := make([]member, count)
+	index := make(map[string]int, count)
+	var dup error
+	n.each(func(ks, ke, vs, ve int) {
+		name, _ := decodeString(n.src.b[ks:ke])
+		if _, ok := index[name]; ok && dup == nil {
+			dup = fmt.Errorf("the target's value has an object with the member name %q twice", name)
 		}
-		if i = skipSpace(b, i); b[i] == ',' {
+		index[name] = k
+		nodes[k].set(n.src, vs, ve)
+		members[k] = member{name: name, raw: n.src.b[ks:ke], val: &nodes[k]}
+		k++
+	})
+	if dup != nil {
+		return dup
+	}
+	st := n.state()
+	st.members, st.index, st.opened = members, index, true
+	return nil
+}
+
+// each calls fn with the bounds of each member name (objects only) and
+// value of the container n, in order.
+func (n *node) each(fn func(ks, ke, vs, ve int)) {
+	b := n.src.b
+	i := skipSpace(b, int(n.start)+1)
+	for b[i] != '}' && b[i] != ']' {
+		ks, ke := 0, 0
+		if n.kind == '{' {
+			ks, ke = i, stringEnd(b, i)
+			i = skipSpace(b, skipSpace(b, ke)+1) // past the ':'
+		}
+		ve := n.src.end(i)
+		fn(ks, ke, i, ve)
+		if i = skipSpace(b, ve); b[i] == ',' {
 			i = skipSpace(b, i+1)
 		}
 	}
-	n.opened = true
-	return nil
 }
 
 // text returns a string's code points (see decodeString).
 func (n *node) text() string {
-	if n.str == nil {
-		s, _ := decodeString(n.src.b[n.start:n.end])
-		n.str = &s
+	st := n.state()
+	if st.str == nil {
+		s, _ := decodeString(n.bytes())
+		st.str = &s
 	}
-	return *n.str
+	return *st.str
 }
 
 // clone returns a copy of n that later operations can change without
 // changing n. The bytes are shared; they never change.
 func (n *node) clone() *node {
-	c := &node{src: n.src, start: n.start, end: n.end, kind: n.kind, str: n.str, num: n.num}
-	if !n.opened {
+	c := &node{src: n.src, start: n.start, end: n.end, kind: n.kind}
+	if !n.opened() {
 		return c
 	}
-	c.opened = true
+	c.x = &nodeState{opened: true}
 	if n.kind == '{' {
-		c.members = make([]member, len(n.members))
-		c.index = make(map[string]int, len(n.index))
-		for i, m := range n.members {
-			c.members[i] = member{name: m.name, raw: m.raw, val: m.val.clone()}
-			c.index[m.name] = i
+		c.x.members = make([]member, len(n.x.members))
+		c.x.index = make(map[string]int, len(n.x.index))
+		for i, m := range n.x.members {
+			c.x.members[i] = member{name: m.name, raw: m.raw, val: m.val.clone()}
+			c.x.index[m.name] = i
 		}
 		return c
 	}
-	c.elems = make([]*node, len(n.elems))
-	for i, e := range n.elems {
-		c.elems[i] = e.clone()
+	c.x.elems = make([]*node, len(n.x.elems))
+	for i, e := range n.x.elems {
+		c.x.elems[i] = e.clone()
 	}
 	return c
 }
 
 // size is an upper bound of n's written size.
 func (n *node) size() int {
-	if !n.opened {
-		return n.end - n.start
+	if !n.opened() {
+		return int(n.end - n.start)
 	}
 	s := 2
-	for _, m := range n.members {
+	for _, m := range n.x.members {
 		name := len(m.raw)
 		if m.raw == nil {
 			name = 2 + 6*len(m.name) // every byte escaped, at worst
 		}
 		s += name + 2 + m.val.size()
 	}
-	for _, e := range n.elems {
+	for _, e := range n.x.elems {
 		s += 1 + e.size()
 	}
 	return s
@@ -489,12 +533,12 @@ func (n *node) size() int {
 // write appends n to buf: an unopened value compacted from its original
 // bytes, an opened one member by member with the names as written.
 func (n *node) write(buf *bytes.Buffer) error {
-	if !n.opened {
-		return json.Compact(buf, n.src.b[n.start:n.end])
+	if !n.opened() {
+		return json.Compact(buf, n.bytes())
 	}
 	if n.kind == '{' {
 		buf.WriteByte('{')
-		for i, m := range n.members {
+		for i, m := range n.x.members {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
@@ -512,7 +556,7 @@ func (n *node) write(buf *bytes.Buffer) error {
 		return nil
 	}
 	buf.WriteByte('[')
-	for i, e := range n.elems {
+	for i, e := range n.x.elems {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
@@ -573,11 +617,11 @@ func equal(a, b *node) (bool, error) {
 		if err := b.open(); err != nil {
 			return false, err
 		}
-		if len(a.elems) != len(b.elems) {
+		if len(a.x.elems) != len(b.x.elems) {
 			return false, nil
 		}
-		for i := range a.elems {
-			if eq, err := equal(a.elems[i], b.elems[i]); !eq || err != nil {
+		for i := range a.x.elems {
+			if eq, err := equal(a.x.elems[i], b.x.elems[i]); !eq || err != nil {
 				return false, err
 			}
 		}
@@ -589,15 +633,15 @@ func equal(a, b *node) (bool, error) {
 		if err := b.open(); err != nil {
 			return false, err
 		}
-		if len(a.members) != len(b.members) {
+		if len(a.x.members) != len(b.x.members) {
 			return false, nil
 		}
-		for _, m := range a.members {
-			j, ok := b.index[m.name]
+		for _, m := range a.x.members {
+			j, ok := b.x.index[m.name]
 			if !ok {
 				return false, nil
 			}
-			if eq, err := equal(m.val, b.members[j].val); !eq || err != nil {
+			if eq, err := equal(m.val, b.x.members[j].val); !eq || err != nil {
 				return false, err
 			}
 		}
@@ -616,14 +660,15 @@ type decimal struct {
 
 // number returns n's value.
 func (n *node) number() (*decimal, error) {
-	if n.num == nil {
-		d, err := parseDecimal(n.src.b[n.start:n.end])
+	st := n.state()
+	if st.num == nil {
+		d, err := parseDecimal(n.bytes())
 		if err != nil {
 			return nil, err
 		}
-		n.num = &d
+		st.num = &d
 	}
-	return n.num, nil
+	return st.num, nil
 }
 
 // maxExpDigits bounds an exponent's significant digits. RFC 8259 §9 lets
