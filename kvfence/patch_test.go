@@ -193,6 +193,7 @@ func TestValidatePatch(t *testing.T) {
 	}{
 		{"empty patch", `[]`, ""},
 		{"white space around", " \n[ ]\t\r\n", ""},
+		{"white space between", "[ \n {\"op\" : \"remove\" , \"path\" : \"/a\"} \n, {\"op\":\"add\",\"path\":\"/b\",\"value\": [ 1 ] } ]", ""},
 		{"every op", `[{"op":"add","path":"/a","value":1},{"op":"remove","path":"/a"},{"op":"replace","path":"","value":{}},` +
 			`{"op":"move","from":"/a","path":"/b"},{"op":"copy","from":"/a","path":"/b"},{"op":"test","path":"/~0~1","value":[]}]`, ""},
 		{"surrogate pair", `[{"op":"test","path":"/\ud83d\ude00","value":"\ud83d\ude00"}]`, ""},

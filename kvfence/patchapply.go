@@ -37,9 +37,10 @@ var errPatchTest = errors.New("patch test operation failed")
 // patch does not apply to this value. Both leave value unchanged.
 func applyPatch(ops []patchOp, value []byte) ([]byte, error) {
 	// RFC 8259 §8.1: a JSON text is UTF-8. Strings compare by code point,
-	// which other encodings would leave undefined.
+	// which other encodings would leave undefined. json.Valid also limits
+	// nesting to 10000 levels (RFC 8259 §9 lets a parser limit depth).
 	if len(value) > math.MaxInt32 || !utf8.Valid(value) || !json.Valid(value) {
-		return nil, errors.New("the target's value is not a UTF-8 JSON text")
+		return nil, errors.New("the target's value is not a UTF-8 JSON text nested at most 10000 deep")
 	}
 	d := &document{root: newNode(newSource(value))}
 	for i, op := range ops {
