@@ -79,6 +79,34 @@
 // The grant binds SHA-256 of the request bytes exactly as the envelope
 // carries them; the receiver never re-encodes what it hashes.
 //
+// # Patches
+//
+// A request's "patch" is an RFC 6902 JSON Patch with RFC 6901 pointers,
+// and the receiver applies exactly what those RFCs say, since an approver
+// reviews the patch's bytes and nothing else. [EncodeRequest],
+// [Admin.Activate] and Submit (check 0) refuse, with [ErrMalformedPatch],
+// a patch that is not UTF-8 JSON with nothing after it, not an array of
+// operation objects, or has an object anywhere with a member name twice, a
+// string with an unpaired surrogate escape, an operation with a member
+// RFC 6902 does not define for its op (the RFC would ignore it; the
+// receiver refuses it) or without one it requires (a test needs its
+// "value"), or a pointer that is not RFC 6901 syntax. [ValidatePatch] runs
+// the same check.
+//
+// When applied, an array index is "0" or digits without a leading zero,
+// never signed or negative; "-" is allowed only as add's append; "/" names
+// the member "" of the root, and "" the whole document; a location that
+// must exist and does not is an error, and a test on it fails; a move into
+// its own child is an error; test compares by JSON value (numbers exactly by
+// value, strings by code point, objects in any order, arrays in order). A
+// failed test and a patch that does not apply are both precondition_failed,
+// and change nothing. The target's value must be UTF-8 JSON; an object the
+// patch must look into (a pointer passes through it or a test compares it)
+// must not have a member name twice, since which one is meant would be a
+// guess. The rest of the value is kept as it was, compacted and never
+// re-escaped. Copies count against [MaxTargetValueSize], so a small patch
+// cannot make the receiver do unbounded work.
+//
 // # Authority
 //
 // The caller passed to Submit is the identity the embedding application

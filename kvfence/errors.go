@@ -47,6 +47,8 @@ var (
 	ErrMalformedEnvelope = errors.New("kvfence: malformed envelope")
 	// ErrMalformedRequest means request bytes are not a canonical, well-formed request.
 	ErrMalformedRequest = errors.New("kvfence: malformed request")
+	// ErrMalformedPatch means a request's patch is not a strictly well-formed RFC 6902 JSON Patch.
+	ErrMalformedPatch = errors.New("kvfence: not a well-formed RFC 6902 JSON Patch")
 )
 
 // ErrStorageReserve means Submit was refused before anything was written

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/kvfence/kvfence/audit"
 )
 
@@ -221,25 +219,6 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	res := s.result(Applied, "", "", seq)
 	res.Revision = t.Revision
 	return res, nil
-}
-
-// applyPatch applies an RFC 6902 patch. A failed "test" op is a failed
-// precondition; so is a patch that cannot apply to this value.
-func applyPatch(p jsonpatch.Patch, value []byte) ([]byte, error) {
-	// EscapeHTML off: bytes outside the patched paths stay as they were.
-	// The copy limit keeps an approved patch from multiplying a value
-	// while the write lock is held.
-	opts := jsonpatch.NewApplyOptions()
-	opts.EscapeHTML = false
-	opts.AccumulatedCopySizeLimit = MaxTargetValueSize
-	out, err := p.ApplyWithOptions(value, opts)
-	if err != nil {
-		if errors.Is(err, jsonpatch.ErrTestFailed) {
-			return nil, fmt.Errorf("patch test op failed: %v", err)
-		}
-		return nil, fmt.Errorf("patch does not apply to the target's value: %v", err)
-	}
-	return out, nil
 }
 
 // denyStale denies a stale-authority request (checks 2-4). A superseded

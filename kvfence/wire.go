@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/kvfence/kvfence/internal/ident"
 )
@@ -45,8 +44,8 @@ type Request struct {
 	Set            *[]byte `cbor:"set,omitempty"`
 	Patch          []byte  `cbor:"patch,omitempty"`
 
-	// patch is Patch decoded by check, so Submit does not parse it twice.
-	patch jsonpatch.Patch
+	// patch is Patch parsed by check, so Submit does not parse it twice.
+	patch []patchOp
 }
 
 var (
@@ -191,10 +190,12 @@ func (r *Request) check() error {
 	case r.Set == nil && r.Patch == nil:
 		return fmt.Errorf("%w: one of set or patch is required", ErrMalformedRequest)
 	case r.Patch != nil:
-		// DecodePatch accepts "null" as an empty patch; RFC 6902 wants an array.
-		p, err := jsonpatch.DecodePatch(r.Patch)
-		if err != nil || p == nil {
-			return fmt.Errorf("%w: patch is not an RFC 6902 JSON Patch array: %v", ErrMalformedRequest, err)
+		// Every path to a grant or a mutation decodes the request here
+		// (EncodeRequest, Activate and Submit through DecodeRequest), so
+		// no patch the validator refuses is approved or applied.
+		p, err := parsePatch(r.Patch)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrMalformedRequest, err)
 		}
 		r.patch = p
 	}

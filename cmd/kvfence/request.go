@@ -74,6 +74,12 @@ func (c *RequestBuildCommand) Run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("read --patch-file: %w", err)
 		}
+		// A patch the receiver would refuse is a mistake in the command
+		// line's input, caught before anyone reviews or approves it.
+		if err := kvfence.ValidatePatch(p); err != nil {
+			return &usageError{msg: fmt.Sprintf("kvfence request build: --patch-file: %v", err),
+				hint: "kvfence request build -h"}
+		}
 		// The patch is carried byte for byte: what the approver reviewed.
 		req.Patch = p
 	}
@@ -126,6 +132,9 @@ Arguments:
 	    Replace the value with the bytes of F ("-" for stdin).
 	--patch-file F
 	    Apply the RFC 6902 JSON Patch in F, byte for byte ("-" for stdin).
+	    The patch must be strictly well formed: an array of operations,
+	    each with exactly the members RFC 6902 defines for its op, no
+	    member name twice in any object, and valid RFC 6901 pointers.
 	--out REQ.cbor
 	    The file to create (mode 0644); an existing file is never replaced.
 `+usageJSON)
