@@ -219,7 +219,11 @@ func (r *Receiver) reserve(batch []*call) []*call {
 	if r.opts.Reserve < 0 || !slices.ContainsFunc(batch, func(c *call) bool { return c.worker }) {
 		return batch
 	}
-	free, err := freeSpace(r.path)
+	measure := freeSpace
+	if r.faults.freeSpace != nil {
+		measure = r.faults.freeSpace
+	}
+	free, err := measure(r.path)
 	if err != nil || free >= r.opts.Reserve {
 		return batch
 	}

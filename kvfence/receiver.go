@@ -133,6 +133,9 @@ type faultHooks struct {
 	// so that every call of the batch gets its error; only the test that
 	// shows fault isolation sets it, to show that it then goes red.
 	shareFault bool
+	// freeSpace, if set, replaces the measurement of the volume's free
+	// space that the reserve for administrators is checked against.
+	freeSpace func(path string) (int64, error)
 }
 
 // defectsAllowed says whether a defect.Variant may take effect. It is set

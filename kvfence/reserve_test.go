@@ -323,3 +323,42 @@ func TestDenial_EntrySizeBounded(t *testing.T) {
 		t.Fatalf("stale denial entry does not name the grant and action: %+v", e)
 	}
 }
+
+// Ensure that the reserve is measured again for each call of a failed
+// batch that is retried alone: a batch admitted just above the reserve and
+// failed (as one that fills the volume does) must not have its worker calls
+// committed one by one into the administrators' room. The measurement is
+// the fault hook's: above the reserve once, below it from then on.
+func TestReserve_RetriedCallsMeasuredAgain(t *testing.T) {
+	f := gcFixture(t, gcSeed)
+	a, b := twoWorkers(t, f)
+	f.r.opts.Reserve = 1 << 20
+	var measured int
+	f.r.faults.freeSpace = func(string) (int64, error) {
+		measured++
+		if measured == 1 {
+			return f.r.opts.Reserve + 1, nil
+		}
+		return f.r.opts.Reserve - 1, nil
+	}
+	f.r.faults.beforeReceipt = func(_, action string) error {
+		if action == "act-b" {
+			return errors.New("no space left on device")
+		}
+		return nil
+	}
+	calls := []*gcCall{
+		{caller: "worker-a", envelope: a.envelope},
+		{caller: "worker-b", envelope: b.envelope},
+		{hold: &HoldRequest{Scopes: []string{fixScope}, Reason: "during the retry"}},
+	}
+	inOneBatch(t, f, calls)
+	f.r.faults = faultHooks{}
+	if !errors.Is(calls[0].err, ErrStorageReserve) {
+		t.Fatalf("worker A's call retried alone below the reserve: %s %v, want ErrStorageReserve", outcome(calls[0]), calls[0].err)
+	}
+	if outcome(calls[2]) != "held" {
+		t.Fatalf("the hold retried alone: %s %v", outcome(calls[2]), calls[2].err)
+	}
+	f.wantTarget(1, fixValue)
+}
