@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/kvfence/kvfence/internal/api"
 
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
@@ -12,20 +13,9 @@ import (
 // opens the scope with it. It is privileged, and never advances the epoch.
 type ActivateCommand struct{ m *Main }
 
-// activateJSON is the --json shape of activate (DESIGN §9).
-type activateJSON struct {
-	Grant         string  `json:"grant"`
-	Scope         string  `json:"scope"`
-	Epoch         uint64  `json:"epoch"`
-	Executor      string  `json:"executor"`
-	Claim         string  `json:"claim"`
-	Action        string  `json:"action"`
-	RequestSHA256 string  `json:"request_sha256"`
-	NotBefore     *string `json:"not_before"`
-	NotAfter      *string `json:"not_after"`
-	Decision      string  `json:"decision"`
-	AuditSeq      uint64  `json:"audit_seq"`
-}
+// activateJSON is the --json shape of activate (DESIGN §9), the served
+// receiver's response too.
+type activateJSON = api.Activate
 
 // Run runs the command.
 func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
@@ -78,9 +68,7 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	res := activateJSON{Grant: g.ID, Scope: g.Scope, Epoch: g.Epoch, Executor: g.Executor, Claim: g.Claim,
-		Action: g.Action, RequestSHA256: g.RequestSHA256Hex(), NotBefore: jsonTime(g.NotBefore),
-		NotAfter: jsonTime(g.NotAfter), Decision: g.Decision, AuditSeq: g.AuditSeq}
+	res := api.ActivateOf(g)
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/kvfence/kvfence/internal/api"
 	"time"
 	"unicode/utf8"
 
@@ -133,7 +134,7 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	}
 	res := admissionJSON{Out: *out, Receiver: q.Receiver, LostAnchor: *lostAnchor, AnchorState: state,
 		AnchorSeq: q.Anchor.Seq, AnchorHead: headHex(q.Anchor), HeadSeq: q.Head.Seq, Head: headHex(q.Head), State: hex.EncodeToString(q.State[:]),
-		DatabaseEpochHighWater: q.DatabaseEpochHighWater, Reason: *reason, At: jsonTime(at), RecoveryKey: sa.Key.String(),
+		DatabaseEpochHighWater: q.DatabaseEpochHighWater, Reason: *reason, At: api.Time(at), RecoveryKey: sa.Key.String(),
 		AnchorDamage: anchorDamageOf(q.AnchorDamage)}
 	if *lostAnchor {
 		res.EpochFloor = epochFloor

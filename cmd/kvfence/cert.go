@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/kvfence/kvfence/internal/api"
 	"net"
 	"net/url"
 	"os"
@@ -127,7 +128,7 @@ func (c *CertCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	res := certJSON{Cert: certPath, Key: keyPath, Subject: pair.Cert.Subject.CommonName, URIs: []string{},
-		DNS: append([]string{}, pair.Cert.DNSNames...), IPs: []string{}, NotAfter: jsonTime(pair.Cert.NotAfter)}
+		DNS: append([]string{}, pair.Cert.DNSNames...), IPs: []string{}, NotAfter: api.Time(pair.Cert.NotAfter)}
 	for _, u := range pair.Cert.URIs {
 		res.URIs = append(res.URIs, u.String())
 	}

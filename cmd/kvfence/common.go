@@ -400,16 +400,6 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// jsonTime formats t for JSON: RFC 3339 with nanoseconds in UTC, or null
-// for the zero time (an event that has not happened).
-func jsonTime(t time.Time) *string {
-	if t.IsZero() {
-		return nil
-	}
-	s := t.UTC().Format(time.RFC3339Nano)
-	return &s
-}
-
 // fromUnixNano returns the time of a Unix-nanosecond timestamp, or the zero
 // time for 0 (never).
 func fromUnixNano(n int64) time.Time {

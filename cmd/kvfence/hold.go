@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/kvfence/kvfence/internal/api"
 	"strings"
 
 	"github.com/kvfence/kvfence/client"
@@ -13,20 +14,9 @@ import (
 // active grants and holds them, in one transaction. It is privileged.
 type HoldCommand struct{ m *Main }
 
-// holdJSON is the --json shape of hold (DESIGN §9).
-type holdJSON struct {
-	Scopes          []holdScopeJSON `json:"scopes"`
-	HoldRequestedAt *string         `json:"hold_requested_at"`
-	HoldCommittedAt *string         `json:"hold_committed_at"`
-	AuditSeq        uint64          `json:"audit_seq"`
-}
-
-type holdScopeJSON struct {
-	Scope         string `json:"scope"`
-	PreviousEpoch uint64 `json:"previous_epoch"`
-	Epoch         uint64 `json:"epoch"`
-	Mode          string `json:"mode"`
-}
+// holdScopeJSON is one scope of a hold's --json shape (DESIGN §9), as
+// hold, recover and the served receiver print it.
+type holdScopeJSON = api.HoldScope
 
 // stringList is a repeatable string flag.
 type stringList []string
@@ -69,11 +59,7 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	out := holdJSON{HoldRequestedAt: jsonTime(res.HoldRequestedAt), HoldCommittedAt: jsonTime(res.HoldCommittedAt),
-		AuditSeq: res.AuditSeq, Scopes: []holdScopeJSON{}}
-	for _, s := range res.Scopes {
-		out.Scopes = append(out.Scopes, holdScopeJSON{Scope: s.Scope, PreviousEpoch: s.PreviousEpoch, Epoch: s.Epoch, Mode: "held"})
-	}
+	out := api.HoldOf(res)
 	if cf.json {
 		return writeJSON(c.m.Stdout, out)
 	}

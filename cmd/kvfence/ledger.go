@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/kvfence/kvfence/internal/api"
 	"path/filepath"
 	"strings"
 	"time"
@@ -430,14 +431,14 @@ type (
 
 func approvalView(a ledger.Approval) ledgerApprovalJSON {
 	return ledgerApprovalJSON{Action: a.Action, RequestSHA256: hex.EncodeToString(a.RequestSHA256[:]), Approver: a.Approver,
-		Decision: a.Decision, ApprovedAt: jsonTime(a.ApprovedAt), ExpiresAt: jsonTime(a.ExpiresAt), AuditSeq: a.AuditSeq}
+		Decision: a.Decision, ApprovedAt: api.Time(a.ApprovedAt), ExpiresAt: api.Time(a.ExpiresAt), AuditSeq: a.AuditSeq}
 }
 
 func claimView(c ledger.Claim, now time.Time) ledgerClaimJSON {
 	return ledgerClaimJSON{Claim: c.Ref, Action: c.Action, Worker: c.Worker, Generation: c.Generation, State: string(c.State),
-		Resumed: c.Resumed, ClaimedAt: jsonTime(c.ClaimedAt), HeartbeatAt: jsonTime(c.HeartbeatAt),
-		LeaseExpiresAt: jsonTime(c.LeaseExpiresAt), LeaseExpired: c.LeaseExpired(now), DispatchedAt: jsonTime(c.DispatchedAt),
-		SettledAt: jsonTime(c.SettledAt), SupersededBy: c.SupersededBy, SupersededState: string(c.SupersededState),
+		Resumed: c.Resumed, ClaimedAt: api.Time(c.ClaimedAt), HeartbeatAt: api.Time(c.HeartbeatAt),
+		LeaseExpiresAt: api.Time(c.LeaseExpiresAt), LeaseExpired: c.LeaseExpired(now), DispatchedAt: api.Time(c.DispatchedAt),
+		SettledAt: api.Time(c.SettledAt), SupersededBy: c.SupersededBy, SupersededState: string(c.SupersededState),
 		TakeoverBy: c.TakeoverBy, TakeoverReason: c.TakeoverReason, ReconciledBy: c.ReconciledBy, AuditSeq: c.AuditSeq}
 }
 

@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/kvfence/kvfence/internal/api"
 	"io"
 	"strings"
 	"unicode/utf8"
@@ -34,17 +34,7 @@ type observeTargetJSON struct {
 }
 
 // observeReceiptJSON is the --json shape of observe receipt.
-type observeReceiptJSON struct {
-	Scope         string  `json:"scope"`
-	Action        string  `json:"action"`
-	Grant         string  `json:"grant"`
-	RequestSHA256 string  `json:"request_sha256"`
-	Target        string  `json:"target"`
-	RevBefore     uint64  `json:"rev_before"`
-	RevAfter      uint64  `json:"rev_after"`
-	AuditSeq      uint64  `json:"audit_seq"`
-	At            *string `json:"at"`
-}
+type observeReceiptJSON = api.Receipt
 
 // eventJSON is one audit entry in the --json output of observe events,
 // which is {"events":[...]} in chain order. seq, hash, prev (lowercase hex),
@@ -157,9 +147,7 @@ func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error)
 	if err != nil {
 		return err
 	}
-	out := observeReceiptJSON{Scope: rc.Scope, Action: rc.Action, Grant: rc.Grant,
-		RequestSHA256: hex.EncodeToString(rc.RequestSHA256[:]), Target: rc.Target, RevBefore: rc.RevBefore,
-		RevAfter: rc.RevAfter, AuditSeq: rc.AuditSeq, At: jsonTime(rc.At)}
+	out := api.ReceiptOf(rc)
 	if cf.json {
 		return writeJSON(c.m.Stdout, out)
 	}

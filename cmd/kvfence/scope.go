@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/kvfence/kvfence/internal/api"
 
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
@@ -54,7 +55,7 @@ func (c *ScopeCreateCommand) Run(ctx context.Context, args []string) (err error)
 	if err != nil {
 		return err
 	}
-	res := scopeCreateJSON{Scope: st.Scope, Epoch: st.Epoch, Mode: string(st.Mode), CreatedAt: jsonTime(st.CreatedAt)}
+	res := scopeCreateJSON{Scope: st.Scope, Epoch: st.Epoch, Mode: string(st.Mode), CreatedAt: api.Time(st.CreatedAt)}
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}

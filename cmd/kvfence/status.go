@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/api"
 	"sort"
 	"strings"
 
@@ -31,19 +32,7 @@ type statusJSON struct {
 // different events and are never collapsed into one. Denials counts every
 // denial in the scope by reason (an empty object when there are none);
 // stale_rejections counts only the stale-authority ones.
-type scopeStatusJSON struct {
-	Scope                string            `json:"scope"`
-	Epoch                uint64            `json:"epoch"`
-	Mode                 string            `json:"mode"`
-	ActiveGrant          string            `json:"active_grant"`
-	CreatedAt            *string           `json:"created_at"`
-	ActivatedAt          *string           `json:"activated_at"`
-	HoldRequestedAt      *string           `json:"hold_requested_at"`
-	HoldCommittedAt      *string           `json:"hold_committed_at"`
-	LastStaleRejectionAt *string           `json:"last_stale_rejection_at"`
-	StaleRejections      uint64            `json:"stale_rejections"`
-	Denials              map[string]uint64 `json:"denials"`
-}
+type scopeStatusJSON = api.ScopeStatus
 
 // Run runs the command.
 func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
@@ -86,7 +75,7 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 	out := statusJSON{Scopes: []scopeStatusJSON{}, AuditSeq: got.AuditSeq, AnchorChecked: cf.anchor != "" || rf.on(),
 		AnchorDamage: anchorDamageOf(damage)}
 	for _, st := range scopes {
-		out.Scopes = append(out.Scopes, scopeStatusOf(st))
+		out.Scopes = append(out.Scopes, api.ScopeStatusOf(st))
 	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, out)
@@ -120,19 +109,6 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 		fmt.Fprintf(tw, "anchor damage\t%v\n", d)
 	}
 	return tw.Flush()
-}
-
-// scopeStatusOf converts a scope's status to its JSON shape.
-func scopeStatusOf(st kvfence.ScopeStatus) scopeStatusJSON {
-	out := scopeStatusJSON{Scope: st.Scope, Epoch: st.Epoch, Mode: string(st.Mode), ActiveGrant: st.ActiveGrant,
-		CreatedAt: jsonTime(st.CreatedAt), ActivatedAt: jsonTime(st.ActivatedAt),
-		HoldRequestedAt: jsonTime(st.HoldRequestedAt), HoldCommittedAt: jsonTime(st.HoldCommittedAt),
-		LastStaleRejectionAt: jsonTime(st.LastStaleRejectionAt), StaleRejections: st.StaleRejections,
-		Denials: make(map[string]uint64, len(st.Denials))}
-	for k, v := range st.Denials {
-		out.Denials[string(k)] = v
-	}
-	return out
 }
 
 // denialsText formats denial counts as "reason=N ..." sorted by reason,

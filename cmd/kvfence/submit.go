@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/kvfence/kvfence/internal/api"
 
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
@@ -14,21 +15,10 @@ import (
 // the result and exits with code 3.
 type SubmitCommand struct{ m *Main }
 
-// submitJSON is the --json shape of submit (DESIGN §9). Reason and detail
-// are empty unless the outcome is denied; fields a denial could not know
-// are zero.
-type submitJSON struct {
-	Outcome  string `json:"outcome"`
-	Reason   string `json:"reason"`
-	Detail   string `json:"detail"`
-	Scope    string `json:"scope"`
-	Epoch    uint64 `json:"epoch"`
-	Grant    string `json:"grant"`
-	Action   string `json:"action"`
-	Target   string `json:"target"`
-	Revision uint64 `json:"revision"`
-	AuditSeq uint64 `json:"audit_seq"`
-}
+// submitJSON is the --json shape of submit (DESIGN §9), the served
+// receiver's response too. Reason and detail are empty unless the outcome is
+// denied; fields a denial could not know are zero.
+type submitJSON = api.Submit
 
 // Run runs the command.
 func (c *SubmitCommand) Run(ctx context.Context, args []string) (err error) {
@@ -72,9 +62,7 @@ func (c *SubmitCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	out := submitJSON{Outcome: string(res.Outcome), Reason: string(res.Reason), Detail: res.Detail,
-		Scope: res.Scope, Epoch: res.Epoch, Grant: res.Grant, Action: res.Action, Target: res.Target,
-		Revision: res.Revision, AuditSeq: res.AuditSeq}
+	out := api.SubmitOf(res)
 	if cf.json {
 		err = writeJSON(c.m.Stdout, out)
 	} else {
