@@ -40,6 +40,14 @@ func copyFile(t *testing.T, from, to string) {
 // current database (the anchor stays where it is). It returns worker A's
 // envelope, valid under the restored copy's state.
 func restoredFixture(t *testing.T) (*fixture, worker) {
+	return pausedWorkerCopy(t, func(live, backup string) { copyFile(t, backup, live) })
+}
+
+// pausedWorkerCopy runs the paused-worker schedule, keeping a copy of the
+// database from while worker A's grant was active; after the hold and B's
+// write it closes the receiver and calls restore with the live database's
+// path and the copy's. It returns A's envelope.
+func pausedWorkerCopy(t *testing.T, restore func(live, backup string)) (*fixture, worker) {
 	t.Helper()
 	f := newFixture(t, defect.Variant{})
 	a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
@@ -53,7 +61,7 @@ func restoredFixture(t *testing.T) (*fixture, worker) {
 		t.Fatalf("worker B: %+v", res)
 	}
 	f.r.Close()
-	copyFile(t, backup, f.path)
+	restore(f.path, backup)
 	return f, a
 }
 
@@ -90,6 +98,34 @@ func TestOpen_RestoredDatabaseIsRollback(t *testing.T) {
 	f.r = mustOpenSkip(t, f) // for the fixture's cleanup
 }
 
+// recoverableFixture initialises a receiver, with a recovery key, in its
+// own directory with the fixture scope and target, and returns it open with
+// its database path, anchor and clock. Unlike newFixture it leaves closing
+// to the test, which restores and recovers the file.
+func recoverableFixture(t *testing.T) (f *fixture, path string, anchor audit.FileAnchor, clock *testClock) {
+	t.Helper()
+	dir := t.TempDir()
+	clock = newClock()
+	path, anchor = filepath.Join(dir, "r.db"), audit.FileAnchor{Path: filepath.Join(dir, "r.anchor")}
+	if err := Init(path, &InitOptions{ReceiverID: "rcv", Key: testKey, Anchor: anchor,
+		RecoveryKey: recoveryKey.Public().(ed25519.PublicKey), Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	f = &fixture{t: t, path: path, clock: clock, ctx: t.Context(), anchor: anchor}
+	r, err := Open(path, f.opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.r, f.admin = r, r.Admin()
+	if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+		t.Fatal(err)
+	}
+	return f, path, anchor, clock
+}
+
 func mustOpenSkip(t *testing.T, f *fixture) *Receiver {
 	t.Helper()
 	r, err := open(f.path, &Options{Key: testKey, Now: f.clock.Now}, defect.Variant{SkipAnchor: true})
@@ -106,28 +142,10 @@ func mustOpenSkip(t *testing.T, f *fixture) *Receiver {
 // runs as a build without the lab tag does.
 func TestRecover(t *testing.T) {
 	withoutDefects(t)
-	dir := t.TempDir()
-	clock := newClock()
-	path, anchor := filepath.Join(dir, "r.db"), audit.FileAnchor{Path: filepath.Join(dir, "r.anchor")}
-	if err := Init(path, &InitOptions{ReceiverID: "rcv", Key: testKey, Anchor: anchor,
-		RecoveryKey: recoveryKey.Public().(ed25519.PublicKey), Now: clock.Now}); err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, path: path, clock: clock, ctx: t.Context(), anchor: anchor}
-	r, err := Open(path, f.opts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.r, f.admin = r, r.Admin()
-	if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
-		t.Fatal(err)
-	}
+	f, path, anchor, clock := recoverableFixture(t)
 	a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
 	f.r.Close()
-	backup := filepath.Join(dir, "backup.db")
+	backup := filepath.Join(t.TempDir(), "backup.db")
 	copyFile(t, path, backup)
 	f.reopen()
 	f.hold("incident")
@@ -186,7 +204,7 @@ func TestRecover(t *testing.T) {
 	if len(res.Scopes) != 1 || res.Scopes[0].Epoch != 4 || res.LostAnchor || res.GrantsRevoked != 1 {
 		t.Fatalf("recover result %+v, want the scope at epoch 4 and A's grant revoked", res)
 	}
-	r, err = Open(path, f.opts())
+	r, err := Open(path, f.opts())
 	if err != nil {
 		t.Fatalf("Open after recovery: %v", err)
 	}

@@ -127,28 +127,10 @@ func TestOpen_RestoredToPreviousWriteWithDamagedSlot(t *testing.T) {
 		where func([]byte) int
 	}{{"signature", inSignature}, {"padding", inPadding}} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			clock := newClock()
-			path, anchor := filepath.Join(dir, "r.db"), audit.FileAnchor{Path: filepath.Join(dir, "r.anchor")}
-			if err := Init(path, &InitOptions{ReceiverID: "rcv", Key: testKey, Anchor: anchor,
-				RecoveryKey: recoveryKey.Public().(ed25519.PublicKey), Now: clock.Now}); err != nil {
-				t.Fatal(err)
-			}
-			f := &fixture{t: t, path: path, clock: clock, ctx: t.Context(), anchor: anchor}
-			r, err := Open(path, f.opts())
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.r, f.admin = r, r.Admin()
-			if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
-				t.Fatal(err)
-			}
+			f, path, anchor, clock := recoverableFixture(t)
 			a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention")) // write N
 			f.r.Close()
-			backup := filepath.Join(dir, "write-n.db")
+			backup := filepath.Join(t.TempDir(), "write-n.db")
 			copyFile(t, path, backup)
 			f.reopen()
 			f.hold("worker-a lease expired") // write N+1
@@ -159,7 +141,7 @@ func TestOpen_RestoredToPreviousWriteWithDamagedSlot(t *testing.T) {
 			var w warnings
 			o := f.opts()
 			o.Warn = w.warn
-			_, err = Open(path, o)
+			_, err := Open(path, o)
 			if !errors.Is(err, ErrRollbackDetected) || !IsIntegrityError(err) || !strings.Contains(err.Error(), "is damaged") {
 				t.Fatalf("Open = %v; want ErrRollbackDetected naming the damaged slot", err)
 			}

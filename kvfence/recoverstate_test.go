@@ -16,31 +16,13 @@ import (
 // edited after the admission was signed (here a target value and a
 // receipt, with no entry in the chain) must be refused, not signed.
 func TestRecover_StateEditedAfterAdmission(t *testing.T) {
-	dir := t.TempDir()
-	clock := newClock()
-	path, anchor := filepath.Join(dir, "r.db"), audit.FileAnchor{Path: filepath.Join(dir, "r.anchor")}
-	if err := Init(path, &InitOptions{ReceiverID: "rcv", Key: testKey, Anchor: anchor,
-		RecoveryKey: recoveryKey.Public().(ed25519.PublicKey), Now: clock.Now}); err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, path: path, clock: clock, ctx: t.Context(), anchor: anchor}
-	r, err := Open(path, f.opts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.r, f.admin = r, r.Admin()
-	if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
-		t.Fatal(err)
-	}
+	f, path, anchor, clock := recoverableFixture(t)
 	a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
 	if res := f.submit("worker-a", a.envelope); res.Outcome != Applied {
 		t.Fatalf("%+v", res)
 	}
 	f.r.Close()
-	backup := filepath.Join(dir, "backup.db")
+	backup := filepath.Join(t.TempDir(), "backup.db")
 	copyFile(t, path, backup)
 	f.reopen()
 	f.hold("incident")

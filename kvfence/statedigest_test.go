@@ -3,7 +3,6 @@ package kvfence
 import (
 	"crypto/ed25519"
 	"errors"
-	"path/filepath"
 	"testing"
 
 	"github.com/kvfence/kvfence/audit"
@@ -57,22 +56,10 @@ func splice(t *testing.T, from, to string, what map[string][]string) {
 // that copy and puts the copy in place. It returns A's envelope, which the
 // copy's state still authorises.
 func splicedFixture(t *testing.T, what map[string][]string) (*fixture, worker) {
-	t.Helper()
-	f := newFixture(t, defect.Variant{})
-	a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
-	backup := filepath.Join(t.TempDir(), "pre-hold.db")
-	f.r.Close()
-	copyFile(t, f.path, backup)
-	f.reopen()
-	f.hold("worker-a lease expired")
-	b := f.activate("worker-b", "claim-2", f.patchRequest("raise-retention"))
-	if res := f.submit("worker-b", b.envelope); res.Outcome != Applied {
-		t.Fatalf("worker B: %+v", res)
-	}
-	f.r.Close()
-	splice(t, f.path, backup, what)
-	copyFile(t, backup, f.path)
-	return f, a
+	return pausedWorkerCopy(t, func(live, backup string) {
+		splice(t, live, backup, what)
+		copyFile(t, backup, live)
+	})
 }
 
 // Ensure that a pre-hold backup with the live history spliced into it is
