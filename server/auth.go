@@ -1,7 +1,13 @@
 package server
 
 import (
+	"crypto/x509"
+	"encoding/asn1"
+	"errors"
+
 	"fmt"
+	"golang.org/x/crypto/cryptobyte"
+	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 	"net/http"
 	"net/url"
 	"strings"
@@ -43,63 +49,112 @@ func (SPIFFECertificate) Authenticate(r *http.Request) (string, error) {
 		return "", fmt.Errorf("%w: the client certificate was not verified", ErrUnauthenticated)
 	}
 	leaf := r.TLS.PeerCertificates[0]
-	if len(leaf.URIs) != 1 {
-		return "", fmt.Errorf("%w: the client certificate has %d URI SANs, want exactly one SPIFFE ID",
-			ErrUnauthenticated, len(leaf.URIs))
+	// The identity is read from the certificate's own bytes: the parsed
+	// leaf.URIs went through url.Parse, which lower-cases the scheme and
+	// drops an empty fragment, so two certificates with different names
+	// could otherwise yield one identity.
+	uris, err := rawURISANs(leaf)
+	if err != nil {
+		return "", fmt.Errorf("%w: the client certificate's SANs: %w", ErrUnauthenticated, err)
 	}
-	id, err := ParseSPIFFEID(leaf.URIs[0])
+	if len(uris) != 1 || len(leaf.URIs) != 1 {
+		return "", fmt.Errorf("%w: the client certificate has %d URI SANs, want exactly one SPIFFE ID",
+			ErrUnauthenticated, len(uris))
+	}
+	id, err := ParseSPIFFEID(uris[0])
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	return id, nil
 }
 
+// oidSubjectAltName is the subject alternative name extension (RFC 5280
+// §4.2.1.6).
+var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+
+// rawURISANs returns the uniformResourceIdentifier names of cert's subject
+// alternative name extension exactly as encoded.
+func rawURISANs(cert *x509.Certificate) ([]string, error) {
+	var uris []string
+	for _, ext := range cert.Extensions {
+		if !ext.Id.Equal(oidSubjectAltName) {
+			continue
+		}
+		in := cryptobyte.String(ext.Value)
+		var names cryptobyte.String
+		if !in.ReadASN1(&names, cbasn1.SEQUENCE) || !in.Empty() {
+			return nil, errors.New("malformed subject alternative names")
+		}
+		for !names.Empty() {
+			var name cryptobyte.String
+			var tag cbasn1.Tag
+			if !names.ReadAnyASN1(&name, &tag) {
+				return nil, errors.New("malformed subject alternative name")
+			}
+			// uniformResourceIdentifier is [6] IMPLICIT IA5String.
+			if tag == cbasn1.Tag(6).ContextSpecific() {
+				uris = append(uris, string(name))
+			}
+		}
+	}
+	return uris, nil
+}
+
 // maxSPIFFEIDLen is the SPIFFE specification's limit on an ID's length.
 const maxSPIFFEIDLen = 2048
 
-// ParseSPIFFEID checks that u is a SPIFFE ID as the SPIFFE-ID
-// specification defines it, and returns it as a string: scheme "spiffe", a
-// trust domain of lower-case letters, digits, ".", "-" and "_" with no
-// port or user info, and a path of non-empty segments of letters, digits,
-// ".", "-" and "_" other than "." and "..", with no trailing slash, query
-// or fragment and no percent-encoding, at most 2048 bytes in all. The
-// check is strict because the string becomes an executor name that grants
-// compare byte for byte: two spellings of one ID would be two identities.
-func ParseSPIFFEID(u *url.URL) (string, error) {
+// ParseSPIFFEID checks that s is a SPIFFE ID as the SPIFFE-ID
+// specification defines it, in its one spelling, and returns it: scheme
+// "spiffe" in lower case, a trust domain of lower-case letters, digits,
+// ".", "-" and "_" with no port or user info, and a path of non-empty
+// segments of letters, digits, ".", "-" and "_" other than "." and "..",
+// with no trailing slash, query or fragment (not even an empty one) and no
+// percent-encoding, at most 2048 bytes in all. The check is strict because
+// the string becomes an executor name that grants compare byte for byte:
+// two spellings of one ID would be two identities, or one identity for two
+// names.
+func ParseSPIFFEID(s string) (string, error) {
+	if len(s) > maxSPIFFEIDLen {
+		return "", fmt.Errorf("SPIFFE ID is %d bytes, over %d", len(s), maxSPIFFEIDLen)
+	}
+	if !strings.HasPrefix(s, "spiffe://") || strings.ContainsAny(s, "?#%") {
+		return "", fmt.Errorf("URI SAN %q is not a SPIFFE ID in its one spelling", s)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("URI SAN %q: %w", s, err)
+	}
 	switch {
-	case u == nil:
-		return "", fmt.Errorf("no URI")
-	case u.Scheme != "spiffe":
-		return "", fmt.Errorf("URI SAN %q is not a SPIFFE ID (scheme %q)", u.Redacted(), u.Scheme)
 	case u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" ||
 		u.RawFragment != "" || u.RawPath != "":
-		return "", fmt.Errorf("SPIFFE ID %q has an opaque part, user info, a query, a fragment or percent-encoding", u.Redacted())
+		return "", fmt.Errorf("SPIFFE ID %q has an opaque part, user info, a query, a fragment or percent-encoding", s)
 	case u.Host == "":
-		return "", fmt.Errorf("SPIFFE ID %q has no trust domain", u.String())
+		return "", fmt.Errorf("SPIFFE ID %q has no trust domain", s)
 	}
 	for _, c := range u.Host {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
-			return "", fmt.Errorf("SPIFFE ID %q: trust domain has %q (a port, upper case or another character)", u.String(), c)
+			return "", fmt.Errorf("SPIFFE ID %q: trust domain has %q (a port, upper case or another character)", s, c)
 		}
 	}
 	if u.Path != "" {
 		if u.Path[0] != '/' {
-			return "", fmt.Errorf("SPIFFE ID %q: path does not start with /", u.String())
+			return "", fmt.Errorf("SPIFFE ID %q: path does not start with /", s)
 		}
 		for _, seg := range strings.Split(u.Path[1:], "/") {
 			if seg == "" || seg == "." || seg == ".." {
-				return "", fmt.Errorf("SPIFFE ID %q: empty, . or .. path segment", u.String())
+				return "", fmt.Errorf("SPIFFE ID %q: empty, . or .. path segment", s)
 			}
 			for _, c := range seg {
 				if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
-					return "", fmt.Errorf("SPIFFE ID %q: path has %q", u.String(), c)
+					return "", fmt.Errorf("SPIFFE ID %q: path has %q", s, c)
 				}
 			}
 		}
 	}
-	s := u.String()
-	if len(s) > maxSPIFFEIDLen {
-		return "", fmt.Errorf("SPIFFE ID is %d bytes, over %d", len(s), maxSPIFFEIDLen)
+	// Whatever url.Parse normalises, the string must be its own canonical
+	// form.
+	if u.String() != s {
+		return "", fmt.Errorf("SPIFFE ID %q is not in canonical form (%q)", s, u.String())
 	}
 	return s, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/kvfence/kvfence/internal/api"
 	"net"
-	"net/url"
 	"os"
 	"time"
 
@@ -150,13 +149,7 @@ func (c *CertCommand) Run(ctx context.Context, args []string) error {
 }
 
 // parseSPIFFE checks a SPIFFE ID as the server will.
-func parseSPIFFE(s string) (string, error) {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "", err
-	}
-	return server.ParseSPIFFEID(u)
-}
+func parseSPIFFE(s string) (string, error) { return server.ParseSPIFFEID(s) }
 
 // loadCA reads PREFIX.crt and PREFIX.key, refusing a key that group or
 // others may read.
