@@ -257,6 +257,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &BenchCommand{m}, args, nil
 	case lab.WorkerCommand:
 		return &labWorkerCommand{m}, args, nil
+	case lab.ServedWorkerCommand:
+		return &labServedWorkerCommand{m}, args, nil
 	}
 	return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s: unknown command", name), hint: "kvfence help"}
 }
