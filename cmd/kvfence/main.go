@@ -309,6 +309,8 @@ The commands are:
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission
 	ledger          approvals and claims in the execution ledger
+	serve           run a receiver as a service (mTLS, admin socket)
+	cert            make test certificates for serve
 	lab             run the fencing lab in real processes (lab build only)
 	bench           measure durable fenced writes against fsync, bbolt, SQLite
 
