@@ -269,7 +269,10 @@ func (l *lab) startServe(ctx context.Context, dir string, rc *receiverFiles) (*s
 		sv.cmd.Wait()
 		sv.log.Close()
 		cleanup()
-		return nil, fmt.Errorf("lab: kvfence serve did not get ready (%v, %+v): %s", err, sv.ready, sv.logText())
+		if err == nil {
+			err = fmt.Errorf("it printed %+v", sv.ready)
+		}
+		return nil, fmt.Errorf("lab: kvfence serve did not get ready: %w: %s", err, sv.logText())
 	}
 	go func() { sv.exited <- sv.cmd.Wait() }()
 	return sv, nil
@@ -414,10 +417,11 @@ func (l *lab) servedReceiver(ctx context.Context, name string) (*servedReport, e
 		return nil, err
 	}
 	record("worker-a", "POST /v1/hold with a worker certificate", rep.WorkerHold.Outcome+" "+strconv.Itoa(rep.WorkerHold.HTTPStatus))
-	if st, err = admin.Status(ctx, fixture.Scope); err != nil {
+	s, err := scopeStatus(ctx, admin)
+	if err != nil {
 		return nil, err
 	}
-	rep.EpochAfterWorkerHold = st.Scopes[0].Epoch
+	rep.EpochAfterWorkerHold = s.Epoch
 
 	hold, err := admin.Hold(ctx, kvfence.HoldRequest{Scopes: []string{fixture.Scope}, Reason: "worker-a lease expired"})
 	if err != nil {
@@ -447,15 +451,15 @@ func (l *lab) servedReceiver(ctx context.Context, name string) (*servedReport, e
 	}
 	// What A does next means something only if B's grant is the active one
 	// and B has not written: B's envelope is then the current authority.
-	if st, err = admin.Status(ctx, fixture.Scope); err != nil {
+	if s, err = scopeStatus(ctx, admin); err != nil {
 		return nil, err
 	}
 	// A served activation's answer has no creation time; the scope's
 	// status has the activation's.
-	rep.ActivatedAt = st.Scopes[0].ActivatedAt
-	if s := st.Scopes[0]; s.Mode != kvfence.ModeOpen || s.Epoch != actB.Epoch || s.ActiveGrant != actB.ID {
+	rep.ActivatedAt = s.ActivatedAt
+	if s.Mode != kvfence.ModeOpen || s.Epoch != actB.Epoch || s.ActiveGrant != actB.ID {
 		return nil, fmt.Errorf("%w: %s: before worker-a's attempts the scope is %s, want open at epoch %d with grant %s",
-			ErrPrecondition, name, scopeLine(st), actB.Epoch, actB.ID)
+			ErrPrecondition, name, scopeLine(client.Status{Scopes: []kvfence.ScopeStatus{s}}), actB.Epoch, actB.ID)
 	}
 	t, err := admin.Target(ctx, fixture.Target)
 	if err != nil {
@@ -563,6 +567,18 @@ func writeAssignment(dir, worker string, a client.Assignment) error {
 	return os.WriteFile(filepath.Join(dir, "envelope-"+worker+".cbor"), env, 0o600)
 }
 
+// scopeStatus reads the fixture scope's status over the admin socket.
+func scopeStatus(ctx context.Context, admin *client.Client) (kvfence.ScopeStatus, error) {
+	st, err := admin.Status(ctx, fixture.Scope)
+	if err != nil {
+		return kvfence.ScopeStatus{}, fmt.Errorf("lab: status over the admin socket: %w", err)
+	}
+	if len(st.Scopes) != 1 {
+		return kvfence.ScopeStatus{}, fmt.Errorf("lab: status of %s listed %d scopes", fixture.Scope, len(st.Scopes))
+	}
+	return st.Scopes[0], nil
+}
+
 func scopeLine(st client.Status) string {
 	if len(st.Scopes) != 1 {
 		return fmt.Sprintf("%d scopes", len(st.Scopes))
@@ -589,7 +605,7 @@ func (w *workerProc) command(line string) (workerResult, error) {
 	}
 	out, err := w.stdout.ReadString('\n')
 	if err != nil {
-		return res, fmt.Errorf("lab: worker gave no answer to %q (%v): %s", line, err, w.stderr)
+		return res, fmt.Errorf("lab: worker gave no answer to %q: %w: %s", line, err, w.stderr)
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		return res, fmt.Errorf("lab: worker printed %q: %w", out, err)
