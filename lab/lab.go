@@ -26,8 +26,10 @@ import (
 type Options struct {
 	// Output is the directory to create. It must not exist; its parent must.
 	Output string
-	// Executable is the binary to re-execute as worker processes; it must
-	// dispatch WorkerCommand to WorkerMain and be the lab build (BuildTag).
+	// Executable is the binary to re-execute as worker processes and as
+	// kvfence serve; it must dispatch WorkerCommand to WorkerMain,
+	// ServedWorkerCommand to ServedWorkerMain and "serve" to kvfence serve,
+	// and be the lab build (BuildTag).
 	// Empty means os.Executable(), which Run then requires to be the lab
 	// build itself (ErrNotLabBuild).
 	Executable string
@@ -54,13 +56,27 @@ type Summary struct {
 	DefectiveReceiverAcceptedStaleWorker bool   `json:"defective_receiver_accepted_stale_worker"`
 	// DefectiveReceiverCaughtByVerifyChain says verify-chain reported the
 	// defective receiver's own chain as a fence_violation.
-	DefectiveReceiverCaughtByVerifyChain bool   `json:"defective_receiver_caught_by_verify_chain"`
-	RestoredLedgerAcceptedClaim          bool   `json:"restored_ledger_accepted_claim"`
-	HeldReceiverAcceptedRestoredWork     bool   `json:"held_receiver_accepted_restored_work"`
-	RestoredReceiverCopyAcceptedOldGrant bool   `json:"restored_receiver_copy_accepted_old_grant"`
-	RestoredReceiverRollbackDetected     bool   `json:"restored_receiver_rollback_detected"`
-	RestoredLedgerRollbackDetected       bool   `json:"restored_ledger_rollback_detected"`
-	ProductionAuthorization              string `json:"production_authorization"`
+	DefectiveReceiverCaughtByVerifyChain bool `json:"defective_receiver_caught_by_verify_chain"`
+	RestoredLedgerAcceptedClaim          bool `json:"restored_ledger_accepted_claim"`
+	HeldReceiverAcceptedRestoredWork     bool `json:"held_receiver_accepted_restored_work"`
+	RestoredReceiverCopyAcceptedOldGrant bool `json:"restored_receiver_copy_accepted_old_grant"`
+	RestoredReceiverRollbackDetected     bool `json:"restored_receiver_rollback_detected"`
+	RestoredLedgerRollbackDetected       bool `json:"restored_ledger_rollback_detected"`
+	// ServedWrongIdentityDenied says the served receiver denied worker A's
+	// certificate presenting worker B's current envelope executor_mismatch.
+	ServedWrongIdentityDenied bool `json:"served_wrong_identity_denied"`
+	// ServedWorkerHoldForbidden says a worker certificate calling
+	// /v1/hold got 403 and the scope's epoch did not move.
+	ServedWorkerHoldForbidden bool `json:"served_worker_hold_forbidden"`
+	// ServedHoldWhileServingDeniedStaleWorker says that after the hold the
+	// operator made over the admin socket while serve served, worker A's
+	// superseded envelope was denied, both while held and after B's
+	// activation, and nothing changed the target before B wrote.
+	ServedHoldWhileServingDeniedStaleWorker bool `json:"served_hold_while_serving_denied_stale_worker"`
+	// ServedCurrentWorkerAccepted says worker B's envelope, sent with B's
+	// certificate, was applied.
+	ServedCurrentWorkerAccepted bool   `json:"served_current_worker_accepted"`
+	ProductionAuthorization     string `json:"production_authorization"`
 }
 
 // Run runs the demonstrations in real processes and writes their evidence
@@ -78,6 +94,9 @@ type hooks struct {
 	// afterLedgerRestore runs in demonstration 3 after the ledger file was
 	// restored and before worker C starts.
 	afterLedgerRestore func(lf *ledgerFiles, replaced string) error
+	// afterServedActivate runs in demonstration 6 after worker B's grant
+	// is active and before worker A presents any envelope.
+	afterServedActivate func(sv *served) error
 }
 
 func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
@@ -145,10 +164,22 @@ func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
 	}
 	sum.RestoredReceiverRollbackDetected = d5.Stale.Outcome == OutcomeRefusedAtOpen && d5.VerifyChain == "rollback_detected"
 
+	d6, err := l.servedReceiver(ctx, servedDemonstration)
+	if err != nil {
+		return nil, err
+	}
+	denied := func(w workerResult) bool { return w.Outcome == string(kvfence.Denied) }
+	sum.ServedWrongIdentityDenied = denied(d6.WrongIdentity) && d6.WrongIdentity.Reason == string(kvfence.ReasonExecutorMismatch)
+	sum.ServedWorkerHoldForbidden = d6.WorkerHold.Outcome == OutcomeForbidden && d6.WorkerHold.HTTPStatus == 403 &&
+		d6.EpochAfterWorkerHold == 1
+	sum.ServedHoldWhileServingDeniedStaleWorker = denied(d6.StaleWhileHeld) && denied(d6.StaleAfterSuccessor) &&
+		d6.MutationsBeforeCurrentWorker == 0
+	sum.ServedCurrentWorkerAccepted = d6.Current.Outcome == string(kvfence.Applied)
+
 	if err := writeJSON(filepath.Join(opts.Output, "summary.json"), sum); err != nil {
 		return nil, err
 	}
-	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2, d3u, d3a, d4, d5); err != nil {
+	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2, d3u, d3a, d4, d5, d6); err != nil {
 		return nil, err
 	}
 	return sum, nil
@@ -465,6 +496,12 @@ type workerProc struct {
 
 func (l *lab) startWorker(ctx context.Context, rc *receiverFiles, env, as string, mode ...string) (*workerProc, error) {
 	args := append([]string{WorkerCommand, "--db", rc.db, "--anchor", rc.anchor, "--key", rc.key, "--envelope", env, "--as", as}, mode...)
+	return l.startProc(ctx, as, args)
+}
+
+// startProc starts this binary with args as a worker process and waits
+// for its "ready" line.
+func (l *lab) startProc(ctx context.Context, as string, args []string) (*workerProc, error) {
 	cmd := exec.CommandContext(ctx, l.opts.Executable, args...)
 	cmd.Env = append(os.Environ(), l.opts.Env...)
 	w := &workerProc{cmd: cmd, stderr: &strings.Builder{}}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -55,17 +58,21 @@ func TestRun(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	want := Summary{
-		StaleWorkerAccepted:                  false,
-		MutationsBeforeCurrentWorker:         0,
-		CurrentWorkerAccepted:                true,
-		DefectiveReceiverAcceptedStaleWorker: true,
-		DefectiveReceiverCaughtByVerifyChain: true,
-		RestoredLedgerAcceptedClaim:          true,
-		HeldReceiverAcceptedRestoredWork:     false,
-		RestoredLedgerRollbackDetected:       true,
-		RestoredReceiverCopyAcceptedOldGrant: true,
-		RestoredReceiverRollbackDetected:     true,
-		ProductionAuthorization:              "not_assessed",
+		StaleWorkerAccepted:                     false,
+		MutationsBeforeCurrentWorker:            0,
+		CurrentWorkerAccepted:                   true,
+		DefectiveReceiverAcceptedStaleWorker:    true,
+		DefectiveReceiverCaughtByVerifyChain:    true,
+		RestoredLedgerAcceptedClaim:             true,
+		HeldReceiverAcceptedRestoredWork:        false,
+		RestoredLedgerRollbackDetected:          true,
+		RestoredReceiverCopyAcceptedOldGrant:    true,
+		RestoredReceiverRollbackDetected:        true,
+		ServedWrongIdentityDenied:               true,
+		ServedWorkerHoldForbidden:               true,
+		ServedHoldWhileServingDeniedStaleWorker: true,
+		ServedCurrentWorkerAccepted:             true,
+		ProductionAuthorization:                 "not_assessed",
 	}
 	if *sum != want {
 		t.Fatalf("summary %+v, want %+v", *sum, want)
@@ -112,6 +119,109 @@ func TestRun(t *testing.T) {
 		}
 	}
 	checkRestoredLedger(t, out)
+	checkServed(t, out)
+}
+
+// checkServed checks demonstration 6's report: every attempt of worker A
+// was denied for its own reason, with the identity taken from A's
+// certificate, before B's write; the administrative changes name the
+// socket's uid; serve stopped cleanly and the chain verifies.
+func checkServed(t *testing.T, out string) {
+	t.Helper()
+	var r servedReport
+	raw, err := os.ReadFile(filepath.Join(out, "06-served-receiver", "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	uid := "unix:uid:" + strconv.Itoa(os.Getuid())
+	switch {
+	case r.WorkerHold.HTTPStatus != 403 || r.WorkerHold.ErrorCode != "forbidden" || r.EpochAfterWorkerHold != 1:
+		t.Fatalf("worker hold: %+v, epoch after %d", r.WorkerHold, r.EpochAfterWorkerHold)
+	case r.StaleWhileHeld.Reason != "receiver_held" || !r.HoldCommittedAt.Before(r.StaleWhileHeld.SubmittedAt):
+		t.Fatalf("stale worker while held: %+v (hold committed %s)", r.StaleWhileHeld, r.HoldCommittedAt)
+	case r.WrongIdentity.Reason != "executor_mismatch" || r.WrongIdentityCaller != servedWorkerA:
+		t.Fatalf("wrong identity: %+v, recorded caller %q", r.WrongIdentity, r.WrongIdentityCaller)
+	case r.StaleAfterSuccessor.Reason != "stale_or_unknown_epoch" || r.ActivatedAt.IsZero() ||
+		!r.ActivatedAt.Before(r.StaleAfterSuccessor.SubmittedAt):
+		t.Fatalf("stale worker after the successor's activation (%s): %+v", r.ActivatedAt, r.StaleAfterSuccessor)
+	case r.TargetBeforeCurrentWorker.Revision != 1 || r.Current.Revision != 2 || r.FinalTarget.Revision != 2:
+		t.Fatalf("target revisions %d before B, %d after: %+v", r.TargetBeforeCurrentWorker.Revision, r.FinalTarget.Revision, r.Current)
+	case len(r.AdminActors) != 1 || r.AdminActors[0] != uid:
+		t.Fatalf("admin actors %v, want [%s]", r.AdminActors, uid)
+	case r.ServeExitCode != 0 || r.VerifyChain != "ok":
+		t.Fatalf("serve exit %d, verify-chain %s %s", r.ServeExitCode, r.VerifyChain, r.VerifyDetail)
+	}
+	for _, f := range []string{"serve.log", "ca.crt", "worker-a.crt", "assignment-b.json", "events.json", "receipts.json"} {
+		if _, err := os.Stat(filepath.Join(out, "06-served-receiver", f)); err != nil {
+			t.Errorf("missing output %s: %v", f, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(out, "06-served-receiver", "worker-a.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("worker-a.key: %v, %v; want mode 0600", fi, err)
+	}
+}
+
+// Ensure that demonstration 6 fails loudly when worker B wrote before
+// worker A's attempts, and leaves no serve process behind.
+func TestServedReceiver_PreconditionFails(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "lab")
+	if err := makeOutput(out); err != nil {
+		t.Fatal(err)
+	}
+	var running *served
+	l := &lab{opts: Options{Output: out, Executable: labBinary(t), Progress: io.Discard}, hooks: hooks{
+		afterServedActivate: func(sv *served) error {
+			running = sv
+			c, err := sv.clientFor("worker-b")
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			env, err := os.ReadFile(filepath.Join(sv.dir, "envelope-b.cbor"))
+			if err != nil {
+				return err
+			}
+			res, err := c.Submit(context.Background(), env)
+			if err == nil && res.Outcome != kvfence.Applied {
+				err = fmt.Errorf("worker-b's early write was %s", res.Outcome)
+			}
+			return err
+		}}}
+	_, err := l.servedReceiver(context.Background(), servedDemonstration)
+	if !errors.Is(err, ErrPrecondition) {
+		t.Fatalf("servedReceiver = %v, want ErrPrecondition", err)
+	}
+	if running == nil || running.cmd.ProcessState == nil {
+		t.Fatal("kvfence serve was left running after the failed demonstration")
+	}
+}
+
+// Ensure that demonstration 6 runs from an output directory too deep for a
+// unix socket address beside it, with the admin socket in a private
+// temporary directory that it removes afterwards.
+func TestServedReceiver_LongOutputPath(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), strings.Repeat("d", maxSocketPath))
+	if err := os.Mkdir(parent, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(parent, "lab")
+	if err := makeOutput(out); err != nil {
+		t.Fatal(err)
+	}
+	l := &lab{opts: Options{Output: out, Executable: labBinary(t), Progress: io.Discard}}
+	rep, err := l.servedReceiver(context.Background(), servedDemonstration)
+	if err != nil {
+		t.Fatalf("servedReceiver: %v", err)
+	}
+	if rep.Current.Outcome != "applied" || strings.HasPrefix(rep.AdminSocket, out) || len(rep.AdminSocket) > maxSocketPath {
+		t.Fatalf("worker-b %s, admin socket %s", decision(rep.Current), rep.AdminSocket)
+	}
+	if _, err := os.Stat(filepath.Dir(rep.AdminSocket)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the admin socket's directory is left behind: %v", err)
+	}
 }
 
 // checkRestoredLedger checks that demonstration 3 shows both the counterexample and the catch:

@@ -9,7 +9,7 @@ import (
 // writeReport writes report.md: what each demonstration supports and what
 // it does not, in plain words, with the numbers from this run.
 func writeReport(path string, sum *Summary, paused, defective *pausedReport, ledgerCopy, ledgerAnchored *ledgerReport,
-	unanchored, anchored *restoredReport) error {
+	unanchored, anchored *restoredReport, sv *servedReport) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("# kvfence lab report")
@@ -75,6 +75,25 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport, led
 	p("Supports: restoring the receiver's database is detected as long as the anchor is administered separately and not restored with it.")
 	p("Does not show: protection against someone who can replace both the database and the anchor (a stale but valid anchor; see verify-chain --max-age).")
 	p("")
+	p("## 6. Served receiver (%s)", sv.Demonstration)
+	p("")
+	p("The receiver ran as `kvfence serve` in its own process: TLS 1.3 with client certificates on %s, and the admin socket", sv.Listen)
+	p("`%s` for administration by uid. The certificates (a test CA, the server's, one per SPIFFE ID) were made", sv.AdminSocket)
+	p("with the code `kvfence cert` uses. Each worker was a process of its own holding only its own certificate; the receiver took")
+	p("each caller's identity from that certificate, never from the request.")
+	p("")
+	p("The operator created the scope and target and activated worker A over the admin socket (recorded actor: %s).", strings.Join(sv.AdminActors, ", "))
+	p("Worker A's certificate calling `POST /v1/hold` got **%s** (HTTP %d); the scope's epoch stayed %d.", sv.WorkerHold.Outcome, sv.WorkerHold.HTTPStatus, sv.EpochAfterWorkerHold)
+	p("The operator then held the scope over the socket while the service served (requested %s, committed %s);", ts(sv.HoldRequestedAt), ts(sv.HoldCommittedAt))
+	p("A's own envelope was **%s**. After B's activation (%s), A presenting B's current envelope", decision(sv.StaleWhileHeld), ts(sv.ActivatedAt))
+	p("was **%s** (the receiver recorded the caller as `%s`), and A's own envelope again", decision(sv.WrongIdentity), sv.WrongIdentityCaller)
+	p("**%s**, before B's first write. Mutations before B ran: %d. B's envelope, with B's certificate, was **%s**;", decision(sv.StaleAfterSuccessor), sv.MutationsBeforeCurrentWorker, decision(sv.Current))
+	p("the target is now revision %d. SIGTERM stopped the service (exit %d), and verify-chain reports `%s`.", sv.FinalTarget.Revision, sv.ServeExitCode, sv.VerifyChain)
+	p("")
+	p("Supports: over the network, identity comes from the channel: a certificate cannot use another worker's envelope or the")
+	p("administrative endpoints, and an operator can hold a running receiver without stopping it, which fences the stale worker at once.")
+	p("Does not show: anything about a real PKI (the CA here is a one-hour test CA), certificate revocation, or other machines.")
+	p("")
 	p("## Summary")
 	p("")
 	p("| claim | value |")
@@ -88,6 +107,10 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport, led
 	p("| restored_receiver_copy_accepted_old_grant | %v |", sum.RestoredReceiverCopyAcceptedOldGrant)
 	p("| restored_receiver_rollback_detected | %v |", sum.RestoredReceiverRollbackDetected)
 	p("| restored_ledger_rollback_detected | %v |", sum.RestoredLedgerRollbackDetected)
+	p("| served_wrong_identity_denied | %v |", sum.ServedWrongIdentityDenied)
+	p("| served_worker_hold_forbidden | %v |", sum.ServedWorkerHoldForbidden)
+	p("| served_hold_while_serving_denied_stale_worker | %v |", sum.ServedHoldWhileServingDeniedStaleWorker)
+	p("| served_current_worker_accepted | %v |", sum.ServedCurrentWorkerAccepted)
 	p("| production_authorization | %s |", sum.ProductionAuthorization)
 	return os.WriteFile(path, []byte(b.String()), 0o600)
 }

@@ -58,6 +58,10 @@ type workerResult struct {
 	// Ledger is the worker's claim in the execution ledger, when it was
 	// told to claim before submitting.
 	Ledger *ledgerResult `json:"ledger,omitempty"`
+	// HTTPStatus and ErrorCode are a served receiver's error answer, when
+	// it refused the call instead of deciding it.
+	HTTPStatus int    `json:"http_status,omitempty"`
+	ErrorCode  string `json:"error_code,omitempty"`
 }
 
 // ledgerResult is a worker's attempt to claim its action in the ledger.

@@ -89,6 +89,13 @@ func (c *CertCommand) Run(ctx context.Context, args []string) error {
 				}
 				opts.IPs = append(opts.IPs, ip)
 			}
+			// A subject to read in the output and in TLS errors: the
+			// first name the certificate is valid for.
+			if opts.Name == "" && len(dns) > 0 {
+				opts.Name = dns[0]
+			} else if opts.Name == "" {
+				opts.Name = opts.IPs[0].String()
+			}
 		} else {
 			if err := require("cert client", [2]string{"spiffe-id", *id}); err != nil {
 				return err

@@ -47,6 +47,10 @@ func (c *LabCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "restored_receiver_copy_accepted_old_grant\t%v\n", sum.RestoredReceiverCopyAcceptedOldGrant)
 	fmt.Fprintf(tw, "restored_receiver_rollback_detected\t%v\n", sum.RestoredReceiverRollbackDetected)
 	fmt.Fprintf(tw, "restored_ledger_rollback_detected\t%v\n", sum.RestoredLedgerRollbackDetected)
+	fmt.Fprintf(tw, "served_wrong_identity_denied\t%v\n", sum.ServedWrongIdentityDenied)
+	fmt.Fprintf(tw, "served_worker_hold_forbidden\t%v\n", sum.ServedWorkerHoldForbidden)
+	fmt.Fprintf(tw, "served_hold_while_serving_denied_stale_worker\t%v\n", sum.ServedHoldWhileServingDeniedStaleWorker)
+	fmt.Fprintf(tw, "served_current_worker_accepted\t%v\n", sum.ServedCurrentWorkerAccepted)
 	fmt.Fprintf(tw, "production_authorization\t%s\n", sum.ProductionAuthorization)
 	fmt.Fprintf(tw, "evidence\t%s (summary.json, report.md)\n", *output)
 	return tw.Flush()
@@ -57,9 +61,13 @@ func (c *LabCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence lab --output DIR [--json]
 
 Runs the receiver-fencing lab in real processes (this binary, re-executed
-as paused workers) on the backup-policy fixture, and writes the evidence to
-DIR: summary.json, report.md, source and environment manifests, and per
-demonstration a report, the receiver database, receipts and events.
+as paused workers and, for the served receiver, as kvfence serve with
+workers that hold only their own test certificates) on the backup-policy
+fixture, and writes the evidence to DIR: summary.json, report.md, source
+and environment manifests, and per demonstration a report, the receiver
+database, receipts and events. The served receiver's admin socket is made
+in DIR, or in a private temporary directory when DIR's path is too long
+for a unix socket's address.
 
 The lab runs only in a binary built with the kvfencelab tag, the only one
 that contains the defective receivers it demonstrates; other builds refuse
@@ -86,3 +94,17 @@ func (c *labWorkerCommand) Run(ctx context.Context, args []string) error {
 }
 
 func (c *labWorkerCommand) Usage() {}
+
+// labServedWorkerCommand is the lab's worker of a served receiver: a client
+// holding one certificate, with no mode a deployed client lacks. It is not
+// listed in help.
+type labServedWorkerCommand struct{ m *Main }
+
+func (c *labServedWorkerCommand) Run(ctx context.Context, args []string) error {
+	if code := lab.ServedWorkerMain(ctx, args, c.m.Stdin, c.m.Stdout, c.m.Stderr); code != 0 {
+		return fmt.Errorf("lab served worker exited with status %d", code)
+	}
+	return nil
+}
+
+func (c *labServedWorkerCommand) Usage() {}

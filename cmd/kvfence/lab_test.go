@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -225,5 +226,46 @@ func TestLabWorker_LabBuildRefusesLinks(t *testing.T) {
 	v := c.json(ExitIntegrity, "verify-chain", "--db", cdb, "--anchor", canchor, "--pub", c.path("receiver.key.pub"))
 	if v["problem"] != "fence_violation" || !strings.Contains(v["detail"].(string), "superseded by the hold") {
 		t.Fatalf("verify-chain of the defective receiver's copy: %v; want fence_violation", v)
+	}
+}
+
+// Ensure that the lab build's lab command prints every claim of
+// summary.json in its table, with the same value, the served receiver's
+// among them.
+func TestLab_LabBuildTableListsEverySummaryKey(t *testing.T) {
+	bin := kvfenceBinary(t, testbin.LabTag)
+	out := filepath.Join(t.TempDir(), "lab-out")
+	cmd := exec.Command(bin, "lab", "--output", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kvfence lab: %v\n%s", err, stderr.String())
+	}
+	table := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			t.Fatalf("table line %q", line)
+		}
+		table[f[0]] = f[1]
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum map[string]any
+	if err := json.Unmarshal(raw, &sum); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range sum {
+		if got, want := table[k], fmt.Sprint(v); got != want {
+			t.Errorf("table %s = %q, summary.json %q", k, got, want)
+		}
+	}
+	for _, k := range []string{"served_wrong_identity_denied", "served_worker_hold_forbidden",
+		"served_hold_while_serving_denied_stale_worker", "served_current_worker_accepted"} {
+		if table[k] != "true" {
+			t.Errorf("table %s = %q, want true", k, table[k])
+		}
 	}
 }

@@ -257,6 +257,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &BenchCommand{m}, args, nil
 	case lab.WorkerCommand:
 		return &labWorkerCommand{m}, args, nil
+	case lab.ServedWorkerCommand:
+		return &labServedWorkerCommand{m}, args, nil
 	}
 	return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s: unknown command", name), hint: "kvfence help"}
 }
@@ -307,6 +309,8 @@ The commands are:
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission
 	ledger          approvals and claims in the execution ledger
+	serve           run a receiver as a service (mTLS, admin socket)
+	cert            make test certificates for serve
 	lab             run the fencing lab in real processes (lab build only)
 	bench           measure durable fenced writes against fsync, bbolt, SQLite
 

@@ -399,6 +399,19 @@ func TestCert(t *testing.T) {
 		c.must(2, "cert", "client", "--ca", c.path("t-ca"), "--spiffe-id", id, "--out", c.path("bad"))
 	}
 	c.must(2, "cert", "server", "--ca", c.path("t-ca"), "--out", c.path("s2"))
+	for _, tc := range []struct {
+		args    []string
+		subject string
+	}{
+		{[]string{"--dns", "localhost", "--ip", "127.0.0.1"}, "localhost"},
+		{[]string{"--ip", "::1"}, "::1"},
+		{[]string{"--dns", "localhost", "--name", "receiver-1"}, "receiver-1"},
+	} {
+		out := c.json(0, append([]string{"cert", "server", "--ca", c.path("t-ca"), "--out", c.path("s-" + tc.subject)}, tc.args...)...)
+		if out["subject"] != tc.subject {
+			t.Errorf("cert server %v: subject %v, want %q", tc.args, out["subject"], tc.subject)
+		}
+	}
 	if err := os.Chmod(c.path("t-ca.key"), 0o644); err != nil {
 		t.Fatal(err)
 	}
