@@ -86,7 +86,9 @@ func ParseSPIFFEID(u *url.URL) (string, error) {
 		if u.Path[0] != '/' {
 			return "", fmt.Errorf("SPIFFE ID %q: path does not start with /", u.String())
 		}
-		for _, seg := range strings.Split(u.Path[1:], "/") {
+		// SplitSeq walks the segments without allocating a slice of them:
+		// this runs on every request.
+		for seg := range strings.SplitSeq(u.Path[1:], "/") {
 			if seg == "" || seg == "." || seg == ".." {
 				return "", fmt.Errorf("SPIFFE ID %q: empty, . or .. path segment", u.String())
 			}
