@@ -82,4 +82,19 @@
 // but sign no checkpoint and write no anchor. modernc.org/sqlite is a Go
 // translation of SQLite's C source and is slower than the C library on CPU;
 // the harness switches it to fdatasync, as SQLite's own Linux builds use.
+//
+// kvfence_submit_https runs the workers' client and the server in the
+// process that holds the receiver, on the same Go scheduler. What it adds
+// to kvfence_submit is CPU spent in parallel (TLS records, HTTP/1.1 on
+// both sides, a write and at least one read system call per message each
+// way, and the garbage all of that makes), but on few cores that work also
+// delays the one serial path: the goroutine leading a group commit, back
+// from each of its fdatasyncs, waits for a processor behind the serving
+// goroutines, so fewer Submits queue per commit (fsyncs_per_op rises) and
+// the rate falls by more than the added CPU alone explains. On two cores,
+// GOMAXPROCS=4 brought this row's fsyncs_per_op back to kvfence_submit's:
+// more processors than cores let the leader run as soon as its fdatasync
+// returns. A deployment with the workers in other processes has the same
+// effect on the server's scheduler; this row, with both ends in one, is
+// the pessimistic case.
 package bench

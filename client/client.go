@@ -81,7 +81,12 @@ func (e *Error) Unwrap() error { return e.err }
 // calls and is safe for concurrent use.
 type Client struct {
 	base string
-	hc   *http.Client
+	// tr sends each request itself rather than through an http.Client:
+	// the receiver never redirects, and following a redirect would re-send
+	// an envelope somewhere the caller did not name, so the Client's
+	// redirect machinery (which also copied every request's headers) has
+	// nothing to do. A 3xx answer is ErrProtocol.
+	tr *http.Transport
 }
 
 // New returns a client for the receiver at rawURL: "https://HOST:PORT",
@@ -101,7 +106,7 @@ func New(rawURL string, tlsConfig *tls.Config) (*Client, error) {
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
 	}
-	c := &Client{hc: &http.Client{Transport: tr}}
+	c := &Client{tr: tr}
 	switch u.Scheme {
 	case "https":
 		if tlsConfig == nil {
@@ -129,7 +134,7 @@ func New(rawURL string, tlsConfig *tls.Config) (*Client, error) {
 }
 
 // Close closes the client's idle connections.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }
+func (c *Client) Close() { c.tr.CloseIdleConnections() }
 
 // maxAnswer bounds an answer's body: the largest is a page of events.
 const maxAnswer = 64 << 20
@@ -146,16 +151,26 @@ func (c *Client) call(ctx context.Context, method, path, ctype string, body []by
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	if ctype != "" {
+	// The headers are one of a few shared, never-modified maps instead of
+	// a map filled per request: a RoundTripper only reads them, and on a
+	// submit the per-request map was a good part of the client's garbage.
+	switch ctype {
+	case api.ContentCBOR:
+		req.Header = cborHeader
+	case api.ContentJSON:
+		req.Header = jsonHeader
+	case "":
+		req.Header = acceptHeader
+	default:
 		req.Header.Set("Content-Type", ctype)
+		req.Header.Set("Accept", api.ContentJSON)
 	}
-	req.Header.Set("Accept", api.ContentJSON)
-	resp, err := c.hc.Do(req)
+	resp, err := c.tr.RoundTrip(req)
 	if err != nil {
 		return fmt.Errorf("client: %s %s: %w", method, path, err)
 	}
 	// The whole body is read so that the connection can be reused.
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	raw, err := readAnswer(resp)
 	resp.Body.Close()
 	if err != nil {
 		return fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
@@ -171,8 +186,20 @@ func (c *Client) call(ctx context.Context, method, path, ctype string, body []by
 		var probe struct {
 			Error *api.ErrorBody `json:"error"`
 		}
-		if json.Unmarshal(raw, &probe) == nil && probe.Error != nil {
+		// In valid JSON the bytes "error" with both quotes occur only as
+		// a key or as that exact string value (inside a longer string the
+		// quotes are escaped), so an answer without them carries no error
+		// object and is not decoded twice.
+		if bytes.Contains(raw, errorKey) && json.Unmarshal(raw, &probe) == nil && probe.Error != nil {
 			return errorOf(resp.StatusCode, *probe.Error)
+		}
+		// A submit answer in the receiver's own canonical form is read
+		// without reflection; any other form goes to encoding/json.
+		if sub, isSubmit := out.(*api.Submit); isSubmit {
+			if v, ok := api.ParseSubmitJSON(raw); ok {
+				*sub = v
+				return nil
+			}
 		}
 		if err := json.Unmarshal(raw, out); err != nil {
 			return fmt.Errorf("%w: %s %s: %v", ErrProtocol, method, path, err)
@@ -184,6 +211,31 @@ func (c *Client) call(ctx context.Context, method, path, ctype string, body []by
 		return &Error{Status: resp.StatusCode, Code: "", Message: strings.TrimSpace(string(raw)), err: statusErr(resp.StatusCode)}
 	}
 	return errorOf(resp.StatusCode, e.Error)
+}
+
+// Request headers by body type, shared by every request and never
+// modified.
+var (
+	cborHeader   = http.Header{"Content-Type": {api.ContentCBOR}, "Accept": {api.ContentJSON}}
+	jsonHeader   = http.Header{"Content-Type": {api.ContentJSON}, "Accept": {api.ContentJSON}}
+	acceptHeader = http.Header{"Accept": {api.ContentJSON}}
+)
+
+// errorKey is the key of an error answer's object, quotes included.
+var errorKey = []byte(`"error"`)
+
+// readAnswer reads an answer's body, at most maxAnswer+1 bytes: at once
+// into a buffer of its size when the receiver declared one, as it does for
+// every answer but a long page of events.
+func readAnswer(resp *http.Response) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= maxAnswer {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 }
 
 // errorOf maps an error answer to its sentinel.

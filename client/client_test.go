@@ -294,14 +294,58 @@ func TestClient_ErrorMapping(t *testing.T) {
 		{500, `{"error":{"code":"internal","message":"x"}}`, client.ErrServer},
 		{502, `bad gateway`, client.ErrServer},
 		{200, `{"outcome":"maybe"}`, client.ErrProtocol},
+		{200, `{"error":{"code":"storage_busy","message":"busy"}}`, kvfence.ErrStorageBusy},
+		{200, `{"outcome": "applied", "error": {"code":"unknown_scope","message":"x"}}`, kvfence.ErrUnknownScope},
+		{307, `{"outcome":"applied"}`, client.ErrProtocol},
 	} {
+		var calls atomic.Int64
 		c := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			if tc.status/100 == 3 {
+				w.Header().Set("Location", api.PathSubmit+"?again")
+			}
 			w.WriteHeader(tc.status)
 			io.WriteString(w, tc.body)
 		}), false)
 		_, err := c.Submit(context.Background(), []byte{0xa0})
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%d %s: %v, want %v", tc.status, tc.body, err, tc.want)
+		}
+		// A redirect is not followed: the envelope is sent once, where
+		// the caller said.
+		if n := calls.Load(); n != 1 {
+			t.Errorf("%d %s: %d requests, want 1", tc.status, tc.body, n)
+		}
+	}
+}
+
+// Ensure that a submit answer decodes to the same result whether it is in
+// the receiver's canonical form, escaped, or spaced out.
+func TestClient_SubmitAnswerForms(t *testing.T) {
+	want := kvfence.Result{Outcome: kvfence.Denied, Reason: "executor_mismatch", Detail: "a \"quoted\"\ndetail é",
+		Scope: "s", Epoch: 3, Grant: "g", Action: "a", Target: "t", Revision: 9, AuditSeq: 1 << 40}
+	out := api.SubmitOf(want)
+	canonical := out.AppendJSON(nil)
+	plain := want
+	plain.Detail = "plain detail"
+	outPlain := api.SubmitOf(plain)
+	for _, tc := range []struct {
+		body string
+		want kvfence.Result
+	}{
+		{string(canonical), want},
+		{string(outPlain.AppendJSON(nil)), plain},
+		{strings.ReplaceAll(string(outPlain.AppendJSON(nil)), ",", " , "), plain},
+		{`{"audit_seq":1099511627776,"revision":9,"target":"t","action":"a","grant":"g","epoch":3,"scope":"s",` +
+			`"detail":"plain detail","reason":"executor_mismatch","outcome":"denied"}`, plain},
+	} {
+		c := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, tc.body)
+		}), false)
+		got, err := c.Submit(context.Background(), []byte{0xa0})
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %+v, %v; want %+v", tc.body, got, err, tc.want)
 		}
 	}
 }

@@ -140,7 +140,9 @@ func ParseSPIFFEID(s string) (string, error) {
 		if u.Path[0] != '/' {
 			return "", fmt.Errorf("SPIFFE ID %q: path does not start with /", s)
 		}
-		for _, seg := range strings.Split(u.Path[1:], "/") {
+		// SplitSeq walks the segments without allocating a slice of them:
+		// this runs on every request.
+		for seg := range strings.SplitSeq(u.Path[1:], "/") {
 			if seg == "" || seg == "." || seg == ".." {
 				return "", fmt.Errorf("SPIFFE ID %q: empty, . or .. path segment", s)
 			}

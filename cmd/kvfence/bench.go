@@ -151,6 +151,7 @@ at each writer count for --duration, after its setup and a warm-up:
 	bbolt_batch                     the same put through bbolt's DB.Batch
 	bbolt_nosync_not_durable        the same put without fsync: CPU only, not durable
 	kvfence_submit                  an applied fenced write, file anchor included
+	kvfence_submit_https            the same write through the Go client over loopback mTLS
 	kvfence_denied                  a stale envelope, denied and recorded in the audit chain
 	kvfence_lifecycle               activate, submit and hold of one action
 	sqlite_fenced                   the same fenced transaction on SQLite, WAL, synchronous=FULL

@@ -143,3 +143,20 @@ func jsonShape(t *testing.T, doc string) string {
 	}
 	return b.String()
 }
+
+// Ensure that bench's help describes every row it can run.
+func TestBenchUsageNamesEveryRow(t *testing.T) {
+	c := newCLI(t)
+	r := c.must(0, "bench", "-h")
+	for _, name := range bench.Rows() {
+		found := false
+		for _, line := range strings.Split(r.stderr, "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == name {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("bench -h does not describe row %s:\n%s", name, r.stderr)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package api
+
+import (
+	"bytes"
+	"unicode/utf8"
+)
+
+// ParseSubmitJSON decodes b when it is exactly what AppendJSON writes for
+// strings that need no escaping: the keys in order, no white space but the
+// final newline, strings of valid UTF-8 without a quote, a backslash or a
+// control character, and numbers in canonical decimal. It reports false
+// for anything else, which the caller then decodes with encoding/json; it
+// never accepts what encoding/json would decode differently. The client
+// reads one submit answer per fenced write, and this is the form every
+// ordinary answer has.
+func ParseSubmitJSON(b []byte) (Submit, bool) {
+	var s Submit
+	p := submitParser{b: b}
+	ok := p.lit(`{"outcome":`) && p.str(&s.Outcome) &&
+		p.lit(`,"reason":`) && p.str(&s.Reason) &&
+		p.lit(`,"detail":`) && p.str(&s.Detail) &&
+		p.lit(`,"scope":`) && p.str(&s.Scope) &&
+		p.lit(`,"epoch":`) && p.num(&s.Epoch) &&
+		p.lit(`,"grant":`) && p.str(&s.Grant) &&
+		p.lit(`,"action":`) && p.str(&s.Action) &&
+		p.lit(`,"target":`) && p.str(&s.Target) &&
+		p.lit(`,"revision":`) && p.num(&s.Revision) &&
+		p.lit(`,"audit_seq":`) && p.num(&s.AuditSeq) &&
+		p.lit("}\n") && len(p.b) == 0
+	if !ok {
+		return Submit{}, false
+	}
+	return s, true
+}
+
+// submitParser consumes the canonical submit answer from the front of b.
+type submitParser struct{ b []byte }
+
+func (p *submitParser) lit(s string) bool {
+	if len(p.b) < len(s) || string(p.b[:len(s)]) != s {
+		return false
+	}
+	p.b = p.b[len(s):]
+	return true
+}
+
+func (p *submitParser) str(out *string) bool {
+	if len(p.b) == 0 || p.b[0] != '"' {
+		return false
+	}
+	end := bytes.IndexByte(p.b[1:], '"')
+	if end < 0 {
+		return false
+	}
+	v := p.b[1 : 1+end]
+	for _, c := range v {
+		if c < 0x20 || c == '\\' {
+			return false
+		}
+	}
+	if !utf8.Valid(v) {
+		return false
+	}
+	*out = string(v)
+	p.b = p.b[end+2:]
+	return true
+}
+
+func (p *submitParser) num(out *uint64) bool {
+	n := 0
+	for n < len(p.b) && p.b[n] >= '0' && p.b[n] <= '9' {
+		n++
+	}
+	// No digits, a leading zero, or more digits than any uint64 has.
+	if n == 0 || n > 20 || (n > 1 && p.b[0] == '0') {
+		return false
+	}
+	var v uint64
+	for _, c := range p.b[:n] {
+		d := uint64(c - '0')
+		if v > (^uint64(0)-d)/10 {
+			return false
+		}
+		v = v*10 + d
+	}
+	*out = v
+	p.b = p.b[n:]
+	return true
+}
