@@ -385,8 +385,7 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 	if err != nil {
 		return nil, err
 	}
-	v, err := kvfence.VerifyChain(rc.db, kvfence.VerifyOptions{Anchor: audit.FileAnchor{Path: rc.anchor},
-		PublicKey: rc.priv.Public().(ed25519.PublicKey), LockTimeout: 10 * time.Second})
+	v, err := rc.verifyChain()
 	if err != nil {
 		return nil, err
 	}
@@ -443,6 +442,12 @@ func decision(w workerResult) string {
 type receiverFiles struct {
 	db, anchor, key string
 	priv            ed25519.PrivateKey
+}
+
+// verifyChain runs verify-chain on the receiver's files with its own key.
+func (rc *receiverFiles) verifyChain() (audit.Report, error) {
+	return kvfence.VerifyChain(rc.db, kvfence.VerifyOptions{Anchor: audit.FileAnchor{Path: rc.anchor},
+		PublicKey: rc.priv.Public().(ed25519.PublicKey), LockTimeout: 10 * time.Second})
 }
 
 func newReceiverFiles(dir, id string) (*receiverFiles, error) {

@@ -3,7 +3,6 @@ package lab
 import (
 	"bufio"
 	"context"
-	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -21,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/internal/fixture"
 	"github.com/kvfence/kvfence/internal/pki"
@@ -539,8 +537,7 @@ func (l *lab) servedReceiver(ctx context.Context, name string) (*servedReport, e
 	if err != nil {
 		return nil, err
 	}
-	v, err := kvfence.VerifyChain(rc.db, kvfence.VerifyOptions{Anchor: audit.FileAnchor{Path: rc.anchor},
-		PublicKey: rc.priv.Public().(ed25519.PublicKey), LockTimeout: 10 * time.Second})
+	v, err := rc.verifyChain()
 	if err != nil {
 		return nil, err
 	}
