@@ -34,7 +34,7 @@ func NewAssignment(g kvfence.Grant, request []byte) (Assignment, error) {
 	return Activation{Grant: g, Request: request}.Assignment(), nil
 }
 
-// Envelope returns the canonical envelope of the assignment (DESIGN §5),
+// Envelope returns the canonical envelope of the assignment (docs/design.md §5),
 // the bytes a worker submits.
 func (a Assignment) Envelope() ([]byte, error) {
 	return kvfence.EncodeEnvelope(&kvfence.Envelope{V: kvfence.WireVersion, Scope: a.Scope, Epoch: a.Epoch,

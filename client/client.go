@@ -1,4 +1,4 @@
-// Package client is the Go client of a served kvfence receiver (DESIGN
+// Package client is the Go client of a served kvfence receiver (docs/design.md
 // §12): workers submit envelopes with it and operators administer the
 // receiver with it, over mTLS or the local admin socket. Calls return
 // kvfence's own types and, where an error corresponds to one of kvfence's

@@ -25,7 +25,7 @@ const (
 // codes may be added.
 type Reason string
 
-// Denial reasons, in the order Submit checks them (DESIGN §4).
+// Denial reasons, in the order Submit checks them (docs/design.md §4).
 const (
 	ReasonMalformedEnvelope   Reason = "malformed_envelope"
 	ReasonMalformedRequest    Reason = "malformed_request"

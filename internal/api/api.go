@@ -1,6 +1,6 @@
 // Package api holds the JSON bodies of the served receiver's HTTP API
-// (DESIGN §12), shared by the server and the client so that both spell
-// every key the same way. The shapes are the CLI's --json shapes (DESIGN
+// (docs/design.md §12), shared by the server and the client so that both spell
+// every key the same way. The shapes are the CLI's --json shapes (docs/design.md
 // §9): binary fields as "_b64" in padded standard base64, digests in
 // lowercase hex, times as RFC 3339 with nanoseconds in UTC or null for a
 // time that never happened.
