@@ -50,18 +50,43 @@ var ErrPrecondition = errors.New("lab: demonstration precondition did not hold")
 
 // Summary is summary.json: one value per claim the lab checks.
 type Summary struct {
-	StaleWorkerAccepted                  bool   `json:"stale_worker_accepted"`
-	MutationsBeforeCurrentWorker         uint64 `json:"mutations_before_current_worker"`
-	CurrentWorkerAccepted                bool   `json:"current_worker_accepted"`
-	DefectiveReceiverAcceptedStaleWorker bool   `json:"defective_receiver_accepted_stale_worker"`
+	// StaleWorkerAccepted says the receiver applied paused worker A's
+	// superseded envelope in demonstration 1; expected false.
+	StaleWorkerAccepted bool `json:"stale_worker_accepted"`
+	// MutationsBeforeCurrentWorker counts the target's mutations before
+	// worker B ran, read right after worker A's envelope was decided, in
+	// demonstration 1; expected 0.
+	MutationsBeforeCurrentWorker uint64 `json:"mutations_before_current_worker"`
+	// CurrentWorkerAccepted says worker B's envelope was applied in
+	// demonstration 1; expected true.
+	CurrentWorkerAccepted bool `json:"current_worker_accepted"`
+	// DefectiveReceiverAcceptedStaleWorker says the receiver that skips
+	// checks 2-4 applied worker A's superseded envelope in demonstration 2;
+	// expected true, the counterexample that shows what the checks prevent.
+	DefectiveReceiverAcceptedStaleWorker bool `json:"defective_receiver_accepted_stale_worker"`
 	// DefectiveReceiverCaughtByVerifyChain says verify-chain reported the
 	// defective receiver's own chain as a fence_violation.
 	DefectiveReceiverCaughtByVerifyChain bool `json:"defective_receiver_caught_by_verify_chain"`
-	RestoredLedgerAcceptedClaim          bool `json:"restored_ledger_accepted_claim"`
-	HeldReceiverAcceptedRestoredWork     bool `json:"held_receiver_accepted_restored_work"`
+	// RestoredLedgerAcceptedClaim says the ledger restored from before a
+	// claim and opened without its anchor handed a second worker the same
+	// action (demonstration 3a); expected true, the counterexample.
+	RestoredLedgerAcceptedClaim bool `json:"restored_ledger_accepted_claim"`
+	// HeldReceiverAcceptedRestoredWork says the held receiver applied the
+	// work of the worker that the restored ledger let claim (demonstrations
+	// 3a and 3b); expected false.
+	HeldReceiverAcceptedRestoredWork bool `json:"held_receiver_accepted_restored_work"`
+	// RestoredReceiverCopyAcceptedOldGrant says the copy of demonstration 1's
+	// database from before the hold, opened without its anchor, applied
+	// worker A's old grant (demonstration 4); expected true, the
+	// counterexample kept on purpose.
 	RestoredReceiverCopyAcceptedOldGrant bool `json:"restored_receiver_copy_accepted_old_grant"`
-	RestoredReceiverRollbackDetected     bool `json:"restored_receiver_rollback_detected"`
-	RestoredLedgerRollbackDetected       bool `json:"restored_ledger_rollback_detected"`
+	// RestoredReceiverRollbackDetected says that copy, opened with its
+	// anchor, was refused at open and verify-chain reported rollback_detected
+	// (demonstration 5); expected true.
+	RestoredReceiverRollbackDetected bool `json:"restored_receiver_rollback_detected"`
+	// RestoredLedgerRollbackDetected says the restored ledger, opened with
+	// its anchor, was refused at open (demonstration 3b); expected true.
+	RestoredLedgerRollbackDetected bool `json:"restored_ledger_rollback_detected"`
 	// ServedWrongIdentityDenied says the served receiver denied worker A's
 	// certificate presenting worker B's current envelope executor_mismatch.
 	ServedWrongIdentityDenied bool `json:"served_wrong_identity_denied"`
@@ -75,8 +100,10 @@ type Summary struct {
 	ServedHoldWhileServingDeniedStaleWorker bool `json:"served_hold_while_serving_denied_stale_worker"`
 	// ServedCurrentWorkerAccepted says worker B's envelope, sent with B's
 	// certificate, was applied.
-	ServedCurrentWorkerAccepted bool   `json:"served_current_worker_accepted"`
-	ProductionAuthorization     string `json:"production_authorization"`
+	ServedCurrentWorkerAccepted bool `json:"served_current_worker_accepted"`
+	// ProductionAuthorization is always "not_assessed": the lab does not
+	// judge how a production deployment authenticates its workers.
+	ProductionAuthorization string `json:"production_authorization"`
 }
 
 // Run runs the demonstrations in real processes and writes their evidence

@@ -79,34 +79,48 @@ type InitOptions struct {
 // Approval records that an action, bound to the digest of its exact
 // request, was approved by someone until an expiry.
 type Approval struct {
-	Action        string
+	// Action is the approved action's name.
+	Action string
+	// RequestSHA256 is the SHA-256 of the exact request bytes approved.
 	RequestSHA256 [32]byte
-	Approver      string
-	Decision      string // an optional reference to the approval decision
-	ApprovedAt    time.Time
-	ExpiresAt     time.Time
-	AuditSeq      uint64
+	// Approver is who approved it.
+	Approver string
+	Decision string // an optional reference to the approval decision
+	// ApprovedAt is when the approval was recorded.
+	ApprovedAt time.Time
+	// ExpiresAt is when the approval stops admitting a first claim.
+	ExpiresAt time.Time
+	// AuditSeq is the approval's entry in the ledger's audit chain.
+	AuditSeq uint64
 }
 
 // Claim is one worker's hold on one approved action.
 type Claim struct {
-	Ref            string // unguessable id the worker presents in later calls
-	Action         string
-	Worker         string
-	Generation     uint64 // 1 for the action's first claim, then one more per takeover
-	State          State
-	ClaimedAt      time.Time
-	HeartbeatAt    time.Time
+	Ref string // unguessable id the worker presents in later calls
+	// Action is the claimed action.
+	Action string
+	// Worker is the worker that holds (or held) the claim.
+	Worker     string
+	Generation uint64 // 1 for the action's first claim, then one more per takeover
+	// State is the claim's state.
+	State State
+	// ClaimedAt is when the claim was made.
+	ClaimedAt time.Time
+	// HeartbeatAt is the claim's last heartbeat, or ClaimedAt.
+	HeartbeatAt time.Time
+	// LeaseExpiresAt is when the claim's lease runs out; each heartbeat moves
+	// it.
 	LeaseExpiresAt time.Time
 	DispatchedAt   time.Time // zero if never dispatched
 	SettledAt      time.Time // when it reached succeeded, failed or uncertain
-	// SupersededBy is the ref of the claim that took this one over;
+	// SupersededBy is the ref of the claim that took this one over.
+	SupersededBy string
 	// SupersededState is the state this claim was in at the takeover.
-	SupersededBy    string
 	SupersededState State
 	TakeoverBy      string // the operator who took over
-	TakeoverReason  string
-	ReconciledBy    string // the operator who settled an uncertain claim
+	// TakeoverReason is the reason the operator gave for the takeover.
+	TakeoverReason string
+	ReconciledBy   string // the operator who settled an uncertain claim
 	// Resumed is set by Claim when it returned the worker's existing live
 	// claim instead of creating one. It is not stored.
 	Resumed  bool
@@ -119,6 +133,7 @@ func (c Claim) LeaseExpired(now time.Time) bool { return c.State.Live() && now.A
 
 // ActionView is everything the ledger holds about one action.
 type ActionView struct {
+	// Action is the action's name.
 	Action   string
 	Approval *Approval // nil if not approved
 	Live     string    // ref of the live claim, if any
@@ -127,26 +142,35 @@ type ActionView struct {
 
 // ApproveRequest asks Approve to approve an action.
 type ApproveRequest struct {
-	Action        string
+	// Action is the action to approve.
+	Action string
+	// RequestSHA256 is the SHA-256 of the exact request bytes being approved.
 	RequestSHA256 [32]byte
-	Approver      string
-	Decision      string
+	// Approver is who approves.
+	Approver string
+	// Decision is an optional reference to the approval decision.
+	Decision string
 	// TTL is how long the approval may be claimed; it must be positive.
 	TTL time.Duration
 }
 
 // ClaimRequest asks Claim to claim an action for a worker.
 type ClaimRequest struct {
+	// Action is the approved action to claim.
 	Action string
+	// Worker is the worker that claims it.
 	Worker string
 	Lease  time.Duration // zero means DefaultLease
 }
 
 // TakeoverRequest asks Takeover to supersede an action's live claim.
 type TakeoverRequest struct {
-	Action   string
+	// Action is the action whose live claim is superseded.
+	Action string
+	// Operator is who takes over.
 	Operator string
-	Reason   string
-	Worker   string        // the worker that gets the new claim
-	Lease    time.Duration // zero means DefaultLease
+	// Reason is why, recorded in the audit chain.
+	Reason string
+	Worker string        // the worker that gets the new claim
+	Lease  time.Duration // zero means DefaultLease
 }
