@@ -98,7 +98,7 @@ func (l *lab) restoredLedger(ctx context.Context, name string, anchored bool) (*
 		return nil, err
 	}
 	if err := lf.with(func(lg *ledger.Ledger) error {
-		a, err := lg.Approve(ctx, ledger.ApproveRequest{Action: actionID, RequestSHA256: kvfence.RequestDigest(req),
+		a, err := lg.Approve(ctx, ledger.ApproveRequest{Action: actionID, Request: req,
 			Approver: "approver", Decision: "approval-1", TTL: time.Hour})
 		if err == nil {
 			record("approver", "approve the action in the ledger", fmt.Sprintf("audit seq %d", a.AuditSeq))

@@ -36,6 +36,7 @@ const formatVersion = "kvfence-ledger/1"
 type approvalRecord struct {
 	Action        string `cbor:"action"`
 	RequestSHA256 []byte `cbor:"request_sha256"`
+	ActionChecked bool   `cbor:"action_checked,omitempty"`
 	Approver      string `cbor:"approver"`
 	Decision      string `cbor:"decision,omitempty"`
 	ApprovedAt    int64  `cbor:"approved_at"`
@@ -64,6 +65,7 @@ type claimRecord struct {
 	TakeoverBy      string `cbor:"takeover_by,omitempty"`
 	TakeoverReason  string `cbor:"takeover_reason,omitempty"`
 	ReconciledBy    string `cbor:"reconciled_by,omitempty"`
+	ReconciledAt    int64  `cbor:"reconciled_at,omitempty"`
 	AuditSeq        uint64 `cbor:"audit_seq"`
 }
 
@@ -136,16 +138,23 @@ func unixTime(ns int64) time.Time {
 }
 
 func (r *approvalRecord) public() Approval {
-	a := Approval{Action: r.Action, Approver: r.Approver, Decision: r.Decision,
+	a := Approval{Action: r.Action, ActionChecked: r.ActionChecked, Approver: r.Approver, Decision: r.Decision,
 		ApprovedAt: unixTime(r.ApprovedAt), ExpiresAt: unixTime(r.ExpiresAt), AuditSeq: r.AuditSeq}
 	copy(a.RequestSHA256[:], r.RequestSHA256)
 	return a
 }
 
+// public is the claim as callers see it. A claim that is no longer live
+// reports no lease: the stored expiry is history (the audit chain keeps
+// it), and showing it would read as a lease still running or expired.
 func (r *claimRecord) public() Claim {
-	return Claim{Ref: r.Ref, Action: r.Action, Worker: r.Worker, Generation: r.Generation, State: r.State,
+	c := Claim{Ref: r.Ref, Action: r.Action, Worker: r.Worker, Generation: r.Generation, State: r.State,
 		ClaimedAt: unixTime(r.ClaimedAt), HeartbeatAt: unixTime(r.HeartbeatAt), LeaseExpiresAt: unixTime(r.LeaseExpiresAt),
 		DispatchedAt: unixTime(r.DispatchedAt), SettledAt: unixTime(r.SettledAt), SupersededBy: r.SupersededBy,
 		SupersededState: r.SupersededState, TakeoverBy: r.TakeoverBy, TakeoverReason: r.TakeoverReason,
-		ReconciledBy: r.ReconciledBy, AuditSeq: r.AuditSeq}
+		ReconciledBy: r.ReconciledBy, ReconciledAt: unixTime(r.ReconciledAt), AuditSeq: r.AuditSeq}
+	if !r.State.Live() {
+		c.LeaseExpiresAt = time.Time{}
+	}
+	return c
 }
