@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/kvfence/kvfence/lab"
 	"os"
 	"strings"
 	"testing"
@@ -151,5 +152,15 @@ func TestLedger_VerifyChainAndEvents(t *testing.T) {
 	// Another key is a bad signature, not a sound chain.
 	if v := c.json(ExitIntegrity, "ledger", "verify-chain", "--pub", c.path("receiver.key.pub")); v["problem"] != "bad_signature" {
 		t.Fatalf("verify-chain with the receiver's key: %v", v)
+	}
+}
+
+// Ensure that the lab command fails (exit 1) when a summary's checks are
+// not as expected, naming them: a summary with no observation judged has
+// every check unexpected.
+func TestLabVerdict_NotAsExpectedFails(t *testing.T) {
+	err := labVerdict(&lab.Summary{}, "out")
+	if exitCode(err) != ExitError || !strings.Contains(err.Error(), "stale_worker_accepted") || !strings.Contains(hint(err), "report.md") {
+		t.Fatalf("labVerdict = %v (exit %d)", err, exitCode(err))
 	}
 }
