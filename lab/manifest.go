@@ -15,11 +15,20 @@ import (
 
 // sourceManifest records what produced the lab's output.
 type sourceManifest struct {
-	Module       string            `json:"module"`
-	Version      string            `json:"version"`
-	VCSRevision  string            `json:"vcs_revision,omitempty"`
-	VCSModified  string            `json:"vcs_modified,omitempty"`
-	VCSTime      string            `json:"vcs_time,omitempty"`
+	Module  string `json:"module"`
+	Version string `json:"version"`
+	// VCSRevision, VCSModified ("true" or "false") and VCSTime (UTC, RFC
+	// 3339) name the source's commit; "" when VCSSource says they could
+	// not be had.
+	VCSRevision string `json:"vcs_revision"`
+	VCSModified string `json:"vcs_modified"`
+	VCSTime     string `json:"vcs_time"`
+	// VCSSource says where they come from: "build info" (the binary's own
+	// stamp), "git" (read with git from SourceDir, as under go run, which
+	// stamps none), or "none: " and why neither could be read.
+	VCSSource string `json:"vcs_source"`
+	// SourceDir is the source tree git was asked about, if it was.
+	SourceDir    string            `json:"source_dir,omitempty"`
 	Dependencies map[string]string `json:"dependencies"`
 	Binary       string            `json:"binary"`
 	BinarySHA256 string            `json:"binary_sha256"`
@@ -68,6 +77,17 @@ func (l *lab) writeManifests() error {
 				env.Bbolt = d.Version
 			}
 		}
+	}
+	if src.VCSRevision != "" {
+		src.VCSSource = "build info"
+	} else {
+		src.SourceDir = moduleDir()
+		src.VCSSource = "git"
+		v, err := gitVCS(src.SourceDir, l.opts.Output)
+		if err != nil {
+			src.VCSSource = "none: the binary carries no VCS stamp (as under go run), and " + err.Error()
+		}
+		src.VCSRevision, src.VCSModified, src.VCSTime = v.revision, v.modified, v.time
 	}
 	sum, err := fileSHA256(l.opts.Executable)
 	if err != nil {

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"github.com/kvfence/kvfence/lab"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/kvfence/kvfence/lab"
 )
 
 // ledgerCLI sets up a ledger with its key and anchor, and points the
