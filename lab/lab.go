@@ -256,42 +256,62 @@ func (l *lab) logf(format string, args ...any) {
 
 // step is one timestamped line of a demonstration's report.
 type step struct {
-	At     time.Time `json:"at"`
-	Actor  string    `json:"actor"`
-	Action string    `json:"action"`
-	Result string    `json:"result,omitempty"`
+	// At is when the step was done.
+	At time.Time `json:"at"`
+	// Actor is who did it: admin, operator, approver, parent or a worker.
+	Actor string `json:"actor"`
+	// Action is what was done, in words.
+	Action string `json:"action"`
+	// Result is what came of it, if anything.
+	Result string `json:"result,omitempty"`
 }
 
 // pausedReport is a paused-worker demonstration's report.json.
 type pausedReport struct {
+	// Demonstration is the demonstration's directory name.
 	Demonstration string `json:"demonstration"`
-	Defective     bool   `json:"defective_receiver"`
-	Steps         []step `json:"steps"`
-	// The four times are different events; never one "worker stopped" time.
-	HoldRequestedAt      time.Time    `json:"hold_requested_at"`
-	HoldCommittedAt      time.Time    `json:"hold_committed_at"`
-	ActivatedAt          time.Time    `json:"successor_activated_at"`
-	LastStaleRejectionAt *time.Time   `json:"last_stale_rejection_at"`
-	Stale                workerResult `json:"stale_worker"`
-	Current              workerResult `json:"current_worker"`
+	// Defective says the receiver skipped checks 2-4 (demonstration 2).
+	Defective bool `json:"defective_receiver"`
+	// Steps are the demonstration's steps, in order.
+	Steps []step `json:"steps"`
+	// HoldRequestedAt is when the administrator asked for the hold. This
+	// and the next three times are different events; never one "worker
+	// stopped" time.
+	HoldRequestedAt time.Time `json:"hold_requested_at"`
+	// HoldCommittedAt is when the receiver committed the hold.
+	HoldCommittedAt time.Time `json:"hold_committed_at"`
+	// ActivatedAt is when worker B's grant was activated.
+	ActivatedAt time.Time `json:"successor_activated_at"`
+	// LastStaleRejectionAt is the scope's last stale rejection, if any.
+	LastStaleRejectionAt *time.Time `json:"last_stale_rejection_at"`
+	// Stale is worker A's superseded envelope, submitted after release.
+	Stale workerResult `json:"stale_worker"`
+	// Current is worker B's envelope.
+	Current workerResult `json:"current_worker"`
 	// TargetAtStaleDecision is the target right after the stale worker's
 	// request was decided, before the current worker ran.
-	TargetAtStaleDecision        targetView `json:"target_at_stale_decision"`
-	MutationsBeforeCurrentWorker uint64     `json:"mutations_before_current_worker"`
-	FinalTarget                  targetView `json:"final_target"`
+	TargetAtStaleDecision targetView `json:"target_at_stale_decision"`
+	// MutationsBeforeCurrentWorker counts the target's changes before B wrote.
+	MutationsBeforeCurrentWorker uint64 `json:"mutations_before_current_worker"`
+	// FinalTarget is the target at the end.
+	FinalTarget targetView `json:"final_target"`
 	// OutstandingEffects lists effects whose fate the receiver cannot
 	// vouch for (kept apart from decided ones): none, when both workers'
 	// requests went through this receiver's transaction.
 	OutstandingEffects []string `json:"outstanding_effects"`
 	// VerifyChain is verify-chain's problem code for the receiver's
-	// database at the end, and VerifyDetail its evidence.
-	VerifyChain  string `json:"verify_chain"`
+	// database at the end.
+	VerifyChain string `json:"verify_chain"`
+	// VerifyDetail is its evidence, when there is a problem.
 	VerifyDetail string `json:"verify_detail,omitempty"`
 }
 
+// targetView is a target as a report shows it.
 type targetView struct {
+	// Revision is the target's revision.
 	Revision uint64 `json:"revision"`
-	Value    string `json:"value"`
+	// Value is its value, as text.
+	Value string `json:"value"`
 }
 
 const (

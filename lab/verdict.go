@@ -86,7 +86,7 @@ var expectations = []expectation{
 			"its anchor, accepted the old grant: the fence alone cannot tell a restored copy from the present",
 		func(o *Observations) any { return o.RestoredReceiverCopyAcceptedOldGrant }},
 	{"restored_receiver_rollback_detected", KindSuccess, true,
-		"demonstration 5: the same copy of demonstration 1's database, opened normally, was refused as a rollback, " +
+		"demonstration 5: another copy of demonstration 1's pre-hold database, opened normally, was refused as a rollback, " +
 			"and verify-chain reports rollback_detected",
 		func(o *Observations) any { return o.RestoredReceiverRollbackDetected }},
 	{"served_wrong_identity_denied", KindSuccess, true,

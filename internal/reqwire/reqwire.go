@@ -34,13 +34,20 @@ var ErrMalformed = errors.New("not a well-formed kvfence request")
 
 // request mirrors kvfence.Request field for field, with the same keys.
 type request struct {
-	V              uint64  `cbor:"v"`
-	Action         string  `cbor:"action"`
-	Target         string  `cbor:"target"`
+	// V is the wire version.
+	V uint64 `cbor:"v"`
+	// Action is the logical action the request names.
+	Action string `cbor:"action"`
+	// Target is the target it changes.
+	Target string `cbor:"target"`
+	// ExpectRevision is the revision precondition, if any.
 	ExpectRevision *uint64 `cbor:"expect_revision,omitempty"`
-	ExpectValue    *[]byte `cbor:"expect_value,omitempty"`
-	Set            *[]byte `cbor:"set,omitempty"`
-	Patch          []byte  `cbor:"patch,omitempty"`
+	// ExpectValue is the value precondition, if any.
+	ExpectValue *[]byte `cbor:"expect_value,omitempty"`
+	// Set is the new value, for a set request.
+	Set *[]byte `cbor:"set,omitempty"`
+	// Patch is the JSON Patch, for a patch request, carried unjudged.
+	Patch []byte `cbor:"patch,omitempty"`
 }
 
 var (
