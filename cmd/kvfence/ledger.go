@@ -609,6 +609,8 @@ Arguments of every subcommand:
 	    Write one JSON document to stdout instead of text.
 
 Refusals by the ledger's rules (claimed by another worker, superseded,
-settled, not approved, wrong state) exit with code 3.
+settled, not approved, wrong state, a request that names another action)
+exit with code 3. Given a receiver database instead of a ledger file, the
+ledger commands say so and name the receiver's commands.
 `)
 }
