@@ -52,6 +52,7 @@ var ErrPrecondition = errors.New("lab: demonstration precondition did not hold")
 // before the checks were added, so that existing readers keep working),
 // then the same observations judged against their expected values.
 type Summary struct {
+	// Observations are the flat keys, one per observation.
 	Observations
 	// Verdict is VerdictAsExpected when every observation equals its
 	// expected value, and VerdictNotAsExpected otherwise.
