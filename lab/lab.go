@@ -122,7 +122,9 @@ type Observations struct {
 }
 
 // Run runs the demonstrations in real processes and writes their evidence
-// under opts.Output. An interrupted run's output is kept.
+// under opts.Output. An interrupted run's output is kept. It returns the
+// summary whatever the observations: Summary.Verdict says whether each was
+// the expected one, and Summary.Unexpected names those that were not.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
 	return run(ctx, opts, hooks{})
 }

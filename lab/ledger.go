@@ -82,9 +82,10 @@ type ledgerFiles struct {
 // in the ledger and stalls; the operator holds the receiver; the ledger
 // file is then restored from a copy taken before A's claim, and worker C
 // claims the same action and submits. Without the ledger's anchor check
-// the restored copy hands C a second claim (the original lab's
-// counterexample), and the held receiver still refuses C's work; with the
-// check the restored ledger refuses to open.
+// the restored copy hands C a second claim (the counterexample of the
+// original lab, the ledger-only experiment, with no receiver fence and no
+// anchor, that kvfence grew out of), and the held receiver still refuses
+// C's work; with the check the restored ledger refuses to open.
 func (l *lab) restoredLedger(ctx context.Context, name string, anchored bool) (*ledgerReport, error) {
 	dir := filepath.Join(l.opts.Output, name)
 	if err := os.Mkdir(dir, 0o700); err != nil {

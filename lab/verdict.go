@@ -72,8 +72,9 @@ var expectations = []expectation{
 		"demonstration 2: verify-chain found that receiver's mutation under the superseded grant in its own chain (fence_violation)",
 		func(o *Observations) any { return o.DefectiveReceiverCaughtByVerifyChain }},
 	{"restored_ledger_accepted_claim", KindCounterexample, true,
-		"counterexample kept on purpose (demonstration 3a, the original lab's counterexample): a ledger restored from a backup " +
-			"and opened without its anchor handed a second worker the action already claimed",
+		"counterexample kept on purpose (demonstration 3a): a ledger restored from a backup and opened without its anchor " +
+			"handed a second worker the action already claimed, as in the original lab, the ledger-only experiment " +
+			"(no receiver fence, no anchor) that kvfence grew out of",
 		func(o *Observations) any { return o.RestoredLedgerAcceptedClaim }},
 	{"held_receiver_accepted_restored_work", KindSuccess, false,
 		"demonstration 3: the held receiver refused the work of that second claim: a claim is not authority",
