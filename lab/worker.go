@@ -47,7 +47,7 @@ func Available() bool { return defect.Open != nil && defect.OpenLedger != nil }
 type workerResult struct {
 	// Outcome is the receiver's decision (applied, already_applied,
 	// denied), or what kept the worker from one (not_submitted,
-	// refused_at_open, forbidden).
+	// refused_at_open, forbidden, call_failed).
 	Outcome string `json:"outcome"`
 	// Reason is a denial's stable reason.
 	Reason string `json:"reason,omitempty"`
