@@ -28,7 +28,12 @@ type Config struct {
 	// Workers [4] submit envelopes; Readers [2] read statuses and targets;
 	// one administrator holds and activates.
 	Workers, Readers int
-	// Calls is the number of calls to record [300].
+	// AdminPause is the longest pause of the administrator between its
+	// calls [none]. Without one, holds race with the first writes under
+	// each grant; with one, grants live long enough for more writes.
+	AdminPause time.Duration
+	// Calls is the number of calls to record [300]: a sixth of them the
+	// administrator's, a quarter the readers', the rest the workers'.
 	Calls int
 }
 
@@ -78,14 +83,20 @@ func Run(tb testing.TB, cfg Config) History {
 	for i := range cfg.Scopes {
 		scope := fmt.Sprintf("scope-%d", i)
 		if err := admin.CreateScope(ctx, scope); err != nil {
-			tb.Fatal(err)
+			// An error that is not a verdict may have created it (the
+			// documented way on is to look).
+			if _, serr := r.Status(scope); serr != nil {
+				tb.Fatal(err)
+			}
 		}
 		sc := &scopeBoard{name: scope}
 		w.setup[scope] = map[string]string{}
 		for j := range cfg.Targets {
 			target := fmt.Sprintf("%s/t%d", scope, j)
 			if err := admin.CreateTarget(ctx, scope, target, []byte("v0")); err != nil {
-				tb.Fatal(err)
+				if _, terr := r.Target(target); terr != nil {
+					tb.Fatal(err)
+				}
 			}
 			w.setup[scope][target] = "v0"
 			sc.targets = append(sc.targets, target)
@@ -95,21 +106,23 @@ func Run(tb testing.TB, cfg Config) History {
 			w.targetScope.Store(t, sc)
 		}
 	}
-	w.tickets.Store(int64(cfg.Calls))
+	// Each client has its own quota of calls: writes wait for commits and
+	// reads do not, so shared tickets would go to the readers.
+	adminCalls, readerCalls := cfg.Calls/6, cfg.Calls/4
+	workerCalls := cfg.Calls - adminCalls - readerCalls
 	var wg sync.WaitGroup
-	client := 0
-	spawn := func(fn func(id int, rng *rand.Rand)) {
-		id := client
-		client++
-		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(id)))
-		wg.Go(func() { fn(id, rng) })
+	clients := 0
+	spawn := func(calls int, fn func(c *client)) {
+		c := &client{id: clients, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(clients))), calls: calls}
+		clients++
+		wg.Go(func() { fn(c) })
 	}
-	spawn(w.administrate)
-	for range cfg.Workers {
-		spawn(w.work)
+	spawn(adminCalls, w.administrate)
+	for i := range cfg.Workers {
+		spawn(share(workerCalls, cfg.Workers, i), w.work)
 	}
-	for range cfg.Readers {
-		spawn(w.read)
+	for i := range cfg.Readers {
+		spawn(share(readerCalls, cfg.Readers, i), w.read)
 	}
 	wg.Wait()
 	return History{Setup: w.setup, Ops: w.rec.History()}
@@ -122,16 +135,35 @@ type workload struct {
 	cfg   Config
 	rec   *Recorder
 	setup Setup
-	// tickets counts the calls still to make; a client takes one before
-	// each call.
-	tickets     atomic.Int64
 	scopes      []*scopeBoard
 	targetScope sync.Map
 	// activations numbers the requests the administrator approves.
 	activations atomic.Int64
+	// adminDone is set once the administrator made its last call.
+	adminDone atomic.Bool
 }
 
-func (w *workload) ticket() bool { return w.tickets.Add(-1) >= 0 }
+// client is one of a run's clients.
+type client struct {
+	id  int
+	rng *rand.Rand
+	// calls is the number of calls it has still to make.
+	calls int
+}
+
+// next takes one of the client's calls, if it has any left.
+func (c *client) next() bool {
+	c.calls--
+	return c.calls >= 0
+}
+
+// share is client i's part of n calls split among k clients.
+func share(n, k, i int) int {
+	if i < n%k {
+		return n/k + 1
+	}
+	return n / k
+}
 
 // scopeBoard is what the clients know of one scope: the grants activated in
 // it, newest last, and the target revisions last read.
@@ -201,11 +233,16 @@ func (b *scopeBoard) publish(g issued) {
 
 // administrate holds and activates, mostly alternating per scope as an
 // operator replacing workers would, sometimes out of turn.
-func (w *workload) administrate(id int, rng *rand.Rand) {
+func (w *workload) administrate(c *client) {
+	id, rng := c.id, c.rng
+	defer w.adminDone.Store(true)
 	ctx := context.Background()
 	open := make(map[string]bool)
 	epoch := make(map[string]uint64)
-	for w.ticket() {
+	for c.next() {
+		if w.cfg.AdminPause > 0 {
+			time.Sleep(time.Duration(rng.Int64N(int64(w.cfg.AdminPause))))
+		}
 		b := w.scopes[rng.IntN(len(w.scopes))]
 		hold := open[b.name]
 		if rng.IntN(8) == 0 {
@@ -268,11 +305,12 @@ func (w *workload) administrate(id int, rng *rand.Rand) {
 }
 
 // work submits envelopes under the grants of the board.
-func (w *workload) work(id int, rng *rand.Rand) {
+func (w *workload) work(c *client) {
+	id, rng := c.id, c.rng
 	ctx := context.Background()
 	var last *Input
 	var lastEnv []byte
-	for w.ticket() {
+	for c.next() {
 		in, env := w.envelope(rng)
 		if last != nil && rng.IntN(5) == 0 {
 			// The same envelope again: a retry, answered from its receipt
@@ -280,7 +318,12 @@ func (w *workload) work(id int, rng *rand.Rand) {
 			in, env = *last, lastEnv
 		}
 		if env == nil {
-			// No grant yet: a worker that read a status instead.
+			if !w.adminDone.Load() {
+				// No grant yet in this scope: wait for one, keeping the call.
+				c.calls++
+				time.Sleep(100 * time.Microsecond)
+				continue
+			}
 			w.readOnce(id, rng)
 			continue
 		}
@@ -335,9 +378,12 @@ func (w *workload) board(target string) *scopeBoard {
 }
 
 // read reads statuses and targets.
-func (w *workload) read(id int, rng *rand.Rand) {
-	for w.ticket() {
-		w.readOnce(id, rng)
+func (w *workload) read(c *client) {
+	for c.next() {
+		// Reads take microseconds and writes a commit each: a reader
+		// that paused for nothing would be done before the first grant.
+		time.Sleep(time.Duration(c.rng.IntN(2000)) * time.Microsecond)
+		w.readOnce(c.id, c.rng)
 	}
 }
 
