@@ -55,6 +55,13 @@ func TestLinearizable_CheckThenActIllegal(t *testing.T) {
 			if fi, err := os.Stat(rep.Visualization); err != nil || fi.Size() == 0 {
 				t.Fatalf("no visualization of the illegal history: %v", err)
 			}
+			// The race itself: a write under a superseded epoch that
+			// returned after the hold that superseded it had returned.
+			late := lateWrites(h.Ops)
+			if late == 0 {
+				t.Fatalf("history %d is illegal without a write applied after its hold returned", seed)
+			}
+			t.Logf("history %d: %d writes applied after the hold of their epoch returned", seed, late)
 			return
 		}
 		if time.Now().After(deadline) {
@@ -90,4 +97,25 @@ func TestLinearizable_SoundReceiversLinearizable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lateWrites counts the applied submits whose epoch a hold of their scope
+// had already left when they returned: the hold returned first.
+func lateWrites(ops []porcupine.Operation) int {
+	n := 0
+	for _, w := range ops {
+		in, out := w.Input.(fencecheck.Input), w.Output.(fencecheck.Output)
+		if in.Kind != fencecheck.Submit || out.Outcome != kvfence.Applied {
+			continue
+		}
+		for _, h := range ops {
+			hin, hout := h.Input.(fencecheck.Input), h.Output.(fencecheck.Output)
+			if hin.Kind == fencecheck.Hold && hin.Scope == in.Scope && !hout.Unknown && hout.Err == "" &&
+				hout.PreviousEpoch >= in.Epoch && h.Return < w.Return && h.Return > w.Call {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
