@@ -130,11 +130,11 @@ func Run(tb testing.TB, cfg Config) History {
 
 // workload is the shared state of one run's clients.
 type workload struct {
-	r     *kvfence.Receiver
-	admin *kvfence.Admin
-	cfg   Config
-	rec   *Recorder
-	setup Setup
+	r           *kvfence.Receiver
+	admin       *kvfence.Admin
+	cfg         Config
+	rec         *Recorder
+	setup       Setup
 	scopes      []*scopeBoard
 	targetScope sync.Map
 	// activations numbers the requests the administrator approves.
