@@ -83,8 +83,8 @@ func Run(tb testing.TB, cfg Config) History {
 	for i := range cfg.Scopes {
 		scope := fmt.Sprintf("scope-%d", i)
 		if err := admin.CreateScope(ctx, scope); err != nil {
-			// An error that is not a verdict may have created it (the
-			// documented way on is to look).
+			// An error that is not a verdict (ErrNotAcknowledged) may
+			// have created the scope all the same: look before failing.
 			if _, serr := r.Status(scope); serr != nil {
 				tb.Fatal(err)
 			}
