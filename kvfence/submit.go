@@ -77,6 +77,9 @@ func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (
 	// Decoding and hashing need no lock, so they happen before the call
 	// joins the commit queue; the leader of its batch runs only decide.
 	s := r.prepare(caller, envelope)
+	if r.defect.CheckOutsideTransaction && defectsAllowed.Load() {
+		return r.submitCheckedBefore(s, len(envelope))
+	}
 	return submitCall(r, len(envelope), func(w *wtx) (Result, error) { return r.decide(w, s) })
 }
 

@@ -1,7 +1,10 @@
-// Package lab runs the fencing lab: demonstrations, in real processes, of
-// what the receiver's fence does for a stale worker and what happens
-// without it, with the evidence written to a new directory for an operator
-// to check.
+// Package lab runs kvfence's fencing lab: demonstrations, in real
+// processes against real bbolt files, of what the receiver's fence and
+// anchor stop and of the counterexamples that show those controls are what
+// decides. Run writes the evidence to a new directory: summary.json (each
+// observation with its expected value and a verdict, and an overall
+// verdict), report.md in plain words, per demonstration a report.json with
+// timestamped steps, and the source and environment manifests.
 //
 // Run re-executes the lab binary as worker processes (WorkerMain,
 // ServedWorkerMain) and as kvfence serve, and runs these demonstrations,
@@ -24,26 +27,16 @@
 //	                                 from before the hold, opened without its
 //	                                 anchor, accepts the old grant: the
 //	                                 counterexample, kept on purpose
-//	05-restored-receiver-anchored    that copy opened normally is refused as
-//	                                 a rollback
+//	05-restored-receiver-anchored    another copy of that database, opened
+//	                                 normally, is refused as a rollback
 //	06-served-receiver               the receiver as kvfence serve over mTLS:
 //	                                 a wrong identity is denied, a worker
 //	                                 cannot hold, and a hold made over the
 //	                                 admin socket while it serves denies the
 //	                                 stale worker
 //
-// The output holds summary.json (Summary: one value per claim the lab
-// checks), report.md, per demonstration a report.json with each step and
-// its time, the databases, receipts and events, and the source.json and
-// environment.json manifests.
-//
-// # Caveats
-//
-// Demonstrations 2, 3a and 4 open a defective receiver or a database
-// without its anchor, which only a binary built with the kvfencelab tag
-// (BuildTag) can do; in any other build Run refuses with ErrNotLabBuild
-// before it creates anything, and the workers refuse the defective modes.
-// The lab shows the fence at work on one machine; it does not assess how a
-// production deployment authenticates its workers
-// (Summary.ProductionAuthorization is "not_assessed").
+// Some demonstrations need a receiver or ledger that skips a check on
+// purpose. Those exist only in a binary built with the kvfencelab tag
+// (BuildTag); in any other build Run refuses with ErrNotLabBuild before it
+// creates anything, and the lab's worker refuses its defective modes.
 package lab

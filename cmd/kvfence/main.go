@@ -40,7 +40,7 @@
 // Execution ledger (its own file, anchor and key; authorises nothing):
 //
 //	ledger          init, approve, claim, heartbeat, dispatch, finish,
-//	                takeover, reconcile, show
+//	                takeover, reconcile, show, events, verify-chain
 //
 // Serving (docs/design.md §12):
 //

@@ -68,7 +68,7 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	rep, err := kvfence.VerifyChain(cf.db, kvfence.VerifyOptions{Anchor: cf.fileAnchor(), PublicKey: pub, Progress: c.progress(),
 		MaxAge: *maxAge, LockTimeout: cf.lockTimeout})
 	if err != nil {
-		return err
+		return notAReceiver(cf.name, cf.db, cf.lockTimeout, err, "kvfence ledger verify-chain")
 	}
 	out := verifyChainJSON{OK: rep.OK(), Problem: string(rep.Problem), Entries: rep.Entries,
 		Head: headHex(rep.Head), HeadSeq: rep.Head.Seq, AnchorSeq: rep.Anchor.Seq, AnchorHead: headHex(rep.Anchor),
