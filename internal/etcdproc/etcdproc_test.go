@@ -1,0 +1,121 @@
+package etcdproc
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// alive reports whether a process with pid exists (and is not a zombie
+// left unreaped: Kill waits for it).
+func alive(pid int) bool {
+	return pid > 0 && syscall.Kill(pid, 0) == nil
+}
+
+// Ensure that a cluster starts healthy, that a member killed with SIGKILL is
+// gone and comes back on its data and ports, and that Stop leaves no
+// process behind.
+func TestClusterKillRestartStop(t *testing.T) {
+	c := Start(t, 3)
+	var pids []int
+	for _, m := range c.Members() {
+		if !m.Running() || !alive(m.Pid()) {
+			t.Fatalf("member %s is not running after Start", m.Name)
+		}
+		pids = append(pids, m.Pid())
+	}
+	m := c.Member(1)
+	m.Kill()
+	if m.Running() || alive(pids[1]) {
+		t.Fatalf("member %s (pid %d) still runs after Kill", m.Name, pids[1])
+	}
+	if healthy(&http.Client{Timeout: time.Second}, m.Client) {
+		t.Fatalf("member %s answers healthy after Kill", m.Name)
+	}
+	m.Restart()
+	if !m.Running() || m.Pid() == pids[1] {
+		t.Fatalf("member %s: running %v, pid %d (was %d) after Restart", m.Name, m.Running(), m.Pid(), pids[1])
+	}
+	// A restart on the same data directory rejoins; a fresh one would
+	// have failed to start with the cluster's token and ID mismatch.
+	if _, err := os.Stat(filepath.Join(m.dataDir, "member", "wal")); err != nil {
+		t.Fatalf("member %s has no write-ahead log after Restart: %v", m.Name, err)
+	}
+	pids[1] = m.Pid()
+	c.Stop()
+	for i, pid := range pids {
+		if alive(pid) {
+			t.Errorf("member m%d (pid %d) still runs after Stop", i, pid)
+		}
+	}
+	c.Stop() // idempotent
+}
+
+// Ensure that a missing binary is an error that says how to install one.
+func TestBinaryMissing(t *testing.T) {
+	for _, tc := range []struct {
+		name, env, path string
+	}{
+		{"env names nothing", filepath.Join(t.TempDir(), "no-etcd"), os.Getenv("PATH")},
+		{"env names a directory", t.TempDir(), os.Getenv("PATH")},
+		{"not on PATH", "", t.TempDir()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(EnvBinary, tc.env)
+			t.Setenv("PATH", tc.path)
+			_, err := Binary()
+			if !errors.Is(err, ErrNoBinary) {
+				t.Fatalf("Binary() = %v, want ErrNoBinary", err)
+			}
+			if !strings.Contains(err.Error(), "apt-get install etcd-server") {
+				t.Fatalf("the error does not say how to install etcd: %v", err)
+			}
+		})
+	}
+}
+
+// fatalRecorder is a testing.TB whose Fatal records the message and ends
+// the goroutine, as testing's does, so that a test can see Start fail.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Helper() {}
+
+func (r *fatalRecorder) Fatal(args ...any) {
+	r.msg = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// Ensure that Start without a binary fails the test, saying how to install
+// one, rather than skipping it.
+func TestStartWithoutBinaryFails(t *testing.T) {
+	t.Setenv(EnvBinary, "")
+	t.Setenv("PATH", t.TempDir())
+	r := &fatalRecorder{TB: t}
+	done := make(chan *Cluster)
+	go func() {
+		var c *Cluster
+		defer func() { done <- c }()
+		c = Start(r, 3)
+	}()
+	if c := <-done; c != nil {
+		t.Fatal("Start returned a cluster without an etcd binary")
+	}
+	if !strings.Contains(r.msg, "apt-get install etcd-server") {
+		t.Fatalf("Start failed with %q, which does not say how to install etcd", r.msg)
+	}
+}
