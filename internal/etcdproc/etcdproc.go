@@ -386,7 +386,7 @@ func healthy(hc *http.Client, addr string) bool {
 // logTails logs the end of each member's log, for a failed test.
 func (c *Cluster) logTails() {
 	for _, m := range c.members {
-		c.t.Logf("etcdproc: last lines of %s:\n%s", m.logPath, tail(m.logPath, 20))
+		c.t.Logf("etcdproc: last lines of %s:\n%s", m.logPath, tail(m.logPath, 10))
 	}
 }
 
