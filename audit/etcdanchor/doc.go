@@ -29,7 +29,11 @@
 // reads the key, checks the swap against the anchor it read, and commits
 // one Txn that puts next only if the mod revision is still the one it read
 // (0 for an absent key). If it is not, the Txn reads the key instead and
-// the writer decides again on what it holds now.
+// the writer decides again on what it holds now. A Store remembers the
+// anchor it last read or wrote with its mod revision, so a receiver's
+// steady stream of writes, each naming the previous one as old, costs one
+// round trip each; a remembered value that has gone stale only makes the
+// compare fail, and no write is refused on it without reading the key.
 //
 // # Why One Value, Not Two Slots
 //

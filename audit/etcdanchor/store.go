@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -74,6 +76,15 @@ type Store struct {
 	key      string
 	timeout  time.Duration
 	attempts int
+
+	mu sync.Mutex
+	// last is the newest value this Store read or wrote. A write whose old
+	// is that anchor goes straight to its compare-and-swap, one round trip
+	// instead of two; if the hint is stale the compare fails and the Txn
+	// reads the key, so it can cost a retry but never decide a write.
+	last value
+	// unknowns counts the attempts whose outcome was unknown.
+	unknowns atomic.Int64
 }
 
 var _ audit.AnchorStore = (*Store)(nil)
@@ -153,6 +164,7 @@ func (s *Store) LoadContext(ctx context.Context) (audit.SignedCheckpoint, error)
 	if err != nil {
 		return audit.SignedCheckpoint{}, err
 	}
+	s.remember(v)
 	if v.cur == nil {
 		return audit.SignedCheckpoint{}, fmt.Errorf("%w: etcd key %s", audit.ErrAnchorMissing, s.key)
 	}
@@ -232,11 +244,13 @@ func (s *Store) swap(ctx context.Context, old *audit.SignedCheckpoint, next audi
 	if err != nil {
 		return err
 	}
-	v, err := s.read(ctx)
-	if err != nil {
-		// Nothing was written; a value that is not an anchor is evidence
-		// and is never overwritten.
-		return err
+	v, hinted := s.hint(old)
+	if !hinted {
+		if v, err = s.read(ctx); err != nil {
+			// Nothing was written; a value that is not an anchor is
+			// evidence and is never overwritten.
+			return err
+		}
 	}
 	var unknown error // the last attempt's outcome, if it is unknown
 	for attempt := 1; ; attempt++ {
@@ -245,6 +259,15 @@ func (s *Store) swap(ctx context.Context, old *audit.SignedCheckpoint, next audi
 			return nil
 		}
 		if err := checkSwap(v.cur, old, &next, supersede); err != nil {
+			if hinted {
+				// Refuse only on what the key holds, not on a hint.
+				hinted = false
+				if v, err = s.read(ctx); err != nil {
+					return err
+				}
+				attempt--
+				continue
+			}
 			return fmt.Errorf("etcd key %s: %w", s.key, err)
 		}
 		if v.cur != nil && *v.cur == next {
@@ -267,8 +290,11 @@ func (s *Store) swap(ctx context.Context, old *audit.SignedCheckpoint, next audi
 			return fmt.Errorf("etcdanchor: writing etcd key %s: %w", s.key, err)
 		case err != nil:
 			unknown = err
+			s.unknowns.Add(1)
 			continue
 		case resp.Succeeded:
+			// A Txn of one put gives the key the Txn's revision.
+			s.remember(value{cur: &next, raw: text, rev: resp.Header.Revision})
 			return nil
 		}
 		if len(resp.Responses) != 1 || resp.Responses[0].GetResponseRange() == nil {
@@ -277,11 +303,33 @@ func (s *Store) swap(ctx context.Context, old *audit.SignedCheckpoint, next audi
 		if v, err = s.decode(resp.Responses[0].GetResponseRange().Kvs); err != nil {
 			return err
 		}
+		hinted = false
+		s.remember(v)
 		// The key was read again, and it said what it holds: the answer
 		// of the attempt before, if it was lost, no longer matters.
 		if !bytes.Equal(v.raw, text) {
 			unknown = nil
 		}
+	}
+}
+
+// hint returns the value last seen if it holds old.
+func (s *Store) hint(old *audit.SignedCheckpoint) (value, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old == nil || s.last.cur == nil || *s.last.cur != *old {
+		return value{}, false
+	}
+	return s.last, true
+}
+
+// remember keeps v as the hint if it is newer than the one kept: writes
+// that finish out of order must not bring an older one back.
+func (s *Store) remember(v value) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v.cur != nil && v.rev > s.last.rev {
+		s.last = v
 	}
 }
 

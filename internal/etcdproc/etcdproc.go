@@ -317,6 +317,70 @@ func (m *Member) Restart() {
 	}
 }
 
+// KillAll sends every member SIGKILL at once, as a power loss of the whole
+// cluster would, and waits for the processes to end.
+func (c *Cluster) KillAll() {
+	c.t.Helper()
+	for _, m := range c.members {
+		m.mu.Lock()
+		if m.proc != nil {
+			m.proc.cmd.Process.Signal(syscall.SIGKILL)
+		}
+		m.mu.Unlock()
+	}
+	for _, m := range c.members {
+		m.Kill()
+	}
+}
+
+// RestartAll starts every stopped member again and waits until all of
+// them answer healthy. Members must start together when fewer than a
+// majority run: none is healthy before a majority is back.
+func (c *Cluster) RestartAll() {
+	c.t.Helper()
+	var started []*Member
+	for _, m := range c.members {
+		if m.Running() {
+			continue
+		}
+		if err := m.launch(c.initialCluster()); err != nil {
+			c.t.Fatal(err)
+		}
+		started = append(started, m)
+	}
+	if err := c.waitHealthy(started, restartTimeout); err != nil {
+		c.t.Fatalf("etcdproc: restarting: %v", err)
+	}
+}
+
+// Leader returns the member that reports itself leader (the
+// etcd_server_is_leader metric), or nil if no running member does.
+func (c *Cluster) Leader() *Member {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for _, m := range c.members {
+		if m.Running() && isLeader(hc, m.Client) {
+			return m
+		}
+	}
+	return nil
+}
+
+func isLeader(hc *http.Client, addr string) bool {
+	resp, err := hc.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if sc.Text() == "etcd_server_is_leader 1" {
+			return true
+		}
+	}
+	return false
+}
+
 // Running reports whether the member's process runs.
 func (m *Member) Running() bool {
 	m.mu.Lock()

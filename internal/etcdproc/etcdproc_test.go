@@ -49,6 +49,27 @@ func TestClusterKillRestartStop(t *testing.T) {
 		t.Fatalf("member %s has no write-ahead log after Restart: %v", m.Name, err)
 	}
 	pids[1] = m.Pid()
+	if l := c.Leader(); l == nil {
+		t.Fatal("no member reports itself leader")
+	}
+	// A whole-cluster power loss: no majority is up until all restart
+	// together.
+	c.KillAll()
+	for _, m := range c.Members() {
+		if m.Running() {
+			t.Fatalf("member %s still runs after KillAll", m.Name)
+		}
+	}
+	c.RestartAll()
+	for i, m := range c.Members() {
+		if !m.Running() || !healthy(&http.Client{Timeout: time.Second}, m.Client) {
+			t.Fatalf("member %s is not healthy after RestartAll", m.Name)
+		}
+		pids[i] = m.Pid()
+	}
+	if l := c.Leader(); l == nil {
+		t.Fatal("no member reports itself leader after RestartAll")
+	}
 	c.Stop()
 	for i, pid := range pids {
 		if alive(pid) {
