@@ -151,7 +151,7 @@ func checkPort(p string) error {
 
 // checkHostname accepts a DNS name of letters, digits and hyphens in labels
 // of 1 to 63 bytes that neither begin nor end with a hyphen, at most 253
-// bytes in all; a name of digits and dots only must be an IPv4 address.
+// bytes in all, whose last label is not a number.
 func checkHostname(h string) error {
 	if h == "" {
 		return fmt.Errorf("empty host")
@@ -159,8 +159,8 @@ func checkHostname(h string) error {
 	if len(h) > 253 {
 		return fmt.Errorf("host is %d bytes, longer than a DNS name can be", len(h))
 	}
-	numeric := true
-	for label := range strings.SplitSeq(h, ".") {
+	labels := strings.Split(h, ".")
+	for _, label := range labels {
 		if label == "" || len(label) > 63 {
 			return fmt.Errorf("host %q: a DNS label is empty or longer than 63 bytes", h)
 		}
@@ -168,21 +168,39 @@ func checkHostname(h string) error {
 			return fmt.Errorf("host %q: a DNS label begins or ends with a hyphen", h)
 		}
 		for _, c := range []byte(label) {
-			switch {
-			case c >= '0' && c <= '9':
-			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '-':
-				numeric = false
-			default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-') {
 				return fmt.Errorf("host %q: byte %q is not allowed in a DNS name", h, c)
 			}
 		}
 	}
-	if numeric {
-		// 127.1 or 0x7f.1 mean 127.0.0.1 to some resolvers: refuse what is
-		// not a plain dotted quad rather than let a resolver pick a host.
-		return fmt.Errorf("host %q is numeric but not an IPv4 address", h)
+	// No top-level domain is a number (RFC 3696, section 2). A name that
+	// ends in one, such as 127.1 or 0x7f.0.0.1, is an IPv4 address to some
+	// resolvers and a name to others: refuse it rather than let a resolver
+	// pick the host.
+	if isNumber(labels[len(labels)-1]) {
+		return fmt.Errorf("host %q ends in a number but is not a dotted-quad IPv4 address", h)
 	}
 	return nil
+}
+
+// isNumber reports whether s is a number as inet_aton reads one: decimal,
+// octal, or hexadecimal after 0x.
+func isNumber(s string) bool {
+	if len(s) >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
+		s = s[2:]
+		for _, c := range []byte(s) {
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+		return true
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // checkKey checks an etcd key taken from an address.
