@@ -218,3 +218,45 @@ func contractSuite(t *testing.T, k storeKind) {
 		})
 	}
 }
+
+// Ensure that a Store's remembered anchor, gone stale because another
+// process wrote the key, decides nothing: each write is decided on what the
+// key holds, exactly as a Store that remembers nothing decides it.
+func TestStaleHint(t *testing.T) {
+	_, cl := startCluster(t)
+	key := testKey(t)
+	a, err := New(cl, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cl, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Store(nil, at(t, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Store(ptr(at(t, 5)), at(t, 9)); err != nil {
+		t.Fatal(err)
+	}
+	// a still remembers seq 5. Against it seq 4 would be a regression and
+	// seq 6 an advance; against the key, both are conflicts.
+	for _, next := range []uint64{4, 6} {
+		if err := a.Store(ptr(at(t, 5)), at(t, next)); !errors.Is(err, audit.ErrWriteConflict) {
+			t.Fatalf("Store(seq 5, seq %d) on a stale hint: %v, want ErrWriteConflict", next, err)
+		}
+	}
+	// Writes go on from what the key holds.
+	if err := a.Store(ptr(at(t, 9)), at(t, 10)); err != nil {
+		t.Fatal(err)
+	}
+	// Rewriting the same anchor changes the mod revision, not the anchor:
+	// a write that expects it still succeeds.
+	put(t, cl, key, get(t, cl, key))
+	if err := a.Store(ptr(at(t, 10)), at(t, 11)); err != nil {
+		t.Fatalf("Store after the anchor was rewritten unchanged: %v", err)
+	}
+	if got, err := b.Load(); err != nil || got != at(t, 11) {
+		t.Fatalf("Load = seq %d, %v; want 11", got.Seq, err)
+	}
+}

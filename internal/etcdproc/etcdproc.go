@@ -60,11 +60,30 @@ func Binary() (string, error) {
 	return p, nil
 }
 
+// Options configures StartWith.
+type Options struct {
+	// Members is the number of members; 0 means 3.
+	Members int
+	// ClientTLS, if not nil, makes the members serve clients over TLS
+	// only, and require a client certificate that its CA signed.
+	ClientTLS *TLSFiles
+}
+
+// TLSFiles names PEM files: a certificate, its key and a CA.
+type TLSFiles struct {
+	// CertFile and KeyFile are the member's server certificate and key;
+	// the certificate must be valid for 127.0.0.1.
+	CertFile, KeyFile string
+	// CAFile holds the CA that client certificates must chain to.
+	CAFile string
+}
+
 // Cluster is a running etcd cluster of standalone processes.
 type Cluster struct {
 	t       testing.TB
 	bin     string
 	dir     string
+	opts    Options
 	members []*Member
 	// Ready is how long the cluster took from the first process start to
 	// every member healthy.
@@ -79,7 +98,10 @@ type Member struct {
 	// Client is the member's client address, HOST:PORT.
 	Client string
 	// Peer is the member's peer address, HOST:PORT.
-	Peer    string
+	Peer string
+	// Metrics is the member's plain-HTTP address for /health and
+	// /metrics, HOST:PORT, served without TLS even when clients need it.
+	Metrics string
 	dataDir string
 	logPath string
 
@@ -100,6 +122,21 @@ type process struct {
 // when t ends.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartWith(t, &Options{Members: n})
+}
+
+// StartWith is Start with options; nil means a cluster of 3 members
+// serving plain text.
+func StartWith(t testing.TB, opts *Options) *Cluster {
+	t.Helper()
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Members == 0 {
+		o.Members = 3
+	}
+	n := o.Members
 	if n < 1 {
 		t.Fatalf("etcdproc: a cluster of %d members", n)
 	}
@@ -109,7 +146,7 @@ func Start(t testing.TB, n int) *Cluster {
 	}
 	var lastErr error
 	for try := 1; try <= startTries; try++ {
-		c := &Cluster{t: t, bin: bin, dir: t.TempDir()}
+		c := &Cluster{t: t, bin: bin, dir: t.TempDir(), opts: o}
 		t.Cleanup(c.Stop)
 		if lastErr = c.start(n); lastErr == nil {
 			t.Logf("etcdproc: %d-member etcd cluster ready in %v (%s)", n, c.Ready.Round(time.Millisecond), strings.Join(c.Endpoints(), ","))
@@ -130,7 +167,7 @@ func Start(t testing.TB, n int) *Cluster {
 var errExited = errors.New("etcd process exited")
 
 func (c *Cluster) start(n int) error {
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(3 * n)
 	if err != nil {
 		return err
 	}
@@ -139,8 +176,9 @@ func (c *Cluster) start(n int) error {
 		m := &Member{
 			c:       c,
 			Name:    "m" + strconv.Itoa(i),
-			Client:  "127.0.0.1:" + strconv.Itoa(ports[2*i]),
-			Peer:    "127.0.0.1:" + strconv.Itoa(ports[2*i+1]),
+			Client:  "127.0.0.1:" + strconv.Itoa(ports[3*i]),
+			Peer:    "127.0.0.1:" + strconv.Itoa(ports[3*i+1]),
+			Metrics: "127.0.0.1:" + strconv.Itoa(ports[3*i+2]),
 			dataDir: filepath.Join(c.dir, "m"+strconv.Itoa(i)+".etcd"),
 			logPath: filepath.Join(c.dir, "m"+strconv.Itoa(i)+".log"),
 		}
@@ -184,11 +222,18 @@ func freePorts(n int) ([]int, error) {
 // args are the member's flags. On a restart etcd finds its data directory
 // and ignores the initial-cluster flags.
 func (m *Member) args(initial string) []string {
-	return []string{
+	scheme := "http://"
+	var tlsArgs []string
+	if f := m.c.opts.ClientTLS; f != nil {
+		scheme = "https://"
+		tlsArgs = []string{"--cert-file", f.CertFile, "--key-file", f.KeyFile, "--trusted-ca-file", f.CAFile, "--client-cert-auth"}
+	}
+	return append([]string{
 		"--name", m.Name,
 		"--data-dir", m.dataDir,
-		"--listen-client-urls", "http://" + m.Client,
-		"--advertise-client-urls", "http://" + m.Client,
+		"--listen-client-urls", scheme + m.Client,
+		"--advertise-client-urls", scheme + m.Client,
+		"--listen-metrics-urls", "http://" + m.Metrics,
 		"--listen-peer-urls", "http://" + m.Peer,
 		"--initial-advertise-peer-urls", "http://" + m.Peer,
 		"--initial-cluster", initial,
@@ -196,7 +241,7 @@ func (m *Member) args(initial string) []string {
 		"--initial-cluster-token", "etcdproc-" + filepath.Base(m.c.dir),
 		"--logger", "zap",
 		"--log-outputs", "stderr",
-	}
+	}, tlsArgs...)
 }
 
 // initialCluster returns the --initial-cluster value of m's cluster.
@@ -249,7 +294,8 @@ func cleanEnv() []string {
 	return env
 }
 
-// Endpoints returns every member's client address, HOST:PORT.
+// Endpoints returns every member's client address, HOST:PORT; the scheme
+// is https if the cluster was started with ClientTLS, else http.
 func (c *Cluster) Endpoints() []string {
 	eps := make([]string, len(c.members))
 	for i, m := range c.members {
@@ -358,7 +404,7 @@ func (c *Cluster) RestartAll() {
 func (c *Cluster) Leader() *Member {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	for _, m := range c.members {
-		if m.Running() && isLeader(hc, m.Client) {
+		if m.Running() && isLeader(hc, m.Metrics) {
 			return m
 		}
 	}
@@ -425,7 +471,7 @@ func (c *Cluster) waitHealthy(ms []*Member, timeout time.Duration) error {
 				return fmt.Errorf("member %s: %w: %v (log %s)", m.Name, errExited, p.err, m.logPath)
 			default:
 			}
-			if healthy(hc, m.Client) {
+			if healthy(hc, m.Metrics) {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -36,7 +36,7 @@ func TestClusterKillRestartStop(t *testing.T) {
 	if m.Running() || alive(pids[1]) {
 		t.Fatalf("member %s (pid %d) still runs after Kill", m.Name, pids[1])
 	}
-	if healthy(&http.Client{Timeout: time.Second}, m.Client) {
+	if healthy(&http.Client{Timeout: time.Second}, m.Metrics) {
 		t.Fatalf("member %s answers healthy after Kill", m.Name)
 	}
 	m.Restart()
@@ -62,7 +62,7 @@ func TestClusterKillRestartStop(t *testing.T) {
 	}
 	c.RestartAll()
 	for i, m := range c.Members() {
-		if !m.Running() || !healthy(&http.Client{Timeout: time.Second}, m.Client) {
+		if !m.Running() || !healthy(&http.Client{Timeout: time.Second}, m.Metrics) {
 			t.Fatalf("member %s is not healthy after RestartAll", m.Name)
 		}
 		pids[i] = m.Pid()
