@@ -71,8 +71,10 @@ func (o *Options) orDefaults() Options {
 // use; its writes are compare-and-swap on the key's mod revision, so they
 // are also safe between processes.
 type Store struct {
-	client   *clientv3.Client
-	owned    bool // Close closes client
+	client *clientv3.Client
+	owned  bool // Close closes client
+	// kv is client's key-value API; tests put a faulty network in between.
+	kv       clientv3.KV
 	key      string
 	timeout  time.Duration
 	attempts int
@@ -122,7 +124,7 @@ func Open(addr Address, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdanchor: %s: %w", addr, err)
 	}
-	return &Store{client: client, owned: true, key: addr.Key, timeout: o.Timeout, attempts: o.Attempts}, nil
+	return &Store{client: client, kv: client, owned: true, key: addr.Key, timeout: o.Timeout, attempts: o.Attempts}, nil
 }
 
 // New returns a Store on key through client, which the caller keeps and
@@ -136,7 +138,7 @@ func New(client *clientv3.Client, key string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: key %q: %v", ErrBadAddress, key, err)
 	}
 	o := opts.orDefaults()
-	return &Store{client: client, key: key, timeout: o.Timeout, attempts: o.Attempts}, nil
+	return &Store{client: client, kv: client, key: key, timeout: o.Timeout, attempts: o.Attempts}, nil
 }
 
 // Key returns the etcd key that holds the anchor.
@@ -208,7 +210,7 @@ type value struct {
 func (s *Store) read(ctx context.Context) (value, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	resp, err := s.client.Get(ctx, s.key)
+	resp, err := s.kv.Get(ctx, s.key)
 	if err != nil {
 		return value{}, fmt.Errorf("etcdanchor: reading etcd key %s: %w", s.key, err)
 	}
@@ -338,7 +340,7 @@ func (s *Store) remember(v value) {
 func (s *Store) txn(ctx context.Context, rev int64, text []byte) (*clientv3.TxnResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return s.client.Txn(ctx).
+	return s.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(s.key), "=", rev)).
 		Then(clientv3.OpPut(s.key, string(text))).
 		Else(clientv3.OpGet(s.key)).
