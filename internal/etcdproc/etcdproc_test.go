@@ -1,10 +1,13 @@
 package etcdproc
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -13,10 +16,20 @@ import (
 	"time"
 )
 
-// alive reports whether a process with pid exists (and is not a zombie
-// left unreaped: Kill waits for it).
+// alive reports whether a process with pid exists and is not a zombie: a
+// member whose test binary died is reaped by whoever inherits it, if
+// anyone does.
 func alive(pid int) bool {
-	return pid > 0 && syscall.Kill(pid, 0) == nil
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	// The state follows the command name in parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
 // Ensure that a cluster starts healthy, that a member killed with SIGKILL is
@@ -138,5 +151,49 @@ func TestStartWithoutBinaryFails(t *testing.T) {
 	}
 	if !strings.Contains(r.msg, "apt-get install etcd-server") {
 		t.Fatalf("Start failed with %q, which does not say how to install etcd", r.msg)
+	}
+}
+
+// Ensure that members die with a test binary that is killed before its
+// cleanup can run: a test binary that starts a member is SIGKILLed, and
+// the member must be gone soon after.
+func TestMembersDieWithTestBinary(t *testing.T) {
+	if os.Getenv("ETCDPROC_TEST_CHILD") == "1" {
+		c := Start(t, 1)
+		fmt.Printf("pid %d\n", c.Member(0).Pid())
+		time.Sleep(time.Minute) // until the parent kills this process
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMembersDieWithTestBinary$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "ETCDPROC_TEST_CHILD=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var pid int
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "pid %d", &pid); err == nil {
+			break
+		}
+	}
+	if pid == 0 || !alive(pid) {
+		t.Fatalf("the child test reported no running member (pid %d)", pid)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("member pid %d outlived its killed test binary", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
