@@ -21,17 +21,25 @@ func openStore(t *testing.T, c *etcdproc.Cluster, key string, timeout time.Durat
 	return s
 }
 
-// loadEventually reads the anchor until the cluster answers.
+// loadEventually reads the anchor until the cluster answers, for at most
+// 30 seconds; it fails t if it cannot.
 func loadEventually(t *testing.T, s *Store) audit.SignedCheckpoint {
 	t.Helper()
+	sc, err := tryLoad(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// tryLoad reads the anchor until the cluster answers, for at most 30
+// seconds; it does not touch t, so that any goroutine may call it.
+func tryLoad(s *Store) (audit.SignedCheckpoint, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		sc, err := s.Load()
-		if err == nil {
-			return sc
-		}
-		if errors.Is(err, audit.ErrBadAnchor) || errors.Is(err, audit.ErrAnchorMissing) || time.Now().After(deadline) {
-			t.Fatalf("Load: %v", err)
+		if err == nil || errors.Is(err, audit.ErrBadAnchor) || errors.Is(err, audit.ErrAnchorMissing) || time.Now().After(deadline) {
+			return sc, err
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -154,7 +162,11 @@ func TestKillRestartDuringWrites(t *testing.T) {
 					return
 				}
 				r.unknown++
-				got := loadEventually(t, s)
+				got, err := tryLoad(s)
+				if err != nil {
+					t.Errorf("seq %d: re-read after an unknown outcome: %v", seq, err)
+					return
+				}
 				if got != next && (cur == nil || got != *cur) {
 					t.Errorf("seq %d: after an unknown outcome the anchor is seq %d, neither the old nor the new one", seq, got.Seq)
 					return
@@ -163,7 +175,11 @@ func TestKillRestartDuringWrites(t *testing.T) {
 			case errors.Is(err, audit.ErrWriteConflict):
 				// Only a write of unknown outcome landing late may change
 				// the anchor behind this writer's back.
-				got := loadEventually(t, s)
+				got, lerr := tryLoad(s)
+				if lerr != nil {
+					t.Errorf("seq %d: re-read after a conflict: %v", seq, lerr)
+					return
+				}
 				if pending == nil || got != *pending {
 					t.Errorf("seq %d: conflict with no write of ours pending: an acknowledged anchor was lost or replaced: %v", seq, err)
 					return
