@@ -259,4 +259,11 @@ func TestStaleHint(t *testing.T) {
 	if got, err := b.Load(); err != nil || got != at(t, 11) {
 		t.Fatalf("Load = seq %d, %v; want 11", got.Seq, err)
 	}
+	// One value, written whole: there is no other slot to be damaged.
+	if _, ok := any(b).(audit.DamageReporter); ok {
+		t.Fatal("the etcd store claims to report slot damage")
+	}
+	if got, damage, err := audit.LoadWithDamage(b); err != nil || got != at(t, 11) || damage != nil {
+		t.Fatalf("LoadWithDamage = seq %d, %v, %v; want seq 11 and no damage", got.Seq, damage, err)
+	}
 }
