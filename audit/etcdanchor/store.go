@@ -128,7 +128,7 @@ func Open(addr Address, opts *Options) (*Store, error) {
 }
 
 // New returns a Store on key through client, which the caller keeps and
-// closes; only opts' timeouts and attempts apply. The key follows
+// closes; only opts' Timeout and Attempts apply. The key follows
 // ParseAddress's rules.
 func New(client *clientv3.Client, key string, opts *Options) (*Store, error) {
 	if client == nil {
