@@ -30,7 +30,9 @@ func (a *Admin) CreateScope(ctx context.Context, scope string) error {
 	return a.CreateScopeWith(ctx, scope, ScopeOptions{})
 }
 
-// CreateTarget creates a target in an existing scope at revision 1.
+// CreateTarget creates a target in an existing scope at revision 1. Target
+// names are unique across the receiver, not per scope: a name that any
+// scope holds is ErrTargetExists, whose message names that scope.
 func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []byte) error {
 	if err := a.checkActor(); err != nil {
 		return err
@@ -60,7 +62,9 @@ func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []
 			return err
 		}
 		if t != nil {
-			return fmt.Errorf("%w: %s", ErrTargetExists, target)
+			// Target names are one namespace across the receiver; say
+			// where the name is taken, which may be another scope.
+			return fmt.Errorf("%w: %s is a target of scope %s (target names are unique across the receiver)", ErrTargetExists, target, t.Scope)
 		}
 		if err := w.put(bucketTargets, []byte(target), &targetRecord{Scope: scope, Revision: 1, Value: value}); err != nil {
 			return err
