@@ -59,3 +59,7 @@ func (r *Receiver) Targets(scope string) ([]Target, error) {
 	})
 	return out, err
 }
+
+// Now returns the time by the receiver's clock (Options.Now), the clock
+// that decides whether a grant has expired.
+func (r *Receiver) Now() time.Time { return r.opts.Now() }
