@@ -116,6 +116,7 @@ type ScopeListCommand struct{ m *Main }
 // scopeListJSON is the --json shape of scope list: {"scopes":[...]} by
 // name. active_grant is "" for a held scope; grant_not_after is null then.
 type scopeListJSON struct {
+	// Scopes are the scopes, ordered by name.
 	Scopes []scopeListEntryJSON `json:"scopes"`
 	// MaxGrantTTL is the receiver-wide maximum ("24h0m0s"), or "" when
 	// a served receiver was asked.
@@ -124,13 +125,20 @@ type scopeListJSON struct {
 
 // scopeListEntryJSON is one scope of scope list.
 type scopeListEntryJSON struct {
-	Scope         string  `json:"scope"`
-	Epoch         uint64  `json:"epoch"`
-	Mode          string  `json:"mode"`
-	ActiveGrant   string  `json:"active_grant"`
+	// Scope is the scope's name.
+	Scope string `json:"scope"`
+	// Epoch is the scope's current epoch.
+	Epoch uint64 `json:"epoch"`
+	// Mode is "held" or "open".
+	Mode string `json:"mode"`
+	// ActiveGrant is the active grant's id, "" when held.
+	ActiveGrant string `json:"active_grant"`
+	// GrantNotAfter is when the active grant stops being valid, or null.
 	GrantNotAfter *string `json:"grant_not_after"`
-	GrantExpired  bool    `json:"grant_expired"`
-	MaxGrantTTL   string  `json:"max_grant_ttl"`
+	// GrantExpired says the receiver's clock is past GrantNotAfter.
+	GrantExpired bool `json:"grant_expired"`
+	// MaxGrantTTL is the scope's maximum grant lifetime ("24h0m0s").
+	MaxGrantTTL string `json:"max_grant_ttl"`
 }
 
 // Run runs the command.

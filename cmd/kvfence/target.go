@@ -115,15 +115,21 @@ type TargetListCommand struct{ m *Main }
 // name. Values are not included (observe target shows one); value_size
 // and value_sha256 describe them.
 type targetListJSON struct {
+	// Targets are the targets, ordered by name.
 	Targets []targetListEntryJSON `json:"targets"`
 }
 
 // targetListEntryJSON is one target of target list.
 type targetListEntryJSON struct {
-	Target      string `json:"target"`
-	Scope       string `json:"scope"`
-	Revision    uint64 `json:"revision"`
-	ValueSize   int    `json:"value_size"`
+	// Target is the target's name, unique across the receiver.
+	Target string `json:"target"`
+	// Scope is the scope the target belongs to.
+	Scope string `json:"scope"`
+	// Revision is the target's current revision.
+	Revision uint64 `json:"revision"`
+	// ValueSize is the value's length in bytes.
+	ValueSize int `json:"value_size"`
+	// ValueSHA256 is the value's SHA-256 in lowercase hex.
 	ValueSHA256 string `json:"value_sha256"`
 }
 

@@ -184,6 +184,7 @@ func HoldAllOf(res kvfence.HoldAllResult) HoldAll {
 // TargetList is the response of GET /v1/target-list: the targets by name,
 // with their values.
 type TargetList struct {
+	// Targets are the targets, ordered by name.
 	Targets []Target `json:"targets"`
 }
 
