@@ -101,7 +101,10 @@ type ActivateRequest struct {
 const DefaultGrantTTL = 15 * time.Minute
 
 // Activate mints a grant for a held scope at its current epoch and opens the
-// scope with it. It never advances the epoch.
+// scope with it. It never advances the epoch. A grant that would stay valid
+// longer after its activation than the scope's maximum (ScopeOptions,
+// InitOptions.MaxGrantTTL) is refused with ErrTTLTooLong, whatever window
+// or TTL asked for it.
 func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error) {
 	if err := a.checkActor(); err != nil {
 		return Grant{}, err

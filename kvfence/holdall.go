@@ -24,7 +24,9 @@ type HoldAllResult struct {
 // between the hold of one scope and that of another. Scopes already held are
 // reported in AlreadyHeld, not advanced: nothing is authorised in them, and
 // an approver's pending compare-and-swap activation (ActivateRequest.Epoch)
-// stays valid. A receiver without open scopes commits nothing.
+// stays valid. A receiver without open scopes commits nothing. As with Hold,
+// every open scope is held or, on any error, none is: an open scope at the
+// largest epoch makes the whole call fail with ErrEpochExhausted.
 func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, error) {
 	requested := a.r.opts.Now()
 	if err := a.checkActor(); err != nil {
