@@ -100,18 +100,18 @@ func New(opts Options) (*Handler, error) {
 		h.log = slog.Default()
 	}
 	h.routes = map[string]route{
-		api.PathSubmit:     {http.MethodPost, false, h.submit},
-		api.PathScopes:     {http.MethodPost, true, h.createScope},
-		api.PathTargets:    {http.MethodPost, true, h.createTarget},
-		api.PathActivate:   {http.MethodPost, true, h.activate},
-		api.PathHold:       {http.MethodPost, true, h.hold},
-		api.PathStatus:     {http.MethodGet, true, h.status},
-		api.PathTarget:     {http.MethodGet, true, h.target},
-		api.PathReceipt:    {http.MethodGet, true, h.receipt},
-		api.PathEvents:     {http.MethodGet, true, h.events},
-		api.PathGrant:      {http.MethodGet, true, h.grant},
-		api.PathTargetList: {http.MethodGet, true, h.targetList},
+		api.PathSubmit:   {http.MethodPost, false, h.submit},
+		api.PathScopes:   {http.MethodPost, true, h.createScope},
+		api.PathTargets:  {http.MethodPost, true, h.createTarget},
+		api.PathActivate: {http.MethodPost, true, h.activate},
+		api.PathHold:     {http.MethodPost, true, h.hold},
+		api.PathStatus:   {http.MethodGet, true, h.status},
+		api.PathTarget:   {http.MethodGet, true, h.target},
+		api.PathReceipt:  {http.MethodGet, true, h.receipt},
+		api.PathEvents:   {http.MethodGet, true, h.events},
 	}
+	h.routes[api.PathGrant] = route{http.MethodGet, true, h.grant}
+	h.routes[api.PathTargetList] = route{http.MethodGet, true, h.targetList}
 	return h, nil
 }
 
