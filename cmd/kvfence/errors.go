@@ -45,7 +45,7 @@ func exitCode(err error) int {
 		return ExitWarning
 	case errors.As(err, &ue):
 		return ExitUsage
-	case errors.As(err, &de), ledger.IsRefusal(err):
+	case errors.As(err, &de), ledger.IsRefusal(err), errors.Is(err, kvfence.ErrTTLTooLong):
 		return ExitDenied
 	case errors.Is(err, kvfence.ErrStorageBusy), errors.Is(err, ledger.ErrStorageBusy):
 		return ExitBusy
@@ -163,6 +163,8 @@ func hint(err error) string {
 		return "kvfence hold --scope S --reason R, then activate"
 	case errors.Is(err, kvfence.ErrEpochMismatch):
 		return "kvfence status --scope S, to see the current epoch"
+	case errors.Is(err, kvfence.ErrTTLTooLong):
+		return "ask for a shorter --ttl; kvfence scope list shows each scope's maximum grant ttl"
 	case errors.Is(err, fs.ErrExist):
 		return "choose another --out path; kvfence never overwrites a file"
 	}

@@ -222,9 +222,11 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 	case "init":
 		return &InitCommand{m}, args, nil
 	case "scope":
-		return group("create", &ScopeCreateCommand{m})
+		g := &commandGroup{m, name, []subcommand{{"create", &ScopeCreateCommand{m}}, {"list", &ScopeListCommand{m}}}}
+		return g.lookup(args, forHelp)
 	case "target":
-		return group("create", &TargetCreateCommand{m})
+		g := &commandGroup{m, name, []subcommand{{"create", &TargetCreateCommand{m}}, {"list", &TargetListCommand{m}}}}
+		return g.lookup(args, forHelp)
 	case "request":
 		return group("build", &RequestBuildCommand{m})
 	case "activate":
@@ -297,14 +299,16 @@ The commands are:
 	keygen          create an Ed25519 key pair (FILE and FILE.pub)
 	init            create a receiver database and its anchor
 	scope create    create a protected scope (privileged)
-	target create   create a target in a scope (privileged)
+	scope list      list the scopes
+	target create   create a target; names are unique across the receiver (privileged)
+	target list     list the targets, of every scope or of one
 	request build   encode an approved request
 	activate        mint a grant and open a scope (privileged)
 	envelope build  wrap a request with a worker's claimed authority
 	submit          submit an envelope as a worker
-	hold            hold scopes at a new epoch (privileged)
+	hold            hold scopes at a new epoch; --all holds every open one (privileged)
 	status          show the control state of scopes
-	observe         show a target, a receipt or the audit events
+	observe         show a target, a receipt, a grant or the audit events
 	verify-chain    check the audit chain against the anchor
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission
