@@ -1,0 +1,229 @@
+// Package etcdtest starts embedded etcd members for tests: one member, or a
+// cluster on loopback whose members can be hard-stopped and partitioned.
+// It links etcd's server, so only test files may import it.
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// ReadyTimeout bounds how long a member or a cluster may take to be ready.
+const ReadyTimeout = 20 * time.Second
+
+// Member is one embedded etcd member.
+type Member struct {
+	// Name is the member's name in the cluster.
+	Name string
+	// Etcd is the running member, or nil once stopped.
+	Etcd *embed.Etcd
+	// ClientURL is where clients reach the member.
+	ClientURL string
+	// peerURL is where the member listens for peers; advertised is where
+	// peers reach it, through proxy when the cluster has proxies.
+	peerURL, advertised string
+	proxy               proxy.Server
+}
+
+// Cluster is a set of embedded members in this process.
+type Cluster struct {
+	// Members are the cluster's members, in the order they were made.
+	Members []*Member
+	// Ready is how long the cluster took from the first start to ready.
+	Ready time.Duration
+}
+
+// freeURL returns a loopback URL on a port that was free a moment ago.
+func freeURL(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String()
+}
+
+func mustURL(t testing.TB, s string) url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *u
+}
+
+// Start starts a single-member cluster in t.TempDir and stops it when the
+// test ends.
+func Start(t testing.TB) *Cluster {
+	return NewCluster(t, 1, false)
+}
+
+// NewCluster starts an n-member cluster on loopback with random ports in
+// t.TempDir and stops it when the test ends. With proxies, peer traffic to
+// each member passes a proxy that Partition can black-hole.
+func NewCluster(t testing.TB, n int, proxies bool) *Cluster {
+	t.Helper()
+	c := &Cluster{}
+	var initial []string
+	for i := range n {
+		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: freeURL(t), peerURL: freeURL(t)}
+		m.advertised = m.peerURL
+		if proxies {
+			m.advertised = freeURL(t)
+			m.proxy = proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: mustURL(t, m.advertised), To: mustURL(t, m.peerURL)})
+			select {
+			case <-m.proxy.Ready():
+			case err := <-m.proxy.Error():
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { m.proxy.Close() })
+		}
+		initial = append(initial, m.Name+"="+m.advertised)
+		c.Members = append(c.Members, m)
+	}
+	start := time.Now()
+	for _, m := range c.Members {
+		cfg := embed.NewConfig()
+		cfg.Name = m.Name
+		cfg.Dir = t.TempDir()
+		cfg.ListenClientUrls = []url.URL{mustURL(t, m.ClientURL)}
+		cfg.AdvertiseClientUrls = cfg.ListenClientUrls
+		cfg.ListenPeerUrls = []url.URL{mustURL(t, m.peerURL)}
+		cfg.AdvertisePeerUrls = []url.URL{mustURL(t, m.advertised)}
+		cfg.InitialCluster = strings.Join(initial, ",")
+		cfg.InitialClusterToken = "etcdtest"
+		cfg.ClusterState = embed.ClusterStateFlagNew
+		// Fast elections: a lost leader is replaced in a fraction of a
+		// second, as a test needs.
+		cfg.TickMs, cfg.ElectionMs = 10, 100
+		// The members run in this process, which does not crash under
+		// them: the page cache outlives a hard stop.
+		cfg.UnsafeNoFsync = true
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+		cfg.Logger = "zap"
+		e, err := startEtcd(cfg)
+		if err != nil {
+			t.Fatalf("etcdtest: start %s: %v", m.Name, err)
+		}
+		m.Etcd = e
+		t.Cleanup(m.stop)
+	}
+	deadline := time.After(ReadyTimeout)
+	for _, m := range c.Members {
+		select {
+		case <-m.Etcd.Server.ReadyNotify():
+		case err := <-m.Etcd.Err():
+			t.Fatalf("etcdtest: %s: %v", m.Name, err)
+		case <-deadline:
+			t.Fatalf("etcdtest: %d members not ready in %v", n, ReadyTimeout)
+		}
+	}
+	c.Ready = time.Since(start)
+	return c
+}
+
+// startEtcd starts a member; embed may panic on a port taken between
+// freeURL and the listen, which the test then reports.
+func startEtcd(cfg *embed.Config) (e *embed.Etcd, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return embed.StartEtcd(cfg)
+}
+
+// stop hard-stops the member if it runs.
+func (m *Member) stop() {
+	if m.Etcd == nil {
+		return
+	}
+	m.Etcd.Server.HardStop()
+	m.Etcd.Close()
+	m.Etcd = nil
+}
+
+// Endpoints are the client URLs of every member.
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, m := range c.Members {
+		eps = append(eps, m.ClientURL)
+	}
+	return eps
+}
+
+// Client returns a client of every member, closed when the test ends.
+func (c *Cluster) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// Leader returns the index of the member that a running member sees as
+// leader, waiting up to ReadyTimeout for one.
+func (c *Cluster) Leader(t testing.TB) int {
+	t.Helper()
+	deadline := time.Now().Add(ReadyTimeout)
+	for time.Now().Before(deadline) {
+		for i, m := range c.Members {
+			if m.Etcd != nil && m.Etcd.Server.Leader() == m.Etcd.Server.MemberID() {
+				return i
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("etcdtest: no leader")
+	return -1
+}
+
+// HardStop stops member i at once, without telling the others: its Raft
+// stops mid-flight, as in a crash of its process.
+func (c *Cluster) HardStop(i int) { c.Members[i].stop() }
+
+// Partition black-holes the peer traffic that reaches member i through its
+// proxy, both ways. Messages the member sends over connections it dialed
+// itself (etcd's pipeline) still pass: the member is cut off from
+// receiving and answering, not fully from sending.
+func (c *Cluster) Partition(i int) {
+	c.Members[i].proxy.BlackholeTx()
+	c.Members[i].proxy.BlackholeRx()
+}
+
+// Heal undoes Partition.
+func (c *Cluster) Heal(i int) {
+	c.Members[i].proxy.UnblackholeTx()
+	c.Members[i].proxy.UnblackholeRx()
+}
+
+// WaitWritable waits until a Put through cli succeeds, and returns how long
+// that took.
+func WaitWritable(ctx context.Context, cli *clientv3.Client, key string) (time.Duration, error) {
+	start := time.Now()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := cli.Put(cctx, key, "")
+		cancel()
+		if err == nil {
+			return time.Since(start), nil
+		}
+		if ctx.Err() != nil {
+			return time.Since(start), err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
