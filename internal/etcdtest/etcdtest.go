@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -44,28 +45,19 @@ type Cluster struct {
 }
 
 // freeURL returns a loopback URL on a port that was free a moment ago.
-func freeURL(t testing.TB) string {
-	t.Helper()
+func freeURL() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer l.Close()
-	return "http://" + l.Addr().String()
-}
-
-func mustURL(t testing.TB, s string) url.URL {
-	t.Helper()
-	u, err := url.Parse(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return *u
+	return "http://" + l.Addr().String(), nil
 }
 
 // Start starts a single-member cluster in t.TempDir and stops it when the
 // test ends.
 func Start(t testing.TB) *Cluster {
+	t.Helper()
 	return NewCluster(t, 1, false)
 }
 
@@ -74,35 +66,58 @@ func Start(t testing.TB) *Cluster {
 // each member passes a proxy that Partition can black-hole.
 func NewCluster(t testing.TB, n int, proxies bool) *Cluster {
 	t.Helper()
-	c := &Cluster{}
+	c, err := Launch(t.TempDir(), n, proxies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// Launch starts an n-member cluster with its data under dir, for a caller
+// without a test (TestMain), which must call Stop.
+func Launch(dir string, n int, proxies bool) (c *Cluster, err error) {
+	c = &Cluster{}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
 	var initial []string
 	for i := range n {
-		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: freeURL(t), peerURL: freeURL(t)}
+		m := &Member{Name: fmt.Sprintf("m%d", i)}
+		if m.ClientURL, err = freeURL(); err != nil {
+			return nil, err
+		}
+		if m.peerURL, err = freeURL(); err != nil {
+			return nil, err
+		}
 		m.advertised = m.peerURL
 		if proxies {
-			m.advertised = freeURL(t)
-			m.proxy = proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: mustURL(t, m.advertised), To: mustURL(t, m.peerURL)})
+			if m.advertised, err = freeURL(); err != nil {
+				return nil, err
+			}
+			m.proxy = proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: mustURL(m.advertised), To: mustURL(m.peerURL)})
 			select {
 			case <-m.proxy.Ready():
 			case err := <-m.proxy.Error():
-				t.Fatal(err)
+				return nil, err
 			}
-			t.Cleanup(func() { m.proxy.Close() })
 		}
 		initial = append(initial, m.Name+"="+m.advertised)
 		c.Members = append(c.Members, m)
 	}
 	start := time.Now()
-	for _, m := range c.Members {
+	for i, m := range c.Members {
 		cfg := embed.NewConfig()
 		cfg.Name = m.Name
-		cfg.Dir = t.TempDir()
-		cfg.ListenClientUrls = []url.URL{mustURL(t, m.ClientURL)}
+		cfg.Dir = filepath.Join(dir, m.Name)
+		cfg.ListenClientUrls = []url.URL{mustURL(m.ClientURL)}
 		cfg.AdvertiseClientUrls = cfg.ListenClientUrls
-		cfg.ListenPeerUrls = []url.URL{mustURL(t, m.peerURL)}
-		cfg.AdvertisePeerUrls = []url.URL{mustURL(t, m.advertised)}
+		cfg.ListenPeerUrls = []url.URL{mustURL(m.peerURL)}
+		cfg.AdvertisePeerUrls = []url.URL{mustURL(m.advertised)}
 		cfg.InitialCluster = strings.Join(initial, ",")
-		cfg.InitialClusterToken = "etcdtest"
+		cfg.InitialClusterToken = fmt.Sprintf("etcdtest-%d", time.Now().UnixNano())
 		cfg.ClusterState = embed.ClusterStateFlagNew
 		// Fast elections: a lost leader is replaced in a fraction of a
 		// second, as a test needs.
@@ -114,23 +129,40 @@ func NewCluster(t testing.TB, n int, proxies bool) *Cluster {
 		cfg.Logger = "zap"
 		e, err := startEtcd(cfg)
 		if err != nil {
-			t.Fatalf("etcdtest: start %s: %v", m.Name, err)
+			return nil, fmt.Errorf("etcdtest: start %s: %w", m.Name, err)
 		}
-		m.Etcd = e
-		t.Cleanup(m.stop)
+		c.Members[i].Etcd = e
 	}
 	deadline := time.After(ReadyTimeout)
 	for _, m := range c.Members {
 		select {
 		case <-m.Etcd.Server.ReadyNotify():
 		case err := <-m.Etcd.Err():
-			t.Fatalf("etcdtest: %s: %v", m.Name, err)
+			return nil, fmt.Errorf("etcdtest: %s: %w", m.Name, err)
 		case <-deadline:
-			t.Fatalf("etcdtest: %d members not ready in %v", n, ReadyTimeout)
+			return nil, fmt.Errorf("etcdtest: %d members not ready in %v", n, ReadyTimeout)
 		}
 	}
 	c.Ready = time.Since(start)
-	return c
+	return c, nil
+}
+
+// Stop hard-stops every member and closes the proxies.
+func (c *Cluster) Stop() {
+	for _, m := range c.Members {
+		m.stop()
+		if m.proxy != nil {
+			m.proxy.Close()
+		}
+	}
+}
+
+func mustURL(s string) url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return *u
 }
 
 // startEtcd starts a member; embed may panic on a port taken between
