@@ -10,6 +10,7 @@ import (
 	"github.com/kvfence/kvfence/engine/enginetest"
 	"github.com/kvfence/kvfence/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 var prefixes atomic.Int64
@@ -19,7 +20,7 @@ func newEngine(t testing.TB, c *etcdtest.Cluster, o Options) *Engine {
 	if o.Prefix == "" {
 		o.Prefix = fmt.Sprintf("/test/%s/%d/", t.Name(), prefixes.Add(1))
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -33,7 +32,9 @@ type Member struct {
 	// peerURL is where the member listens for peers; advertised is where
 	// peers reach it, through proxy when the cluster has proxies.
 	peerURL, advertised string
-	proxy               proxy.Server
+	gate                *gate
+	// id is the member's ID, known once it started.
+	id string
 }
 
 // Cluster is a set of embedded members in this process.
@@ -44,14 +45,19 @@ type Cluster struct {
 	Ready time.Duration
 }
 
-// freeURL returns a loopback URL on a port that was free a moment ago.
-func freeURL() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// freeURLs returns n loopback URLs on ports that were free a moment ago,
+// all different: each port stays taken until all are chosen.
+func freeURLs(n int) ([]string, error) {
+	var urls []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		urls = append(urls, "http://"+l.Addr().String())
 	}
-	defer l.Close()
-	return "http://" + l.Addr().String(), nil
+	return urls, nil
 }
 
 // Start starts a single-member cluster in t.TempDir and stops it when the
@@ -62,11 +68,16 @@ func Start(t testing.TB) *Cluster {
 }
 
 // NewCluster starts an n-member cluster on loopback with random ports in
-// t.TempDir and stops it when the test ends. With proxies, peer traffic to
-// each member passes a proxy that Partition can black-hole.
-func NewCluster(t testing.TB, n int, proxies bool) *Cluster {
+// t.TempDir and stops it when the test ends. With gates, peer traffic to
+// each member passes a proxy through which Partition cuts members off.
+func NewCluster(t testing.TB, n int, gates bool) *Cluster {
 	t.Helper()
-	c, err := Launch(t.TempDir(), n, proxies)
+	c, err := Launch(t.TempDir(), n, gates)
+	if err != nil && strings.Contains(err.Error(), "address already in use") {
+		// Another process took a port between its choice and the
+		// listen; choose again.
+		c, err = Launch(t.TempDir(), n, gates)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,37 +87,33 @@ func NewCluster(t testing.TB, n int, proxies bool) *Cluster {
 
 // Launch starts an n-member cluster with its data under dir, for a caller
 // without a test (TestMain), which must call Stop.
-func Launch(dir string, n int, proxies bool) (c *Cluster, err error) {
-	c = &Cluster{}
+func Launch(dir string, n int, gates bool) (_ *Cluster, err error) {
+	c := &Cluster{}
 	defer func() {
 		if err != nil {
 			c.Stop()
 		}
 	}()
 	var initial []string
+	urls, err := freeURLs(2 * n)
+	if err != nil {
+		return nil, err
+	}
 	for i := range n {
-		m := &Member{Name: fmt.Sprintf("m%d", i)}
-		if m.ClientURL, err = freeURL(); err != nil {
-			return nil, err
-		}
-		if m.peerURL, err = freeURL(); err != nil {
-			return nil, err
-		}
+		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: urls[2*i], peerURL: urls[2*i+1]}
 		m.advertised = m.peerURL
-		if proxies {
-			if m.advertised, err = freeURL(); err != nil {
+		if gates {
+			if m.gate, err = newGate(strings.TrimPrefix(m.peerURL, "http://")); err != nil {
 				return nil, err
 			}
-			m.proxy = proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: mustURL(m.advertised), To: mustURL(m.peerURL)})
-			select {
-			case <-m.proxy.Ready():
-			case err := <-m.proxy.Error():
-				return nil, err
-			}
+			m.advertised = m.gate.url()
 		}
 		initial = append(initial, m.Name+"="+m.advertised)
 		c.Members = append(c.Members, m)
 	}
+	// One token for the whole cluster, new for each, so that members of
+	// two clusters never join each other.
+	token := fmt.Sprintf("etcdtest-%d", time.Now().UnixNano())
 	start := time.Now()
 	for i, m := range c.Members {
 		cfg := embed.NewConfig()
@@ -117,7 +124,7 @@ func Launch(dir string, n int, proxies bool) (c *Cluster, err error) {
 		cfg.ListenPeerUrls = []url.URL{mustURL(m.peerURL)}
 		cfg.AdvertisePeerUrls = []url.URL{mustURL(m.advertised)}
 		cfg.InitialCluster = strings.Join(initial, ",")
-		cfg.InitialClusterToken = fmt.Sprintf("etcdtest-%d", time.Now().UnixNano())
+		cfg.InitialClusterToken = token
 		cfg.ClusterState = embed.ClusterStateFlagNew
 		// Fast elections: a lost leader is replaced in a fraction of a
 		// second, as a test needs.
@@ -132,6 +139,7 @@ func Launch(dir string, n int, proxies bool) (c *Cluster, err error) {
 			return nil, fmt.Errorf("etcdtest: start %s: %w", m.Name, err)
 		}
 		c.Members[i].Etcd = e
+		c.Members[i].id = e.Server.MemberID().String()
 	}
 	deadline := time.After(ReadyTimeout)
 	for _, m := range c.Members {
@@ -150,9 +158,11 @@ func Launch(dir string, n int, proxies bool) (c *Cluster, err error) {
 // Stop hard-stops every member and closes the proxies.
 func (c *Cluster) Stop() {
 	for _, m := range c.Members {
-		m.stop()
-		if m.proxy != nil {
-			m.proxy.Close()
+		if m.Etcd != nil {
+			m.stop()
+		}
+		if m.gate != nil {
+			m.gate.close()
 		}
 	}
 }
@@ -227,19 +237,24 @@ func (c *Cluster) Leader(t testing.TB) int {
 // stops mid-flight, as in a crash of its process.
 func (c *Cluster) HardStop(i int) { c.Members[i].stop() }
 
-// Partition black-holes the peer traffic that reaches member i through its
-// proxy, both ways. Messages the member sends over connections it dialed
-// itself (etcd's pipeline) still pass: the member is cut off from
-// receiving and answering, not fully from sending.
-func (c *Cluster) Partition(i int) {
-	c.Members[i].proxy.BlackholeTx()
-	c.Members[i].proxy.BlackholeRx()
-}
+// Partition cuts member i off from its peers, both ways: its gate refuses
+// every connection, and the other members' gates refuse connections from
+// it. Open connections are closed. The cluster must have been made with
+// gates. Clients still reach the member.
+func (c *Cluster) Partition(i int) { c.partition(i, true) }
 
 // Heal undoes Partition.
-func (c *Cluster) Heal(i int) {
-	c.Members[i].proxy.UnblackholeTx()
-	c.Members[i].proxy.UnblackholeRx()
+func (c *Cluster) Heal(i int) { c.partition(i, false) }
+
+func (c *Cluster) partition(i int, cut bool) {
+	id := c.Members[i].id
+	for j, m := range c.Members {
+		if j == i {
+			m.gate.set(func() { m.gate.isolated = cut })
+		} else {
+			m.gate.set(func() { m.gate.cut[id] = cut })
+		}
+	}
 }
 
 // WaitWritable waits until a Put through cli succeeds, and returns how long
