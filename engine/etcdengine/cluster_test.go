@@ -27,7 +27,7 @@ type outcome struct {
 // wrote matches the entries exactly, and a commit whose fate is unknown is
 // reported as ErrOutcomeUnknown, never as success or conflict.
 func TestClusterFaults(t *testing.T) {
-	c := etcdtest.NewCluster(t, 3, true)
+	c := etcdtest.NewCluster(t, etcdtest.Config{Members: 3, Gates: true})
 	t.Logf("3 members ready in %v", c.Ready)
 	e := newEngine(t, c, Options{})
 	ctx := context.Background()

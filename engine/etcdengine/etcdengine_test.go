@@ -1,6 +1,7 @@
 package etcdengine
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -40,4 +41,40 @@ func TestConformance(t *testing.T) {
 	enginetest.Run(t, func(t *testing.T, lim engine.Limits) engine.Engine {
 		return newEngine(t, c, Options{MaxTxnOps: lim.MaxOps, MaxRequestBytes: lim.MaxBytes, ScanPage: 4})
 	})
+}
+
+// BenchmarkEngineUpdate measures one Update with one Put (a Txn without
+// compares), and one that reads the key before it writes it (a Get and a
+// Txn with one compare), on a single member that syncs to disk.
+func BenchmarkEngineUpdate(b *testing.B) {
+	c := etcdtest.NewCluster(b, etcdtest.Config{Fsync: true})
+	e := newEngine(b, c, Options{})
+	bucket := []byte("b")
+	if err := e.Update(context.Background(), func(tx engine.Tx) error { return tx.CreateBucket(bucket) }); err != nil {
+		b.Fatal(err)
+	}
+	val := make([]byte, 100)
+	for _, bc := range []struct {
+		name string
+		read bool
+	}{{"put", false}, {"get+put", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			key := make([]byte, 8)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				key[0], key[1], key[2], key[3] = byte(i>>24), byte(i>>16), byte(i>>8), byte(i)
+				err := e.Update(context.Background(), func(tx engine.Tx) error {
+					if bc.read {
+						if _, err := tx.Get(bucket, key); err != nil {
+							return err
+						}
+					}
+					return tx.Put(bucket, key, val)
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	single, err = etcdtest.Launch(dir, 1, false)
+	single, err = etcdtest.Launch(dir, etcdtest.Config{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)

@@ -60,23 +60,35 @@ func freeURLs(n int) ([]string, error) {
 	return urls, nil
 }
 
+// Config describes a cluster to start.
+type Config struct {
+	// Members is the number of members; 0 means 1.
+	Members int
+	// Gates puts a proxy in front of each member's peer listener, through
+	// which Partition cuts members off.
+	Gates bool
+	// Fsync makes the members sync their log and database to disk, as a
+	// real member does; without it a test runs faster, and the process
+	// that holds the members does not crash under them.
+	Fsync bool
+}
+
 // Start starts a single-member cluster in t.TempDir and stops it when the
 // test ends.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
-	return NewCluster(t, 1, false)
+	return NewCluster(t, Config{})
 }
 
-// NewCluster starts an n-member cluster on loopback with random ports in
-// t.TempDir and stops it when the test ends. With gates, peer traffic to
-// each member passes a proxy through which Partition cuts members off.
-func NewCluster(t testing.TB, n int, gates bool) *Cluster {
+// NewCluster starts a cluster on loopback with random ports in t.TempDir
+// and stops it when the test ends.
+func NewCluster(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
-	c, err := Launch(t.TempDir(), n, gates)
+	c, err := Launch(t.TempDir(), cfg)
 	if err != nil && strings.Contains(err.Error(), "address already in use") {
 		// Another process took a port between its choice and the
 		// listen; choose again.
-		c, err = Launch(t.TempDir(), n, gates)
+		c, err = Launch(t.TempDir(), cfg)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -85,9 +97,10 @@ func NewCluster(t testing.TB, n int, gates bool) *Cluster {
 	return c
 }
 
-// Launch starts an n-member cluster with its data under dir, for a caller
-// without a test (TestMain), which must call Stop.
-func Launch(dir string, n int, gates bool) (_ *Cluster, err error) {
+// Launch starts a cluster with its data under dir, for a caller without a
+// test (TestMain), which must call Stop.
+func Launch(dir string, config Config) (_ *Cluster, err error) {
+	n, gates := max(config.Members, 1), config.Gates
 	c := &Cluster{}
 	defer func() {
 		if err != nil {
@@ -129,9 +142,7 @@ func Launch(dir string, n int, gates bool) (_ *Cluster, err error) {
 		// Fast elections: a lost leader is replaced in a fraction of a
 		// second, as a test needs.
 		cfg.TickMs, cfg.ElectionMs = 10, 100
-		// The members run in this process, which does not crash under
-		// them: the page cache outlives a hard stop.
-		cfg.UnsafeNoFsync = true
+		cfg.UnsafeNoFsync = !config.Fsync
 		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 		cfg.Logger = "zap"
 		e, err := startEtcd(cfg)

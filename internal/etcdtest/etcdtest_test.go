@@ -51,7 +51,7 @@ func TestStart(t *testing.T) {
 // leader among themselves and take writes, the cut-off member takes none,
 // and after Heal it takes writes again.
 func TestPartition(t *testing.T) {
-	c := NewCluster(t, 3, true)
+	c := NewCluster(t, Config{Members: 3, Gates: true})
 	t.Logf("three members ready in %v", c.Ready)
 	leader := c.Leader(t)
 	rest := []int{(leader + 1) % 3, (leader + 2) % 3}
