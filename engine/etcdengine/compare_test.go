@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvfence/kvfence/engine"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -276,5 +277,44 @@ func TestBadPrefix(t *testing.T) {
 		if _, err := New(nil, &Options{Prefix: p}); !errors.Is(err, engine.ErrInvalid) {
 			t.Errorf("New with prefix %q = %v", p, err)
 		}
+	}
+}
+
+// failingKV fails every read of one key.
+type failingKV struct {
+	clientv3.KV
+	key string
+	err error
+}
+
+func (f failingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if key == f.key {
+		return nil, f.err
+	}
+	return f.KV.Get(ctx, key, opts...)
+}
+
+// Ensure that an Update whose function goes on past a failed read, and
+// returns nil, fails with the read's error and writes nothing: its
+// decision rests on a read that the commit cannot compare.
+func TestReadFailure(t *testing.T) {
+	e, _ := setup(t, "a")
+	broken := errors.New("connection lost")
+	e.kv = failingKV{KV: e.kv, key: e.prefix + "b/flaky", err: broken}
+	err := e.Update(context.Background(), func(tx engine.Tx) error {
+		tx.Get(bk, []byte("flaky"))
+		return tx.Put(bk, []byte("mine"), []byte("x"))
+	})
+	if !errors.Is(err, broken) || errors.Is(err, engine.ErrOutcomeUnknown) {
+		t.Fatalf("Update = %v, want the read's error", err)
+	}
+	err = e.View(context.Background(), func(tx engine.Tx) error {
+		if v, err := tx.Get(bk, []byte("mine")); v != nil || err != nil {
+			return fmt.Errorf("an Update with a failed read wrote: %q, %v", v, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

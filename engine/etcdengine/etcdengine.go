@@ -146,6 +146,10 @@ func (e *Engine) run(ctx context.Context, writable bool, fn func(engine.Tx) erro
 			// said about this run, start again on a newer one.
 		case err != nil:
 			return err
+		case t.readFailed != nil:
+			// fn went on past a failed read: what it decided rests on a
+			// read the commit could not compare.
+			return t.readFailed
 		case !writable || len(t.writes) == 0:
 			// Nothing to write: the reads were one consistent state.
 			t.learnBuckets()
@@ -233,7 +237,10 @@ func (t *tx) readErr(err error) error {
 		return fmt.Errorf("%w: read revision compacted: %w", engine.ErrConflict, err)
 	}
 	if cerr := t.ctx.Err(); cerr != nil {
-		return fmt.Errorf("etcdengine: read: %w", cerr)
+		err = cerr
 	}
-	return fmt.Errorf("etcdengine: read: %w", err)
+	if t.readFailed == nil {
+		t.readFailed = fmt.Errorf("etcdengine: read: %w", err)
+	}
+	return t.readFailed
 }

@@ -43,9 +43,9 @@ type tx struct {
 	// learned are buckets read as present from etcd, for the engine to
 	// remember once the transaction succeeded.
 	learned []string
-	// tooLarge fails the transaction whatever fn does with the error;
-	// retry makes it run again.
-	tooLarge, retry error
+	// tooLarge and readFailed fail the transaction whatever fn does with
+	// the error; retry makes it run again.
+	tooLarge, readFailed, retry error
 }
 
 func newTx(ctx context.Context, e *Engine, writable bool) *tx {
