@@ -57,4 +57,16 @@
 // engine.ErrTxnTooLarge before anything is sent. A key written twice is one
 // operation (etcd refuses a key twice in one Txn); a Delete also writes its
 // bucket's marker.
+//
+// # Caveats
+//
+// Every read is a linearizable range request at the transaction's
+// revision: a transaction costs a round trip per key it reads, so a caller
+// that runs many operations in one Update (a group-commit leader) saves
+// more than the commit. etcd has no reverse range: Last asks for the
+// bucket's keys in descending order, which etcd sorts in its index, so
+// Last costs time in the bucket's size; keep the newest position of an
+// append-only bucket in a key of its own and read that. etcd's own
+// concurrency.STM is not used: it retries without a bound and does not
+// bound its size.
 package etcdengine
