@@ -258,6 +258,9 @@ func (c *Cluster) Partition(i int) { c.partition(i, true) }
 func (c *Cluster) Heal(i int) { c.partition(i, false) }
 
 func (c *Cluster) partition(i int, cut bool) {
+	if c.Members[i].gate == nil {
+		panic("etcdtest: Partition of a cluster made without Config.Gates")
+	}
 	id := c.Members[i].id
 	for j, m := range c.Members {
 		if j == i {
