@@ -1,6 +1,7 @@
 package etcdengine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -316,5 +317,42 @@ func TestReadFailure(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// behindKV answers the first read of one key as a member that has not yet
+// applied the transaction's revision would.
+type behindKV struct {
+	clientv3.KV
+	key   string
+	calls *int
+}
+
+func (f behindKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if key == f.key {
+		if *f.calls++; *f.calls == 1 {
+			return nil, rpctypes.ErrFutureRev
+		}
+	}
+	return f.KV.Get(ctx, key, opts...)
+}
+
+// Ensure that a read after the first, answered by a member behind the
+// transaction's revision, is asked again and answered.
+func TestReadBehindRevision(t *testing.T) {
+	e, _ := setup(t, "a", "c")
+	calls := 0
+	e.kv = behindKV{KV: e.kv, key: e.prefix + "b/c", calls: &calls}
+	var got []byte
+	err := e.View(context.Background(), func(tx engine.Tx) error {
+		if _, err := tx.Get(bk, []byte("a")); err != nil {
+			return err
+		}
+		v, err := tx.Get(bk, []byte("c"))
+		got = bytes.Clone(v)
+		return err
+	})
+	if err != nil || string(got) != "v" || calls != 2 {
+		t.Fatalf("View = %v, c = %q after %d reads; want v after 2", err, got, calls)
 	}
 }

@@ -44,8 +44,9 @@ func TestConformance(t *testing.T) {
 }
 
 // BenchmarkEngineUpdate measures one Update with one Put (a Txn without
-// compares), and one that reads the key before it writes it (a Get and a
-// Txn with one compare), on a single member that syncs to disk.
+// compares), one that reads the key before it writes it (a Get and a Txn
+// with one compare), and one that reads four keys, as a fenced write reads
+// its scope's records, on a single member that syncs to disk.
 func BenchmarkEngineUpdate(b *testing.B) {
 	c := etcdtest.NewCluster(b, etcdtest.Config{Fsync: true})
 	e := newEngine(b, c, Options{})
@@ -55,20 +56,22 @@ func BenchmarkEngineUpdate(b *testing.B) {
 	}
 	val := make([]byte, 100)
 	for _, bc := range []struct {
-		name string
-		read bool
-	}{{"put", false}, {"get+put", true}} {
+		name  string
+		reads int
+	}{{"put", 0}, {"get+put", 1}, {"4get+put", 4}} {
 		b.Run(bc.name, func(b *testing.B) {
 			key := make([]byte, 8)
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				key[0], key[1], key[2], key[3] = byte(i>>24), byte(i>>16), byte(i>>8), byte(i)
 				err := e.Update(context.Background(), func(tx engine.Tx) error {
-					if bc.read {
+					for r := range bc.reads {
+						key[4] = byte(r)
 						if _, err := tx.Get(bucket, key); err != nil {
 							return err
 						}
 					}
+					key[4] = 0
 					return tx.Put(bucket, key, val)
 				})
 				if err != nil {

@@ -48,11 +48,10 @@ func (t *tx) Scan(bucket, from []byte, fn func(key, value []byte) error) error {
 	cur := start
 walk:
 	for {
-		resp, err := t.e.kv.Get(t.ctx, cur, t.atRev(clientv3.WithRange(end), clientv3.WithLimit(int64(t.e.opts.ScanPage)))...)
+		resp, err := t.rangeAt(cur, clientv3.WithRange(end), clientv3.WithLimit(int64(t.e.opts.ScanPage)))
 		if err != nil {
 			return t.readErr(err)
 		}
-		t.fix(resp.Header.Revision)
 		for _, kv := range resp.Kvs {
 			k := string(kv.Key)
 			if !flush(k) {
@@ -99,12 +98,11 @@ func (t *tx) Last(bucket []byte) ([]byte, []byte, error) {
 	cur := end
 find:
 	for {
-		resp, err := t.e.kv.Get(t.ctx, first, t.atRev(clientv3.WithRange(cur), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(t.e.opts.ScanPage)))...)
+		resp, err := t.rangeAt(first, clientv3.WithRange(cur), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(t.e.opts.ScanPage)))
 		if err != nil {
 			return nil, nil, t.readErr(err)
 		}
-		t.fix(resp.Header.Revision)
 		for _, kv := range resp.Kvs {
 			if w, ok := t.writes[string(kv.Key)]; !ok || !w.del {
 				remote = string(kv.Key)

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/kvfence/kvfence/engine"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -121,11 +122,10 @@ func (t *tx) fetch(k string, byCreate bool) (*read, error) {
 			return nil, err
 		}
 	}
-	resp, err := t.e.kv.Get(t.ctx, k, t.atRev()...)
+	resp, err := t.rangeAt(k)
 	if err != nil {
 		return nil, t.readErr(err)
 	}
-	t.fix(resp.Header.Revision)
 	r := &read{byCreate: byCreate}
 	if len(resp.Kvs) == 1 {
 		kv := resp.Kvs[0]
@@ -135,20 +135,26 @@ func (t *tx) fetch(k string, byCreate bool) (*read, error) {
 	return r, nil
 }
 
-// atRev returns the options of a read at the transaction's revision, or of
-// the first read, which fixes it.
-func (t *tx) atRev(opts ...clientv3.OpOption) []clientv3.OpOption {
-	if t.rev > 0 {
-		opts = append(opts, clientv3.WithRev(t.rev))
-	}
-	return opts
-}
-
-// fix makes rev the transaction's revision if no read fixed one yet.
-func (t *tx) fix(rev int64) {
+// rangeAt reads from etcd at the transaction's revision. The first read
+// is linearizable and fixes the revision. A later one is serializable:
+// the state at a revision never changes, so any member that has applied
+// it answers the same, without the round of the leader that a
+// linearizable read costs; a member behind it answers with a future
+// revision error and the read is asked again, linearizable.
+func (t *tx) rangeAt(key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	if t.rev == 0 {
-		t.rev = rev
+		resp, err := t.e.kv.Get(t.ctx, key, opts...)
+		if err == nil {
+			t.rev = resp.Header.Revision
+		}
+		return resp, err
 	}
+	opts = append(opts, clientv3.WithRev(t.rev))
+	resp, err := t.e.kv.Get(t.ctx, key, append(opts, clientv3.WithSerializable())...)
+	if errors.Is(err, rpctypes.ErrFutureRev) {
+		resp, err = t.e.kv.Get(t.ctx, key, opts...)
+	}
+	return resp, err
 }
 
 // present returns v as a present value: non-nil even when empty, which
