@@ -16,7 +16,8 @@
 //
 // The first read of a transaction fixes its revision R (a linearizable
 // read); every later read is at R, so one run of the function sees one
-// consistent state. The commit's Txn compares:
+// consistent state, at least as new as every commit acknowledged before
+// the transaction began. The commit's Txn compares:
 //
 //   - every key read with Get (or found by Last): its mod revision equals
 //     the one seen at R, 0 for an absent key. A write, a delete or a
@@ -60,10 +61,12 @@
 //
 // # Caveats
 //
-// Every read is a linearizable range request at the transaction's
-// revision: a transaction costs a round trip per key it reads, so a caller
-// that runs many operations in one Update (a group-commit leader) saves
-// more than the commit. etcd has no reverse range: Last asks for the
+// Every read is a range request of its own: the first linearizable, the
+// later ones serializable at the first one's revision (the same answer from
+// any member that has applied it, without a round of the leader). A
+// transaction costs a round trip per key it reads, so a caller that runs
+// many operations in one Update (a group-commit leader) saves more than the
+// commit. etcd has no reverse range: Last asks for the
 // bucket's keys in descending order, which etcd sorts in its index, so
 // Last costs time in the bucket's size; keep the newest position of an
 // append-only bucket in a key of its own and read that. etcd's own
