@@ -5,8 +5,9 @@
 // when the test ends, failed or not, and dies with the test binary if that
 // is killed first (Linux).
 //
-// The etcd binary is $KVFENCE_ETCD_BIN if set, else etcd on PATH. Debian's
-// etcd-server package installs it; .ci/run does. Without it Start fails
-// the test with a message that says how to install it: a test that needs
-// a real cluster never passes without one.
+// The etcd binary is $KVFENCE_ETCD_BIN if set, else cmd/kvfence-etcd, which
+// is etcd's own main built from the etcd module in go.mod: Binary builds it
+// once into the user's cache directory, so a machine with only Go runs these
+// tests. Without a binary Start fails the test with a message that says how
+// to get one: a test that needs a real cluster never passes without one.
 package etcdproc

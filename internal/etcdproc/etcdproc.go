@@ -23,7 +23,7 @@ import (
 const EnvBinary = "KVFENCE_ETCD_BIN"
 
 // InstallHint says how to get the etcd binary.
-const InstallHint = "install Debian's etcd-server package (apt-get install etcd-server; .ci/run does this), " +
+const InstallHint = "run the tests where the go command is on PATH (it builds " + Command + "), " +
 	"or set " + EnvBinary + " to the path of an etcd binary"
 
 // ErrNoBinary means no etcd binary was found.
@@ -39,26 +39,6 @@ const (
 	// another process between picking it and binding it.
 	startTries = 3
 )
-
-// Binary returns the etcd binary to run: $KVFENCE_ETCD_BIN if it is set,
-// else etcd on PATH.
-func Binary() (string, error) {
-	if p := os.Getenv(EnvBinary); p != "" {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return "", fmt.Errorf("%w: %s=%s: %v; %s", ErrNoBinary, EnvBinary, p, err, InstallHint)
-		}
-		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-			return "", fmt.Errorf("%w: %s=%s is not an executable file; %s", ErrNoBinary, EnvBinary, p, InstallHint)
-		}
-		return p, nil
-	}
-	p, err := exec.LookPath("etcd")
-	if err != nil {
-		return "", fmt.Errorf("%w: etcd is not on PATH; %s", ErrNoBinary, InstallHint)
-	}
-	return p, nil
-}
 
 // Options configures StartWith.
 type Options struct {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -92,26 +93,76 @@ func TestClusterKillRestartStop(t *testing.T) {
 	c.Stop() // idempotent
 }
 
-// Ensure that a missing binary is an error that says how to install one.
+// Ensure that a missing binary is an error that says how to get one: a
+// bad $KVFENCE_ETCD_BIN is not replaced by a build, and without the go
+// command there is nothing to build with.
 func TestBinaryMissing(t *testing.T) {
 	for _, tc := range []struct {
 		name, env, path string
 	}{
 		{"env names nothing", filepath.Join(t.TempDir(), "no-etcd"), os.Getenv("PATH")},
 		{"env names a directory", t.TempDir(), os.Getenv("PATH")},
-		{"not on PATH", "", t.TempDir()},
+		{"no go command", "", t.TempDir()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(EnvBinary, tc.env)
 			t.Setenv("PATH", tc.path)
+			t.Setenv("GOROOT", "")
+			t.Setenv("XDG_CACHE_HOME", t.TempDir())
+			built.Lock()
+			saved := built.path
+			built.path = ""
+			built.Unlock()
+			t.Cleanup(func() { built.Lock(); built.path = saved; built.Unlock() })
 			_, err := Binary()
 			if !errors.Is(err, ErrNoBinary) {
 				t.Fatalf("Binary() = %v, want ErrNoBinary", err)
 			}
-			if !strings.Contains(err.Error(), "apt-get install etcd-server") {
-				t.Fatalf("the error does not say how to install etcd: %v", err)
+			if !strings.Contains(err.Error(), EnvBinary) || !strings.Contains(err.Error(), "go command") {
+				t.Fatalf("the error does not say how to get etcd: %v", err)
 			}
 		})
+	}
+}
+
+// Ensure that parallel callers build the etcd command once into the cache
+// and all get the same complete binary, which is the etcd of go.mod, and
+// that a later call reuses it.
+func TestBinaryBuildsOnce(t *testing.T) {
+	dir := t.TempDir()
+	before := builds.Load()
+	const callers = 3
+	paths := make([]string, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() { paths[i], errs[i] = buildCached(dir) })
+	}
+	wg.Wait()
+	for i := range callers {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		if paths[i] != paths[0] || filepath.Dir(paths[i]) != dir {
+			t.Fatalf("caller %d got %q, caller 0 %q, want both in %s", i, paths[i], paths[0], dir)
+		}
+	}
+	if n := builds.Load() - before; n != 1 {
+		t.Fatalf("%d builds for %d parallel callers, want 1", n, callers)
+	}
+	out, err := exec.Command(paths[0], "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", paths[0], err)
+	}
+	want, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "go.etcd.io/etcd/server/v3").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := strings.TrimPrefix(strings.TrimSpace(string(want)), "v"); !strings.Contains(string(out), "etcd Version: "+v+"\n") {
+		t.Fatalf("%s --version says %q, want etcd %s", paths[0], out, v)
+	}
+	if p, err := buildCached(dir); err != nil || p != paths[0] || builds.Load()-before != 1 {
+		t.Fatalf("a second call: %q, %v, %d builds; want the cached %q", p, err, builds.Load()-before, paths[0])
 	}
 }
 
@@ -137,8 +188,7 @@ func (r *fatalRecorder) Fatalf(format string, args ...any) {
 // Ensure that Start without a binary fails the test, saying how to install
 // one, rather than skipping it.
 func TestStartWithoutBinaryFails(t *testing.T) {
-	t.Setenv(EnvBinary, "")
-	t.Setenv("PATH", t.TempDir())
+	t.Setenv(EnvBinary, filepath.Join(t.TempDir(), "no-etcd"))
 	r := &fatalRecorder{TB: t}
 	done := make(chan *Cluster)
 	go func() {
@@ -149,8 +199,8 @@ func TestStartWithoutBinaryFails(t *testing.T) {
 	if c := <-done; c != nil {
 		t.Fatal("Start returned a cluster without an etcd binary")
 	}
-	if !strings.Contains(r.msg, "apt-get install etcd-server") {
-		t.Fatalf("Start failed with %q, which does not say how to install etcd", r.msg)
+	if !strings.Contains(r.msg, InstallHint) {
+		t.Fatalf("Start failed with %q, which does not say how to get etcd", r.msg)
 	}
 }
 

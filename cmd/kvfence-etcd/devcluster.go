@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// devCommand is the subcommand that starts a local cluster.
+const devCommand = "dev-cluster"
+
+// Bounds of a dev cluster. Member i listens on PORT+10000*i for clients
+// and the port after it for peers, as etcd's own Procfile lays out three
+// members, so the last peer port must stay below 65536.
+const (
+	maxMembers   = 6
+	portStride   = 10000
+	readyTimeout = 60 * time.Second
+	stopTimeout  = 10 * time.Second
+)
+
+// usageError is a command line that dev-cluster cannot act on; it exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// devMember is one member's name and addresses, HOST:PORT.
+type devMember struct {
+	name, client, peer string
+}
+
+// devCluster is what runDevCluster starts: the binary to run as each
+// member, the directory for data and logs, and the members.
+type devCluster struct {
+	exe     string
+	dir     string
+	members []devMember
+}
+
+// layout returns n members on loopback from base: clients on base,
+// base+10000, …, peers one port above each.
+func layout(n, base int) []devMember {
+	ms := make([]devMember, n)
+	for i := range ms {
+		p := base + portStride*i
+		ms[i] = devMember{
+			name:   "m" + strconv.Itoa(i),
+			client: "127.0.0.1:" + strconv.Itoa(p),
+			peer:   "127.0.0.1:" + strconv.Itoa(p+1),
+		}
+	}
+	return ms
+}
+
+// runDevCluster parses the dev-cluster flags and runs the cluster until
+// ctx ends or a member exits.
+func runDevCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(devCommand, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "", "directory for the members' data and logs (created if missing; reused on a restart)")
+	n := fs.Int("members", 3, "number of members, 1 to "+strconv.Itoa(maxMembers))
+	port := fs.Int("port", 2379, "client port of the first member; member i uses PORT+10000*i for clients and the next port for peers")
+	if err := fs.Parse(args); err != nil {
+		return &usageError{msg: err.Error()}
+	}
+	switch {
+	case fs.NArg() > 0:
+		return &usageError{msg: fmt.Sprintf("%s: unexpected argument %q", devCommand, fs.Arg(0))}
+	case *dir == "":
+		return &usageError{msg: devCommand + ": --dir is required"}
+	case *n < 1 || *n > maxMembers:
+		return &usageError{msg: fmt.Sprintf("%s: --members %d: want 1 to %d", devCommand, *n, maxMembers)}
+	case *port < 1024 || *port+portStride*(*n-1)+1 > 65535:
+		return &usageError{msg: fmt.Sprintf("%s: --port %d: member ports must lie in 1024..65535 (PORT+10000*(members-1)+1)", devCommand, *port)}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	c := &devCluster{exe: exe, dir: *dir, members: layout(*n, *port)}
+	return c.run(ctx, stdout, stderr)
+}
+
+// endpoints returns the client endpoints, comma-separated, as --etcd takes
+// them.
+func (c *devCluster) endpoints() string {
+	var eps []string
+	for _, m := range c.members {
+		eps = append(eps, m.client)
+	}
+	return strings.Join(eps, ",")
+}
+
+// run starts every member, prints the endpoints once all are healthy and
+// waits. Whatever ends it, every member is stopped before it returns.
+func (c *devCluster) run(ctx context.Context, stdout, stderr io.Writer) error {
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return err
+	}
+	var initial []string
+	for _, m := range c.members {
+		initial = append(initial, m.name+"=http://"+m.peer)
+	}
+	exited := make(chan error, len(c.members))
+	var cmds []*exec.Cmd
+	defer func() { stopAll(cmds, exited) }()
+	began := time.Now()
+	for _, m := range c.members {
+		cmd, err := c.start(m, strings.Join(initial, ","), exited)
+		if err != nil {
+			return err
+		}
+		cmds = append(cmds, cmd)
+	}
+	if err := c.waitHealthy(ctx, exited); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "kvfence-etcd: %d-member cluster ready in %v; data and logs in %s; interrupt to stop (run again to restart it)\n",
+		len(c.members), time.Since(began).Round(time.Millisecond), c.dir)
+	fmt.Fprintln(stdout, c.endpoints())
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-exited:
+		exited <- err // for the deferred wait
+		return fmt.Errorf("a member exited: %v (logs in %s)", err, c.dir)
+	}
+}
+
+// stopAll asks every member to stop and waits for each, killing those
+// still running after stopTimeout: a member that has lost its quorum can
+// take long to stop on its own.
+func stopAll(cmds []*exec.Cmd, exited <-chan error) {
+	for _, cmd := range cmds {
+		if cmd.Process.Signal(syscall.SIGTERM) != nil {
+			cmd.Process.Kill()
+		}
+	}
+	timeout := time.After(stopTimeout)
+	for range cmds {
+		select {
+		case <-exited:
+			continue
+		case <-timeout:
+		}
+		for _, cmd := range cmds {
+			cmd.Process.Kill()
+		}
+		<-exited
+	}
+}
+
+// start launches member m, its output appended to DIR/NAME.log; exited
+// receives the result of its wait.
+func (c *devCluster) start(m devMember, initial string, exited chan<- error) (*exec.Cmd, error) {
+	logPath := filepath.Join(c.dir, m.name+".log")
+	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(c.exe,
+		"--name", m.name,
+		"--data-dir", filepath.Join(c.dir, m.name+".etcd"),
+		"--listen-client-urls", "http://"+m.client,
+		"--advertise-client-urls", "http://"+m.client,
+		"--listen-peer-urls", "http://"+m.peer,
+		"--initial-advertise-peer-urls", "http://"+m.peer,
+		"--initial-cluster", initial,
+		"--initial-cluster-state", "new",
+		"--initial-cluster-token", "kvfence-etcd-dev",
+		"--log-outputs", "stderr",
+	)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = cleanEnv()
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("starting %s: %w", m.name, err)
+	}
+	go func() {
+		err := cmd.Wait()
+		log.Close()
+		if err == nil {
+			err = errors.New("exit status 0")
+		}
+		exited <- fmt.Errorf("%s: %w (log %s)", m.name, err, logPath)
+	}()
+	return cmd, nil
+}
+
+// waitHealthy polls each member's /health until it reports a leader and a
+// served read, or a member exits, or the time is up.
+func (c *devCluster) waitHealthy(ctx context.Context, exited chan error) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for _, m := range c.members {
+		for !healthy(hc, m.client) {
+			select {
+			case err := <-exited:
+				exited <- err
+				return fmt.Errorf("a member exited before the cluster was ready: %v", err)
+			case <-ctx.Done():
+				return fmt.Errorf("member %s not healthy: %w (logs in %s)", m.name, ctx.Err(), c.dir)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func healthy(hc *http.Client, addr string) bool {
+	resp, err := hc.Get("http://" + addr + "/health")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"health":"true"`)
+}
+
+// cleanEnv is the environment without ETCD_* variables, which etcd would
+// read as flags of every member.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ETCD_") && !strings.HasPrefix(kv, "ETCDCTL_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
