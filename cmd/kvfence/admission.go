@@ -104,12 +104,16 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	var q kvfence.Questioned
 	state := anchorPresent
 	if *lostAnchor {
-		if state, err = lostAnchorState(cf.anchor); err != nil {
+		if state, err = lostAnchorState(&cf); err != nil {
 			return err
 		}
 		q, err = kvfence.InspectDatabase(cf.db)
 	} else {
-		q, err = kvfence.Inspect(cf.db, cf.fileAnchor())
+		anchor, aerr := cf.anchorStore()
+		if aerr != nil {
+			return aerr
+		}
+		q, err = kvfence.Inspect(cf.db, anchor)
 	}
 	if err != nil {
 		return err
@@ -181,11 +185,16 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 // the way to supersede it. Without a path there is nothing to check: the
 // recovery key holder may sign where the anchor is out of reach, and
 // kvfence recover checks again.
-func lostAnchorState(path string) (string, error) {
+func lostAnchorState(cf *commonFlags) (string, error) {
+	path := cf.anchor
 	if path == "" {
 		return anchorUnchecked, nil
 	}
-	a, err := audit.FileAnchor{Path: path}.Load()
+	anchor, err := cf.anchorStore()
+	if err != nil {
+		return "", err
+	}
+	a, err := anchor.Load()
 	switch {
 	case err == nil:
 		return "", withHint(fmt.Errorf("kvfence admission new: --lost-anchor: %w: %s holds seq %d for receiver %q",
@@ -299,5 +308,5 @@ Arguments:
 	--anchor FILE
 	    The receiver's anchor file. Defaults to $KVFENCE_ANCHOR. Required
 	    without --lost-anchor.
-`+usageJSON)
+`+usageAnchorEtcd+usageJSON)
 }

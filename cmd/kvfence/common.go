@@ -46,7 +46,8 @@ const (
 type commonFlags struct {
 	name        string // the command, for messages: "scope create"
 	db          string
-	anchor      string // the anchor file, kept apart from the database (docs/design.md §7.3)
+	anchor      string // the anchor file or etcd key, kept apart from the database (docs/design.md §7.3, §13)
+	anchorEtcd  anchorEtcdFlags
 	key         string
 	pub         string
 	lockTimeout time.Duration
@@ -58,6 +59,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, g flagGroup) {
 	if g&withDB != 0 {
 		fs.StringVar(&c.db, "db", "", "")
 		fs.StringVar(&c.anchor, "anchor", "", "")
+		c.anchorEtcd.register(fs)
 		if g&withoutPub == 0 {
 			fs.StringVar(&c.pub, "pub", "", "")
 		}
@@ -95,7 +97,7 @@ const usageDB = `	--db FILE
 	    restored or rewritten database exits with code 4), and it is moved
 	    forward, durably, before the command returns. A missing anchor is
 	    never recreated.
-` + usagePubLock
+` + usageAnchorEtcd + usagePubLock
 
 // usageDBRead documents the common flags of an observation command: the
 // anchor is optional.
@@ -106,7 +108,7 @@ const usageDBRead = `	--db FILE
 	    a database that is older than its anchor or disagrees with it is
 	    refused (exit code 4); without it nothing is checked against the
 	    anchor and the output may describe a restored copy.
-` + usagePubLock
+` + usageAnchorEtcd + usagePubLock
 
 const usagePubLock = `	--pub FILE
 	    If set, refuse a receiver whose public key recorded at init
@@ -177,11 +179,6 @@ func require(cmd string, flags ...[2]string) error {
 	return nil
 }
 
-// fileAnchor returns the anchor store named by --anchor.
-func (c *commonFlags) fileAnchor() audit.AnchorStore {
-	return audit.FileAnchor{Path: c.anchor}
-}
-
 // requireWriter returns a usage error unless --db, --anchor and --key are
 // all given, as every command that writes needs them, and refuses an
 // anchor at the database's own path. Commands call it before they read
@@ -199,9 +196,12 @@ func (c *commonFlags) requireWriter() error {
 	return c.checkAnchorPath()
 }
 
-// checkAnchorPath refuses an anchor that is the database file itself: the
-// anchor exists to be kept apart from it.
+// checkAnchorPath refuses an anchor that is the database file itself (the
+// anchor exists to be kept apart from it) and a bad etcd anchor.
 func (c *commonFlags) checkAnchorPath() error {
+	if err := c.checkEtcdAnchor(); err != nil {
+		return err
+	}
 	if c.anchor != "" && filepath.Clean(c.anchor) == filepath.Clean(c.db) {
 		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor names the database file; the anchor must be a separate file", c.name),
 			hint: "pass the anchor file that kvfence init wrote, e.g. --anchor receiver.anchor"}
@@ -244,7 +244,9 @@ func (c *commonFlags) openObserver(warn func(string)) (*kvfence.Receiver, error)
 	}
 	opts := &kvfence.Options{LockTimeout: c.lockTimeout, ReadOnly: true, Warn: warn}
 	if c.anchor != "" {
-		opts.Anchor = c.fileAnchor()
+		if opts.Anchor, err = c.anchorStore(); err != nil {
+			return nil, err
+		}
 	}
 	r, err := kvfence.Open(c.db, opts)
 	if err != nil {
@@ -277,7 +279,11 @@ func (c *commonFlags) openWriter(warn func(string)) (*kvfence.Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := kvfence.Open(c.db, &kvfence.Options{LockTimeout: c.lockTimeout, Key: priv, Anchor: c.fileAnchor(), Warn: warn})
+	anchor, err := c.anchorStore()
+	if err != nil {
+		return nil, err
+	}
+	r, err := kvfence.Open(c.db, &kvfence.Options{LockTimeout: c.lockTimeout, Key: priv, Anchor: anchor, Warn: warn})
 	if err != nil {
 		return nil, err
 	}

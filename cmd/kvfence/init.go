@@ -78,7 +78,10 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	anchor := cf.fileAnchor()
+	anchor, err := cf.anchorStore()
+	if err != nil {
+		return err
+	}
 	if err := kvfence.Init(cf.db, &kvfence.InitOptions{ReceiverID: *id, Key: priv, Anchor: anchor, RecoveryKey: recovery,
 		MaxGrantTTL: *maxTTL}); err != nil {
 		return err
@@ -154,7 +157,7 @@ Arguments:
 	    The database file to create. Defaults to $KVFENCE_DB.
 	--anchor FILE
 	    The anchor file to create (required). Defaults to $KVFENCE_ANCHOR.
-	--pub FILE
+`+usageAnchorEtcd+`	--pub FILE
 	    If set, refuse unless it is the public half of --key.
 `+usageJSON)
 }

@@ -86,13 +86,16 @@ func (c *cli) json(want int, args ...string) map[string]any {
 
 // receiver sets up a receiver key, a separately held recovery key and an
 // initialised receiver with the fixture scope and target, and points
-// KVFENCE_DB, KVFENCE_ANCHOR and KVFENCE_KEY at them.
+// KVFENCE_DB, KVFENCE_ANCHOR (unless a test set it) and KVFENCE_KEY at
+// them.
 func (c *cli) receiver() {
 	c.t.Helper()
 	c.must(0, "keygen", "--out", c.path("receiver.key"))
 	c.must(0, "keygen", "--out", c.path("recovery.key"))
 	c.env[envDB] = c.path("receiver.db")
-	c.env[envAnchor] = c.path("receiver.anchor")
+	if c.env[envAnchor] == "" {
+		c.env[envAnchor] = c.path("receiver.anchor")
+	}
 	c.env[envKey] = c.path("receiver.key")
 	c.must(0, "init", "--id", "lab-receiver", "--recovery-pub", c.path("recovery.key.pub"))
 	c.must(0, "scope", "create", "--scope", fixtureScope)

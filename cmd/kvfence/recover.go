@@ -71,7 +71,11 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	res, err := kvfence.Recover(cf.db, adm, kvfence.RecoverOptions{Key: priv, Anchor: cf.fileAnchor(),
+	anchor, err := cf.anchorStore()
+	if err != nil {
+		return err
+	}
+	res, err := kvfence.Recover(cf.db, adm, kvfence.RecoverOptions{Key: priv, Anchor: anchor,
 		RecoveryKey: rpub, LockTimeout: cf.lockTimeout})
 	switch {
 	case errors.Is(err, kvfence.ErrAnchorPresent):
@@ -180,5 +184,5 @@ Arguments:
 	--anchor FILE
 	    The receiver's anchor file: superseded, or created after a
 	    lost-anchor admission. Defaults to $KVFENCE_ANCHOR.
-`+usageLock+usageJSON)
+`+usageAnchorEtcd+usageLock+usageJSON)
 }

@@ -240,7 +240,11 @@ func (c *ServeCommand) open(cf *commonFlags, obs *metrics.Metrics) (*kvfence.Rec
 	if err != nil {
 		return nil, err
 	}
-	opts := &kvfence.Options{LockTimeout: cf.lockTimeout, Key: priv, Anchor: cf.fileAnchor()}
+	anchor, err := cf.anchorStore()
+	if err != nil {
+		return nil, err
+	}
+	opts := &kvfence.Options{LockTimeout: cf.lockTimeout, Key: priv, Anchor: anchor}
 	if obs != nil {
 		opts.Observer = obs
 	}

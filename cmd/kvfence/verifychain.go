@@ -65,7 +65,11 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rep, err := kvfence.VerifyChain(cf.db, kvfence.VerifyOptions{Anchor: cf.fileAnchor(), PublicKey: pub, Progress: c.progress(),
+	anchor, err := cf.anchorStore()
+	if err != nil {
+		return err
+	}
+	rep, err := kvfence.VerifyChain(cf.db, kvfence.VerifyOptions{Anchor: anchor, PublicKey: pub, Progress: c.progress(),
 		MaxAge: *maxAge, LockTimeout: cf.lockTimeout})
 	if err != nil {
 		return notAReceiver(cf.name, cf.db, cf.lockTimeout, err, "kvfence ledger verify-chain")
