@@ -29,6 +29,9 @@ type EntryJSON struct {
 	Decision      string  `json:"decision,omitempty"`
 	Note          string  `json:"note,omitempty"`
 	Actor         string  `json:"actor,omitempty"`
+	BaseSeq       uint64  `json:"base_seq,omitempty"`   // an archive entry's base seq
+	BaseHash      string  `json:"base_hash,omitempty"`  // an archive entry's base hash, hex
+	BaseFence     string  `json:"base_fence,omitempty"` // an archive entry's base record digest, hex
 }
 
 // JSON returns the JSON form of e, whose link hash is hash.
@@ -36,7 +39,7 @@ func (e *Entry) JSON(hash Hash) EntryJSON {
 	out := EntryJSON{Seq: e.Seq, Hash: hex.EncodeToString(hash[:]), Prev: hex.EncodeToString(e.Prev),
 		Kind: e.Kind, Scope: e.Scope, Epoch: e.Epoch, Grant: e.Grant, Executor: e.Executor, Action: e.Action,
 		Outcome: e.Outcome, Reason: e.Reason, Target: e.Target, RevBefore: e.RevBefore, RevAfter: e.RevAfter,
-		Decision: e.Decision, Note: e.Note, Actor: e.Actor}
+		Decision: e.Decision, Note: e.Note, Actor: e.Actor, BaseSeq: e.BaseSeq}
 	if e.At != 0 {
 		at := time.Unix(0, e.At).UTC().Format(time.RFC3339Nano)
 		out.At = &at
@@ -46,6 +49,12 @@ func (e *Entry) JSON(hash Hash) EntryJSON {
 	}
 	if len(e.ValueSHA256) > 0 {
 		out.ValueSHA256 = hex.EncodeToString(e.ValueSHA256)
+	}
+	if len(e.BaseHash) > 0 {
+		out.BaseHash = hex.EncodeToString(e.BaseHash)
+	}
+	if len(e.BaseFence) > 0 {
+		out.BaseFence = hex.EncodeToString(e.BaseFence)
 	}
 	return out
 }
