@@ -30,6 +30,11 @@
 //	observe         a target, a receipt, or the audit events
 //	verify-chain    check the whole audit chain against the anchor
 //
+// Audit retention (privileged):
+//
+//	audit archive   move the oldest audit entries to a signed archive file
+//	                and record the new base in the chain
+//
 // Recovery (for a database whose history was questioned, or whose anchor
 // was lost):
 //
@@ -241,6 +246,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &ObserveCommand{m}, args, nil
 	case "verify-chain":
 		return &VerifyChainCommand{m}, args, nil
+	case "audit":
+		return group("archive", &AuditArchiveCommand{m})
 	case "admission":
 		return group("new", &AdmissionNewCommand{m})
 	case "recover":
@@ -306,6 +313,7 @@ The commands are:
 	status          show the control state of scopes
 	observe         show a target, a receipt or the audit events
 	verify-chain    check the audit chain against the anchor
+	audit archive   move old audit entries to a signed archive (privileged)
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission
 	ledger          approvals and claims in the execution ledger
