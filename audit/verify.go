@@ -328,21 +328,21 @@ func beforeBase(anchored, base uint64) error {
 // walker checks one entry at a time and keeps only the previous entry's
 // position, which is what keeps Verify's memory flat.
 type walker struct {
-	head    Head
+	head Head
 	// start is where the walk began: a base, or the zero Head; startFence
 	// the digest of its base record, and sawStart whether an archive entry
 	// recorded it.
 	start      Head
 	startFence Hash
 	sawStart   bool
-	anchor  *Checkpoint  // nil: no trusted anchor to compare with
-	next    *Checkpoint  // nil, or a checkpoint whose seq's hash to keep
-	nextAt  Hash         // the hash at next.Seq, once walked
-	fence   *fenceReplay // nil: no replay
-	e       Entry
-	scratch []byte // re-encoding buffer, reused across entries
-	problem Problem
-	err     error
+	anchor     *Checkpoint  // nil: no trusted anchor to compare with
+	next       *Checkpoint  // nil, or a checkpoint whose seq's hash to keep
+	nextAt     Hash         // the hash at next.Seq, once walked
+	fence      *fenceReplay // nil: no replay
+	e          Entry
+	scratch    []byte // re-encoding buffer, reused across entries
+	problem    Problem
+	err        error
 }
 
 // step checks the entry stored under key k and reports whether to go on.
