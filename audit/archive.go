@@ -235,6 +235,8 @@ func (aw *ArchiveWriter) Close() error {
 type ArchiveInfo struct {
 	// Statement is the archive's signed statement.
 	Statement SignedArchiveStatement
+	// From is the base record the archive continues.
+	From Base
 	// Entries is how many entries the archive holds.
 	Entries uint64
 }
@@ -362,7 +364,7 @@ func (ar *archiveReader) read(pub ed25519.PublicKey, receiver string, visit func
 		}
 		return ArchiveInfo{}, err
 	}
-	return ArchiveInfo{Statement: st, Entries: st.ToSeq - st.FromSeq}, nil
+	return ArchiveInfo{Statement: st, From: from, Entries: st.ToSeq - st.FromSeq}, nil
 }
 
 // checkEnd checks that a walk over an archive's entries ended where its
@@ -395,14 +397,18 @@ func newBaseWalker(from *Base, raw []byte) *walker {
 	return &walker{head: from.Head(), start: from.Head(), startFence: BaseDigest(raw), fence: newFenceReplayAt(from)}
 }
 
-// AdvanceBase checks the stored entries after the base record fromRaw (nil
-// for the start of the chain) as Verify does: each decodes canonically, is
-// stored under its own seq and links to the one before; and it replays the
-// fence over them. It returns the encoded base record at the last entry
-// and that entry's position, which is what an archive of these entries
-// ends at. A fence violation among them is an error: such a chain is
-// evidence to keep whole, not to archive.
-func AdvanceBase(fromRaw []byte, entries iter.Seq2[[]byte, []byte]) ([]byte, Head, error) {
+// AdvanceBase checks the whole stored chain after the base record fromRaw
+// (nil for the start of the chain) as Verify does: each entry decodes
+// canonically, is stored under its own seq and links to the one before;
+// an archive entry in it must record exactly that base (see Verify); and it
+// replays the fence over it. It returns the encoded base record at seq
+// before and the position of the entry there, which is what an archive of
+// the entries up to before ends at. Walking past before confirms the base
+// record the archive continues, so that a base record edited in the
+// database is never carried into a new archive. A fence violation up to
+// before is an error: such a chain is evidence to keep whole, not to
+// archive.
+func AdvanceBase(fromRaw []byte, entries iter.Seq2[[]byte, []byte], before uint64) ([]byte, Head, error) {
 	if fromRaw == nil {
 		fromRaw = mustMarshalBase(&Base{})
 	}
@@ -410,18 +416,33 @@ func AdvanceBase(fromRaw []byte, entries iter.Seq2[[]byte, []byte]) ([]byte, Hea
 	if err != nil {
 		return nil, Head{}, err
 	}
+	if before <= from.Seq {
+		return nil, Head{}, fmt.Errorf("%w: seq %d is not after the base at seq %d", ErrBadArchive, before, from.Seq)
+	}
 	w := newBaseWalker(&from, fromRaw)
+	var toRaw []byte
+	var to Head
 	for k, v := range entries {
 		if !w.step(k, v) {
 			return nil, Head{}, w.err
 		}
+		if w.head.Seq != before {
+			continue
+		}
+		if w.fence.violation != nil {
+			return nil, Head{}, w.fence.violation
+		}
+		to = w.head
+		if toRaw, err = MarshalBase(&Base{Seq: to.Seq, Hash: to.Hash, Scopes: w.fence.snapshot()}); err != nil {
+			return nil, Head{}, err
+		}
 	}
-	if w.head.Seq == from.Seq {
-		return nil, Head{}, fmt.Errorf("%w: no entry after the base at seq %d", ErrBadArchive, from.Seq)
+	switch {
+	case toRaw == nil:
+		return nil, Head{}, fmt.Errorf("%w: the stored chain ends at seq %d, before %d", ErrSeqGap, w.head.Seq, before)
+	case from.Seq > 0 && !w.sawStart:
+		return nil, Head{}, fmt.Errorf("%w: the base record says the entries up to %d were archived, but no archive entry in the chain records it",
+			ErrBaseMismatch, from.Seq)
 	}
-	if w.fence.violation != nil {
-		return nil, Head{}, w.fence.violation
-	}
-	raw, err := MarshalBase(&Base{Seq: w.head.Seq, Hash: w.head.Hash, Scopes: w.fence.snapshot()})
-	return raw, w.head, err
+	return toRaw, to, nil
 }

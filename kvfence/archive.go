@@ -109,11 +109,11 @@ func (a *Admin) Archive(ctx context.Context, req ArchiveRequest) (ArchiveResult,
 			return fmt.Errorf("%w: the entries up to %d are archived already; the chain begins after seq %d",
 				ErrInvalidArgument, from.Seq, from.Seq)
 		}
-		if toRaw, to, err = audit.AdvanceBase(fromRaw, storedEntries(tx, req.Before)); err != nil {
-			return fmt.Errorf("kvfence: %s: the entries to archive do not verify: %w", r.path, err)
-		}
-		if to.Seq != req.Before {
-			return fmt.Errorf("%w: the stored chain ends at seq %d, before %d", audit.ErrSeqGap, to.Seq, req.Before)
+		// The whole stored chain is walked, not only the part archived:
+		// the base record the archive continues must be the one the chain
+		// records.
+		if toRaw, to, err = audit.AdvanceBase(fromRaw, storedEntries(tx, ^uint64(0)), req.Before); err != nil {
+			return fmt.Errorf("kvfence: %s: the stored chain does not verify; nothing was archived: %w", r.path, err)
 		}
 		if fromRaw == nil {
 			fromRaw, _ = audit.MarshalBase(&audit.Base{})
