@@ -292,3 +292,119 @@ func TestArchive_ConcurrentSubmits(t *testing.T) {
 		t.Fatalf("verify = %s (%s): %d archived + %d stored, head %d", rep.Problem, rep.Detail, rep.Archived, rep.Entries, head.Seq)
 	}
 }
+
+// Ensure that the damaged-slot rule holds across an archive. The archive's
+// commit is anchored like every write, so the older slot holds the anchor
+// from before it, whose seq is the new base at the least: with the newest
+// slot damaged, Open falls back to an anchor at the base, whose hash the
+// base record keeps, and accepts the database that is past it (the crash
+// window); a copy from before the archive with the newest slot damaged is
+// a rollback; and an old anchor file put back, naming an archived entry, is
+// a stale anchor.
+func TestArchive_DamagedSlot(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		where func([]byte) int
+	}{{"signature", inSignature}, {"padding", inPadding}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, defect.Variant{})
+			f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
+			f.r.Close()
+			oldAnchor := filepath.Join(t.TempDir(), "old.anchor")
+			copyFile(t, f.anchor.Path, oldAnchor)
+			f.reopen()
+			f.hold("one")
+			f.r.Close()
+			pre := filepath.Join(t.TempDir(), "pre.db")
+			copyFile(t, f.path, pre)
+			f.reopen()
+			head := f.r.Head()
+			f.archiveAt(head.Seq, "all.kva") // the base is the anchored head
+			f.r.Close()
+			post := filepath.Join(t.TempDir(), "post.db")
+			copyFile(t, f.path, post)
+			goodAnchor := filepath.Join(t.TempDir(), "good.anchor")
+			copyFile(t, f.anchor.Path, goodAnchor)
+
+			// The newest slot damaged: the anchor falls back to the base.
+			damageNewestSlot(t, f.anchor, tc.where)
+			a, err := f.anchor.Load()
+			if err != nil || a.Seq != head.Seq {
+				t.Fatalf("anchor after damage: seq %d, %v; want the base %d", a.Seq, err, head.Seq)
+			}
+			var w warnings
+			o := f.opts()
+			o.Warn = w.warn
+			r, err := Open(f.path, &Options{ReadOnly: true, Anchor: f.anchor, Warn: w.warn})
+			if err != nil {
+				t.Fatalf("read-only Open with the anchor at the base: %v", err)
+			}
+			r.Close()
+			rep, err := VerifyChain(f.path, VerifyOptions{Anchor: f.anchor, PublicKey: testKey.Public().(ed25519.PublicKey)})
+			if err != nil || !rep.OK() || rep.AnchorDamage == nil {
+				t.Fatalf("VerifyChain = %s (%s), %v; want ok with the damage reported", rep.Problem, rep.Detail, err)
+			}
+			if r, err = Open(f.path, o); err != nil {
+				t.Fatalf("Open with the anchor at the base: %v", err)
+			}
+			r.Close()
+
+			// The copy from before the archive, with the newest slot
+			// damaged again, ends exactly at the anchor it falls back to.
+			copyFile(t, goodAnchor, f.anchor.Path)
+			damageNewestSlot(t, f.anchor, tc.where)
+			copyFile(t, pre, f.path)
+			if _, err := Open(f.path, &Options{ReadOnly: true, Anchor: f.anchor}); !errors.Is(err, ErrRollbackDetected) {
+				t.Fatalf("pre-archive copy with a damaged slot: %v, want rollback", err)
+			}
+
+			// An anchor from before the base, put back.
+			copyFile(t, post, f.path)
+			copyFile(t, oldAnchor, f.anchor.Path)
+			if _, err := Open(f.path, &Options{ReadOnly: true, Anchor: f.anchor}); !errors.Is(err, audit.ErrAnchorStale) || !IsIntegrityError(err) {
+				t.Fatalf("old anchor put back: %v, want a stale anchor", err)
+			}
+			rep, err = VerifyChain(f.path, VerifyOptions{Anchor: f.anchor, PublicKey: testKey.Public().(ed25519.PublicKey)})
+			if err != nil || rep.Problem != audit.ProblemAnchorStale {
+				t.Fatalf("VerifyChain with an old anchor = %s (%s), %v", rep.Problem, rep.Detail, err)
+			}
+			copyFile(t, goodAnchor, f.anchor.Path)
+			f.reopen()
+		})
+	}
+}
+
+// Ensure that a base record edited in the database is never carried into
+// a new archive: Archive walks the stored chain, whose archive entry
+// records the base record's digest, and refuses.
+func TestArchive_RefusesUnconfirmedBase(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	g := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
+	_, res := f.archiveAt(g.grant.AuditSeq, "one.kva")
+	f.hold("one")
+	f.r.Close()
+	whole := filepath.Join(t.TempDir(), "whole.db")
+	copyFile(t, f.path, whole)
+	db := mustOpenBolt(t, f.path)
+	if err := db.Update(func(tx *bolt.Tx) error {
+		return editBase(tx, func(b *audit.Base) { b.Scopes[0].Grant = "" })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r, err := Open(f.path, f.opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "two.kva")
+	_, err = r.Admin().Archive(f.ctx, ArchiveRequest{Before: res.AuditSeq, Path: out})
+	r.Close()
+	if !errors.Is(err, audit.ErrBaseMismatch) {
+		t.Fatalf("Archive over an edited base record: %v", err)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("an archive was written: %v", err)
+	}
+	copyFile(t, whole, f.path)
+	f.reopen()
+}
