@@ -350,3 +350,18 @@ func FuzzParseBase(f *testing.F) {
 		}
 	})
 }
+
+// Ensure that archives given for a database that was never archived are
+// refused, saying so.
+func TestVerify_ArchivesWithoutBase(t *testing.T) {
+	recs, _ := testChain(t, 6)
+	a := buildArchive(t, receiverKey, testReceiver, recs, nil, 3)
+	r, err := Verify(VerifyOptions{Entries: entriesOf(recs), Anchor: anchorAt(t, recs, 6), PublicKey: pubOf(receiverKey),
+		Receiver: testReceiver, Archives: []ArchiveSource{{Name: "a", Reader: bytes.NewReader(a.data)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Problem != ProblemBaseMismatch || !strings.Contains(r.Detail, "never archived") {
+		t.Fatalf("Verify = %s (%s), want base_mismatch saying the database was never archived", r.Problem, r.Detail)
+	}
+}
