@@ -42,8 +42,8 @@ type ArchiveStatement struct {
 type statementWire struct {
 	At        int64  `cbor:"at"`
 	To        uint64 `cbor:"to_seq"`
-	From      uint64 `cbor:"from_seq"`
 	ToHash    []byte `cbor:"to_hash"`
+	From      uint64 `cbor:"from_seq"`
 	Receiver  string `cbor:"receiver"`
 	ToFence   []byte `cbor:"to_fence"`
 	FromHash  []byte `cbor:"from_hash"`
