@@ -392,6 +392,7 @@ func (t *textEvents) event(e eventJSON) error {
 	addN("rev_after", e.RevAfter)
 	add("decision", e.Decision)
 	add("actor", e.Actor)
+	addN("base_seq", e.BaseSeq)
 	add("note", e.Note)
 	_, err := fmt.Fprintf(t.tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, at, e.Kind, orDash(e.Scope), epoch, strings.Join(d, " "))
 	return err
