@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -130,12 +132,12 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// Ensure that observe events --follow prints entries committed while it
-// runs, holds no lock between polls (writers proceed), and exits 0 when
-// interrupted.
-func TestObserveEventsFollow(t *testing.T) {
-	c := newCLI(t)
-	c.receiver()
+// follow runs observe events --follow --json --kind hold with extra args
+// while hold(i) commits three holds, then interrupts it and checks that it
+// printed exactly those holds, in order, and exited 0.
+func (c *cli) follow(extra []string, hold func(i int)) {
+	t := c.t
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout syncBuffer
@@ -143,11 +145,10 @@ func TestObserveEventsFollow(t *testing.T) {
 	go func() {
 		m := Main{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: io.Discard,
 			Getenv: func(k string) string { return c.env[k] }}
-		done <- m.Run(ctx, []string{"observe", "events", "--follow", "--interval", "20ms", "--json", "--kind", "hold"})
+		done <- m.Run(ctx, append([]string{"observe", "events", "--follow", "--interval", "20ms", "--json", "--kind", "hold"}, extra...))
 	}()
-	// Writers must get the lock while the follower runs.
 	for i := range 3 {
-		c.must(0, "hold", "--scope", fixtureScope, "--reason", fmt.Sprintf("hold %d", i), "--lock-timeout", "5s")
+		hold(i)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for strings.Count(stdout.String(), "\n") < 3 && time.Now().Before(deadline) {
@@ -171,5 +172,33 @@ func TestObserveEventsFollow(t *testing.T) {
 	}
 	if n != 3 {
 		t.Fatalf("follow printed %d holds, want 3:\n%s", n, stdout.String())
+	}
+}
+
+// Ensure that observe events --follow prints entries committed while it
+// runs, holds no lock between polls (writers, which need the exclusive
+// lock, proceed), and exits 0 when interrupted.
+func TestObserveEventsFollow(t *testing.T) {
+	c := newCLI(t)
+	c.receiver()
+	c.follow(nil, func(i int) {
+		c.must(0, "hold", "--scope", fixtureScope, "--reason", fmt.Sprintf("hold %d", i), "--lock-timeout", "5s")
+	})
+}
+
+// Ensure that observe events --follow polls a served receiver too.
+func TestObserveEventsFollow_Served(t *testing.T) {
+	c := newCLI(t)
+	c.receiver()
+	c.pki("t")
+	sock := filepath.Join(socketDir(t), "admin.sock")
+	rn := c.serve("--listen", "127.0.0.1:0", "--tls-cert", c.path("t-server.crt"), "--tls-key", c.path("t-server.key"),
+		"--client-ca", c.path("t-ca.crt"), "--admin", spiffeOperator, "--admin-socket", sock,
+		"--admin-uid", fmt.Sprint(os.Getuid()))
+	c.follow([]string{"--server", "unix://" + sock}, func(i int) {
+		c.must(0, "hold", "--scope", fixtureScope, "--reason", fmt.Sprintf("hold %d", i), "--server", "unix://"+sock)
+	})
+	if code := rn.wait(t); code != 0 {
+		t.Fatalf("serve exited %d", code)
 	}
 }
