@@ -99,6 +99,12 @@ func init() {
 // not in canonical form, breaks a field rule, or is cut short.
 var ErrBadArchive = errors.New("audit: bad archive")
 
+// ErrAnchorArchived means an anchor names an entry that the database has
+// archived. A receiver archives only entries its anchor already covers, so
+// such an anchor is older than the archive: an old copy put back. It
+// matches ErrAnchorStale too.
+var ErrAnchorArchived = fmt.Errorf("%w: it names an archived entry", ErrAnchorStale)
+
 // ErrBaseMismatch means a stored chain's base disagrees with what the chain
 // or the archives say: a base record that no archive entry records (or
 // another one), archived entries put back, or archives that do not chain to

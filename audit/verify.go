@@ -322,7 +322,7 @@ func (w *walker) walk(entries iter.Seq2[[]byte, []byte]) {
 func beforeBase(anchored, base uint64) error {
 	return fmt.Errorf("%w: the anchor names seq %d, but the database archived the entries up to %d; the receiver archives only "+
 		"entries its anchor covers, so this anchor is older than the archive: an old copy of the anchor was put back",
-		ErrAnchorStale, anchored, base)
+		ErrAnchorArchived, anchored, base)
 }
 
 // walker checks one entry at a time and keeps only the previous entry's

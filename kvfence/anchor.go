@@ -125,7 +125,7 @@ func hashAt(tx *bolt.Tx, seq uint64) (audit.Hash, error) {
 	case seq < base.Seq:
 		return audit.Hash{}, fmt.Errorf("%w: seq %d was archived (the database's chain continues from seq %d); the receiver archives only "+
 			"entries its anchor covers, so an anchor that names it is older than the archive: an old copy of the anchor was put back",
-			audit.ErrAnchorStale, seq, base.Seq)
+			audit.ErrAnchorArchived, seq, base.Seq)
 	}
 	return audit.Hash{}, fmt.Errorf("%w: no entry %d", audit.ErrSeqGap, seq)
 }

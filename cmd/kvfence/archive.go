@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/kvfence/kvfence/kvfence"
 )
@@ -28,19 +29,19 @@ type auditArchiveJSON struct {
 
 // Run runs the command.
 func (c *AuditArchiveCommand) Run(ctx context.Context, args []string) (err error) {
-	fs := newFlagSet("audit archive")
+	flags := newFlagSet("audit archive")
 	cf := commonFlags{name: "audit archive"}
-	cf.register(fs, withDB|withKey)
-	before := fs.Uint64("before", 0, "")
-	out := fs.String("out", "", "")
-	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
+	cf.register(flags, withDB|withKey)
+	before := flags.Uint64("before", 0, "")
+	out := flags.String("out", "", "")
+	if err := parseFlags(flags, c.Usage, args, 0); err != nil {
 		return err
 	}
-	cf.resolve(fs, c.m.Getenv)
+	cf.resolve(flags, c.m.Getenv)
 	if err := cf.requireWriter(); err != nil {
 		return err
 	}
-	if !isSet(fs, "before") {
+	if !isSet(flags, "before") {
 		return missingFlag(cf.name, "before", "")
 	}
 	if *before == 0 {
@@ -60,6 +61,9 @@ func (c *AuditArchiveCommand) Run(ctx context.Context, args []string) (err error
 	defer closeReceiver(r, &err)
 	res, err := localAdmin(r).Archive(ctx, kvfence.ArchiveRequest{Before: *before, Path: *out})
 	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return &usageError{msg: err.Error(), hint: "name a new file for --out: an archive never replaces a file"}
+		}
 		if errors.Is(err, kvfence.ErrInvalidArgument) {
 			return &usageError{msg: err.Error(), hint: "kvfence observe events --db DB shows the seqs; kvfence status shows the audit seq"}
 		}

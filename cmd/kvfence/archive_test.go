@@ -30,6 +30,10 @@ func TestAuditArchive(t *testing.T) {
 	c.must(ExitUsage, "audit", "archive", "--before", "3", "--out", "-")
 	c.must(ExitUsage, "audit", "archive", "--out", c.path("x.kva"))
 	c.must(ExitUsage, "audit", "archive", "--before", "999", "--out", c.path("x.kva"))
+	c.write("exists.kva", "")
+	if r := c.must(ExitUsage, "audit", "archive", "--before", "3", "--out", c.path("exists.kva")); !strings.Contains(r.stderr, "file exists") {
+		t.Fatalf("archive over an existing file: %s", r)
+	}
 	out := c.json(0, "audit", "archive", "--before", "3", "--out", c.path("one.kva"))
 	if out["from_seq"].(float64) != 0 || out["to_seq"].(float64) != 3 || out["entries"].(float64) != 3 {
 		t.Fatalf("archive: %v", out)
@@ -61,11 +65,17 @@ func TestAuditArchive(t *testing.T) {
 		if v["problem"] != "base_mismatch" {
 			t.Fatalf("verify-chain --archive %v: %v", args, v)
 		}
+		if r := c.run(append([]string{"verify-chain", "--pub", pub, "--archive"}, args...)...); !strings.Contains(r.stderr, "Try: the database's base") {
+			t.Fatalf("verify-chain --archive %v: no hint about archives:\n%s", args, r.stderr)
+		}
 	}
 	// The archive's format is checked before anything is trusted.
 	c.write("junk.kva", "not an archive")
 	if v = c.json(ExitIntegrity, "verify-chain", "--pub", pub, "--archive", c.path("junk.kva")); v["problem"] != "bad_archive" {
 		t.Fatalf("junk archive: %v", v)
+	}
+	if r := c.run("verify-chain", "--pub", pub, "--archive", c.path("junk.kva")); !strings.Contains(r.stderr, "Try: an --archive file") {
+		t.Fatalf("junk archive: no hint about archives:\n%s", r.stderr)
 	}
 
 	// The archived database opens as a writer and read-only; the copy

@@ -182,7 +182,18 @@ func integrityHint(err error, suggestVerify bool) string {
 		verify = "; run kvfence verify-chain for the evidence"
 	}
 	var sre *audit.SuspectedRollbackError
+	var ae *audit.ArchiveError
 	switch {
+	case errors.As(err, &ae), errors.Is(err, audit.ErrBadArchive):
+		return "an --archive file is not an archive this receiver signed for this history, or it was altered, " +
+			"cut short or given out of order: keep it as evidence, and pass the receiver's archives oldest first"
+	case errors.Is(err, audit.ErrBaseMismatch):
+		return "the database's base (where its stored chain begins after kvfence audit archive) is not the one its " +
+			"chain records, or the --archive files do not run from seq 1 to exactly that base: archived entries " +
+			"were put back, the base was edited, or an archive is missing or out of order; keep the files as evidence" + verify
+	case errors.Is(err, audit.ErrAnchorArchived):
+		return "the anchor names an entry the database archived, which the receiver never lets happen: an old copy " +
+			"of the anchor was put back; restore the current anchor from where it is administered"
 	case errors.As(err, &sre):
 		return "the anchor file's newest slot is damaged and the database ends exactly at the write before it, " +
 			"as a copy restored to that write would: keep both files as evidence" + verify + "; " + readmit
