@@ -28,14 +28,24 @@ const maxStatementSize = 2 << 10
 // from the base record whose digest is FromFence up to To.Seq is the one
 // whose base record has digest ToFence.
 type ArchiveStatement struct {
-	Receiver  string // receiver id
-	FromSeq   uint64 // the base the archive continues: 0 for the start of the chain
-	FromHash  Hash   // the entry hash at FromSeq; zero at the start
-	FromFence Hash   // BaseDigest of the base record at FromSeq
-	ToSeq     uint64 // the newest archived entry, above FromSeq
-	ToHash    Hash   // its hash
-	ToFence   Hash   // BaseDigest of the base record at ToSeq
-	At        int64  // Unix nanoseconds, receiver clock
+	// Receiver is the receiver id.
+	Receiver string
+	// FromSeq is the base the archive continues: 0 for the start of the
+	// chain.
+	FromSeq uint64
+	// FromHash is the entry hash at FromSeq; zero at the start.
+	FromHash Hash
+	// FromFence is the BaseDigest of the base record at FromSeq.
+	FromFence Hash
+	// ToSeq is the newest archived entry, above FromSeq.
+	ToSeq uint64
+	// ToHash is entry ToSeq's hash.
+	ToHash Hash
+	// ToFence is the BaseDigest of the base record at ToSeq.
+	ToFence Hash
+	// At is when the statement was signed: Unix nanoseconds, receiver
+	// clock.
+	At int64
 }
 
 // statementWire is the statement's encoding, keys in canonical order.
@@ -96,9 +106,12 @@ func parseStatement(raw []byte) (ArchiveStatement, error) {
 // SignedArchiveStatement is an archive statement with the Ed25519 signature
 // of the key whose fingerprint is Key.
 type SignedArchiveStatement struct {
+	// ArchiveStatement is the signed statement.
 	ArchiveStatement
-	Key       Fingerprint                 // the signing key's; not signed itself
-	Signature [ed25519.SignatureSize]byte // Ed25519 over "kvfence/archive/v1\n" || statement
+	// Key is the signing key's fingerprint; it is not signed itself.
+	Key Fingerprint
+	// Signature is Ed25519 over "kvfence/archive/v1\n" || statement.
+	Signature [ed25519.SignatureSize]byte
 }
 
 // SignArchive signs st with priv.
@@ -244,9 +257,13 @@ type ArchiveInfo struct {
 // ArchiveError reports a problem found in an archive: Problem is the code
 // Verify reports for it, Err the cause, wrapping the problem's sentinel.
 type ArchiveError struct {
-	Name    string  // the archive, as the caller named it
-	Problem Problem // e.g. ProblemBadArchive, ProblemBrokenLink, ProblemFenceViolation
-	Err     error
+	// Name is the archive, as the caller named it.
+	Name string
+	// Problem is the code Verify reports, e.g. ProblemBadArchive,
+	// ProblemBrokenLink or ProblemFenceViolation.
+	Problem Problem
+	// Err is the cause; it wraps the problem's sentinel.
+	Err error
 }
 
 // Error names the archive and the problem.

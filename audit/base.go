@@ -36,26 +36,30 @@ type ScopeBase struct {
 	Grant string `cbor:"grant,omitempty"`
 	// Activated is the seq of the entry that activated Grant.
 	Activated uint64 `cbor:"activated,omitempty"`
-	// Hold is the seq of the latest hold or recovery, HoldEpoch the epoch
-	// it set (0 for a recovery), Recovery whether it was a recovery.
-	Hold      uint64 `cbor:"hold,omitempty"`
+	// Hold is the seq of the latest hold or recovery.
+	Hold uint64 `cbor:"hold,omitempty"`
+	// HoldEpoch is the epoch Hold set; 0 for a recovery.
 	HoldEpoch uint64 `cbor:"hold_epoch,omitempty"`
-	Recovery  bool   `cbor:"recovery,omitempty"`
+	// Recovery says Hold was a recovery.
+	Recovery bool `cbor:"recovery,omitempty"`
 	// Ended is the grant that the latest hold or recovery which found the
-	// scope open superseded, and EndedBy, EndedByEpoch and
-	// EndedByRecovery describe that entry.
-	Ended           string `cbor:"ended,omitempty"`
-	EndedBy         uint64 `cbor:"ended_by,omitempty"`
-	EndedByEpoch    uint64 `cbor:"ended_by_epoch,omitempty"`
-	EndedByRecovery bool   `cbor:"ended_by_recovery,omitempty"`
+	// scope open superseded.
+	Ended string `cbor:"ended,omitempty"`
+	// EndedBy is the seq of the entry that superseded Ended.
+	EndedBy uint64 `cbor:"ended_by,omitempty"`
+	// EndedByEpoch is the epoch EndedBy set; 0 for a recovery.
+	EndedByEpoch uint64 `cbor:"ended_by_epoch,omitempty"`
+	// EndedByRecovery says EndedBy was a recovery.
+	EndedByRecovery bool `cbor:"ended_by_recovery,omitempty"`
 }
 
 // Base is where a stored chain begins once older entries are archived: the
 // newest archived entry's seq and hash, and every scope's control state
 // after it. The zero Base, at seq 0, is the start of every chain.
 type Base struct {
-	// Seq and Hash are the newest archived entry's; 0 and zero at the start.
-	Seq  uint64
+	// Seq is the newest archived entry's seq; 0 at the start.
+	Seq uint64
+	// Hash is the newest archived entry's hash; zero at the start.
 	Hash Hash
 	// Scopes is each scope's fence state at Seq, ordered by name.
 	Scopes []ScopeBase

@@ -40,12 +40,15 @@ type Entry struct {
 	Decision      string `cbor:"decision,omitempty"`       // decision reference that approved an activation
 	Note          string `cbor:"note,omitempty"`           // free text for what no field holds
 	Actor         string `cbor:"actor,omitempty"`          // administrator who made an administrative change
-	// BaseSeq, BaseHash and BaseFence are an archive entry's record of the
-	// base it moved the stored chain to (see Archive Format in the package
-	// documentation): the newest archived entry's seq and hash, and the
-	// BaseDigest of the base record, which holds the fence state there.
-	BaseSeq   uint64 `cbor:"base_seq,omitempty"`
-	BaseHash  []byte `cbor:"base_hash,omitempty"`
+	// BaseSeq is an archive entry's record of the base it moved the
+	// stored chain to (see Archive Format in the package documentation):
+	// the newest archived entry's seq.
+	BaseSeq uint64 `cbor:"base_seq,omitempty"`
+	// BaseHash is an archive entry's base hash: the newest archived
+	// entry's hash.
+	BaseHash []byte `cbor:"base_hash,omitempty"`
+	// BaseFence is an archive entry's BaseDigest of the base record, which
+	// holds each scope's fence state at the base.
 	BaseFence []byte `cbor:"base_fence,omitempty"`
 }
 

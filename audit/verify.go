@@ -117,9 +117,9 @@ type Report struct {
 	// or the zero Head for a chain that was never archived. Entries counts
 	// from there.
 	Base Head
-	// Archived counts the entries verified in archives, and Archives the
-	// archives that verified.
+	// Archived counts the entries verified in archives.
 	Archived uint64
+	// Archives counts the archives that verified.
 	Archives int
 
 	err error
