@@ -212,3 +212,24 @@ func TestObserveEventsFollow_Served(t *testing.T) {
 		t.Fatalf("serve exited %d", code)
 	}
 }
+
+// Ensure that a follower whose unread entries were archived between two
+// reads says so and exits 1, not 4: nothing was tampered with.
+func TestObserveEventsFollow_ArchivedBetweenReads(t *testing.T) {
+	c := newCLI(t)
+	c.receiver()
+	cf := commonFlags{name: "observe events", db: c.env[envDB], lockTimeout: time.Second}
+	fw := eventFollower{p: newJSONLines(io.Discard)}
+	if _, err := fw.poll(context.Background(), &cf, &remoteFlags{}, func(string) {}); err != nil || fw.last == nil {
+		t.Fatalf("first read: %v", err)
+	}
+	seen := fw.last.Seq
+	c.must(0, "hold", "--scope", fixtureScope, "--reason", "one")
+	c.must(0, "hold", "--scope", fixtureScope, "--reason", "two")
+	c.must(0, "audit", "archive", "--before", fmt.Sprint(seen+1), "--out", c.path("one.kva"))
+	_, err := fw.poll(context.Background(), &cf, &remoteFlags{}, func(string) {})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("entries %d to %d are no longer in the database", seen+1, seen+1)) ||
+		exitCode(err) != ExitError {
+		t.Fatalf("second read: %v (exit %d)", err, exitCode(err))
+	}
+}

@@ -268,9 +268,18 @@ func (fw *eventFollower) poll(ctx context.Context, cf *commonFlags, rf *remoteFl
 		if werr = ctx.Err(); werr != nil {
 			return false
 		}
-		if fw.last != nil && (ev.Seq != fw.last.Seq+1 || !bytes.Equal(ev.Prev, fw.last.Hash[:])) {
-			werr = fmt.Errorf("%w: entry %d does not follow entry %d read before (%x): the chain changed between reads, "+
-				"or the entries between were archived", audit.ErrBrokenLink, ev.Seq, fw.last.Seq, fw.last.Hash[:])
+		switch {
+		case fw.last == nil:
+		case ev.Seq > fw.last.Seq+1:
+			// Not an integrity error by itself: an archive run between two
+			// reads removes entries this follower has not printed yet.
+			werr = fmt.Errorf("kvfence observe events: entries %d to %d are no longer in the database: archived since "+
+				"the previous read (kvfence audit archive), or removed; kvfence verify-chain tells which",
+				fw.last.Seq+1, ev.Seq-1)
+			return false
+		case !bytes.Equal(ev.Prev, fw.last.Hash[:]):
+			werr = fmt.Errorf("%w: entry %d does not link to entry %d as read before (%x): the chain changed between reads",
+				audit.ErrBrokenLink, ev.Seq, fw.last.Seq, fw.last.Hash[:])
 			return false
 		}
 		fw.last, fw.next = &ev, ev.Seq+1
@@ -470,8 +479,9 @@ Arguments:
 	    database read-only and closes it again, so no lock is held between
 	    polls and writers are never kept waiting; a poll that finds the
 	    database locked is skipped. Each poll must continue the chain where
-	    the last one ended, or the command fails (exit code 4). With
-	    --server it polls the served receiver the same way.
+	    the last one ended: an entry that no longer links to the one read
+	    before exits 4; entries archived before they were read exit 1.
+	    With --server it polls the served receiver the same way.
 	--interval DURATION
 	    Time between polls with --follow (default 1s).
 `+usageDBRead+usageServer+usageJSON)

@@ -274,6 +274,12 @@ func openArchives(paths []string) ([]audit.ArchiveSource, func(), error) {
 			return nil, nil, fmt.Errorf("kvfence verify-chain: archive: %w", err)
 		}
 		files = append(files, f)
+		// A FIFO or a device would hang or never end: an archive is a file.
+		if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+			closeAll()
+			return nil, nil, &usageError{msg: fmt.Sprintf("kvfence verify-chain: --archive %s is not a regular file", p),
+				hint: "pass the files kvfence audit archive wrote"}
+		}
 		srcs = append(srcs, audit.ArchiveSource{Name: p, Reader: f})
 	}
 	return srcs, closeAll, nil
