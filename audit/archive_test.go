@@ -365,3 +365,40 @@ func TestVerify_ArchivesWithoutBase(t *testing.T) {
 		t.Fatalf("Verify = %s (%s), want base_mismatch saying the database was never archived", r.Problem, r.Detail)
 	}
 }
+
+// Ensure that a base taken right after a recovery carries the recovery into
+// every scope's state: a grant the recovery removed, used after the base,
+// is a fence violation from the base alone, as it is from seq 1.
+func TestArchive_BaseAfterRecovery(t *testing.T) {
+	const scope = "s"
+	c := NewChain(Head{})
+	var recs []record
+	add := func(e *Entry) {
+		t.Helper()
+		e.At = t0
+		raw, _, err := c.Append(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, record{SeqKey(e.Seq), raw})
+	}
+	add(&Entry{Kind: KindScopeCreated, Scope: scope, Epoch: 1})
+	add(&Entry{Kind: KindActivate, Scope: scope, Epoch: 1, Grant: "g1"})
+	add(&Entry{Kind: KindRecovered, Epoch: 2})
+	baseRaw, to, err := AdvanceBase(nil, entriesOf(recs), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := BaseDigest(baseRaw)
+	add(&Entry{Kind: KindArchived, BaseSeq: 3, BaseHash: to.Hash[:], BaseFence: d[:]})
+	add(&Entry{Kind: KindSubmit, Scope: scope, Epoch: 1, Grant: "g1", Outcome: OutcomeApplied})
+	r, err := Verify(VerifyOptions{Entries: entriesOf(recs[3:]), Anchor: anchorAt(t, recs, 5),
+		PublicKey: pubOf(receiverKey), Receiver: testReceiver, BaseRecord: baseRaw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fv *FenceViolationError
+	if r.Problem != ProblemFenceViolation || !errors.As(r.Err(), &fv) || fv.Seq != 5 || !fv.Recovery || fv.Hold != 3 {
+		t.Fatalf("Verify = %s (%v), want a fence violation at 5 superseded by the recovery at 3", r.Problem, r.Err())
+	}
+}
