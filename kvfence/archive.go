@@ -75,51 +75,68 @@ type ArchiveResult struct {
 // so: the database still holds the entries, and the file is a valid
 // archive of them that no base refers to.
 func (a *Admin) Archive(ctx context.Context, req ArchiveRequest) (ArchiveResult, error) {
+	p, err := a.prepareArchive(ctx, req)
+	if err != nil {
+		return ArchiveResult{}, err
+	}
+	return a.commitArchive(p)
+}
+
+// archivePlan is an archive written and synced, whose entries are still in
+// the database.
+type archivePlan struct {
+	fromRaw, toRaw []byte     // the base records at both ends; fromRaw nil for the start
+	from, to       audit.Head // the base the archive continues, and its newest entry
+	path           string
+}
+
+// prepareArchive verifies the stored chain and writes the archive.
+func (a *Admin) prepareArchive(ctx context.Context, req ArchiveRequest) (*archivePlan, error) {
 	r := a.r
 	if err := a.checkActor(); err != nil {
-		return ArchiveResult{}, err
+		return nil, err
 	}
 	if r.opts.ReadOnly {
-		return ArchiveResult{}, ErrReadOnly
+		return nil, ErrReadOnly
 	}
 	if req.Path == "" {
-		return ArchiveResult{}, fmt.Errorf("%w: an archive path is required", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: an archive path is required", ErrInvalidArgument)
 	}
 	if req.Before == 0 {
-		return ArchiveResult{}, fmt.Errorf("%w: before must be a seq of at least 1", ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: before must be a seq of at least 1", ErrInvalidArgument)
 	}
 	if err := ctx.Err(); err != nil {
-		return ArchiveResult{}, err
+		return nil, err
 	}
 	r.wmu.Lock()
 	anchored := r.anchor.Seq
 	r.wmu.Unlock()
 	if req.Before > anchored {
-		return ArchiveResult{}, fmt.Errorf("%w: seq %d is past the anchored seq %d; only entries the anchor covers are archived",
+		return nil, fmt.Errorf("%w: seq %d is past the anchored seq %d; only entries the anchor covers are archived",
 			ErrInvalidArgument, req.Before, anchored)
 	}
-	var fromRaw, toRaw []byte
-	var from, to audit.Head
+	p := &archivePlan{path: req.Path}
 	err := r.view(func(tx *bolt.Tx) error {
 		var err error
-		if fromRaw, from, err = readBase(tx); err != nil {
+		if p.fromRaw, p.from, err = readBase(tx); err != nil {
 			return err
 		}
-		if req.Before <= from.Seq {
+		if req.Before <= p.from.Seq {
 			return fmt.Errorf("%w: the entries up to %d are archived already; the chain begins after seq %d",
-				ErrInvalidArgument, from.Seq, from.Seq)
+				ErrInvalidArgument, p.from.Seq, p.from.Seq)
 		}
 		// The whole stored chain is walked, not only the part archived:
 		// the base record the archive continues must be the one the chain
 		// records.
-		if toRaw, to, err = audit.AdvanceBase(fromRaw, storedEntries(tx, ^uint64(0)), req.Before); err != nil {
+		if p.toRaw, p.to, err = audit.AdvanceBase(p.fromRaw, storedEntries(tx, ^uint64(0)), req.Before); err != nil {
 			return fmt.Errorf("kvfence: %s: the stored chain does not verify; nothing was archived: %w", r.path, err)
 		}
+		fromRaw := p.fromRaw
 		if fromRaw == nil {
 			fromRaw, _ = audit.MarshalBase(&audit.Base{})
 		}
-		st, err := audit.SignArchive(r.opts.Key, audit.ArchiveStatement{Receiver: r.id, FromSeq: from.Seq, FromHash: from.Hash,
-			FromFence: audit.BaseDigest(fromRaw), ToSeq: to.Seq, ToHash: to.Hash, ToFence: audit.BaseDigest(toRaw),
+		st, err := audit.SignArchive(r.opts.Key, audit.ArchiveStatement{Receiver: r.id, FromSeq: p.from.Seq, FromHash: p.from.Hash,
+			FromFence: audit.BaseDigest(fromRaw), ToSeq: p.to.Seq, ToHash: p.to.Hash, ToFence: audit.BaseDigest(p.toRaw),
 			At: r.opts.Now().UnixNano()})
 		if err != nil {
 			return err
@@ -127,40 +144,39 @@ func (a *Admin) Archive(ctx context.Context, req ArchiveRequest) (ArchiveResult,
 		return writeArchive(req.Path, st, fromRaw, storedEntries(tx, req.Before))
 	})
 	if err != nil {
-		return ArchiveResult{}, err
+		return nil, err
 	}
-	digest := audit.BaseDigest(toRaw)
-	seq, err := update(r, len(toRaw), func(w *wtx) (uint64, error) {
+	return p, nil
+}
+
+// commitArchive removes a written archive's entries, stores its base record
+// and appends the archive entry, in one anchored write transaction. The
+// base must still be the one the archive continues: another archive that
+// committed meanwhile makes this one ErrArchiveConflict.
+func (a *Admin) commitArchive(p *archivePlan) (ArchiveResult, error) {
+	digest := audit.BaseDigest(p.toRaw)
+	seq, err := update(a.r, len(p.toRaw), func(w *wtx) (uint64, error) {
 		b := w.tx.Bucket(bucketCheckpoints)
-		if cur := b.Get(checkpointBase); !bytes.Equal(cur, baseOrNil(fromRaw, from)) {
+		if cur := b.Get(checkpointBase); !bytes.Equal(cur, p.fromRaw) {
 			return 0, ErrArchiveConflict
 		}
-		if h, err := hashAt(w.tx, to.Seq); err != nil || h != to.Hash {
-			return 0, fmt.Errorf("%w: entry %d changed while it was being archived", ErrArchiveConflict, to.Seq)
+		if h, err := hashAt(w.tx, p.to.Seq); err != nil || h != p.to.Hash {
+			return 0, fmt.Errorf("%w: entry %d changed while it was being archived", ErrArchiveConflict, p.to.Seq)
 		}
-		if err := removeEntries(w.tx, to.Seq); err != nil {
+		if err := removeEntries(w.tx, p.to.Seq); err != nil {
 			return 0, err
 		}
-		if err := b.Put(checkpointBase, toRaw); err != nil {
+		if err := b.Put(checkpointBase, p.toRaw); err != nil {
 			return 0, err
 		}
-		return w.appendAudit(&audit.Entry{Kind: KindArchived, BaseSeq: to.Seq, BaseHash: to.Hash[:], BaseFence: digest[:],
-			Actor: a.actor, Note: fmt.Sprintf("entries %d to %d archived to %s", from.Seq+1, to.Seq, filepath.Base(req.Path))})
+		return w.appendAudit(&audit.Entry{Kind: KindArchived, BaseSeq: p.to.Seq, BaseHash: p.to.Hash[:], BaseFence: digest[:],
+			Actor: a.actor, Note: fmt.Sprintf("entries %d to %d archived to %s", p.from.Seq+1, p.to.Seq, filepath.Base(p.path))})
 	})
 	if err != nil {
 		return ArchiveResult{}, fmt.Errorf("%w (the archive %s was written and is kept; the database still holds its entries unless the error says the write was not acknowledged)",
-			err, req.Path)
+			err, p.path)
 	}
-	return ArchiveResult{From: from, To: to, Entries: to.Seq - from.Seq, AuditSeq: seq, Path: req.Path}, nil
-}
-
-// baseOrNil returns the stored form of the base read before the archive:
-// nil when there was none.
-func baseOrNil(raw []byte, from audit.Head) []byte {
-	if from.Seq == 0 {
-		return nil
-	}
-	return raw
+	return ArchiveResult{From: p.from, To: p.to, Entries: p.to.Seq - p.from.Seq, AuditSeq: seq, Path: p.path}, nil
 }
 
 // readBase returns the stored base record and its position, or nil and

@@ -408,3 +408,30 @@ func TestArchive_RefusesUnconfirmedBase(t *testing.T) {
 	copyFile(t, whole, f.path)
 	f.reopen()
 }
+
+// Ensure that of two archives prepared from the same base, only the first
+// to commit does: the second finds the base moved and removes nothing.
+func TestArchive_Conflict(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	f.hold("one")
+	before := f.r.Head().Seq
+	dir := t.TempDir()
+	p1, err := f.admin.prepareArchive(f.ctx, ArchiveRequest{Before: before, Path: filepath.Join(dir, "1.kva")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := f.admin.prepareArchive(f.ctx, ArchiveRequest{Before: before, Path: filepath.Join(dir, "2.kva")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.commitArchive(p1); err != nil {
+		t.Fatal(err)
+	}
+	head := f.r.Head()
+	if _, err := f.admin.commitArchive(p2); !errors.Is(err, ErrArchiveConflict) {
+		t.Fatalf("second commit: %v, want ErrArchiveConflict", err)
+	}
+	if f.r.Head() != head {
+		t.Fatal("the refused archive wrote an entry")
+	}
+}
