@@ -122,6 +122,9 @@ func TestObserveEventsFilters(t *testing.T) {
 	}
 	c.must(ExitUsage, "observe", "events", "--since", "3", "--until", "2")
 	c.must(ExitUsage, "observe", "events", "--interval", "1s")
+	if r := c.must(ExitUsage, "observe", "events", "--kind", "holds"); !strings.Contains(r.stderr, "unknown --kind \"holds\"") {
+		t.Fatalf("a mistyped kind: %s", r)
+	}
 }
 
 // syncBuffer is a writer that a test reads while the command writes.

@@ -196,6 +196,13 @@ func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) 
 	case *interval <= 0:
 		return &usageError{msg: "kvfence observe events: --interval must be positive", hint: "kvfence observe -h"}
 	}
+	for _, k := range f.kinds {
+		if !slices.Contains(eventKinds, k) {
+			// A mistyped kind would otherwise match nothing, silently.
+			return &usageError{msg: fmt.Sprintf("kvfence observe events: unknown --kind %q", k),
+				hint: "one of " + strings.Join(eventKinds, ", ")}
+		}
+	}
 	var p eventPrinter
 	switch {
 	case cf.json && *follow:
@@ -234,6 +241,10 @@ func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) 
 		}
 	}
 }
+
+// eventKinds are the kinds of entry a receiver writes, which --kind accepts.
+var eventKinds = []string{audit.KindInit, audit.KindScopeCreated, audit.KindTargetCreated, audit.KindActivate,
+	audit.KindHold, audit.KindSubmit, audit.KindRecovered, audit.KindReanchored, audit.KindArchived}
 
 // eventFilter selects the events observe events prints.
 type eventFilter struct {
