@@ -469,17 +469,8 @@ func (r *Report) verifyArchives(opts *VerifyOptions, base *Base, anchor *Checkpo
 			return ProblemBadArchive, fmt.Errorf("%w: archive %s: %w", ErrBadArchive, a.Name, err)
 		}
 		st := info.Statement
-		if st.FromSeq != prev.ToSeq || st.FromHash != prev.ToHash || st.FromFence != prev.ToFence {
-			what := "the start of the chain"
-			if i > 0 {
-				what = fmt.Sprintf("the end of archive %s (entry %d)", opts.Archives[i-1].Name, prev.ToSeq)
-			}
-			order := "a gap or another history"
-			if st.FromSeq < prev.ToSeq {
-				order = "out of order or overlapping"
-			}
-			return ProblemBaseMismatch, fmt.Errorf("%w: archive %s begins after entry %d, not at %s: archives %s",
-				ErrBaseMismatch, a.Name, st.FromSeq, what, order)
+		if err := chainsTo(a.Name, &st.ArchiveStatement, opts.Archives, i, &prev); err != nil {
+			return ProblemBaseMismatch, err
 		}
 		if fork != nil {
 			return ProblemForkDetected, fmt.Errorf("archive %s: %w", a.Name, fork)
@@ -506,4 +497,25 @@ func mustMarshalBase(b *Base) []byte {
 		panic(err)
 	}
 	return raw
+}
+
+// chainsTo checks that archive i, named name with statement st, begins
+// exactly where prev, the end of archive i-1 (or the start of the chain),
+// ends, and says how it does not.
+func chainsTo(name string, st *ArchiveStatement, all []ArchiveSource, i int, prev *ArchiveStatement) error {
+	switch {
+	case st.FromSeq == prev.ToSeq && st.FromHash == prev.ToHash && st.FromFence == prev.ToFence:
+		return nil
+	case i == 0:
+		return fmt.Errorf("%w: archive %s begins after entry %d, but the first archive must begin at seq 1: "+
+			"an older archive is missing, or the archives are not given oldest first", ErrBaseMismatch, name, st.FromSeq)
+	case st.FromSeq < prev.ToSeq:
+		return fmt.Errorf("%w: archive %s begins after entry %d, before archive %s ends (entry %d): the archives are "+
+			"out of order or overlap", ErrBaseMismatch, name, st.FromSeq, all[i-1].Name, prev.ToSeq)
+	case st.FromSeq > prev.ToSeq:
+		return fmt.Errorf("%w: archive %s begins after entry %d, but archive %s ends at entry %d: the archives of "+
+			"entries %d to %d are missing", ErrBaseMismatch, name, st.FromSeq, all[i-1].Name, prev.ToSeq, prev.ToSeq+1, st.FromSeq)
+	}
+	return fmt.Errorf("%w: archive %s continues entry %d with another hash or fence state than archive %s ends with: "+
+		"they are of different histories", ErrBaseMismatch, name, st.FromSeq, all[i-1].Name)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -87,22 +88,26 @@ func TestArchive_VerifyChain(t *testing.T) {
 	if res2.From != res.To {
 		t.Fatalf("second archive from %v, want %v", res2.From, res.To)
 	}
+	f.hold("two")
+	p3, _ := f.archiveAt(f.r.Head().Seq, "three.kva")
 	for _, tc := range []struct {
 		name    string
 		paths   []string
 		problem audit.Problem
+		detail  string
 	}{
-		{"no archives", nil, audit.ProblemOK},
-		{"both in order", []string{p1, p2}, audit.ProblemOK},
-		{"wrong order", []string{p2, p1}, audit.ProblemBaseMismatch},
-		{"gap: the first is missing", []string{p2}, audit.ProblemBaseMismatch},
-		{"the last is missing", []string{p1}, audit.ProblemBaseMismatch},
-		{"one twice", []string{p1, p1, p2}, audit.ProblemBaseMismatch},
+		{"no archives", nil, audit.ProblemOK, ""},
+		{"all in order", []string{p1, p2, p3}, audit.ProblemOK, ""},
+		{"wrong order", []string{p2, p1, p3}, audit.ProblemBaseMismatch, "the first archive must begin at seq 1"},
+		{"the first is missing", []string{p2, p3}, audit.ProblemBaseMismatch, "an older archive is missing"},
+		{"a gap", []string{p1, p3}, audit.ProblemBaseMismatch, "are missing"},
+		{"the last is missing", []string{p1, p2}, audit.ProblemBaseMismatch, "the last archive ends at entry"},
+		{"one twice", []string{p1, p1, p2, p3}, audit.ProblemBaseMismatch, "out of order or overlap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := verifyWith(t, f, tc.paths...)
-			if rep.Problem != tc.problem {
-				t.Fatalf("verify = %s (%s), want %s", rep.Problem, rep.Detail, tc.problem)
+			if rep.Problem != tc.problem || !strings.Contains(rep.Detail, tc.detail) {
+				t.Fatalf("verify = %s (%s), want %s saying %q", rep.Problem, rep.Detail, tc.problem, tc.detail)
 			}
 			if tc.problem != audit.ProblemOK && !errors.Is(rep.Err(), audit.ErrBaseMismatch) {
 				t.Fatalf("error %v does not match ErrBaseMismatch", rep.Err())
