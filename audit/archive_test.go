@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -31,10 +32,16 @@ func buildArchive(t testing.TB, key ed25519.PrivateKey, receiver string, recs []
 	if err != nil {
 		t.Fatal(err)
 	}
-	toRaw, toHead, err := AdvanceBase(fromRaw, entriesOf(recs[from.Seq:to]), to)
-	if err != nil {
-		t.Fatal(err)
+	// Walked here rather than by AdvanceBase, which also asks the stored
+	// chain after the base to record it: archives need not.
+	w := newBaseWalker(&from, fromRaw)
+	for k, v := range entriesOf(recs[from.Seq:to]) {
+		if !w.step(k, v) {
+			t.Fatal(w.err)
+		}
 	}
+	toHead := w.head
+	toRaw := mustMarshalBase(&Base{Seq: toHead.Seq, Hash: toHead.Hash, Scopes: w.fence.snapshot()})
 	st := ArchiveStatement{Receiver: receiver, FromSeq: from.Seq, FromHash: from.Hash, FromFence: BaseDigest(fromRaw),
 		ToSeq: to, ToHash: toHead.Hash, ToFence: BaseDigest(toRaw), At: t0}
 	return writeCase(t, key, st, recs, fromRaw, toRaw)
@@ -400,5 +407,56 @@ func TestArchive_BaseAfterRecovery(t *testing.T) {
 	var fv *FenceViolationError
 	if r.Problem != ProblemFenceViolation || !errors.As(r.Err(), &fv) || fv.Seq != 5 || !fv.Recovery || fv.Hold != 3 {
 		t.Fatalf("Verify = %s (%v), want a fence violation at 5 superseded by the recovery at 3", r.Problem, r.Err())
+	}
+}
+
+// Ensure that an archive that begins at the right seq but continues another
+// history than the archive before it is refused, saying so.
+func TestVerify_ArchivesOfAnotherHistory(t *testing.T) {
+	all, stored, baseRaw, head := storedAfterArchive(t, 8, 5)
+	a := buildArchive(t, receiverKey, testReceiver, all, nil, 3)
+	b := buildArchive(t, receiverKey, testReceiver, all, a.toRaw, 5)
+	// The same receiver's key and id over another first entry: another
+	// history whose archive ends at seq 3 too.
+	other := append([]record(nil), all[:3]...)
+	c := NewChain(Head{})
+	e := testEntry(1)
+	e.Note = "another history"
+	raw, _, err := c.Append(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other[0] = record{SeqKey(1), raw}
+	for i := uint64(2); i <= 3; i++ {
+		raw, _, err := c.Append(testEntry(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other[i-1] = record{SeqKey(i), raw}
+	}
+	x := buildArchive(t, receiverKey, testReceiver, other, nil, 3)
+	for _, tc := range []struct {
+		name     string
+		archives []*archiveCase
+		problem  Problem
+		detail   string
+	}{
+		{"one history", []*archiveCase{a, b}, ProblemOK, ""},
+		{"another history's first archive", []*archiveCase{x, b}, ProblemBaseMismatch, "of different histories"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var srcs []ArchiveSource
+			for i, ac := range tc.archives {
+				srcs = append(srcs, ArchiveSource{Name: fmt.Sprint(i), Reader: bytes.NewReader(ac.data)})
+			}
+			r, err := Verify(VerifyOptions{Entries: entriesOf(stored), Anchor: anchorAt(t, all, head.Seq), PublicKey: pubOf(receiverKey),
+				Receiver: testReceiver, BaseRecord: baseRaw, Archives: srcs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Problem != tc.problem || !strings.Contains(r.Detail, tc.detail) {
+				t.Fatalf("Verify = %s (%s), want %s saying %q", r.Problem, r.Detail, tc.problem, tc.detail)
+			}
+		})
 	}
 }
