@@ -217,7 +217,7 @@ func checkRecoveryKey(db string, pub ed25519.PublicKey) error {
 			"so no admission can re-admit it"),
 			"a receiver needs kvfence init --recovery-pub to be recoverable; restore a database that verifies instead")
 	case r.PublicKey().Equal(pub):
-		return withHint(errors.New("kvfence admission new: --recovery-key is the receiver's own key, not its recovery key"),
+		return withHint(tagged(kvfence.ErrRecoveryKeyIsReceiverKey, "kvfence admission new: --recovery-key is the receiver's own key, not its recovery key"),
 			"sign with the separately held recovery key whose public half was given to kvfence init --recovery-pub")
 	case !rk.Equal(pub):
 		return withHint(fmt.Errorf("kvfence admission new: --recovery-key (%v) is not the recovery key recorded at init (%v)",

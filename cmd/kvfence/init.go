@@ -67,7 +67,7 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 		// The recovery key exists to overrule the receiver key; the same
 		// key in both roles would make that meaningless.
 		if recovery.Equal(pub) {
-			return withHint(errors.New("--recovery-pub is the receiver's own key; the recovery key must be a separately held key"),
+			return withHint(tagged(kvfence.ErrRecoveryKeyIsReceiverKey, "--recovery-pub is the receiver's own key; the recovery key must be a separately held key"),
 				"kvfence keygen --out recovery.key, and keep it away from the receiver")
 		}
 	}

@@ -91,13 +91,19 @@
 //
 //	0  success, including a submit whose outcome is already_applied
 //	1  operational error (missing database, refused key, I/O, ...)
-//	2  usage error (bad flags, a missing required flag, an unknown command)
-//	3  request denied by the fence (submit), or refused by the ledger's
-//	   rules (a claim held by another worker, superseded, settled, ...)
+//	2  usage error (bad flags, a missing required flag, an unknown command,
+//	   a malformed request, envelope or patch file)
+//	3  request denied by the fence (submit), or refused by the receiver's
+//	   or the ledger's rules: activate on an open scope, an epoch
+//	   mismatch, a scope or target that exists already or is unknown, no
+//	   such receipt or grant, a recovery key equal to the receiver key, a
+//	   claim held by another worker, superseded, settled, ...
 //	4  integrity problem: rollback, fork, tampering, a missing, unreadable
 //	   or badly signed anchor, another receiver's anchor, a recovery
 //	   admission that does not verify or match; verify-chain reporting any
-//	   problem. It takes precedence over every other code.
+//	   problem. It takes precedence over every other code. When no file
+//	   exists at --anchor, the message says so (a mistyped path is the
+//	   usual cause).
 //	5  storage busy (the database lock was not obtained in --lock-timeout)
 //	6  verify-chain only: the chain verifies, but a slot of the anchor file
 //	   is damaged (a crash during an anchor write, or tampering)
@@ -172,10 +178,46 @@ func (m Main) Run(ctx context.Context, args []string) int {
 		m.Getenv = func(string) string { return "" }
 	}
 	err := m.run(ctx, args)
+	if err != nil {
+		err = explainAnchorPath(err, anchorArg(args, m.Getenv))
+	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		m.printError(err)
 	}
 	return exitCode(err)
+}
+
+// anchorArg returns the anchor path a command line used: its last
+// --anchor, or else the environment's (KVFENCE_LEDGER_ANCHOR for ledger
+// commands, KVFENCE_ANCHOR for the others), as the flag package and
+// commonFlags.resolve would find it.
+func anchorArg(args []string, getenv func(string) string) string {
+	path, set := "", false
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "anchor" {
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				break
+			}
+			i++
+			value = args[i]
+		}
+		path, set = value, true
+	}
+	switch {
+	case set:
+		return path
+	case len(args) > 0 && args[0] == "ledger":
+		return getenv(envLedgerAnchor)
+	}
+	return getenv(envAnchor)
 }
 
 func (m *Main) run(ctx context.Context, args []string) error {
@@ -321,9 +363,11 @@ Use "kvfence help <command>" or "kvfence <command> -h" for more
 information about a command.
 
 Exit codes: 0 success (also already_applied), 1 operational error,
-2 usage error, 3 denied by the fence, 4 integrity problem (rollback,
-fork, missing, damaged or badly signed anchor, ...), 5 storage busy,
-6 verify-chain found the chain sound but an anchor slot damaged.
+2 usage error (also a malformed request, envelope or patch file),
+3 denied by the fence or refused by the receiver's rules (scope not
+held, epoch mismatch, exists already, unknown, ...), 4 integrity problem
+(rollback, fork, missing, damaged or badly signed anchor, ...), 5 storage
+busy, 6 verify-chain found the chain sound but an anchor slot damaged.
 `)
 }
 
