@@ -193,6 +193,12 @@ func hint(err error) string {
 		return "check --db and --pub name the same receiver"
 	case errors.Is(err, kvfence.ErrUnknownScope):
 		return "kvfence status, to list the scopes"
+	case errors.Is(err, kvfence.ErrScopeExists):
+		return "kvfence status --scope S shows it; choose another --scope for a new one"
+	case errors.Is(err, kvfence.ErrTargetExists):
+		return "kvfence observe target K shows it; choose another --target for a new one"
+	case errors.Is(err, kvfence.ErrUnknownTarget):
+		return "check the target's name: kvfence observe target K, or kvfence observe events to see the targets created"
 	case errors.Is(err, kvfence.ErrNotHeld):
 		return "kvfence hold --scope S --reason R, then activate"
 	case errors.Is(err, kvfence.ErrEpochMismatch):

@@ -121,6 +121,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -177,14 +178,58 @@ func (m Main) Run(ctx context.Context, args []string) int {
 	if m.Getenv == nil {
 		m.Getenv = func(string) string { return "" }
 	}
+	stdout := &countingWriter{w: m.Stdout}
+	out := m.Stdout
+	m.Stdout = stdout
 	err := m.run(ctx, args)
 	if err != nil {
 		err = explainAnchorPath(err, anchorArg(args, m.Getenv))
 	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		m.printError(err)
+		// With --json a failure is one JSON object on stdout too, unless
+		// the command already began its own JSON document there (a
+		// submit's denial, verify-chain's report), which then is the one.
+		if wantsJSON(args) && stdout.n == 0 {
+			writeJSON(out, errorJSON{Error: errorBodyJSON{Code: errorCode(err), Message: err.Error(), Hint: hint(err)}})
+		}
 	}
 	return exitCode(err)
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// wantsJSON reports whether a command line asks for --json (or -json,
+// --json=true, ...) anywhere before a "--" that ends the flags.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "json" || strings.HasPrefix(a, "---") {
+			continue
+		}
+		if !hasValue {
+			return true
+		}
+		on, err := strconv.ParseBool(value)
+		return err == nil && on
+	}
+	return false
 }
 
 // anchorArg returns the anchor path a command line used: its last

@@ -78,7 +78,7 @@ func (c *RequestBuildCommand) Run(ctx context.Context, args []string) error {
 		// line's input, caught before anyone reviews or approves it.
 		if err := kvfence.ValidatePatch(p); err != nil {
 			return &usageError{msg: fmt.Sprintf("kvfence request build: --patch-file: %v", err),
-				hint: "kvfence request build -h"}
+				hint: "kvfence request build -h", err: err}
 		}
 		// The patch is carried byte for byte: what the approver reviewed.
 		req.Patch = p
