@@ -84,6 +84,9 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 		[2]string{"out", *out}); err != nil {
 		return err
 	}
+	if err := checkOut(cf.name, *out, cf.json); err != nil {
+		return err
+	}
 	if err := cf.checkAnchorPath(); err != nil {
 		return err
 	}
@@ -129,8 +132,9 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeNew(*out, b, 0o600); err != nil {
-		return fmt.Errorf("write --out: %w", err)
+	summary, err := c.m.writeOut(*out, b, 0o600)
+	if err != nil {
+		return err
 	}
 	res := admissionJSON{Out: *out, Receiver: q.Receiver, LostAnchor: *lostAnchor, AnchorState: state,
 		AnchorSeq: q.Anchor.Seq, AnchorHead: headHex(q.Anchor), HeadSeq: q.Head.Seq, Head: headHex(q.Head), State: hex.EncodeToString(q.State[:]),
@@ -151,7 +155,7 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}
-	tw := newTable(c.m.Stdout)
+	tw := newTable(summary)
 	fmt.Fprintf(tw, "receiver\t%s\n", res.Receiver)
 	if *lostAnchor {
 		fmt.Fprintf(tw, "anchor\t%s (lost: nothing to supersede)\n", state)
@@ -285,7 +289,8 @@ Arguments:
 	    Why this database is admitted; recorded in the admission and in
 	    the audit chain (at most 1024 bytes).
 	--out ADM
-	    Where to write the signed admission.
+	    Where to write the signed admission ("-": stdout, with the summary
+	    on stderr).
 	--lost-anchor
 	    Sign a lost-anchor admission (see above).
 	--epoch-floor N

@@ -50,6 +50,9 @@ func (c *EnvelopeBuildCommand) Run(ctx context.Context, args []string) error {
 		[2]string{"claim", *claim}, [2]string{"request", *request}, [2]string{"out", *out}); err != nil {
 		return err
 	}
+	if err := checkOut("envelope build", *out, cf.json); err != nil {
+		return err
+	}
 	reqBytes, err := c.m.readInput(*request)
 	if err != nil {
 		return fmt.Errorf("read --request: %w", err)
@@ -62,8 +65,9 @@ func (c *EnvelopeBuildCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := writeNew(*out, b, 0o644); err != nil {
-		return fmt.Errorf("write --out: %w", err)
+	summary, err := c.m.writeOut(*out, b, 0o644)
+	if err != nil {
+		return err
 	}
 	sum := kvfence.RequestDigest(reqBytes)
 	res := envelopeBuildJSON{Out: *out, Scope: *scope, Epoch: *epoch, Grant: *grant, Executor: *executor,
@@ -71,7 +75,7 @@ func (c *EnvelopeBuildCommand) Run(ctx context.Context, args []string) error {
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}
-	tw := newTable(c.m.Stdout)
+	tw := newTable(summary)
 	fmt.Fprintf(tw, "envelope\t%s (%d bytes)\n", res.Out, res.Bytes)
 	fmt.Fprintf(tw, "scope\t%s\n", res.Scope)
 	fmt.Fprintf(tw, "epoch\t%d\n", res.Epoch)
@@ -99,5 +103,6 @@ Arguments:
 	    The approved request bytes ("-" for stdin).
 	--out ENV.cbor
 	    The file to create (mode 0644); an existing file is never replaced.
+	    "-" writes the bytes to stdout, and the summary to stderr.
 `+usageJSON)
 }

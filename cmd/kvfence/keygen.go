@@ -32,6 +32,9 @@ func (c *KeygenCommand) Run(ctx context.Context, args []string) error {
 	if err := require("keygen", [2]string{"out", *out}); err != nil {
 		return err
 	}
+	if err := refuseOutStdout("keygen", *out, "two files (FILE and FILE.pub)"); err != nil {
+		return err
+	}
 	pub, priv, err := keyfile.Generate(nil)
 	if err != nil {
 		return err

@@ -60,8 +60,10 @@
 // Common flags, with environment fallbacks (a flag wins over its variable):
 // --db (KVFENCE_DB), --anchor (KVFENCE_ANCHOR), --key (KVFENCE_KEY),
 // --pub (when set, the receiver's recorded key must equal it; verify-chain
-// requires it and verifies the anchor with it), --lock-timeout (default 1s),
-// --json.
+// requires it and verifies the anchor with it), --lock-timeout (default 1s;
+// 0 means do not wait), --json (anywhere on the command line, also before
+// a subcommand). --out - writes the bytes to stdout and the summary to
+// stderr (request build, envelope build, admission new).
 //
 // The anchor is a file, kept apart from the database, that holds the
 // receiver's latest signed checkpoint of its audit chain (DESIGN §7). Every
@@ -274,11 +276,52 @@ func (m *Main) run(ctx context.Context, args []string) error {
 	if name == "help" || isHelpFlag(name) {
 		return m.help(rest)
 	}
+	if groupCommands[name] {
+		rest = subcommandFirst(rest)
+	}
 	cmd, rest, err := m.lookup(name, rest, false)
 	if err != nil {
 		return err
 	}
 	return cmd.Run(ctx, rest)
+}
+
+// groupCommands are the commands whose first argument is a subcommand
+// (or, for cert, a kind).
+var groupCommands = map[string]bool{"scope": true, "target": true, "request": true, "envelope": true,
+	"admission": true, "observe": true, "ledger": true, "cert": true}
+
+// boolFlags are the flags of subcommands that take no value, so that
+// subcommandFirst does not read the word after one as its value. A value
+// flag listed here by mistake, or a boolean missing from it, only makes a
+// subcommand after it go unfound ("missing subcommand"), never another
+// subcommand run.
+var boolFlags = map[string]bool{"json": true, "lost-anchor": true, "follow": true, "all": true}
+
+// subcommandFirst moves a group's subcommand to the front of args when
+// flags come before it, as in "kvfence observe --json target K": the
+// subcommand is the first argument that is neither a flag nor a flag's
+// value. The flags then follow it, where the subcommand parses them.
+// Help flags and "--" leave args as they are.
+func subcommandFirst(args []string) []string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--" || isHelpFlag(a):
+			return args
+		case !strings.HasPrefix(a, "-") || a == "-":
+			if i == 0 {
+				return args
+			}
+			out := append([]string{a}, args[:i]...)
+			return append(out, args[i+1:]...)
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !hasValue && !boolFlags[name] {
+			i++ // the flag's value
+		}
+	}
+	return args
 }
 
 // lookup finds the command for name and, for a group such as "scope", its

@@ -41,6 +41,9 @@ func (c *RequestBuildCommand) Run(ctx context.Context, args []string) error {
 		[2]string{"out", *out}); err != nil {
 		return err
 	}
+	if err := checkOut("request build", *out, cf.json); err != nil {
+		return err
+	}
 	req := &kvfence.Request{V: kvfence.WireVersion, Action: *action, Target: *target}
 	if isSet(fs, "expect-revision") {
 		req.ExpectRevision = expectRevision
@@ -90,8 +93,9 @@ func (c *RequestBuildCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := writeNew(*out, b, 0o644); err != nil {
-		return fmt.Errorf("write --out: %w", err)
+	summary, err := c.m.writeOut(*out, b, 0o644)
+	if err != nil {
+		return err
 	}
 	sum := kvfence.RequestDigest(b)
 	res := requestBuildJSON{Out: *out, Action: req.Action, Target: req.Target,
@@ -99,7 +103,7 @@ func (c *RequestBuildCommand) Run(ctx context.Context, args []string) error {
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}
-	tw := newTable(c.m.Stdout)
+	tw := newTable(summary)
 	fmt.Fprintf(tw, "request\t%s (%d bytes)\n", res.Out, res.Bytes)
 	fmt.Fprintf(tw, "action\t%s\n", res.Action)
 	fmt.Fprintf(tw, "target\t%s\n", res.Target)
@@ -137,5 +141,6 @@ Arguments:
 	    member name twice in any object, and valid RFC 6901 pointers.
 	--out REQ.cbor
 	    The file to create (mode 0644); an existing file is never replaced.
+	    "-" writes the bytes to stdout, and the summary to stderr.
 `+usageJSON)
 }
