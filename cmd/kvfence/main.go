@@ -329,22 +329,31 @@ func subcommandFirst(args []string) []string {
 // group without its subcommand means the group's only subcommand, so that
 // "kvfence help scope" shows "scope create".
 func (m *Main) lookup(name string, args []string, forHelp bool) (command, []string, error) {
-	group := func(sub string, cmd command) (command, []string, error) {
+	// group resolves a command's subcommand among subs. Without one, help
+	// shows the usage of every subcommand.
+	group := func(subs ...subcommand) (command, []string, error) {
+		names := make([]string, len(subs))
+		for i, s := range subs {
+			names[i] = s.name
+		}
+		all := usages(subs)
 		if len(args) == 0 && forHelp {
-			return cmd, nil, nil
+			return all, nil, nil
 		}
 		if len(args) > 0 && isHelpFlag(args[0]) {
-			return cmd, args, nil
+			return all, args, nil
 		}
 		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-			return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s: missing subcommand", name),
-				hint: fmt.Sprintf("kvfence %s %s -h", name, sub)}
+			return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s: missing subcommand (%s)", name, strings.Join(names, " or ")),
+				hint: fmt.Sprintf("kvfence %s %s -h", name, subs[0].name)}
 		}
-		if args[0] != sub {
-			return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s %s: unknown subcommand", name, args[0]),
-				hint: fmt.Sprintf("kvfence %s %s -h", name, sub)}
+		for _, s := range subs {
+			if args[0] == s.name {
+				return s.cmd, args[1:], nil
+			}
 		}
-		return cmd, args[1:], nil
+		return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s %s: unknown subcommand (want %s)", name, args[0],
+			strings.Join(names, " or ")), hint: fmt.Sprintf("kvfence help %s", name)}
 	}
 	switch name {
 	case "keygen":
@@ -352,15 +361,15 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 	case "init":
 		return &InitCommand{m}, args, nil
 	case "scope":
-		return group("create", &ScopeCreateCommand{m})
+		return group(subcommand{"create", &ScopeCreateCommand{m}})
 	case "target":
-		return group("create", &TargetCreateCommand{m})
+		return group(subcommand{"create", &TargetCreateCommand{m}})
 	case "request":
-		return group("build", &RequestBuildCommand{m})
+		return group(subcommand{"build", &RequestBuildCommand{m}}, subcommand{"show", &RequestShowCommand{m}})
 	case "activate":
 		return &ActivateCommand{m}, args, nil
 	case "envelope":
-		return group("build", &EnvelopeBuildCommand{m})
+		return group(subcommand{"build", &EnvelopeBuildCommand{m}}, subcommand{"show", &EnvelopeShowCommand{m}})
 	case "submit":
 		return &SubmitCommand{m}, args, nil
 	case "hold":
@@ -372,7 +381,7 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 	case "verify-chain":
 		return &VerifyChainCommand{m}, args, nil
 	case "admission":
-		return group("new", &AdmissionNewCommand{m})
+		return group(subcommand{"new", &AdmissionNewCommand{m}})
 	case "recover":
 		return &RecoverCommand{m}, args, nil
 	case "ledger":
@@ -391,6 +400,27 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &labServedWorkerCommand{m}, args, nil
 	}
 	return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s: unknown command", name), hint: "kvfence help"}
+}
+
+// subcommand is one subcommand of a group such as "request".
+type subcommand struct {
+	name string
+	cmd  command
+}
+
+// usages is the help of a group: every subcommand's usage, in turn. It
+// runs none of them.
+type usages []subcommand
+
+func (u usages) Run(ctx context.Context, args []string) error {
+	u.Usage()
+	return flag.ErrHelp
+}
+
+func (u usages) Usage() {
+	for _, s := range u {
+		s.cmd.Usage()
+	}
 }
 
 // isHelpFlag reports whether arg asks for help, as the flag package
