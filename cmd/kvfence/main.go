@@ -21,7 +21,9 @@
 // Workers and approvers:
 //
 //	request build   encode the exact approved request bytes
+//	request show    decode request bytes: every field, the SHA-256 a grant binds
 //	envelope build  wrap request bytes with the authority a worker claims
+//	envelope show   decode an envelope and the request it carries
 //	submit          submit an envelope as an authenticated worker
 //
 // Observation (opens the database read-only):
@@ -56,6 +58,7 @@
 //	lab             the fencing lab, in real processes, with its evidence
 //	bench           durable fenced writes measured against fsync, bbolt and
 //	                SQLite in one run on one disk
+//	version         the module version and VCS revision (also --version)
 //
 // Common flags, with environment fallbacks (a flag wins over its variable):
 // --db (KVFENCE_DB), --anchor (KVFENCE_ANCHOR), --key (KVFENCE_KEY),
@@ -276,6 +279,9 @@ func (m *Main) run(ctx context.Context, args []string) error {
 	if name == "help" || isHelpFlag(name) {
 		return m.help(rest)
 	}
+	if name == "--version" || name == "-version" {
+		name = "version"
+	}
 	if groupCommands[name] {
 		rest = subcommandFirst(rest)
 	}
@@ -394,6 +400,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &CertCommand{m}, args, nil
 	case "bench":
 		return &BenchCommand{m}, args, nil
+	case "version":
+		return &VersionCommand{m}, args, nil
 	case lab.WorkerCommand:
 		return &labWorkerCommand{m}, args, nil
 	case lab.ServedWorkerCommand:
@@ -459,8 +467,10 @@ The commands are:
 	scope create    create a protected scope (privileged)
 	target create   create a target in a scope (privileged)
 	request build   encode an approved request
+	request show    decode a request: every field and its SHA-256
 	activate        mint a grant and open a scope (privileged)
 	envelope build  wrap a request with a worker's claimed authority
+	envelope show   decode an envelope and the request it carries
 	submit          submit an envelope as a worker
 	hold            hold scopes at a new epoch (privileged)
 	status          show the control state of scopes
@@ -473,6 +483,7 @@ The commands are:
 	cert            make test certificates for serve
 	lab             run the fencing lab in real processes (lab build only)
 	bench           measure durable fenced writes against fsync, bbolt, SQLite
+	version         the module version and VCS revision (also --version)
 
 Commands that write need --anchor and --key (or KVFENCE_ANCHOR and
 KVFENCE_KEY); status and observe check the anchor when it is given.
