@@ -342,7 +342,7 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		for i, s := range subs {
 			names[i] = s.name
 		}
-		all := usages(subs)
+		all := usages{w: m.Stderr, subs: subs}
 		if len(args) == 0 && forHelp {
 			return all, nil, nil
 		}
@@ -416,9 +416,12 @@ type subcommand struct {
 	cmd  command
 }
 
-// usages is the help of a group: every subcommand's usage, in turn. It
-// runs none of them.
-type usages []subcommand
+// usages is the help of a group: every subcommand's usage, in turn, on
+// w (where the subcommands write theirs). It runs none of them.
+type usages struct {
+	w    io.Writer
+	subs []subcommand
+}
 
 func (u usages) Run(ctx context.Context, args []string) error {
 	u.Usage()
@@ -426,7 +429,10 @@ func (u usages) Run(ctx context.Context, args []string) error {
 }
 
 func (u usages) Usage() {
-	for _, s := range u {
+	for i, s := range u.subs {
+		if i > 0 {
+			fmt.Fprintln(u.w)
+		}
 		s.cmd.Usage()
 	}
 }
