@@ -199,40 +199,51 @@ func parseFlags(fs *flag.FlagSet, usage func(), args []string, npos int) error {
 }
 
 // closestFlag returns the flag of fs whose name is nearest to name, for a
-// "did you mean" suggestion, or "" when none is near enough to be a typo:
-// at most a third of the name's letters (and at least one) differ.
+// "did you mean" suggestion, or "" when none is near enough.
 func closestFlag(fs *flag.FlagSet, name string) string {
-	name = strings.TrimLeft(name, "-")
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return closest(strings.TrimLeft(name, "-"), names)
+}
+
+// closest returns the one of names nearest to name, or "" when none is
+// near enough to be a typo of it: at most a third of its letters (and at
+// least one) differ. Of two as near, the first in names wins.
+func closest(name string, names []string) string {
 	best, bestDist := "", max(len(name)/3, 1)+1
-	// VisitAll goes in lexical order: of two as near, the first wins.
-	fs.VisitAll(func(f *flag.Flag) {
-		if d := editDistance(name, f.Name); d < bestDist {
-			best, bestDist = f.Name, d
+	for _, n := range names {
+		if d := editDistance(name, n); d < bestDist {
+			best, bestDist = n, d
 		}
-	})
+	}
 	return best
 }
 
-// editDistance is the Levenshtein distance between a and b, counted in
-// bytes (flag names are ASCII).
+// editDistance is the edit distance between a and b in which inserting,
+// deleting or changing a byte, or swapping two adjacent ones, costs one
+// (optimal string alignment; flag and command names are ASCII).
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }
 
 // isSet reports whether the flag name was given on the command line.

@@ -125,12 +125,19 @@ func TestUnknownFlagSuggestion(t *testing.T) {
 		{[]string{"ledger", "show", "--ledgr", "l"}, "--ledger"},
 		{[]string{"status", "--frobnicate"}, ""},
 		{[]string{"status", "--x"}, ""},
+		{[]string{"statsu"}, "status"},
+		{[]string{"verify-chian"}, "verify-chain"},
+		{[]string{"request", "shwo", "f"}, "show"},
+		{[]string{"frobnicate"}, ""},
+		{[]string{"request", "frobnicate"}, ""},
+		{[]string{"status", "--lcok-timeout", "1s"}, "--lock-timeout"},
 	}
 	for _, tt := range tests {
 		c := newCLI(t)
 		r := c.must(ExitUsage, tt.args...)
 		got := strings.Contains(r.stderr, "did you mean")
-		if tt.want == "" && got || tt.want != "" && !strings.Contains(r.stderr, "(did you mean "+tt.want+"?)") {
+		want := "(did you mean " + tt.want + "?)"
+		if tt.want == "" && got || tt.want != "" && !strings.Contains(r.stderr, want) {
 			t.Errorf("kvfence %s: want suggestion %q:\n%s", strings.Join(tt.args, " "), tt.want, r.stderr)
 		}
 	}

@@ -90,7 +90,10 @@
 // time is an RFC 3339 string with nanoseconds in UTC, and a time that never
 // happened (the zero time) is null; keys are never omitted except in the
 // per-entry objects of "observe events", which carry only the fields the
-// entry has.
+// entry has. With --json anywhere on its command line, a command that
+// fails also writes {"error":{"code","message","hint"}} to stdout (hint
+// omitted when empty), unless it had already begun its own JSON document;
+// the codes are stable (errorcodes.go, README).
 //
 // Exit codes:
 //
@@ -358,8 +361,11 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 				return s.cmd, args[1:], nil
 			}
 		}
-		return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s %s: unknown subcommand (want %s)", name, args[0],
-			strings.Join(names, " or ")), hint: fmt.Sprintf("kvfence help %s", name)}
+		msg := fmt.Sprintf("kvfence %s %s: unknown subcommand (want %s)", name, args[0], strings.Join(names, " or "))
+		if near := closest(args[0], names); near != "" && len(names) > 1 {
+			msg = fmt.Sprintf("kvfence %s %s: unknown subcommand (did you mean %s?)", name, args[0], near)
+		}
+		return nil, nil, &usageError{msg: msg, hint: fmt.Sprintf("kvfence help %s", name)}
 	}
 	switch name {
 	case "keygen":
@@ -407,8 +413,16 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 	case lab.ServedWorkerCommand:
 		return &labServedWorkerCommand{m}, args, nil
 	}
-	return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s: unknown command", name), hint: "kvfence help"}
+	msg := fmt.Sprintf("kvfence %s: unknown command", name)
+	if near := closest(name, commandNames); near != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", near)
+	}
+	return nil, nil, &usageError{msg: msg, hint: "kvfence help"}
 }
+
+// commandNames are the commands "kvfence help" lists, for suggestions.
+var commandNames = []string{"keygen", "init", "scope", "target", "request", "activate", "envelope", "submit", "hold",
+	"status", "observe", "verify-chain", "admission", "recover", "ledger", "serve", "cert", "lab", "bench", "version"}
 
 // subcommand is one subcommand of a group such as "request".
 type subcommand struct {
