@@ -214,6 +214,7 @@ func (a Admission) CheckLostAnchor(receiver string, head Head, state Hash) error
 // SignedAdmission is an admission with the Ed25519 signature of the
 // recovery key whose fingerprint is Key. It is comparable with ==.
 type SignedAdmission struct {
+	// Admission is the signed statement.
 	Admission
 	Key       Fingerprint                 // the recovery key's; not signed itself
 	Signature [ed25519.SignatureSize]byte // Ed25519 over the domain-separated admission

@@ -131,8 +131,9 @@ func (e *SuspectedRollbackError) Unwrap() error { return ErrRollbackDetected }
 type AnchorFileReport struct {
 	// Current is the anchor in the current slot: what Load returns.
 	Current SignedCheckpoint
-	// Slot and Generation are the current slot's index and generation.
-	Slot       int
+	// Slot is the current slot's index, 0 or 1.
+	Slot int
+	// Generation is the current slot's generation.
 	Generation uint64
 	// Damage describes the other slot if it is damaged; it is nil if that
 	// slot is valid, or empty beside generation 1 as in a new file.

@@ -137,6 +137,7 @@ func (f Fingerprint) String() string {
 // SignedCheckpoint is a checkpoint with the Ed25519 signature of the key
 // whose fingerprint is Key. It is comparable with ==.
 type SignedCheckpoint struct {
+	// Checkpoint is the signed statement.
 	Checkpoint
 	Key       Fingerprint                 // the signing key's; not signed itself
 	Signature [ed25519.SignatureSize]byte // Ed25519 over the domain-separated checkpoint

@@ -48,12 +48,13 @@ type FenceViolationError struct {
 	HoldEpoch uint64
 	// Recovery says Hold is a recovery entry, not a hold.
 	Recovery bool
-	// ActiveGrant is the scope's active grant at Seq, at ActiveEpoch, and
-	// Activated the seq of the entry that activated it. ActiveGrant is
-	// empty when the scope was held.
+	// ActiveGrant is the scope's active grant at Seq; it is empty when the
+	// scope was held.
 	ActiveGrant string
+	// ActiveEpoch is the epoch ActiveGrant was activated at.
 	ActiveEpoch uint64
-	Activated   uint64
+	// Activated is the seq of the entry that activated ActiveGrant.
+	Activated uint64
 }
 
 // Error names the entry, the grant and the hold that superseded it, so

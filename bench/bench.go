@@ -76,8 +76,9 @@ type Result struct {
 	Writers int `json:"writers"`
 	// OpsPerSec is operations completed per second of the timed rounds.
 	OpsPerSec float64 `json:"ops_per_s"`
-	// P50Micros and P99Micros are latency percentiles in microseconds.
+	// P50Micros is the median latency in microseconds.
 	P50Micros float64 `json:"p50_us"`
+	// P99Micros is the 99th percentile latency in microseconds.
 	P99Micros float64 `json:"p99_us"`
 	// FsyncsPerOp is the fsync-like system calls per operation, computed
 	// from counted commits as the package documentation explains.
@@ -99,23 +100,26 @@ type Result struct {
 type Environment struct {
 	// Date is when the run started.
 	Date time.Time `json:"date"`
-	// GoVersion, GOOS and GOARCH describe the toolchain and platform.
+	// GoVersion is the toolchain's version (runtime.Version).
 	GoVersion string `json:"go_version"`
-	GOOS      string `json:"goos"`
-	GOARCH    string `json:"goarch"`
-	// CPUs is the number of logical CPUs; CPUModel their model name, when
-	// the platform tells it.
-	CPUs     int    `json:"cpus"`
+	// GOOS is the operating system the run was built for.
+	GOOS string `json:"goos"`
+	// GOARCH is the architecture the run was built for.
+	GOARCH string `json:"goarch"`
+	// CPUs is the number of logical CPUs.
+	CPUs int `json:"cpus"`
+	// CPUModel is the CPUs' model name, when the platform tells it.
 	CPUModel string `json:"cpu_model"`
-	// Dir is the directory measured and FileSystem its file system type,
-	// when the platform tells it.
-	Dir        string `json:"dir"`
+	// Dir is the directory measured.
+	Dir string `json:"dir"`
+	// FileSystem is Dir's file system type, when the platform tells it.
 	FileSystem string `json:"file_system"`
 	// PeakHeapSys is the largest runtime.MemStats.HeapSys seen during the
-	// run, sampled every 100 ms; PeakRSS the process's peak resident set
-	// (VmHWM) at the end, where the platform reports it, else 0.
+	// run, sampled every 100 ms.
 	PeakHeapSys uint64 `json:"peak_heap_sys_bytes"`
-	PeakRSS     uint64 `json:"peak_rss_bytes"`
+	// PeakRSS is the process's peak resident set (VmHWM) at the end, where
+	// the platform reports it, else 0.
+	PeakRSS uint64 `json:"peak_rss_bytes"`
 }
 
 // Report is a whole run.

@@ -1,6 +1,6 @@
 // Package bench measures what a durable fenced write costs, next to the
 // physical limit of the disk and to the stores a receiver could be built on
-// (DESIGN §10). The same code drives the go test benchmarks of this package
+// (docs/design.md §10). The same code drives the go test benchmarks of this package
 // and the "kvfence bench" command, so the two report the same workloads.
 //
 // # Rows

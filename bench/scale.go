@@ -56,11 +56,12 @@ type ScaleResult struct {
 	BuildSeconds float64 `json:"build_seconds"`
 	// Ops is the number of durable Submits timed, one at a time.
 	Ops int `json:"ops"`
-	// SubmitP50Micros and SubmitP99Micros are the durable Submits' latency
-	// percentiles, OpsPerSec their rate.
+	// SubmitP50Micros is the durable Submits' median latency.
 	SubmitP50Micros float64 `json:"submit_p50_us"`
+	// SubmitP99Micros is the durable Submits' 99th percentile latency.
 	SubmitP99Micros float64 `json:"submit_p99_us"`
-	OpsPerSec       float64 `json:"ops_per_s"`
+	// OpsPerSec is the durable Submits' rate.
+	OpsPerSec float64 `json:"ops_per_s"`
 	// CPUP50Micros is the median of the same Submit on the receiver opened
 	// without fsync and with its anchor in memory: what the database's size
 	// can change, without the disk.
@@ -69,14 +70,16 @@ type ScaleResult struct {
 	AllocsPerOp float64 `json:"allocs_per_op"`
 	// BytesPerSubmit is the growth of the bytes bbolt uses for data (pages'
 	// used parts, summed over the buckets) per applied Submit: its receipt
-	// and audit entry. BytesPerAction adds the activation and the hold that
-	// a fenced write needs: its grant and their audit entries.
+	// and audit entry.
 	BytesPerSubmit float64 `json:"bytes_per_submit"`
+	// BytesPerAction is BytesPerSubmit plus the activation and the hold
+	// that a fenced write needs: its grant and their audit entries.
 	BytesPerAction float64 `json:"bytes_per_action"`
-	// PeakHeapSys and PeakRSS are the process's peaks so far, as in
-	// Environment.
+	// PeakHeapSys is the process's peak HeapSys so far, as in Environment.
 	PeakHeapSys uint64 `json:"peak_heap_sys_bytes"`
-	PeakRSS     uint64 `json:"peak_rss_bytes"`
+	// PeakRSS is the process's peak resident set so far, as in
+	// Environment.
+	PeakRSS uint64 `json:"peak_rss_bytes"`
 }
 
 // Scale builds one receiver up to each size in turn and measures durable

@@ -15,11 +15,17 @@ import (
 // An assignment is not authority. The receiver decides each envelope by
 // its current state: after a hold, the same assignment is denied.
 type Assignment struct {
-	Scope    string `json:"scope"`
-	Epoch    uint64 `json:"epoch"`
-	Grant    string `json:"grant"`
+	// Scope is the scope the grant opens.
+	Scope string `json:"scope"`
+	// Epoch is the scope epoch the grant was minted at.
+	Epoch uint64 `json:"epoch"`
+	// Grant is the grant's id.
+	Grant string `json:"grant"`
+	// Executor is the identity the grant names, which the worker's
+	// certificate must carry.
 	Executor string `json:"executor"`
-	Claim    string `json:"claim"`
+	// Claim is the ledger claim ref the grant binds.
+	Claim string `json:"claim"`
 	// Request is the exact approved request bytes the grant binds.
 	Request []byte `json:"request_b64"`
 }
@@ -34,7 +40,7 @@ func NewAssignment(g kvfence.Grant, request []byte) (Assignment, error) {
 	return Activation{Grant: g, Request: request}.Assignment(), nil
 }
 
-// Envelope returns the canonical envelope of the assignment (DESIGN §5),
+// Envelope returns the canonical envelope of the assignment (docs/design.md §5),
 // the bytes a worker submits.
 func (a Assignment) Envelope() ([]byte, error) {
 	return kvfence.EncodeEnvelope(&kvfence.Envelope{V: kvfence.WireVersion, Scope: a.Scope, Epoch: a.Epoch,

@@ -1,4 +1,4 @@
-// Package client is the Go client of a served kvfence receiver (DESIGN
+// Package client is the Go client of a served kvfence receiver (docs/design.md
 // §12): workers submit envelopes with it and operators administer the
 // receiver with it, over mTLS or the local admin socket. Calls return
 // kvfence's own types and, where an error corresponds to one of kvfence's
@@ -70,6 +70,7 @@ type Error struct {
 	err     error
 }
 
+// Error returns the receiver's message with the HTTP status and the code.
 func (e *Error) Error() string {
 	return fmt.Sprintf("%s (HTTP %d %s)", e.Message, e.Status, e.Code)
 }
@@ -346,6 +347,7 @@ func (c *Client) CreateTarget(ctx context.Context, scope, target string, value [
 // Activation is what Activate returns: the grant, and the request bytes
 // it binds, which together are what a worker needs.
 type Activation struct {
+	// Grant is the grant the receiver minted.
 	kvfence.Grant
 	// Request is the exact request bytes the grant binds.
 	Request []byte
@@ -400,7 +402,9 @@ func (c *Client) Hold(ctx context.Context, req kvfence.HoldRequest) (kvfence.Hol
 // Status is the control state of scopes and the audit head's seq read
 // before them.
 type Status struct {
-	Scopes   []kvfence.ScopeStatus
+	// Scopes is the control state of the scopes asked for, ordered by name.
+	Scopes []kvfence.ScopeStatus
+	// AuditSeq is the audit chain head's seq, read before the scopes.
 	AuditSeq uint64
 }
 

@@ -99,9 +99,14 @@ func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []
 
 // ActivateRequest describes a grant to activate.
 type ActivateRequest struct {
-	Scope    string
+	// Scope is the held scope to open.
+	Scope string
+	// Executor is the identity that alone may submit under the grant: the
+	// caller that the embedding application authenticates (a SPIFFE ID when
+	// served).
 	Executor string
-	Claim    string
+	// Claim is the ledger claim ref that the worker's envelope must carry.
+	Claim string
 	// Request is the exact approved request bytes; the grant binds their
 	// SHA-256 and the action they name.
 	Request []byte
@@ -225,7 +230,10 @@ func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error
 
 // HoldRequest names the scopes to hold and why.
 type HoldRequest struct {
+	// Scopes are the scopes to hold, each named once; they are held in one
+	// transaction, all or none.
 	Scopes []string
+	// Reason says why, for the audit chain; it is required.
 	Reason string
 }
 

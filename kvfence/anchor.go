@@ -116,7 +116,7 @@ func hashAt(tx *bolt.Tx, seq uint64) (audit.Hash, error) {
 	return audit.HashEntry(raw), nil
 }
 
-// checkAnchor compares the database with its anchor (DESIGN §7): a chain
+// checkAnchor compares the database with its anchor (docs/design.md §7.5): a chain
 // that ends before the anchor is a rollback, another hash at the anchor's
 // seq a fork. A chain ahead of the anchor is the window between a commit
 // and its anchor write; a writable receiver then moves the anchor up. A

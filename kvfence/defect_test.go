@@ -28,7 +28,8 @@ func TestOpen_DefectiveVariantNeedsLabBuild(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
 	f.r.Close()
 	withoutDefects(t)
-	for _, v := range []defect.Variant{{SkipAuthority: true}, {SkipAnchor: true}, {SkipAuthority: true, SkipAnchor: true}} {
+	for _, v := range []defect.Variant{{SkipAuthority: true}, {SkipAnchor: true}, {SkipAuthority: true, SkipAnchor: true},
+		{CheckOutsideTransaction: true}, defect.CheckThenAct} {
 		r, err := open(f.path, f.opts(), v)
 		if err == nil {
 			r.Close()

@@ -45,7 +45,7 @@
 // Concurrent Submit and Admin calls share commits. A call that finds no
 // commit in progress commits at once; calls that arrive meanwhile queue,
 // and the next commit runs them in arrival order in one transaction, with
-// one checkpoint and one anchor write (DESIGN §10). There is no timer and
+// one checkpoint and one anchor write (docs/design.md §10). There is no timer and
 // no fixed delay. Each call gets the result it would have got had the calls
 // run one by one in that order. If any call of a batch fails, or the
 // commit does, the batch is rolled back and each call runs again in a

@@ -14,7 +14,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
-// Group commit (DESIGN §10). A durable write costs a bbolt commit (its
+// Group commit (docs/design.md §10). A durable write costs a bbolt commit (its
 // fdatasyncs) and an anchor write, both far slower than deciding a request,
 // so concurrent writes share them: every write call queues its closure, and
 // whichever caller finds no commit running leads. The leader takes the

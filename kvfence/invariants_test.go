@@ -45,7 +45,7 @@ type targetModel struct {
 //     activation happens only on a held scope, at its current epoch;
 //   - an applied mutation uses the scope's active grant at its current
 //     epoch: no mutation commits under a grant after the hold that
-//     superseded it commits (the acceptance rule, DESIGN §1);
+//     superseded it commits (the acceptance rule, docs/design.md §1);
 //   - an applied mutation moves its target from the revision the chain
 //     last gave it to the next one, and each (scope, action) is applied at
 //     most once; already_applied answers only an action applied before.

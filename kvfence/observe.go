@@ -99,7 +99,9 @@ func (r *Receiver) Grant(id string) (Grant, error) {
 
 // Event is one audit entry with its link hash.
 type Event struct {
+	// Entry is the decoded audit entry.
 	audit.Entry
+	// Hash is the entry's link hash: the Prev of the entry after it.
 	Hash audit.Hash
 }
 

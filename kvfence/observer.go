@@ -13,6 +13,7 @@ import "time"
 // This package imports no metrics library: the observer is the seam where
 // one plugs in, so that an embedder that wants none links none.
 type Observer interface {
+	// Committed is told about one committed write transaction.
 	Committed(CommitStats)
 }
 
@@ -26,17 +27,19 @@ type CommitStats struct {
 	Duration time.Duration
 	// AuditSeq is the chain's head after the commit.
 	AuditSeq uint64
-	// Anchored says an anchor write was attempted; AnchorErr is its
-	// failure, after which the calls got ErrNotAcknowledged.
-	Anchored  bool
+	// Anchored says an anchor write was attempted.
+	Anchored bool
+	// AnchorErr is the anchor write's failure, after which the calls got
+	// ErrNotAcknowledged; nil if it succeeded or was not attempted.
 	AnchorErr error
 	// Decisions are the Submit decisions the transaction recorded, in
 	// chain order, including those whose anchor write then failed: they
 	// are in the chain. The slice is valid only during the call.
 	Decisions []Result
-	// Activations counts the grants activated; HeldScopes the scopes held.
+	// Activations counts the grants activated.
 	Activations int
-	HeldScopes  int
+	// HeldScopes counts the scopes held.
+	HeldScopes int
 }
 
 // commitStats collects the measurement of a committed batch, or returns

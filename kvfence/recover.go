@@ -27,11 +27,12 @@ const KindReanchored = audit.KindReanchored
 // or whose anchor is lost, as a recovery operator needs to see it before
 // signing an admission.
 type Questioned struct {
+	// Receiver is the receiver id recorded in the database.
 	Receiver string
-	// Anchor is the anchor's position, zero from InspectDatabase; Head
-	// the database's newest entry.
+	// Anchor is the anchor's position, zero from InspectDatabase.
 	Anchor audit.Head
-	Head   audit.Head
+	// Head is the position of the database's newest entry.
+	Head audit.Head
 	// EpochHighWater is the highest epoch the anchor vouches for; 0 from
 	// InspectDatabase.
 	EpochHighWater uint64
@@ -151,6 +152,8 @@ type RecoverOptions struct {
 
 // RecoverResult reports an applied recovery.
 type RecoverResult struct {
+	// AuditSeq is the seq of the recovery's own entry, recovered or
+	// reanchored.
 	AuditSeq uint64
 	// LostAnchor says that a lost-anchor admission was applied: the
 	// anchor was created afresh, not superseded.
@@ -160,7 +163,9 @@ type RecoverResult struct {
 	// GrantsRevoked counts the grant records this recovery marked revoked;
 	// records revoked by an earlier recovery keep their mark.
 	GrantsRevoked int
-	Anchor        audit.Head
+	// Anchor is the position the new anchor covers: the chain's head after
+	// the recovery.
+	Anchor audit.Head
 }
 
 // Recover re-admits a database on the strength of an admission signed by

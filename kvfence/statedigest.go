@@ -12,7 +12,7 @@ import (
 // The fence state is the records of these buckets: what a decision reads.
 // Every checkpoint commits to their digest (audit.StateHash), so a database
 // whose state was put back or edited apart from its history is refused even
-// when its chain is whole (DESIGN §7, "The anchor covers state").
+// when its chain is whole (docs/design.md §7.4).
 var stateBuckets = [][]byte{bucketControl, bucketGrants, bucketTargets, bucketReceipts}
 
 // checkpointState is where the checkpoints bucket keeps the state digest's
@@ -128,7 +128,7 @@ type StateCheck struct {
 }
 
 // checkState recomputes the state digest and compares it with what the
-// database's newest signed checkpoint and its anchor say (DESIGN §7). A
+// database's newest signed checkpoint and its anchor say (docs/design.md §7.4). A
 // chain that verifies says nothing about the state records beside it: a
 // backup taken while a grant was active, with the later entries copied in,
 // has the right chain and the old state. So the checkpoint of the head,

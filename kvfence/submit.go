@@ -56,7 +56,7 @@ func (r *Receiver) prepare(caller string, envelope []byte) *submission {
 
 // Submit decides an envelope from caller, the identity the embedding
 // application authenticated on its own channel. It runs every check of
-// DESIGN §4 in order inside one write transaction, and applies the mutation
+// docs/design.md §4 in order inside one write transaction, and applies the mutation
 // only if all pass. A denial is a Result, recorded in the audit chain, not an
 // error; an error is a fault, after which nothing was changed — except
 // ErrNotAcknowledged, which says the decision committed but its anchor write
@@ -77,6 +77,9 @@ func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (
 	// Decoding and hashing need no lock, so they happen before the call
 	// joins the commit queue; the leader of its batch runs only decide.
 	s := r.prepare(caller, envelope)
+	if r.defect.CheckOutsideTransaction && defectsAllowed.Load() {
+		return r.submitCheckedBefore(s, len(envelope))
+	}
 	return submitCall(r, len(envelope), func(w *wtx) (Result, error) { return r.decide(w, s) })
 }
 

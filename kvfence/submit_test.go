@@ -59,7 +59,7 @@ func TestSubmit_DefectiveReceiverAcceptsStaleWorker(t *testing.T) {
 	f.wantTarget(2, fixAfter)
 }
 
-// Ensure that every check of DESIGN §4 denies with its own reason and
+// Ensure that every check of docs/design.md §4 denies with its own reason and
 // changes nothing.
 func TestSubmit_Denials(t *testing.T) {
 	tests := []struct {

@@ -25,7 +25,7 @@ const (
 // codes may be added.
 type Reason string
 
-// Denial reasons, in the order Submit checks them (DESIGN §4).
+// Denial reasons, in the order Submit checks them (docs/design.md §4).
 const (
 	ReasonMalformedEnvelope   Reason = "malformed_envelope"
 	ReasonMalformedRequest    Reason = "malformed_request"
@@ -65,16 +65,22 @@ const (
 // Result is Submit's decision. Fields the request did not supply, or that
 // a denial before its check could not know, are zero.
 type Result struct {
+	// Outcome says whether the request was applied, had been applied earlier,
+	// or was denied.
 	Outcome Outcome
 	// Reason is set when Outcome is Denied.
 	Reason Reason
 	// Detail explains a denial in words for operators; it is not stable.
 	Detail string
-	Scope  string
+	// Scope is the scope the envelope named.
+	Scope string
 	// Epoch is the epoch the envelope claimed.
-	Epoch  uint64
-	Grant  string
+	Epoch uint64
+	// Grant is the grant id the envelope named.
+	Grant string
+	// Action is the action the request named.
 	Action string
+	// Target is the target the request named.
 	Target string
 	// Revision is the target's revision after the mutation (Applied), or
 	// after the earlier one (AlreadyApplied).
@@ -85,18 +91,36 @@ type Result struct {
 
 // Grant is a reviewed authorisation for exactly one logical action.
 type Grant struct {
-	ID            string
-	Scope         string
-	Epoch         uint64
-	Executor      string
-	Claim         string
-	Action        string
+	// ID is the grant's id: 128 random bits as 32 lowercase hex digits, never
+	// reused.
+	ID string
+	// Scope is the scope the grant opens.
+	Scope string
+	// Epoch is the scope's epoch when the grant was minted; the next hold
+	// moves the scope past it for good.
+	Epoch uint64
+	// Executor is the identity that alone may submit under the grant.
+	Executor string
+	// Claim is the ledger claim ref that an envelope under the grant must
+	// carry.
+	Claim string
+	// Action is the logical action that the bound request names.
+	Action string
+	// RequestSHA256 is the SHA-256 of the exact approved request bytes.
 	RequestSHA256 [32]byte
-	NotBefore     time.Time
-	NotAfter      time.Time
-	Decision      string
-	CreatedAt     time.Time
-	AuditSeq      uint64
+	// NotBefore is the start of the validity window, on the receiver's clock.
+	NotBefore time.Time
+	// NotAfter is the end of the validity window, exclusive.
+	NotAfter time.Time
+	// Decision references the review that approved the grant; empty if none
+	// was given.
+	Decision string
+	// CreatedAt is when the grant was minted, on the receiver's clock.
+	CreatedAt time.Time
+	// AuditSeq is the seq of the activate entry that minted the grant, as
+	// Admin.Activate returns it. The grant record does not keep it, so
+	// Receiver.Grant returns 0.
+	AuditSeq uint64
 	// RevokedSeq is the audit seq of the recovery that revoked the grant,
 	// or 0. A revoked grant is refused even if it were somehow active
 	// again.
@@ -109,52 +133,94 @@ func (g Grant) RequestSHA256Hex() string { return hex.EncodeToString(g.RequestSH
 // ScopeStatus is the observable control state of a scope. Its four
 // timestamps are different events and are never collapsed into one.
 type ScopeStatus struct {
-	Scope                string
-	Epoch                uint64
-	Mode                 Mode
-	ActiveGrant          string
-	CreatedAt            time.Time
-	HoldRequestedAt      time.Time
-	HoldCommittedAt      time.Time
-	ActivatedAt          time.Time
+	// Scope is the scope's name.
+	Scope string
+	// Epoch is the scope's current epoch, the one an envelope must carry.
+	Epoch uint64
+	// Mode is ModeHeld or ModeOpen.
+	Mode Mode
+	// ActiveGrant is the id of the grant the scope is open under; empty while
+	// it is held.
+	ActiveGrant string
+	// CreatedAt is when the scope was created.
+	CreatedAt time.Time
+	// HoldRequestedAt is when the latest hold was requested: the receiver's
+	// clock as Hold was called. Zero if the scope was never held.
+	HoldRequestedAt time.Time
+	// HoldCommittedAt is when the latest hold took effect: the receiver's
+	// clock in the transaction that committed it. Zero if the scope was never
+	// held.
+	HoldCommittedAt time.Time
+	// ActivatedAt is when the latest grant was activated; zero if none ever
+	// was.
+	ActivatedAt time.Time
+	// LastStaleRejectionAt is the time of the latest stale-authority denial
+	// (receiver_held, stale_or_unknown_epoch or inactive_grant); zero if
+	// there was none.
 	LastStaleRejectionAt time.Time
-	StaleRejections      uint64
+	// StaleRejections counts the stale-authority denials in this scope.
+	StaleRejections uint64
 	// Denials counts denials in this scope by reason.
 	Denials map[Reason]uint64
 }
 
 // Target is a key in a scope with its value and revision.
 type Target struct {
-	Name     string
-	Scope    string
+	// Name is the target's name.
+	Name string
+	// Scope is the scope the target belongs to.
+	Scope string
+	// Revision is 1 at creation and grows by one with each applied mutation.
 	Revision uint64
-	Value    []byte
+	// Value is the target's current value, a copy the caller may keep.
+	Value []byte
 }
 
 // Receipt records an applied action.
 type Receipt struct {
-	Scope         string
-	Action        string
-	Grant         string
+	// Scope is the scope the action was applied in.
+	Scope string
+	// Action is the applied action; a scope keeps at most one receipt per
+	// action.
+	Action string
+	// Grant is the id of the grant the action was applied under.
+	Grant string
+	// RequestSHA256 is the SHA-256 of the request bytes that were applied.
 	RequestSHA256 [32]byte
-	Target        string
-	RevBefore     uint64
-	RevAfter      uint64
-	AuditSeq      uint64
-	At            time.Time
+	// Target is the target the request changed.
+	Target string
+	// RevBefore is the target's revision before the mutation.
+	RevBefore uint64
+	// RevAfter is the target's revision after the mutation.
+	RevAfter uint64
+	// AuditSeq is the seq of the audit entry that records the applied
+	// decision.
+	AuditSeq uint64
+	// At is when the action was applied, on the receiver's clock.
+	At time.Time
 }
 
 // HeldScope is one scope's part of a hold.
 type HeldScope struct {
-	Scope         string
+	// Scope is the held scope's name.
+	Scope string
+	// PreviousEpoch is the scope's epoch before the hold or recovery.
 	PreviousEpoch uint64
-	Epoch         uint64
+	// Epoch is the scope's new epoch; every grant of a lower epoch is
+	// superseded.
+	Epoch uint64
 }
 
 // HoldResult reports a committed hold.
 type HoldResult struct {
-	Scopes          []HeldScope
+	// Scopes lists each held scope, in the order the request named them.
+	Scopes []HeldScope
+	// HoldRequestedAt is the receiver's clock when Hold was called.
 	HoldRequestedAt time.Time
+	// HoldCommittedAt is the receiver's clock in the transaction that
+	// committed the hold.
 	HoldCommittedAt time.Time
-	AuditSeq        uint64
+	// AuditSeq is the seq of the last scope's hold entry; each scope has an
+	// entry of its own.
+	AuditSeq uint64
 }

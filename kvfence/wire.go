@@ -24,25 +24,46 @@ const MaxTargetValueSize = 1 << 20
 // exact approved request bytes. The caller's identity is never taken from
 // the envelope; Submit compares Executor with the authenticated caller.
 type Envelope struct {
-	V        uint64 `cbor:"v"`
-	Scope    string `cbor:"scope"`
-	Epoch    uint64 `cbor:"epoch"`
-	Grant    string `cbor:"grant"`
+	// V is the wire version; it must be WireVersion.
+	V uint64 `cbor:"v"`
+	// Scope names the protected scope the request is for.
+	Scope string `cbor:"scope"`
+	// Epoch is the scope epoch the grant was minted at; it must equal the
+	// scope's current epoch (check 3).
+	Epoch uint64 `cbor:"epoch"`
+	// Grant is the id of the grant the worker was given (check 4).
+	Grant string `cbor:"grant"`
+	// Executor is the identity the worker claims to be; it must equal both
+	// the authenticated caller and the grant's executor (check 6).
 	Executor string `cbor:"executor"`
-	Claim    string `cbor:"claim"`
-	Request  []byte `cbor:"request"`
+	// Claim is the ledger claim ref the grant binds (check 7).
+	Claim string `cbor:"claim"`
+	// Request is the exact approved request bytes, hashed as carried and
+	// never re-encoded (check 8).
+	Request []byte `cbor:"request"`
 }
 
 // Request is the approved change: the logical action, the target, its
 // preconditions and exactly one mutation (Set or Patch).
 type Request struct {
-	V              uint64  `cbor:"v"`
-	Action         string  `cbor:"action"`
-	Target         string  `cbor:"target"`
+	// V is the wire version; it must be WireVersion.
+	V uint64 `cbor:"v"`
+	// Action is the logical action id: a scope applies it at most once.
+	Action string `cbor:"action"`
+	// Target is the target the request changes.
+	Target string `cbor:"target"`
+	// ExpectRevision, if set, is the revision the target must be at; nil
+	// means no such precondition.
 	ExpectRevision *uint64 `cbor:"expect_revision,omitempty"`
-	ExpectValue    *[]byte `cbor:"expect_value,omitempty"`
-	Set            *[]byte `cbor:"set,omitempty"`
-	Patch          []byte  `cbor:"patch,omitempty"`
+	// ExpectValue, if set, is the exact value the target must hold; nil means
+	// no such precondition.
+	ExpectValue *[]byte `cbor:"expect_value,omitempty"`
+	// Set, if set, is the target's new value. A request has exactly one of
+	// Set and Patch.
+	Set *[]byte `cbor:"set,omitempty"`
+	// Patch, if not empty, is an RFC 6902 JSON Patch to apply to the target's
+	// JSON value (see Patches in the package documentation).
+	Patch []byte `cbor:"patch,omitempty"`
 
 	// patch is Patch parsed by check, so Submit does not parse it twice.
 	patch []patchOp

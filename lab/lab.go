@@ -48,20 +48,60 @@ var ErrOutputExists = errors.New("lab: output directory already exists")
 // reporting a vacuous pass.
 var ErrPrecondition = errors.New("lab: demonstration precondition did not hold")
 
-// Summary is summary.json: one value per claim the lab checks.
+// Summary is summary.json: each observation under its own flat key (as
+// before the checks were added, so that existing readers keep working),
+// then the same observations judged against their expected values.
 type Summary struct {
-	StaleWorkerAccepted                  bool   `json:"stale_worker_accepted"`
-	MutationsBeforeCurrentWorker         uint64 `json:"mutations_before_current_worker"`
-	CurrentWorkerAccepted                bool   `json:"current_worker_accepted"`
-	DefectiveReceiverAcceptedStaleWorker bool   `json:"defective_receiver_accepted_stale_worker"`
+	// Observations are the flat keys, one per observation.
+	Observations
+	// Verdict is VerdictAsExpected when every observation equals its
+	// expected value, and VerdictNotAsExpected otherwise.
+	Verdict string `json:"verdict"`
+	// VerdictDetail says the same in words, naming every observation that
+	// is not as expected.
+	VerdictDetail string `json:"verdict_detail"`
+	// Checks holds, per flat key, the observed and expected values, whether
+	// they agree, and whether the expected value is a success, a
+	// counterexample kept on purpose, or a stated limit.
+	Checks map[string]Check `json:"checks"`
+}
+
+// Observations are the lab's results, one per claim it checks. Some are
+// expected to be true and some false; a true is not always a success (see
+// Check and the expectations in verdict.go).
+type Observations struct {
+	// StaleWorkerAccepted says the superseded worker's request was applied
+	// after the hold (demonstration 1).
+	StaleWorkerAccepted bool `json:"stale_worker_accepted"`
+	// MutationsBeforeCurrentWorker counts the target's changes before the
+	// current worker wrote (demonstration 1).
+	MutationsBeforeCurrentWorker uint64 `json:"mutations_before_current_worker"`
+	// CurrentWorkerAccepted says the current worker's request was applied
+	// (demonstration 1).
+	CurrentWorkerAccepted bool `json:"current_worker_accepted"`
+	// DefectiveReceiverAcceptedStaleWorker says the receiver without checks
+	// 2-4 applied the superseded worker's request (demonstration 2).
+	DefectiveReceiverAcceptedStaleWorker bool `json:"defective_receiver_accepted_stale_worker"`
 	// DefectiveReceiverCaughtByVerifyChain says verify-chain reported the
 	// defective receiver's own chain as a fence_violation.
 	DefectiveReceiverCaughtByVerifyChain bool `json:"defective_receiver_caught_by_verify_chain"`
-	RestoredLedgerAcceptedClaim          bool `json:"restored_ledger_accepted_claim"`
-	HeldReceiverAcceptedRestoredWork     bool `json:"held_receiver_accepted_restored_work"`
+	// RestoredLedgerAcceptedClaim says the restored ledger, opened without
+	// its anchor, gave a second worker a claim of the action (demonstration 3a).
+	RestoredLedgerAcceptedClaim bool `json:"restored_ledger_accepted_claim"`
+	// HeldReceiverAcceptedRestoredWork says the held receiver applied that
+	// second worker's request (demonstration 3).
+	HeldReceiverAcceptedRestoredWork bool `json:"held_receiver_accepted_restored_work"`
+	// RestoredReceiverCopyAcceptedOldGrant says the copy of demonstration
+	// 1's pre-hold database, opened without its anchor, applied the old
+	// grant's request (demonstration 4).
 	RestoredReceiverCopyAcceptedOldGrant bool `json:"restored_receiver_copy_accepted_old_grant"`
-	RestoredReceiverRollbackDetected     bool `json:"restored_receiver_rollback_detected"`
-	RestoredLedgerRollbackDetected       bool `json:"restored_ledger_rollback_detected"`
+	// RestoredReceiverRollbackDetected says that copy, opened normally, was
+	// refused as a rollback and verify-chain reported rollback_detected
+	// (demonstration 5).
+	RestoredReceiverRollbackDetected bool `json:"restored_receiver_rollback_detected"`
+	// RestoredLedgerRollbackDetected says the restored ledger, opened with
+	// its anchor, was refused as a rollback (demonstration 3b).
+	RestoredLedgerRollbackDetected bool `json:"restored_ledger_rollback_detected"`
 	// ServedWrongIdentityDenied says the served receiver denied worker A's
 	// certificate presenting worker B's current envelope executor_mismatch.
 	ServedWrongIdentityDenied bool `json:"served_wrong_identity_denied"`
@@ -75,12 +115,16 @@ type Summary struct {
 	ServedHoldWhileServingDeniedStaleWorker bool `json:"served_hold_while_serving_denied_stale_worker"`
 	// ServedCurrentWorkerAccepted says worker B's envelope, sent with B's
 	// certificate, was applied.
-	ServedCurrentWorkerAccepted bool   `json:"served_current_worker_accepted"`
-	ProductionAuthorization     string `json:"production_authorization"`
+	ServedCurrentWorkerAccepted bool `json:"served_current_worker_accepted"`
+	// ProductionAuthorization is always "not_assessed": the lab does not
+	// assess production authorization.
+	ProductionAuthorization string `json:"production_authorization"`
 }
 
 // Run runs the demonstrations in real processes and writes their evidence
-// under opts.Output. An interrupted run's output is kept.
+// under opts.Output. An interrupted run's output is kept. It returns the
+// summary whatever the observations: Summary.Verdict says whether each was
+// the expected one, and Summary.Unexpected names those that were not.
 func Run(ctx context.Context, opts Options) (*Summary, error) {
 	return run(ctx, opts, hooks{})
 }
@@ -122,7 +166,7 @@ func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
 	if err := l.writeManifests(); err != nil {
 		return nil, err
 	}
-	sum := &Summary{ProductionAuthorization: "not_assessed"}
+	sum := &Summary{Observations: Observations{ProductionAuthorization: "not_assessed"}}
 
 	d1, err := l.pausedWorker(ctx, "01-paused-worker", false)
 	if err != nil {
@@ -176,6 +220,7 @@ func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
 		d6.MutationsBeforeCurrentWorker == 0
 	sum.ServedCurrentWorkerAccepted = d6.Current.Outcome == string(kvfence.Applied)
 
+	sum.judge()
 	if err := writeJSON(filepath.Join(opts.Output, "summary.json"), sum); err != nil {
 		return nil, err
 	}
@@ -214,42 +259,62 @@ func (l *lab) logf(format string, args ...any) {
 
 // step is one timestamped line of a demonstration's report.
 type step struct {
-	At     time.Time `json:"at"`
-	Actor  string    `json:"actor"`
-	Action string    `json:"action"`
-	Result string    `json:"result,omitempty"`
+	// At is when the step was done.
+	At time.Time `json:"at"`
+	// Actor is who did it: admin, operator, approver, parent or a worker.
+	Actor string `json:"actor"`
+	// Action is what was done, in words.
+	Action string `json:"action"`
+	// Result is what came of it, if anything.
+	Result string `json:"result,omitempty"`
 }
 
 // pausedReport is a paused-worker demonstration's report.json.
 type pausedReport struct {
+	// Demonstration is the demonstration's directory name.
 	Demonstration string `json:"demonstration"`
-	Defective     bool   `json:"defective_receiver"`
-	Steps         []step `json:"steps"`
-	// The four times are different events; never one "worker stopped" time.
-	HoldRequestedAt      time.Time    `json:"hold_requested_at"`
-	HoldCommittedAt      time.Time    `json:"hold_committed_at"`
-	ActivatedAt          time.Time    `json:"successor_activated_at"`
-	LastStaleRejectionAt *time.Time   `json:"last_stale_rejection_at"`
-	Stale                workerResult `json:"stale_worker"`
-	Current              workerResult `json:"current_worker"`
+	// Defective says the receiver skipped checks 2-4 (demonstration 2).
+	Defective bool `json:"defective_receiver"`
+	// Steps are the demonstration's steps, in order.
+	Steps []step `json:"steps"`
+	// HoldRequestedAt is when the administrator asked for the hold. This
+	// and the next three times are different events; never one "worker
+	// stopped" time.
+	HoldRequestedAt time.Time `json:"hold_requested_at"`
+	// HoldCommittedAt is when the receiver committed the hold.
+	HoldCommittedAt time.Time `json:"hold_committed_at"`
+	// ActivatedAt is when worker B's grant was activated.
+	ActivatedAt time.Time `json:"successor_activated_at"`
+	// LastStaleRejectionAt is the scope's last stale rejection, if any.
+	LastStaleRejectionAt *time.Time `json:"last_stale_rejection_at"`
+	// Stale is worker A's superseded envelope, submitted after release.
+	Stale workerResult `json:"stale_worker"`
+	// Current is worker B's envelope.
+	Current workerResult `json:"current_worker"`
 	// TargetAtStaleDecision is the target right after the stale worker's
 	// request was decided, before the current worker ran.
-	TargetAtStaleDecision        targetView `json:"target_at_stale_decision"`
-	MutationsBeforeCurrentWorker uint64     `json:"mutations_before_current_worker"`
-	FinalTarget                  targetView `json:"final_target"`
+	TargetAtStaleDecision targetView `json:"target_at_stale_decision"`
+	// MutationsBeforeCurrentWorker counts the target's changes before B wrote.
+	MutationsBeforeCurrentWorker uint64 `json:"mutations_before_current_worker"`
+	// FinalTarget is the target at the end.
+	FinalTarget targetView `json:"final_target"`
 	// OutstandingEffects lists effects whose fate the receiver cannot
 	// vouch for (kept apart from decided ones): none, when both workers'
 	// requests went through this receiver's transaction.
 	OutstandingEffects []string `json:"outstanding_effects"`
 	// VerifyChain is verify-chain's problem code for the receiver's
-	// database at the end, and VerifyDetail its evidence.
-	VerifyChain  string `json:"verify_chain"`
+	// database at the end.
+	VerifyChain string `json:"verify_chain"`
+	// VerifyDetail is its evidence, when there is a problem.
 	VerifyDetail string `json:"verify_detail,omitempty"`
 }
 
+// targetView is a target as a report shows it.
 type targetView struct {
+	// Revision is the target's revision.
 	Revision uint64 `json:"revision"`
-	Value    string `json:"value"`
+	// Value is its value, as text.
+	Value string `json:"value"`
 }
 
 const (

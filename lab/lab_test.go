@@ -57,7 +57,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	want := Summary{
+	want := Observations{
 		StaleWorkerAccepted:                     false,
 		MutationsBeforeCurrentWorker:            0,
 		CurrentWorkerAccepted:                   true,
@@ -74,16 +74,21 @@ func TestRun(t *testing.T) {
 		ServedCurrentWorkerAccepted:             true,
 		ProductionAuthorization:                 "not_assessed",
 	}
-	if *sum != want {
-		t.Fatalf("summary %+v, want %+v", *sum, want)
+	if sum.Observations != want || sum.Verdict != VerdictAsExpected || len(sum.Unexpected()) != 0 {
+		t.Fatalf("summary %+v, want %+v, all as expected", *sum, want)
 	}
 	var onDisk Summary
 	raw, err := os.ReadFile(filepath.Join(out, "summary.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(raw, &onDisk); err != nil || onDisk != want {
+	if err := json.Unmarshal(raw, &onDisk); err != nil || onDisk.Observations != want || onDisk.Verdict != VerdictAsExpected ||
+		len(onDisk.Checks) != len(expectations) {
 		t.Fatalf("summary.json = %s (%v)", raw, err)
+	}
+	report, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil || !strings.Contains(string(report), "**Verdict: as expected**") {
+		t.Fatalf("report.md has no overall verdict: %v\n%s", err, report)
 	}
 	for _, f := range []string{"report.md", "source.json", "environment.json",
 		"01-paused-worker/report.json", "01-paused-worker/receiver.db", "01-paused-worker/events.json",

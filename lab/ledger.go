@@ -24,17 +24,26 @@ const workerC = "worker-c"
 
 // ledgerReport is the report.json of demonstration 3.
 type ledgerReport struct {
+	// Demonstration is the demonstration's directory name.
 	Demonstration string `json:"demonstration"`
 	// AnchorChecked says whether the ledger was compared with its anchor
 	// when worker C opened the restored copy.
-	AnchorChecked   bool         `json:"ledger_anchor_checked"`
-	Steps           []step       `json:"steps"`
-	FirstClaim      workerResult `json:"worker_a"`
-	HoldRequestedAt time.Time    `json:"hold_requested_at"`
-	HoldCommittedAt time.Time    `json:"hold_committed_at"`
-	RestoredClaim   workerResult `json:"worker_c"`
-	TargetBefore    targetView   `json:"target_before"`
-	TargetAfter     targetView   `json:"target_after"`
+	AnchorChecked bool `json:"ledger_anchor_checked"`
+	// Steps are the demonstration's steps, in order.
+	Steps []step `json:"steps"`
+	// FirstClaim is worker A's claim of the action, before it stalled.
+	FirstClaim workerResult `json:"worker_a"`
+	// HoldRequestedAt is when the operator asked the receiver for the hold.
+	HoldRequestedAt time.Time `json:"hold_requested_at"`
+	// HoldCommittedAt is when the receiver committed it.
+	HoldCommittedAt time.Time `json:"hold_committed_at"`
+	// RestoredClaim is worker C's claim in the restored ledger, and its
+	// work at the held receiver.
+	RestoredClaim workerResult `json:"worker_c"`
+	// TargetBefore is the target before worker C ran.
+	TargetBefore targetView `json:"target_before"`
+	// TargetAfter is the target after.
+	TargetAfter targetView `json:"target_after"`
 	// LedgerAfter is the action as the ledger file in place at the end
 	// holds it (read without the anchor check, as evidence).
 	LedgerAfter ledgerActionView `json:"ledger_after"`
@@ -43,16 +52,24 @@ type ledgerReport struct {
 	OutstandingEffects []string `json:"outstanding_effects"`
 }
 
+// ledgerActionView is the lab action's claims as a ledger file holds them.
 type ledgerActionView struct {
-	Action string             `json:"action"`
+	// Action is the lab's action.
+	Action string `json:"action"`
+	// Claims are its claims, oldest first.
 	Claims []ledgerClaimBrief `json:"claims"`
 }
 
+// ledgerClaimBrief is one claim in a ledgerActionView.
 type ledgerClaimBrief struct {
-	Claim      string `json:"claim"`
-	Worker     string `json:"worker"`
+	// Claim is the claim's ref.
+	Claim string `json:"claim"`
+	// Worker is the worker that holds or held it.
+	Worker string `json:"worker"`
+	// Generation is 1 for the action's first claim, one more per takeover.
 	Generation uint64 `json:"generation"`
-	State      string `json:"state"`
+	// State is the claim's state.
+	State string `json:"state"`
 }
 
 // ledgerFiles is a lab ledger: its file, anchor and key.
@@ -65,9 +82,10 @@ type ledgerFiles struct {
 // in the ledger and stalls; the operator holds the receiver; the ledger
 // file is then restored from a copy taken before A's claim, and worker C
 // claims the same action and submits. Without the ledger's anchor check
-// the restored copy hands C a second claim (the original lab's
-// counterexample), and the held receiver still refuses C's work; with the
-// check the restored ledger refuses to open.
+// the restored copy hands C a second claim (the counterexample of the
+// original lab, the ledger-only experiment, with no receiver fence and no
+// anchor, that kvfence grew out of), and the held receiver still refuses
+// C's work; with the check the restored ledger refuses to open.
 func (l *lab) restoredLedger(ctx context.Context, name string, anchored bool) (*ledgerReport, error) {
 	dir := filepath.Join(l.opts.Output, name)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -98,7 +116,7 @@ func (l *lab) restoredLedger(ctx context.Context, name string, anchored bool) (*
 		return nil, err
 	}
 	if err := lf.with(func(lg *ledger.Ledger) error {
-		a, err := lg.Approve(ctx, ledger.ApproveRequest{Action: actionID, RequestSHA256: kvfence.RequestDigest(req),
+		a, err := lg.Approve(ctx, ledger.ApproveRequest{Action: actionID, Request: req,
 			Approver: "approver", Decision: "approval-1", TTL: time.Hour})
 		if err == nil {
 			record("approver", "approve the action in the ledger", fmt.Sprintf("audit seq %d", a.AuditSeq))

@@ -15,24 +15,47 @@ import (
 
 // sourceManifest records what produced the lab's output.
 type sourceManifest struct {
-	Module       string            `json:"module"`
-	Version      string            `json:"version"`
-	VCSRevision  string            `json:"vcs_revision,omitempty"`
-	VCSModified  string            `json:"vcs_modified,omitempty"`
-	VCSTime      string            `json:"vcs_time,omitempty"`
+	// Module is the main module's path, from the binary's build info.
+	Module string `json:"module"`
+	// Version is the main module's version, "(devel)" for a source build.
+	Version string `json:"version"`
+	// VCSRevision is the source's commit; "" when VCSSource says it could
+	// not be had.
+	VCSRevision string `json:"vcs_revision"`
+	// VCSModified is "true" when the source tree differs from that commit,
+	// "false" when it does not, "" when unknown.
+	VCSModified string `json:"vcs_modified"`
+	// VCSTime is the commit's time, UTC in RFC 3339, or "".
+	VCSTime string `json:"vcs_time"`
+	// VCSSource says where they come from: "build info" (the binary's own
+	// stamp), "git" (read with git from SourceDir, as under go run, which
+	// stamps none), or "none: " and why neither could be read.
+	VCSSource string `json:"vcs_source"`
+	// SourceDir is the source tree git was asked about, if it was.
+	SourceDir string `json:"source_dir,omitempty"`
+	// Dependencies maps each module the binary was built with to its
+	// version (and replacement).
 	Dependencies map[string]string `json:"dependencies"`
-	Binary       string            `json:"binary"`
-	BinarySHA256 string            `json:"binary_sha256"`
-	Fixtures     map[string]string `json:"fixtures_sha256"`
+	// Binary is the path of the binary run as the lab's workers and serve.
+	Binary string `json:"binary"`
+	// BinarySHA256 is that binary's SHA-256.
+	BinarySHA256 string `json:"binary_sha256"`
+	// Fixtures maps each fixture file to its SHA-256.
+	Fixtures map[string]string `json:"fixtures_sha256"`
 }
 
 // environmentManifest records where the lab ran.
 type environmentManifest struct {
+	// GoVersion is the Go release the binary was built with.
 	GoVersion string `json:"go_version"`
-	OS        string `json:"os"`
-	Arch      string `json:"arch"`
-	CPUs      int    `json:"cpus"`
-	Bbolt     string `json:"bbolt_version"`
+	// OS is the operating system.
+	OS string `json:"os"`
+	// Arch is the processor architecture.
+	Arch string `json:"arch"`
+	// CPUs is the number of logical processors.
+	CPUs int `json:"cpus"`
+	// Bbolt is the version of go.etcd.io/bbolt the binary was built with.
+	Bbolt string `json:"bbolt_version"`
 }
 
 func (l *lab) writeManifests() error {
@@ -68,6 +91,17 @@ func (l *lab) writeManifests() error {
 				env.Bbolt = d.Version
 			}
 		}
+	}
+	if src.VCSRevision != "" {
+		src.VCSSource = "build info"
+	} else {
+		src.SourceDir = moduleDir()
+		src.VCSSource = "git"
+		v, err := gitVCS(src.SourceDir, l.opts.Output)
+		if err != nil {
+			src.VCSSource = "none: the binary carries no VCS stamp (as under go run), and " + err.Error()
+		}
+		src.VCSRevision, src.VCSModified, src.VCSTime = v.revision, v.modified, v.time
 	}
 	sum, err := fileSHA256(l.opts.Executable)
 	if err != nil {

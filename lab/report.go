@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -16,6 +17,8 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport, led
 	p("")
 	p("Every step below ran in separate processes against real bbolt files in this directory.")
 	p("These are local protocol results on one machine; production authorization was not assessed.")
+	p("")
+	writeVerdict(&b, sum)
 	p("")
 	p("## 1. Paused worker (%s)", paused.Demonstration)
 	p("")
@@ -43,6 +46,10 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport, led
 	p("")
 	p("## 3. Restored ledger (%s, %s)", ledgerCopy.Demonstration, ledgerAnchored.Demonstration)
 	p("")
+	p("The original lab is the experiment kvfence grew out of: an execution ledger alone, with no fence at the receiver")
+	p("and no anchor, in which a ledger restored from a backup handed a second worker an action already claimed; 3a repeats")
+	p("that counterexample on purpose, and 3b shows the anchor catching it.")
+	p("")
 	p("Worker A claimed the approved action in the execution ledger (claim %s) and stalled; the administrator held", ledgerCopy.FirstClaim.Ledger.Claim)
 	p("the receiver (committed %s). The ledger file was then restored from a copy taken before A's claim.", ts(ledgerCopy.HoldCommittedAt))
 	p("")
@@ -61,13 +68,15 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport, led
 	p("")
 	p("## 4. Restored receiver database, no anchor check (%s)", unanchored.Demonstration)
 	p("")
-	p("The receiver's own database from before the hold was restored. Opened without comparing it to its anchor")
+	p("The receiver's own database from before the hold was restored: a copy of demonstration 1's database (`%s`),", preHoldCopy)
+	p("taken after worker A's activation and before the hold, with demonstration 1's current anchor. Opened without comparing it to its anchor")
 	p("(a path that only the lab build has), it restores the exact state under which worker A's grant was valid: A's old request was **%s**", decision(unanchored.Stale))
 	p("and the target went from revision %d to %d. This counterexample is kept on purpose: the fence alone cannot tell a restored copy from the present.", unanchored.TargetBefore.Revision, unanchored.TargetAfter.Revision)
 	p("")
 	p("## 5. Restored receiver database, anchored (%s)", anchored.Demonstration)
 	p("")
-	p("The same restored database, opened normally, is compared with the signed anchor kept apart from it: A's request was **%s**,", decision(anchored.Stale))
+	p("Demonstration 5 uses another copy of the same pre-hold database of demonstration 1, with demonstration 1's current anchor.")
+	p("Opened normally, it is compared with the signed anchor kept apart from it: A's request was **%s**,", decision(anchored.Stale))
 	p("the target stayed at revision %d, and verify-chain reports `%s`:", anchored.TargetAfter.Revision, anchored.VerifyChain)
 	p("")
 	p("> %s", anchored.VerifyDetail)
@@ -96,23 +105,32 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport, led
 	p("")
 	p("## Summary")
 	p("")
-	p("| claim | value |")
-	p("|---|---|")
-	p("| stale_worker_accepted | %v |", sum.StaleWorkerAccepted)
-	p("| mutations_before_current_worker | %d |", sum.MutationsBeforeCurrentWorker)
-	p("| current_worker_accepted | %v |", sum.CurrentWorkerAccepted)
-	p("| defective_receiver_accepted_stale_worker | %v |", sum.DefectiveReceiverAcceptedStaleWorker)
-	p("| restored_ledger_accepted_claim | %v |", sum.RestoredLedgerAcceptedClaim)
-	p("| held_receiver_accepted_restored_work | %v |", sum.HeldReceiverAcceptedRestoredWork)
-	p("| restored_receiver_copy_accepted_old_grant | %v |", sum.RestoredReceiverCopyAcceptedOldGrant)
-	p("| restored_receiver_rollback_detected | %v |", sum.RestoredReceiverRollbackDetected)
-	p("| restored_ledger_rollback_detected | %v |", sum.RestoredLedgerRollbackDetected)
-	p("| served_wrong_identity_denied | %v |", sum.ServedWrongIdentityDenied)
-	p("| served_worker_hold_forbidden | %v |", sum.ServedWorkerHoldForbidden)
-	p("| served_hold_while_serving_denied_stale_worker | %v |", sum.ServedHoldWhileServingDeniedStaleWorker)
-	p("| served_current_worker_accepted | %v |", sum.ServedCurrentWorkerAccepted)
-	p("| production_authorization | %s |", sum.ProductionAuthorization)
+	writeVerdict(&b, sum)
+	p("")
+	p("Each key of summary.json with the value this run observed and the value it must have. A `true` is not always a success:")
+	p("a counterexample is a failure produced on purpose with a check removed or bypassed, and it is as expected when it happens.")
+	p("")
+	p("| key | observed | expected | as expected | kind | meaning |")
+	p("|---|---|---|---|---|---|")
+	for _, e := range expectations {
+		c := sum.Checks[e.key]
+		ok := "yes"
+		if !c.AsExpected {
+			ok = "**NO**"
+		}
+		p("| %s | %v | %v | %s | %s | %s |", e.key, c.Observed, c.Expected, ok, c.Kind, c.Meaning)
+	}
 	return os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// writeVerdict writes the overall verdict line of report.md.
+func writeVerdict(w io.Writer, sum *Summary) {
+	if sum.Verdict == VerdictAsExpected {
+		fmt.Fprintf(w, "**Verdict: as expected** (%s). The counterexamples are kept on purpose; see the summary table.\n", sum.VerdictDetail)
+		return
+	}
+	fmt.Fprintf(w, "**Verdict: NOT as expected** (%s). This run does not support the claims below as stated; "+
+		"read the demonstrations the keys name.\n", sum.VerdictDetail)
 }
 
 func ts(t interface{ Format(string) string }) string { return t.Format("15:04:05.000000Z07:00") }

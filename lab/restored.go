@@ -21,17 +21,23 @@ const preHoldCopy = "receiver-pre-hold.db"
 
 // restoredReport is the report.json of demonstrations 4 and 5.
 type restoredReport struct {
+	// Demonstration is the demonstration's directory name.
 	Demonstration string `json:"demonstration"`
 	// AnchorChecked says whether the receiver compared the restored
 	// database with its (current, separately kept) anchor.
-	AnchorChecked bool         `json:"anchor_checked"`
-	Steps         []step       `json:"steps"`
-	Stale         workerResult `json:"stale_worker"`
-	TargetBefore  targetView   `json:"target_before"`
-	TargetAfter   targetView   `json:"target_after"`
+	AnchorChecked bool `json:"anchor_checked"`
+	// Steps are the demonstration's steps, in order.
+	Steps []step `json:"steps"`
+	// Stale is worker A's old envelope submitted to the restored copy.
+	Stale workerResult `json:"stale_worker"`
+	// TargetBefore is the restored copy's target before A submitted.
+	TargetBefore targetView `json:"target_before"`
+	// TargetAfter is the target after.
+	TargetAfter targetView `json:"target_after"`
 	// VerifyChain is verify-chain's problem code for the restored database
-	// against the current anchor, and VerifyDetail its evidence.
-	VerifyChain  string `json:"verify_chain"`
+	// against the current anchor.
+	VerifyChain string `json:"verify_chain"`
+	// VerifyDetail is its evidence.
 	VerifyDetail string `json:"verify_detail,omitempty"`
 }
 

@@ -74,38 +74,54 @@ func socketPath(dir string) (sock string, cleanup func(), err error) {
 
 // servedReport is the served-receiver demonstration's report.json.
 type servedReport struct {
+	// Demonstration is the demonstration's directory name.
 	Demonstration string `json:"demonstration"`
-	Steps         []step `json:"steps"`
-	// Listen and AdminSocket are where serve said it listens.
-	Listen      string `json:"listen"`
+	// Steps are the demonstration's steps, in order.
+	Steps []step `json:"steps"`
+	// Listen is where serve said it listens for workers.
+	Listen string `json:"listen"`
+	// AdminSocket is where serve said its admin socket is.
 	AdminSocket string `json:"admin_socket"`
 	// Identities names each party by the identity the receiver gives it.
 	Identities map[string]string `json:"identities"`
-	// WorkerHold is worker A's certificate calling POST /v1/hold, and
-	// EpochAfterWorkerHold the scope's epoch right after it.
-	WorkerHold           workerResult `json:"worker_hold"`
-	EpochAfterWorkerHold uint64       `json:"epoch_after_worker_hold"`
-	HoldRequestedAt      time.Time    `json:"hold_requested_at"`
-	HoldCommittedAt      time.Time    `json:"hold_committed_at"`
+	// WorkerHold is worker A's certificate calling POST /v1/hold.
+	WorkerHold workerResult `json:"worker_hold"`
+	// EpochAfterWorkerHold is the scope's epoch right after that call.
+	EpochAfterWorkerHold uint64 `json:"epoch_after_worker_hold"`
+	// HoldRequestedAt is when the operator asked for the hold.
+	HoldRequestedAt time.Time `json:"hold_requested_at"`
+	// HoldCommittedAt is when the receiver committed it.
+	HoldCommittedAt time.Time `json:"hold_committed_at"`
 	// StaleWhileHeld is A's own envelope sent after the hold, before B's
-	// activation; StaleAfterSuccessor the same envelope after B's.
-	StaleWhileHeld      workerResult `json:"stale_worker_while_held"`
-	ActivatedAt         time.Time    `json:"successor_activated_at"`
-	WrongIdentity       workerResult `json:"wrong_identity"`
+	// activation.
+	StaleWhileHeld workerResult `json:"stale_worker_while_held"`
+	// ActivatedAt is when worker B's grant was activated.
+	ActivatedAt time.Time `json:"successor_activated_at"`
+	// WrongIdentity is A's certificate presenting B's current envelope.
+	WrongIdentity workerResult `json:"wrong_identity"`
+	// StaleAfterSuccessor is A's own envelope again, after B's activation.
 	StaleAfterSuccessor workerResult `json:"stale_worker_after_successor_activated"`
 	// WrongIdentityCaller is the caller the receiver recorded for the
 	// wrong-identity denial: the identity taken from A's certificate.
-	WrongIdentityCaller          string       `json:"wrong_identity_recorded_caller"`
-	TargetBeforeCurrentWorker    targetView   `json:"target_before_current_worker"`
-	MutationsBeforeCurrentWorker uint64       `json:"mutations_before_current_worker"`
-	Current                      workerResult `json:"current_worker"`
-	FinalTarget                  targetView   `json:"final_target"`
+	WrongIdentityCaller string `json:"wrong_identity_recorded_caller"`
+	// TargetBeforeCurrentWorker is the target just before B submitted.
+	TargetBeforeCurrentWorker targetView `json:"target_before_current_worker"`
+	// MutationsBeforeCurrentWorker counts the target's changes before B wrote.
+	MutationsBeforeCurrentWorker uint64 `json:"mutations_before_current_worker"`
+	// Current is worker B's envelope, with B's certificate.
+	Current workerResult `json:"current_worker"`
+	// FinalTarget is the target at the end.
+	FinalTarget targetView `json:"final_target"`
 	// AdminActors are the actors the chain recorded on administrative
 	// changes.
-	AdminActors   []string `json:"admin_actors"`
-	ServeExitCode int      `json:"serve_exit_code"`
-	VerifyChain   string   `json:"verify_chain"`
-	VerifyDetail  string   `json:"verify_detail,omitempty"`
+	AdminActors []string `json:"admin_actors"`
+	// ServeExitCode is serve's exit status after SIGTERM.
+	ServeExitCode int `json:"serve_exit_code"`
+	// VerifyChain is verify-chain's problem code for the served
+	// receiver's database at the end.
+	VerifyChain string `json:"verify_chain"`
+	// VerifyDetail is its evidence, when there is a problem.
+	VerifyDetail string `json:"verify_detail,omitempty"`
 }
 
 // served is a running kvfence serve and the files of its demonstration.
@@ -123,9 +139,12 @@ type served struct {
 
 // serveReady is the part of serve's --json output the lab uses.
 type serveReady struct {
-	Listen      string `json:"listen"`
+	// Listen is the address serve listens on for workers.
+	Listen string `json:"listen"`
+	// AdminSocket is the path of serve's admin socket.
 	AdminSocket string `json:"admin_socket"`
-	Receiver    string `json:"receiver"`
+	// Receiver is the served receiver's id.
+	Receiver string `json:"receiver"`
 }
 
 // certFiles returns the certificate and key paths of a party.

@@ -45,34 +45,47 @@ func Available() bool { return defect.Open != nil && defect.OpenLedger != nil }
 
 // workerResult is what a worker process prints as its last line.
 type workerResult struct {
-	Outcome  string `json:"outcome"`
-	Reason   string `json:"reason,omitempty"`
-	Detail   string `json:"detail,omitempty"`
+	// Outcome is the receiver's decision (applied, already_applied,
+	// denied), or what kept the worker from one (not_submitted,
+	// refused_at_open, forbidden, call_failed).
+	Outcome string `json:"outcome"`
+	// Reason is a denial's stable reason.
+	Reason string `json:"reason,omitempty"`
+	// Detail is the decision's or the refusal's detail.
+	Detail string `json:"detail,omitempty"`
+	// Revision is the target's revision after an applied request.
 	Revision uint64 `json:"revision,omitempty"`
+	// AuditSeq is the decision's entry in the receiver's audit chain.
 	AuditSeq uint64 `json:"audit_seq"`
-	// ReadyAt is when the worker held its envelope; SubmittedAt when it
-	// sent it, after the parent released it.
-	ReadyAt     time.Time `json:"ready_at"`
+	// ReadyAt is when the worker held its envelope.
+	ReadyAt time.Time `json:"ready_at"`
+	// SubmittedAt is when it sent the envelope, after the parent released it.
 	SubmittedAt time.Time `json:"submitted_at"`
-	DecidedAt   time.Time `json:"decided_at"`
+	// DecidedAt is when the answer came back.
+	DecidedAt time.Time `json:"decided_at"`
 	// Ledger is the worker's claim in the execution ledger, when it was
 	// told to claim before submitting.
 	Ledger *ledgerResult `json:"ledger,omitempty"`
-	// HTTPStatus and ErrorCode are a served receiver's error answer, when
-	// it refused the call instead of deciding it.
-	HTTPStatus int    `json:"http_status,omitempty"`
-	ErrorCode  string `json:"error_code,omitempty"`
+	// HTTPStatus is a served receiver's HTTP status, when it refused the
+	// call instead of deciding it.
+	HTTPStatus int `json:"http_status,omitempty"`
+	// ErrorCode is that refusal's error code.
+	ErrorCode string `json:"error_code,omitempty"`
 }
 
 // ledgerResult is a worker's attempt to claim its action in the ledger.
 type ledgerResult struct {
 	// Outcome is "claimed", "claim_refused" (the ledger's rules said no)
 	// or refused_at_open (the ledger failed its anchor check).
-	Outcome    string `json:"outcome"`
-	Claim      string `json:"claim,omitempty"`
+	Outcome string `json:"outcome"`
+	// Claim is the ref of the claim the ledger gave.
+	Claim string `json:"claim,omitempty"`
+	// Generation is that claim's generation.
 	Generation uint64 `json:"generation,omitempty"`
-	Detail     string `json:"detail,omitempty"`
-	AuditSeq   uint64 `json:"audit_seq,omitempty"`
+	// Detail is the ledger's refusal, in its own words.
+	Detail string `json:"detail,omitempty"`
+	// AuditSeq is the claim's entry in the ledger's audit chain.
+	AuditSeq uint64 `json:"audit_seq,omitempty"`
 }
 
 // Ledger outcomes of a worker.

@@ -8,7 +8,11 @@
 // # Model
 //
 // An approval names an action, the SHA-256 of the exact request that was
-// approved, the approver and an expiry. A claim is one worker's hold on one
+// approved, the approver and an expiry. Given the request bytes, Approve
+// reads the action they name (as strictly as the receiver decodes them,
+// without importing the receiver) and refuses an approval of any other
+// action (ErrActionMismatch); an approval by digest alone records that its
+// action was not checked. A claim is one worker's hold on one
 // approved action; an action has at most one live claim. A claim moves
 //
 //	claimed -> dispatched -> succeeded | failed
@@ -19,7 +23,9 @@
 // operator takes it over. A takeover supersedes the live claim, marks it
 // uncertain (the superseded worker may still have an effect in flight) and
 // gives the action a new claim; an operator later reconciles the uncertain
-// claim to succeeded or failed. A worker that restarts and claims again gets
+// claim to succeeded or failed, which records its own time (a claim's
+// SettledAt stays the moment it stopped being live). A claim that is no
+// longer live reports no lease. A worker that restarts and claims again gets
 // its own live claim back.
 //
 // # Storage and integrity
@@ -31,7 +37,8 @@
 // approve, claim, heartbeat, dispatch, finish, takeover, reconcile; an
 // entry's Decision holds the claim ref and Epoch the claim's generation) and
 // signs a checkpoint that is written to an anchor kept apart from the file,
-// exactly as the receiver does. Opening a ledger whose chain ends before its
+// exactly as the receiver does; Events lists the chain and VerifyChain
+// checks it against the anchor. Opening a ledger whose chain ends before its
 // anchor, or disagrees with it, fails with audit.ErrRollbackDetected or
 // audit.ErrForkDetected: a restored copy of the ledger cannot hand out a
 // second claim of an action that was already claimed. A verifier of a

@@ -28,6 +28,9 @@ var (
 
 // Refusals: the ledger's state does not allow the call. Nothing was written.
 var (
+	// ErrActionMismatch means an approval named one action and the request
+	// bytes it would bind name another.
+	ErrActionMismatch = errors.New("ledger: the request names another action")
 	// ErrAlreadyApproved means the action already has an approval.
 	ErrAlreadyApproved = errors.New("ledger: action already approved")
 	// ErrNotApproved means the action has no approval.
@@ -55,7 +58,7 @@ var (
 // IsRefusal reports whether err is one of the refusals above: the call was
 // well formed but the ledger's state did not allow it.
 func IsRefusal(err error) bool {
-	for _, t := range []error{ErrAlreadyApproved, ErrNotApproved, ErrApprovalExpired, ErrClaimed, ErrSettled,
+	for _, t := range []error{ErrActionMismatch, ErrAlreadyApproved, ErrNotApproved, ErrApprovalExpired, ErrClaimed, ErrSettled,
 		ErrNoClaim, ErrNotOwner, ErrSuperseded, ErrBadTransition} {
 		if errors.Is(err, t) {
 			return true

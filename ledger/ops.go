@@ -3,18 +3,23 @@ package ledger
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/ident"
+	"github.com/kvfence/kvfence/internal/reqwire"
 	bolt "go.etcd.io/bbolt"
 )
 
-// Approve records an approval of req.Action for the request whose SHA-256
-// is req.RequestSHA256. An action is approved once; a second approval is
-// ErrAlreadyApproved.
+// Approve records an approval of req.Action for the request whose exact
+// bytes are req.Request (or, by digest alone, whose SHA-256 is
+// req.RequestSHA256). Request bytes that name another action than
+// req.Action are ErrActionMismatch, and bytes that are not a well-formed
+// request ErrInvalidArgument; either way nothing is written. An action is
+// approved once; a second approval is ErrAlreadyApproved.
 func (l *Ledger) Approve(ctx context.Context, req ApproveRequest) (Approval, error) {
 	if err := checkIdents("action", req.Action, "approver", req.Approver); err != nil {
 		return Approval{}, err
@@ -24,8 +29,24 @@ func (l *Ledger) Approve(ctx context.Context, req ApproveRequest) (Approval, err
 			return Approval{}, err
 		}
 	}
+	checked := false
+	if req.Request != nil {
+		named, err := reqwire.Action(req.Request)
+		if err != nil {
+			return Approval{}, fmt.Errorf("%w: the request: %v", ErrInvalidArgument, err)
+		}
+		if named != req.Action {
+			return Approval{}, fmt.Errorf("%w: the approval names %q, the request names %q", ErrActionMismatch, req.Action, named)
+		}
+		sum := sha256.Sum256(req.Request)
+		if req.RequestSHA256 != ([32]byte{}) && req.RequestSHA256 != sum {
+			return Approval{}, fmt.Errorf("%w: the request digest %x is not the SHA-256 of the request bytes (%x)",
+				ErrInvalidArgument, req.RequestSHA256, sum)
+		}
+		req.RequestSHA256, checked = sum, true
+	}
 	if req.RequestSHA256 == ([32]byte{}) {
-		return Approval{}, fmt.Errorf("%w: the request digest is required", ErrInvalidArgument)
+		return Approval{}, fmt.Errorf("%w: the request or its digest is required", ErrInvalidArgument)
 	}
 	if req.TTL <= 0 {
 		return Approval{}, fmt.Errorf("%w: the approval's TTL must be positive", ErrInvalidArgument)
@@ -46,7 +67,7 @@ func (l *Ledger) Approve(ctx context.Context, req ApproveRequest) (Approval, err
 		if err != nil {
 			return err
 		}
-		rec := approvalRecord{Action: req.Action, RequestSHA256: req.RequestSHA256[:], Approver: req.Approver,
+		rec := approvalRecord{Action: req.Action, RequestSHA256: req.RequestSHA256[:], ActionChecked: checked, Approver: req.Approver,
 			Decision: req.Decision, ApprovedAt: w.now.UnixNano(), ExpiresAt: w.now.Add(req.TTL).UnixNano(), AuditSeq: seq}
 		out = rec.public()
 		return put(w.tx, bucketApprovals, []byte(req.Action), &rec)
@@ -266,7 +287,7 @@ func (l *Ledger) Reconcile(ctx context.Context, ref, operator string, outcome St
 		if c.State != StateUncertain {
 			return fmt.Errorf("%w: %s is %s; only an uncertain claim is reconciled", ErrBadTransition, ref, c.State)
 		}
-		c.State, c.ReconciledBy = outcome, operator
+		c.State, c.ReconciledBy, c.ReconciledAt = outcome, operator, w.now.UnixNano()
 		seq, err := w.appendAudit(&audit.Entry{Kind: KindReconcile, Action: c.Action, Executor: operator, Decision: ref,
 			Epoch: c.Generation, Outcome: string(outcome)})
 		if err != nil {

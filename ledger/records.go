@@ -32,39 +32,76 @@ var (
 // formatVersion is the on-disk format this package reads and writes.
 const formatVersion = "kvfence-ledger/1"
 
-// Stored records. Times are Unix nanoseconds; zero means never.
+// Stored records. Times are Unix nanoseconds; zero means never. Each
+// field is stored as the public field of the same name describes it.
+
+// approvalRecord is an Approval as stored under its action.
 type approvalRecord struct {
-	Action        string `cbor:"action"`
+	// Action is Approval.Action.
+	Action string `cbor:"action"`
+	// RequestSHA256 is Approval.RequestSHA256 (32 bytes).
 	RequestSHA256 []byte `cbor:"request_sha256"`
-	Approver      string `cbor:"approver"`
-	Decision      string `cbor:"decision,omitempty"`
-	ApprovedAt    int64  `cbor:"approved_at"`
-	ExpiresAt     int64  `cbor:"expires_at"`
-	AuditSeq      uint64 `cbor:"audit_seq"`
+	// ActionChecked is Approval.ActionChecked; absent (false) in files
+	// written before the check existed, whose approvals were not checked.
+	ActionChecked bool `cbor:"action_checked,omitempty"`
+	// Approver is Approval.Approver.
+	Approver string `cbor:"approver"`
+	// Decision is Approval.Decision.
+	Decision string `cbor:"decision,omitempty"`
+	// ApprovedAt is Approval.ApprovedAt.
+	ApprovedAt int64 `cbor:"approved_at"`
+	// ExpiresAt is Approval.ExpiresAt.
+	ExpiresAt int64 `cbor:"expires_at"`
+	// AuditSeq is Approval.AuditSeq.
+	AuditSeq uint64 `cbor:"audit_seq"`
 }
 
+// actionRecord is an action's claims, stored under its name.
 type actionRecord struct {
-	Live   string   `cbor:"live,omitempty"`
+	// Live is the ref of the action's live claim, or empty.
+	Live string `cbor:"live,omitempty"`
+	// Claims are the refs of its claims, oldest first.
 	Claims []string `cbor:"claims"`
 }
 
+// claimRecord is a Claim as stored under its ref.
 type claimRecord struct {
-	Ref             string `cbor:"ref"`
-	Action          string `cbor:"action"`
-	Worker          string `cbor:"worker"`
-	Generation      uint64 `cbor:"generation"`
-	State           State  `cbor:"state"`
-	ClaimedAt       int64  `cbor:"claimed_at"`
-	HeartbeatAt     int64  `cbor:"heartbeat_at"`
-	LeaseExpiresAt  int64  `cbor:"lease_expires_at"`
-	DispatchedAt    int64  `cbor:"dispatched_at,omitempty"`
-	SettledAt       int64  `cbor:"settled_at,omitempty"`
-	SupersededBy    string `cbor:"superseded_by,omitempty"`
-	SupersededState State  `cbor:"superseded_state,omitempty"`
-	TakeoverBy      string `cbor:"takeover_by,omitempty"`
-	TakeoverReason  string `cbor:"takeover_reason,omitempty"`
-	ReconciledBy    string `cbor:"reconciled_by,omitempty"`
-	AuditSeq        uint64 `cbor:"audit_seq"`
+	// Ref is Claim.Ref.
+	Ref string `cbor:"ref"`
+	// Action is Claim.Action.
+	Action string `cbor:"action"`
+	// Worker is Claim.Worker.
+	Worker string `cbor:"worker"`
+	// Generation is Claim.Generation.
+	Generation uint64 `cbor:"generation"`
+	// State is Claim.State.
+	State State `cbor:"state"`
+	// ClaimedAt is Claim.ClaimedAt.
+	ClaimedAt int64 `cbor:"claimed_at"`
+	// HeartbeatAt is Claim.HeartbeatAt.
+	HeartbeatAt int64 `cbor:"heartbeat_at"`
+	// LeaseExpiresAt is the lease's expiry as last set; it is kept after
+	// the claim settles, but not reported then (see public).
+	LeaseExpiresAt int64 `cbor:"lease_expires_at"`
+	// DispatchedAt is Claim.DispatchedAt.
+	DispatchedAt int64 `cbor:"dispatched_at,omitempty"`
+	// SettledAt is Claim.SettledAt.
+	SettledAt int64 `cbor:"settled_at,omitempty"`
+	// SupersededBy is Claim.SupersededBy.
+	SupersededBy string `cbor:"superseded_by,omitempty"`
+	// SupersededState is Claim.SupersededState.
+	SupersededState State `cbor:"superseded_state,omitempty"`
+	// TakeoverBy is Claim.TakeoverBy.
+	TakeoverBy string `cbor:"takeover_by,omitempty"`
+	// TakeoverReason is Claim.TakeoverReason.
+	TakeoverReason string `cbor:"takeover_reason,omitempty"`
+	// ReconciledBy is Claim.ReconciledBy.
+	ReconciledBy string `cbor:"reconciled_by,omitempty"`
+	// ReconciledAt is Claim.ReconciledAt; absent in files written before
+	// it was recorded.
+	ReconciledAt int64 `cbor:"reconciled_at,omitempty"`
+	// AuditSeq is Claim.AuditSeq.
+	AuditSeq uint64 `cbor:"audit_seq"`
 }
 
 var (
@@ -136,16 +173,23 @@ func unixTime(ns int64) time.Time {
 }
 
 func (r *approvalRecord) public() Approval {
-	a := Approval{Action: r.Action, Approver: r.Approver, Decision: r.Decision,
+	a := Approval{Action: r.Action, ActionChecked: r.ActionChecked, Approver: r.Approver, Decision: r.Decision,
 		ApprovedAt: unixTime(r.ApprovedAt), ExpiresAt: unixTime(r.ExpiresAt), AuditSeq: r.AuditSeq}
 	copy(a.RequestSHA256[:], r.RequestSHA256)
 	return a
 }
 
+// public is the claim as callers see it. A claim that is no longer live
+// reports no lease: the stored expiry is history (the audit chain keeps
+// it), and showing it would read as a lease still running or expired.
 func (r *claimRecord) public() Claim {
-	return Claim{Ref: r.Ref, Action: r.Action, Worker: r.Worker, Generation: r.Generation, State: r.State,
+	c := Claim{Ref: r.Ref, Action: r.Action, Worker: r.Worker, Generation: r.Generation, State: r.State,
 		ClaimedAt: unixTime(r.ClaimedAt), HeartbeatAt: unixTime(r.HeartbeatAt), LeaseExpiresAt: unixTime(r.LeaseExpiresAt),
 		DispatchedAt: unixTime(r.DispatchedAt), SettledAt: unixTime(r.SettledAt), SupersededBy: r.SupersededBy,
 		SupersededState: r.SupersededState, TakeoverBy: r.TakeoverBy, TakeoverReason: r.TakeoverReason,
-		ReconciledBy: r.ReconciledBy, AuditSeq: r.AuditSeq}
+		ReconciledBy: r.ReconciledBy, ReconciledAt: unixTime(r.ReconciledAt), AuditSeq: r.AuditSeq}
+	if !r.State.Live() {
+		c.LeaseExpiresAt = time.Time{}
+	}
+	return c
 }

@@ -79,38 +79,68 @@ type InitOptions struct {
 // Approval records that an action, bound to the digest of its exact
 // request, was approved by someone until an expiry.
 type Approval struct {
-	Action        string
+	// Action is the approved action's name.
+	Action string
+	// RequestSHA256 is the SHA-256 of the exact request bytes approved.
 	RequestSHA256 [32]byte
-	Approver      string
-	Decision      string // an optional reference to the approval decision
-	ApprovedAt    time.Time
-	ExpiresAt     time.Time
-	AuditSeq      uint64
+	// ActionChecked says whether Approve read the request bytes and found
+	// that they name Action. It is false for an approval given by digest
+	// alone (ApproveRequest.Request empty), which the ledger could not check.
+	ActionChecked bool
+	// Approver is who approved it.
+	Approver string
+	// Decision is an optional reference to the approval decision.
+	Decision string
+	// ApprovedAt is when the approval was recorded.
+	ApprovedAt time.Time
+	// ExpiresAt is when the approval stops admitting a first claim.
+	ExpiresAt time.Time
+	// AuditSeq is the approval's entry in the ledger's audit chain.
+	AuditSeq uint64
 }
 
 // Claim is one worker's hold on one approved action.
 type Claim struct {
-	Ref            string // unguessable id the worker presents in later calls
-	Action         string
-	Worker         string
-	Generation     uint64 // 1 for the action's first claim, then one more per takeover
-	State          State
-	ClaimedAt      time.Time
-	HeartbeatAt    time.Time
+	// Ref is the unguessable id the worker presents in later calls.
+	Ref string
+	// Action is the claimed action.
+	Action string
+	// Worker is the worker that holds (or held) the claim.
+	Worker string
+	// Generation is 1 for the action's first claim, then one more per takeover.
+	Generation uint64
+	// State is the claim's state.
+	State State
+	// ClaimedAt is when the claim was made.
+	ClaimedAt time.Time
+	// HeartbeatAt is the claim's last heartbeat, or ClaimedAt.
+	HeartbeatAt time.Time
+	// LeaseExpiresAt is when the live claim's lease runs out. It is zero
+	// for a claim that is no longer live: a settled or uncertain claim
+	// has no lease.
 	LeaseExpiresAt time.Time
-	DispatchedAt   time.Time // zero if never dispatched
-	SettledAt      time.Time // when it reached succeeded, failed or uncertain
-	// SupersededBy is the ref of the claim that took this one over;
+	// DispatchedAt is when the worker dispatched its request; zero if never.
+	DispatchedAt time.Time
+	// SettledAt is when the claim stopped being live: it reached
+	// succeeded or failed, or a takeover made it uncertain.
+	SettledAt time.Time
+	// SupersededBy is the ref of the claim that took this one over.
+	SupersededBy string
 	// SupersededState is the state this claim was in at the takeover.
-	SupersededBy    string
 	SupersededState State
-	TakeoverBy      string // the operator who took over
-	TakeoverReason  string
-	ReconciledBy    string // the operator who settled an uncertain claim
+	// TakeoverBy is the operator who took the claim over.
+	TakeoverBy string
+	// TakeoverReason is the reason the operator gave for the takeover.
+	TakeoverReason string
+	// ReconciledBy is the operator who settled the uncertain claim.
+	ReconciledBy string
+	// ReconciledAt is when that operator settled it; zero if never.
+	ReconciledAt time.Time
 	// Resumed is set by Claim when it returned the worker's existing live
 	// claim instead of creating one. It is not stored.
-	Resumed  bool
-	AuditSeq uint64 // the audit entry of the change that produced this view
+	Resumed bool
+	// AuditSeq is the audit entry of the change that produced this view.
+	AuditSeq uint64
 }
 
 // LeaseExpired reports whether the claim's lease ran out before now. An
@@ -119,34 +149,58 @@ func (c Claim) LeaseExpired(now time.Time) bool { return c.State.Live() && now.A
 
 // ActionView is everything the ledger holds about one action.
 type ActionView struct {
-	Action   string
-	Approval *Approval // nil if not approved
-	Live     string    // ref of the live claim, if any
-	Claims   []Claim   // oldest first
+	// Action is the action's name.
+	Action string
+	// Approval is the action's approval; nil if not approved.
+	Approval *Approval
+	// Live is the ref of the live claim, or empty if there is none.
+	Live string
+	// Claims are the action's claims, oldest first.
+	Claims []Claim
 }
 
 // ApproveRequest asks Approve to approve an action.
 type ApproveRequest struct {
-	Action        string
+	// Action is the action to approve. When Request is given, it must be
+	// the action that the request names.
+	Action string
+	// Request is the exact request bytes being approved (the receiver's
+	// canonical CBOR). Approve reads the action they name and refuses a
+	// different one (ErrActionMismatch), and binds their SHA-256. Leave it
+	// empty only to approve by digest alone; the approval then records
+	// that its action was not checked.
+	Request []byte
+	// RequestSHA256 is the SHA-256 of the request bytes. With Request it
+	// may be left zero; if given, it must be the digest of Request.
 	RequestSHA256 [32]byte
-	Approver      string
-	Decision      string
+	// Approver is who approves.
+	Approver string
+	// Decision is an optional reference to the approval decision.
+	Decision string
 	// TTL is how long the approval may be claimed; it must be positive.
 	TTL time.Duration
 }
 
 // ClaimRequest asks Claim to claim an action for a worker.
 type ClaimRequest struct {
+	// Action is the approved action to claim.
 	Action string
+	// Worker is the worker that claims it.
 	Worker string
-	Lease  time.Duration // zero means DefaultLease
+	// Lease is the claim's lease; zero means DefaultLease.
+	Lease time.Duration
 }
 
 // TakeoverRequest asks Takeover to supersede an action's live claim.
 type TakeoverRequest struct {
-	Action   string
+	// Action is the action whose live claim is superseded.
+	Action string
+	// Operator is who takes over.
 	Operator string
-	Reason   string
-	Worker   string        // the worker that gets the new claim
-	Lease    time.Duration // zero means DefaultLease
+	// Reason is why, recorded in the audit chain.
+	Reason string
+	// Worker is the worker that gets the new claim.
+	Worker string
+	// Lease is the new claim's lease; zero means DefaultLease.
+	Lease time.Duration
 }

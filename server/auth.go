@@ -25,6 +25,7 @@ import (
 // other error is a fault (500). Nothing is decided or recorded for a
 // request that fails here.
 type Authenticator interface {
+	// Authenticate returns the identity of r's caller.
 	Authenticate(r *http.Request) (string, error)
 }
 

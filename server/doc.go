@@ -1,4 +1,4 @@
-// Package server serves a running kvfence receiver over HTTP (DESIGN §12):
+// Package server serves a running kvfence receiver over HTTP (docs/design.md §12):
 // an http.Handler over a *kvfence.Receiver that workers submit envelopes to
 // and operators administer while it serves, so that a scope can be held
 // during an incident without stopping the service that embeds the receiver.

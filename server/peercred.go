@@ -11,8 +11,11 @@ import (
 // PeerCredentials are the credentials of the process at the other end of a
 // unix socket connection, as the kernel recorded them when it connected.
 type PeerCredentials struct {
+	// PID is the peer's process id.
 	PID int32
+	// UID is the peer's user id: the one UnixPeer admits or refuses.
 	UID uint32
+	// GID is the peer's group id.
 	GID uint32
 }
 

@@ -60,7 +60,7 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Handler serves one receiver's HTTP API (DESIGN §12). It is safe for
+// Handler serves one receiver's HTTP API (docs/design.md §12). It is safe for
 // concurrent use.
 type Handler struct {
 	r       *kvfence.Receiver

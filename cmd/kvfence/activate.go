@@ -13,7 +13,7 @@ import (
 // opens the scope with it. It is privileged, and never advances the epoch.
 type ActivateCommand struct{ m *Main }
 
-// activateJSON is the --json shape of activate (DESIGN §9), the served
+// activateJSON is the --json shape of activate (docs/design.md §9), the served
 // receiver's response too.
 type activateJSON = api.Activate
 

@@ -43,11 +43,11 @@ const (
 	withoutPub
 )
 
-// commonFlags holds the flags shared by commands (DESIGN §9).
+// commonFlags holds the flags shared by commands (docs/design.md §9).
 type commonFlags struct {
 	name        string // the command, for messages: "scope create"
 	db          string
-	anchor      string // the anchor file, kept apart from the database (DESIGN §7)
+	anchor      string // the anchor file, kept apart from the database (docs/design.md §7.3)
 	key         string
 	pub         string
 	lockTimeout time.Duration

@@ -15,7 +15,7 @@ import (
 	"github.com/kvfence/kvfence/ledger"
 )
 
-// Exit codes (DESIGN §9). exitCode is the only place that chooses one.
+// Exit codes (docs/design.md §9). exitCode is the only place that chooses one.
 const (
 	ExitOK        = 0 // success, including already_applied
 	ExitError     = 1 // operational error

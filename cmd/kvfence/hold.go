@@ -14,7 +14,7 @@ import (
 // active grants and holds them, in one transaction. It is privileged.
 type HoldCommand struct{ m *Main }
 
-// holdScopeJSON is one scope of a hold's --json shape (DESIGN §9), as
+// holdScopeJSON is one scope of a hold's --json shape (docs/design.md §9), as
 // hold, recover and the served receiver print it.
 type holdScopeJSON = api.HoldScope
 

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/kvfence/kvfence/lab"
 )
@@ -34,26 +36,38 @@ func (c *LabCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(c.m.Stdout, sum)
+		if err := writeJSON(c.m.Stdout, sum); err != nil {
+			return err
+		}
+		return labVerdict(sum, *output)
 	}
 	tw := newTable(c.m.Stdout)
-	fmt.Fprintf(tw, "stale_worker_accepted\t%v\n", sum.StaleWorkerAccepted)
-	fmt.Fprintf(tw, "mutations_before_current_worker\t%d\n", sum.MutationsBeforeCurrentWorker)
-	fmt.Fprintf(tw, "current_worker_accepted\t%v\n", sum.CurrentWorkerAccepted)
-	fmt.Fprintf(tw, "defective_receiver_accepted_stale_worker\t%v\n", sum.DefectiveReceiverAcceptedStaleWorker)
-	fmt.Fprintf(tw, "defective_receiver_caught_by_verify_chain\t%v\n", sum.DefectiveReceiverCaughtByVerifyChain)
-	fmt.Fprintf(tw, "restored_ledger_accepted_claim\t%v\n", sum.RestoredLedgerAcceptedClaim)
-	fmt.Fprintf(tw, "held_receiver_accepted_restored_work\t%v\n", sum.HeldReceiverAcceptedRestoredWork)
-	fmt.Fprintf(tw, "restored_receiver_copy_accepted_old_grant\t%v\n", sum.RestoredReceiverCopyAcceptedOldGrant)
-	fmt.Fprintf(tw, "restored_receiver_rollback_detected\t%v\n", sum.RestoredReceiverRollbackDetected)
-	fmt.Fprintf(tw, "restored_ledger_rollback_detected\t%v\n", sum.RestoredLedgerRollbackDetected)
-	fmt.Fprintf(tw, "served_wrong_identity_denied\t%v\n", sum.ServedWrongIdentityDenied)
-	fmt.Fprintf(tw, "served_worker_hold_forbidden\t%v\n", sum.ServedWorkerHoldForbidden)
-	fmt.Fprintf(tw, "served_hold_while_serving_denied_stale_worker\t%v\n", sum.ServedHoldWhileServingDeniedStaleWorker)
-	fmt.Fprintf(tw, "served_current_worker_accepted\t%v\n", sum.ServedCurrentWorkerAccepted)
-	fmt.Fprintf(tw, "production_authorization\t%s\n", sum.ProductionAuthorization)
+	fmt.Fprintf(tw, "CHECK\tOBSERVED\tEXPECTED\tKIND\n")
+	for _, k := range lab.Keys() {
+		ch := sum.Checks[k]
+		mark := ""
+		if !ch.AsExpected {
+			mark = "  <- NOT AS EXPECTED"
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%s%s\n", k, ch.Observed, ch.Expected, ch.Kind, mark)
+	}
+	fmt.Fprintf(tw, "verdict\t%s\t%s\n", sum.Verdict, sum.VerdictDetail)
 	fmt.Fprintf(tw, "evidence\t%s (summary.json, report.md)\n", *output)
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return labVerdict(sum, *output)
+}
+
+// labVerdict fails the command when an observation is not the expected
+// one, so that a script that reads only the exit code notices; the
+// evidence is written either way.
+func labVerdict(sum *lab.Summary, output string) error {
+	if bad := sum.Unexpected(); len(bad) > 0 {
+		return withHint(fmt.Errorf("kvfence lab: %d checks not as expected: %s", len(bad), strings.Join(bad, ", ")),
+			"read "+filepath.Join(output, "report.md")+" for the demonstrations they name")
+	}
+	return nil
 }
 
 // Usage prints the command's help.
@@ -65,7 +79,11 @@ as paused workers and, for the served receiver, as kvfence serve with
 workers that hold only their own test certificates) on the backup-policy
 fixture, and writes the evidence to DIR: summary.json, report.md, source
 and environment manifests, and per demonstration a report, the receiver
-database, receipts and events. The served receiver's admin socket is made
+database, receipts and events. summary.json keeps one flat key per
+observation and, under "checks", each with its expected value, whether it
+is as expected, its kind (success, a counterexample kept on purpose, or a
+stated limit) and its meaning; "verdict" is as_expected or
+not_as_expected. The command exits 1 when any check is not as expected. The served receiver's admin socket is made
 in DIR, or in a private temporary directory when DIR's path is too long
 for a unix socket's address.
 

@@ -3,17 +3,18 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/kvfence/kvfence/internal/api"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/api"
+	"github.com/kvfence/kvfence/internal/reqwire"
+	"github.com/kvfence/kvfence/kvfence"
 	"github.com/kvfence/kvfence/ledger"
 )
 
@@ -115,8 +116,13 @@ func (c *LedgerCommand) Run(ctx context.Context, args []string) (err error) {
 		return &usageError{msg: "kvfence ledger: missing subcommand", hint: "kvfence ledger -h"}
 	}
 	name := args[0]
-	if name == "init" {
+	switch name {
+	case "init":
 		return c.init(ctx, args[1:])
+	case "verify-chain":
+		return c.verifyChain(ctx, args[1:])
+	case "events":
+		return c.events(ctx, args[1:])
 	}
 	sub, ok := ledgerSubs(c.m)[name]
 	if !ok {
@@ -141,7 +147,7 @@ func (c *LedgerCommand) Run(ctx context.Context, args []string) (err error) {
 	}
 	l, err := lf.open(sub.write)
 	if err != nil {
-		return ledgerHint(err)
+		return ledgerHint(err, lf)
 	}
 	defer func() {
 		if cerr := l.Close(); cerr != nil && err == nil {
@@ -159,8 +165,12 @@ func (c *LedgerCommand) Run(ctx context.Context, args []string) (err error) {
 }
 
 // ledgerHint adds the ledger's own next step to an error from opening it.
-func ledgerHint(err error) error {
+func ledgerHint(err error, lf ledgerFlags) error {
 	switch {
+	case errors.Is(err, ledger.ErrBadFormat) && isReceiverFile(lf.path, lf.lockTimeout):
+		return withHint(fmt.Errorf("kvfence %s: %s is a receiver database, not an execution ledger: %w", lf.name, lf.path, err),
+			"the ledger commands take the ledger file (kvfence ledger init --ledger FILE); for this database use "+
+				"the receiver's commands, e.g. kvfence verify-chain --db "+lf.path+" --anchor ANCHOR --pub RECEIVER.pub")
 	case errors.Is(err, audit.ErrRollbackDetected), errors.Is(err, audit.ErrForkDetected):
 		return withHint(err, "the ledger file is older than its anchor or disagrees with it: a backup may have been "+
 			"restored over it; its approvals and claims cannot be trusted; find the newest ledger file")
@@ -217,6 +227,7 @@ func ledgerSubs(m *Main) map[string]ledgerSub {
 			reqFile, digest := fs.String("request", "", ""), fs.String("request-sha256", "", "")
 			ttl := fs.Duration("ttl", time.Hour, "")
 			var sum [32]byte
+			var request []byte
 			check := func() error {
 				if err := require("ledger approve", [2]string{"action", *action}, [2]string{"approver", *approver}); err != nil {
 					return err
@@ -232,7 +243,15 @@ func ledgerSubs(m *Main) map[string]ledgerSub {
 					if err != nil {
 						return err
 					}
-					sum = sha256.Sum256(b)
+					// What the receiver would refuse is a mistake in the
+					// command line's input: nothing is approved.
+					if _, err := kvfence.DecodeRequest(b, reqwire.MaxSize); err != nil {
+						return &usageError{msg: fmt.Sprintf("kvfence ledger approve: --request %s: %v", *reqFile, err),
+							hint: "kvfence request build writes a request file"}
+					}
+					// The ledger itself checks that the request names
+					// --action, and binds its digest.
+					request = b
 				default:
 					b, err := hex.DecodeString(*digest)
 					if err != nil || len(b) != len(sum) {
@@ -243,8 +262,12 @@ func ledgerSubs(m *Main) map[string]ledgerSub {
 				return nil
 			}
 			return check, func(l *ledger.Ledger, ctx context.Context) (any, error) {
-				a, err := l.Approve(ctx, ledger.ApproveRequest{Action: *action, RequestSHA256: sum, Approver: *approver,
-					Decision: *decision, TTL: *ttl})
+				a, err := l.Approve(ctx, ledger.ApproveRequest{Action: *action, Request: request, RequestSHA256: sum,
+					Approver: *approver, Decision: *decision, TTL: *ttl})
+				if errors.Is(err, ledger.ErrActionMismatch) {
+					return nil, withHint(err, "approve the request under the action it names, or build the request "+
+						"for this action (kvfence request build --action "+*action+")")
+				}
 				if err != nil {
 					return nil, err
 				}
@@ -390,6 +413,7 @@ type (
 	ledgerApprovalJSON struct {
 		Action        string  `json:"action"`
 		RequestSHA256 string  `json:"request_sha256"`
+		ActionChecked bool    `json:"action_checked"`
 		Approver      string  `json:"approver"`
 		Decision      string  `json:"decision"`
 		ApprovedAt    *string `json:"approved_at"`
@@ -414,6 +438,7 @@ type (
 		TakeoverBy      string  `json:"takeover_by"`
 		TakeoverReason  string  `json:"takeover_reason"`
 		ReconciledBy    string  `json:"reconciled_by"`
+		ReconciledAt    *string `json:"reconciled_at"`
 		AuditSeq        uint64  `json:"audit_seq"`
 	}
 	ledgerActionJSON struct {
@@ -430,7 +455,8 @@ type (
 )
 
 func approvalView(a ledger.Approval) ledgerApprovalJSON {
-	return ledgerApprovalJSON{Action: a.Action, RequestSHA256: hex.EncodeToString(a.RequestSHA256[:]), Approver: a.Approver,
+	return ledgerApprovalJSON{Action: a.Action, RequestSHA256: hex.EncodeToString(a.RequestSHA256[:]),
+		ActionChecked: a.ActionChecked, Approver: a.Approver,
 		Decision: a.Decision, ApprovedAt: api.Time(a.ApprovedAt), ExpiresAt: api.Time(a.ExpiresAt), AuditSeq: a.AuditSeq}
 }
 
@@ -439,7 +465,8 @@ func claimView(c ledger.Claim, now time.Time) ledgerClaimJSON {
 		Resumed: c.Resumed, ClaimedAt: api.Time(c.ClaimedAt), HeartbeatAt: api.Time(c.HeartbeatAt),
 		LeaseExpiresAt: api.Time(c.LeaseExpiresAt), LeaseExpired: c.LeaseExpired(now), DispatchedAt: api.Time(c.DispatchedAt),
 		SettledAt: api.Time(c.SettledAt), SupersededBy: c.SupersededBy, SupersededState: string(c.SupersededState),
-		TakeoverBy: c.TakeoverBy, TakeoverReason: c.TakeoverReason, ReconciledBy: c.ReconciledBy, AuditSeq: c.AuditSeq}
+		TakeoverBy: c.TakeoverBy, TakeoverReason: c.TakeoverReason, ReconciledBy: c.ReconciledBy,
+		ReconciledAt: api.Time(c.ReconciledAt), AuditSeq: c.AuditSeq}
 }
 
 // printLedger writes a ledger result as text.
@@ -461,16 +488,22 @@ func printLedger(m *Main, v any) error {
 			state += " (resumed: this worker's existing claim)"
 		}
 		fmt.Fprintf(tw, "state\t%s\n", state)
-		lease := str(c.LeaseExpiresAt)
-		if c.LeaseExpired {
-			lease += " (expired; the claim stays live until an operator takes over)"
+		// A settled claim has no lease; its time is settled_at.
+		if c.LeaseExpiresAt != nil {
+			lease := *c.LeaseExpiresAt
+			if c.LeaseExpired {
+				lease += " (expired; the claim stays live until an operator takes over)"
+			}
+			fmt.Fprintf(tw, "lease expires\t%s\n", lease)
 		}
-		fmt.Fprintf(tw, "lease expires\t%s\n", lease)
+		if c.SettledAt != nil {
+			fmt.Fprintf(tw, "settled at\t%s\n", *c.SettledAt)
+		}
 		if c.SupersededBy != "" {
 			fmt.Fprintf(tw, "superseded by\t%s (by %s: %s; was %s)\n", c.SupersededBy, c.TakeoverBy, c.TakeoverReason, c.SupersededState)
 		}
 		if c.ReconciledBy != "" {
-			fmt.Fprintf(tw, "reconciled by\t%s\n", c.ReconciledBy)
+			fmt.Fprintf(tw, "reconciled\tby %s at %s\n", c.ReconciledBy, str(c.ReconciledAt))
 		}
 		fmt.Fprintf(tw, "audit seq\t%d\n", c.AuditSeq)
 	}
@@ -478,8 +511,8 @@ func printLedger(m *Main, v any) error {
 	case ledgerInitJSON:
 		fmt.Fprintf(tw, "ledger\t%s\nfile\t%s\nanchor\t%s\npublic key\t%s\n", v.Ledger, v.File, v.Anchor, v.PublicKey)
 	case ledgerApprovalJSON:
-		fmt.Fprintf(tw, "action\t%s\nrequest sha256\t%s\napprover\t%s\nexpires at\t%s\naudit seq\t%d\n",
-			v.Action, v.RequestSHA256, v.Approver, str(v.ExpiresAt), v.AuditSeq)
+		fmt.Fprintf(tw, "action\t%s\nrequest sha256\t%s\naction checked\t%s\napprover\t%s\nexpires at\t%s\naudit seq\t%d\n",
+			v.Action, v.RequestSHA256, actionChecked(v.ActionChecked), v.Approver, str(v.ExpiresAt), v.AuditSeq)
 	case ledgerClaimJSON:
 		claim(v)
 	case ledgerShowJSON:
@@ -488,6 +521,7 @@ func printLedger(m *Main, v any) error {
 			fmt.Fprintf(tw, "\naction\t%s\n", a.Action)
 			if a.Approval != nil {
 				fmt.Fprintf(tw, "approved by\t%s, until %s\n", a.Approval.Approver, str(a.Approval.ExpiresAt))
+				fmt.Fprintf(tw, "action checked\t%s\n", actionChecked(a.Approval.ActionChecked))
 			}
 			fmt.Fprintf(tw, "live claim\t%s\n", orDash(a.Live))
 			for _, c := range a.Claims {
@@ -497,6 +531,15 @@ func printLedger(m *Main, v any) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// actionChecked says in words whether the approval's action was checked
+// against its request.
+func actionChecked(ok bool) string {
+	if ok {
+		return "yes (the request names this action)"
+	}
+	return "no (approved by digest alone; the ledger could not read the request's action)"
 }
 
 // Usage prints the command's help.
@@ -513,7 +556,11 @@ Subcommands:
 	    Create the ledger file and its anchor.
 	approve --action A (--request REQ.cbor | --request-sha256 HEX)
 	        --approver P [--ttl 1h] [--decision REF]
-	    Approve an action, bound to the digest of its exact request.
+	    Approve an action, bound to the digest of its exact request. With
+	    --request, the request must name action A (else exit code 3) and
+	    be well formed (else exit code 2); with --request-sha256 the
+	    ledger cannot read the action, and the approval says so
+	    ("action_checked": false).
 	claim --action A --worker W [--lease 30s]
 	    Claim an approved action. A worker that restarted gets its own
 	    live claim back ("resumed"). Another worker's claim is refused
@@ -531,7 +578,19 @@ Subcommands:
 	    Settle an uncertain claim once its effect is known.
 	show [--action A]
 	    Print approvals and claims (read-only; checked against --anchor
-	    when it is given).
+	    when it is given). A settled claim shows no lease: settled_at is
+	    when it stopped being live (for a taken-over claim, the takeover),
+	    reconciled_at when an operator reconciled it.
+	events [--since SEQ] [--action A]
+	    Print the ledger's audit chain, oldest first (read-only; checked
+	    against --anchor when it is given). With --json,
+	    {"ledger","events":[...]}, each entry as in kvfence observe events;
+	    "decision" is the claim ref and "epoch" the claim's generation.
+	verify-chain --anchor FILE --pub FILE [--max-age DURATION]
+	    Check the ledger's whole audit chain against its anchor and the
+	    ledger's public key from your own records, as kvfence verify-chain
+	    does for a receiver; same report, --json shape and exit codes (0 ok,
+	    4 a problem, 6 ok but an anchor slot damaged, 1 could not run).
 
 Arguments of every subcommand:
 
@@ -551,6 +610,8 @@ Arguments of every subcommand:
 	    Write one JSON document to stdout instead of text.
 
 Refusals by the ledger's rules (claimed by another worker, superseded,
-settled, not approved, wrong state) exit with code 3.
+settled, not approved, wrong state, a request that names another action)
+exit with code 3. Given a receiver database instead of a ledger file, the
+ledger commands say so and name the receiver's commands.
 `)
 }

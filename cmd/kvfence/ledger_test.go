@@ -20,12 +20,14 @@ func TestLedger_Walkthrough(t *testing.T) {
 	if init["ledger"] != "ledger-1" {
 		t.Fatalf("init = %v", init)
 	}
-	if err := os.WriteFile(c.path("req.cbor"), []byte("request bytes"), 0o600); err != nil {
+	c.must(ExitOK, "request", "build", "--action", "act", "--target", "cm/backup", "--set", "45", "--out", c.path("req.cbor"))
+	req, err := os.ReadFile(c.path("req.cbor"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	appr := c.json(ExitOK, "ledger", "approve", "--action", "act", "--request", c.path("req.cbor"), "--approver", "alice")
-	sum := sha256.Sum256([]byte("request bytes"))
-	if appr["request_sha256"] != hex.EncodeToString(sum[:]) || appr["approver"] != "alice" {
+	sum := sha256.Sum256(req)
+	if appr["request_sha256"] != hex.EncodeToString(sum[:]) || appr["approver"] != "alice" || appr["action_checked"] != true {
 		t.Fatalf("approve = %v", appr)
 	}
 	cl := c.json(ExitOK, "ledger", "claim", "--action", "act", "--worker", "worker-a")

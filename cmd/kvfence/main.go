@@ -42,9 +42,9 @@
 // Execution ledger (its own file, anchor and key; authorises nothing):
 //
 //	ledger          init, approve, claim, heartbeat, dispatch, finish,
-//	                takeover, reconcile, show
+//	                takeover, reconcile, show, events, verify-chain
 //
-// Serving (DESIGN §12):
+// Serving (docs/design.md §12):
 //
 //	serve           run the receiver as a service: workers submit over mTLS
 //	                (identity: the client certificate's SPIFFE ID),
@@ -69,7 +69,7 @@
 // stderr (request build, envelope build, admission new).
 //
 // The anchor is a file, kept apart from the database, that holds the
-// receiver's latest signed checkpoint of its audit chain (DESIGN §7). Every
+// receiver's latest signed checkpoint of its audit chain (docs/design.md §7.3). Every
 // command that writes (init, scope create, target create, activate, hold,
 // submit, recover) requires --anchor and --key: it checks the database
 // against the anchor before it writes and moves the anchor forward, signed

@@ -15,7 +15,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
 
-// Fixture values of the lab (DESIGN §5), also kept in /testdata/backup-policy.
+// Fixture values of the lab (docs/design.md §5), also kept in /testdata/backup-policy.
 const (
 	fixtureScope = "configmap/prod/backup-policy"
 	fixtureValue = `{"data":{"retention_days":"30"}}`

@@ -22,7 +22,7 @@ import (
 // is evidence, not permission.
 type ObserveCommand struct{ m *Main }
 
-// observeTargetJSON is the --json shape of observe target (DESIGN §9).
+// observeTargetJSON is the --json shape of observe target (docs/design.md §9).
 // Value is the value as text when it is valid UTF-8 and null otherwise;
 // value_b64 is always the value in standard base64.
 type observeTargetJSON struct {

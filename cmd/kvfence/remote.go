@@ -13,7 +13,7 @@ import (
 )
 
 // remoteFlags are the flags of a command that can talk to a running
-// receiver instead of opening its file (DESIGN §12).
+// receiver instead of opening its file (docs/design.md §12).
 type remoteFlags struct {
 	server, tlsCert, tlsKey, tlsCA string
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// ServeCommand runs a receiver as a service (DESIGN §12): workers submit
+// ServeCommand runs a receiver as a service (docs/design.md §12): workers submit
 // over mTLS, operators administer it over mTLS or a local unix socket, and
 // Prometheus scrapes its metrics, all while it serves.
 type ServeCommand struct{ m *Main }

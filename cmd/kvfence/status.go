@@ -16,7 +16,7 @@ import (
 // opens the database read-only.
 type StatusCommand struct{ m *Main }
 
-// statusJSON is the --json shape of status (DESIGN §9).
+// statusJSON is the --json shape of status (docs/design.md §9).
 // AnchorChecked says whether the database was checked against its anchor
 // (--anchor given); without that check the state shown may be a restored
 // copy's. AnchorDamage describes a damaged slot of the anchor file, or is

@@ -15,7 +15,7 @@ import (
 // the result and exits with code 3.
 type SubmitCommand struct{ m *Main }
 
-// submitJSON is the --json shape of submit (DESIGN §9), the served
+// submitJSON is the --json shape of submit (docs/design.md §9), the served
 // receiver's response too. Reason and detail are empty unless the outcome is
 // denied; fields a denial could not know are zero.
 type submitJSON = api.Submit

@@ -15,7 +15,7 @@ import (
 // the first problem. It changes neither the database nor the anchor.
 type VerifyChainCommand struct{ m *Main }
 
-// verifyChainJSON is the --json shape of verify-chain (DESIGN §9). Head and
+// verifyChainJSON is the --json shape of verify-chain (docs/design.md §9). Head and
 // entries describe the part of the chain that verified; anchor_seq and
 // anchor_head the anchor as read, verified or not. A hash is lowercase hex,
 // or "" when there is none (an empty chain, no readable anchor). Detail is
@@ -68,7 +68,7 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	rep, err := kvfence.VerifyChain(cf.db, kvfence.VerifyOptions{Anchor: cf.fileAnchor(), PublicKey: pub, Progress: c.progress(),
 		MaxAge: *maxAge, LockTimeout: cf.lockTimeout})
 	if err != nil {
-		return err
+		return notAReceiver(cf.name, cf.db, cf.lockTimeout, err, "kvfence ledger verify-chain")
 	}
 	out := verifyChainJSON{OK: rep.OK(), Problem: string(rep.Problem), Entries: rep.Entries,
 		Head: headHex(rep.Head), HeadSeq: rep.Head.Seq, AnchorSeq: rep.Anchor.Seq, AnchorHead: headHex(rep.Anchor),

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Ensure that the CLI walks through the lab scenario of DESIGN §1: after a
+// Ensure that the CLI walks through the lab scenario of docs/design.md §1: after a
 // hold and a new activation, worker A's old envelope is denied and changes
 // nothing, worker B's applies once, and B's retry is already_applied.
 func TestWalkthrough(t *testing.T) {

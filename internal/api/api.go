@@ -1,6 +1,6 @@
 // Package api holds the JSON bodies of the served receiver's HTTP API
-// (DESIGN §12), shared by the server and the client so that both spell
-// every key the same way. The shapes are the CLI's --json shapes (DESIGN
+// (docs/design.md §12), shared by the server and the client so that both spell
+// every key the same way. The shapes are the CLI's --json shapes (docs/design.md
 // §9): binary fields as "_b64" in padded standard base64, digests in
 // lowercase hex, times as RFC 3339 with nanoseconds in UTC or null for a
 // time that never happened.
@@ -37,15 +37,25 @@ const (
 
 // Submit is the submit response: the decision.
 type Submit struct {
-	Outcome  string `json:"outcome"`
-	Reason   string `json:"reason"`
-	Detail   string `json:"detail"`
-	Scope    string `json:"scope"`
-	Epoch    uint64 `json:"epoch"`
-	Grant    string `json:"grant"`
-	Action   string `json:"action"`
-	Target   string `json:"target"`
+	// Outcome is applied, already_applied or denied.
+	Outcome string `json:"outcome"`
+	// Reason is a denial's stable reason code; empty otherwise.
+	Reason string `json:"reason"`
+	// Detail explains a denial for operators; it is not stable.
+	Detail string `json:"detail"`
+	// Scope is the scope the envelope named.
+	Scope string `json:"scope"`
+	// Epoch is the epoch the envelope claimed.
+	Epoch uint64 `json:"epoch"`
+	// Grant is the grant id the envelope named.
+	Grant string `json:"grant"`
+	// Action is the action the request named.
+	Action string `json:"action"`
+	// Target is the target the request named.
+	Target string `json:"target"`
+	// Revision is the target's revision after the applied mutation.
 	Revision uint64 `json:"revision"`
+	// AuditSeq is the seq of the audit entry that records the decision.
 	AuditSeq uint64 `json:"audit_seq"`
 }
 
@@ -69,29 +79,42 @@ func (s Submit) Result() (kvfence.Result, error) {
 
 // ScopeCreateRequest is the body of POST /v1/scopes.
 type ScopeCreateRequest struct {
+	// Scope is the name of the scope to create.
 	Scope string `json:"scope"`
 }
 
 // ScopeCreate is the response of POST /v1/scopes.
 type ScopeCreate struct {
-	Scope     string  `json:"scope"`
-	Epoch     uint64  `json:"epoch"`
-	Mode      string  `json:"mode"`
+	// Scope is the created scope's name.
+	Scope string `json:"scope"`
+	// Epoch is the new scope's epoch, 1.
+	Epoch uint64 `json:"epoch"`
+	// Mode is the new scope's mode, held.
+	Mode string `json:"mode"`
+	// CreatedAt is when the scope was created.
 	CreatedAt *string `json:"created_at"`
 }
 
 // TargetCreateRequest is the body of POST /v1/targets.
 type TargetCreateRequest struct {
-	Scope    string `json:"scope"`
-	Target   string `json:"target"`
+	// Scope is the existing scope the target belongs to.
+	Scope string `json:"scope"`
+	// Target is the new target's name.
+	Target string `json:"target"`
+	// ValueB64 is the target's first value.
 	ValueB64 []byte `json:"value_b64"`
 }
 
 // TargetCreate is the response of POST /v1/targets.
 type TargetCreate struct {
-	Target      string `json:"target"`
-	Scope       string `json:"scope"`
-	Revision    uint64 `json:"revision"`
+	// Target is the created target's name.
+	Target string `json:"target"`
+	// Scope is the scope the target belongs to.
+	Scope string `json:"scope"`
+	// Revision is the new target's revision, 1.
+	Revision uint64 `json:"revision"`
+	// ValueSHA256 is the SHA-256 of the stored value, in hex, for the client
+	// to compare with what it sent.
 	ValueSHA256 string `json:"value_sha256"`
 }
 
@@ -99,28 +122,46 @@ type TargetCreate struct {
 // ("15m"); empty means the receiver's default. Epoch, when not zero, must be
 // the scope's current epoch.
 type ActivateRequest struct {
-	Scope      string `json:"scope"`
-	Executor   string `json:"executor"`
-	Claim      string `json:"claim"`
+	// Scope is the held scope to open.
+	Scope string `json:"scope"`
+	// Executor is the identity that alone may submit under the grant.
+	Executor string `json:"executor"`
+	// Claim is the ledger claim ref the grant binds.
+	Claim string `json:"claim"`
+	// RequestB64 is the exact approved request bytes.
 	RequestB64 []byte `json:"request_b64"`
-	TTL        string `json:"ttl,omitempty"`
-	Decision   string `json:"decision,omitempty"`
-	Epoch      uint64 `json:"epoch,omitempty"`
+	// TTL is the grant's lifetime from now, as a Go duration.
+	TTL string `json:"ttl,omitempty"`
+	// Decision references the review that approved the grant.
+	Decision string `json:"decision,omitempty"`
+	// Epoch, when not zero, must equal the scope's current epoch.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // Activate is the response of POST /v1/activate: the grant.
 type Activate struct {
-	Grant         string  `json:"grant"`
-	Scope         string  `json:"scope"`
-	Epoch         uint64  `json:"epoch"`
-	Executor      string  `json:"executor"`
-	Claim         string  `json:"claim"`
-	Action        string  `json:"action"`
-	RequestSHA256 string  `json:"request_sha256"`
-	NotBefore     *string `json:"not_before"`
-	NotAfter      *string `json:"not_after"`
-	Decision      string  `json:"decision"`
-	AuditSeq      uint64  `json:"audit_seq"`
+	// Grant is the new grant's id.
+	Grant string `json:"grant"`
+	// Scope is the scope the grant opened.
+	Scope string `json:"scope"`
+	// Epoch is the scope's epoch the grant was minted at.
+	Epoch uint64 `json:"epoch"`
+	// Executor is the identity that alone may submit under the grant.
+	Executor string `json:"executor"`
+	// Claim is the ledger claim ref the grant binds.
+	Claim string `json:"claim"`
+	// Action is the action the bound request names.
+	Action string `json:"action"`
+	// RequestSHA256 is the SHA-256 of the bound request bytes, in hex.
+	RequestSHA256 string `json:"request_sha256"`
+	// NotBefore is the start of the grant's validity window.
+	NotBefore *string `json:"not_before"`
+	// NotAfter is the end of the grant's validity window, exclusive.
+	NotAfter *string `json:"not_after"`
+	// Decision references the review that approved the grant.
+	Decision string `json:"decision"`
+	// AuditSeq is the seq of the activate entry.
+	AuditSeq uint64 `json:"audit_seq"`
 }
 
 // ActivateOf returns the response for a grant.
@@ -148,24 +189,35 @@ func (a Activate) ToGrant() (kvfence.Grant, error) {
 
 // HoldRequest is the body of POST /v1/hold.
 type HoldRequest struct {
+	// Scopes are the scopes to hold, all or none.
 	Scopes []string `json:"scopes"`
-	Reason string   `json:"reason"`
+	// Reason says why, for the audit chain.
+	Reason string `json:"reason"`
 }
 
 // Hold is the response of POST /v1/hold.
 type Hold struct {
-	Scopes          []HoldScope `json:"scopes"`
-	HoldRequestedAt *string     `json:"hold_requested_at"`
-	HoldCommittedAt *string     `json:"hold_committed_at"`
-	AuditSeq        uint64      `json:"audit_seq"`
+	// Scopes lists each held scope.
+	Scopes []HoldScope `json:"scopes"`
+	// HoldRequestedAt is the receiver's clock when the hold was requested.
+	HoldRequestedAt *string `json:"hold_requested_at"`
+	// HoldCommittedAt is the receiver's clock in the transaction that
+	// committed the hold.
+	HoldCommittedAt *string `json:"hold_committed_at"`
+	// AuditSeq is the seq of the last scope's hold entry.
+	AuditSeq uint64 `json:"audit_seq"`
 }
 
 // HoldScope is one scope's part of a hold.
 type HoldScope struct {
-	Scope         string `json:"scope"`
+	// Scope is the held scope's name.
+	Scope string `json:"scope"`
+	// PreviousEpoch is the scope's epoch before the hold.
 	PreviousEpoch uint64 `json:"previous_epoch"`
-	Epoch         uint64 `json:"epoch"`
-	Mode          string `json:"mode"`
+	// Epoch is the scope's new epoch.
+	Epoch uint64 `json:"epoch"`
+	// Mode is held.
+	Mode string `json:"mode"`
 }
 
 // HoldOf returns the response for a committed hold.
@@ -196,24 +248,39 @@ func (h Hold) Result() (kvfence.HoldResult, error) {
 // Status is the response of GET /v1/status. AnchorChecked is always true
 // for a served receiver: it checked its anchor when it opened.
 type Status struct {
-	Scopes        []ScopeStatus `json:"scopes"`
-	AuditSeq      uint64        `json:"audit_seq"`
-	AnchorChecked bool          `json:"anchor_checked"`
+	// Scopes is the control state of the scopes asked for.
+	Scopes []ScopeStatus `json:"scopes"`
+	// AuditSeq is the audit chain head's seq, read before the scopes.
+	AuditSeq uint64 `json:"audit_seq"`
+	// AnchorChecked says the receiver's database was checked against its
+	// anchor.
+	AnchorChecked bool `json:"anchor_checked"`
 }
 
 // ScopeStatus is one scope's control state.
 type ScopeStatus struct {
-	Scope                string            `json:"scope"`
-	Epoch                uint64            `json:"epoch"`
-	Mode                 string            `json:"mode"`
-	ActiveGrant          string            `json:"active_grant"`
-	CreatedAt            *string           `json:"created_at"`
-	ActivatedAt          *string           `json:"activated_at"`
-	HoldRequestedAt      *string           `json:"hold_requested_at"`
-	HoldCommittedAt      *string           `json:"hold_committed_at"`
-	LastStaleRejectionAt *string           `json:"last_stale_rejection_at"`
-	StaleRejections      uint64            `json:"stale_rejections"`
-	Denials              map[string]uint64 `json:"denials"`
+	// Scope is the scope's name.
+	Scope string `json:"scope"`
+	// Epoch is the scope's current epoch.
+	Epoch uint64 `json:"epoch"`
+	// Mode is held or open.
+	Mode string `json:"mode"`
+	// ActiveGrant is the grant the scope is open under; empty while held.
+	ActiveGrant string `json:"active_grant"`
+	// CreatedAt is when the scope was created.
+	CreatedAt *string `json:"created_at"`
+	// ActivatedAt is when the latest grant was activated.
+	ActivatedAt *string `json:"activated_at"`
+	// HoldRequestedAt is when the latest hold was requested.
+	HoldRequestedAt *string `json:"hold_requested_at"`
+	// HoldCommittedAt is when the latest hold took effect.
+	HoldCommittedAt *string `json:"hold_committed_at"`
+	// LastStaleRejectionAt is the time of the latest stale-authority denial.
+	LastStaleRejectionAt *string `json:"last_stale_rejection_at"`
+	// StaleRejections counts the stale-authority denials.
+	StaleRejections uint64 `json:"stale_rejections"`
+	// Denials counts the scope's denials by reason code.
+	Denials map[string]uint64 `json:"denials"`
 }
 
 // ScopeStatusOf returns the JSON form of a scope's status.
@@ -255,24 +322,38 @@ func (s ScopeStatus) Status() (kvfence.ScopeStatus, error) {
 // Target is the response of GET /v1/target. Value is the value as text
 // when it is valid UTF-8, else null; ValueB64 is always the value.
 type Target struct {
-	Target   string  `json:"target"`
-	Scope    string  `json:"scope"`
-	Revision uint64  `json:"revision"`
-	Value    *string `json:"value"`
-	ValueB64 []byte  `json:"value_b64"`
+	// Target is the target's name.
+	Target string `json:"target"`
+	// Scope is the scope the target belongs to.
+	Scope string `json:"scope"`
+	// Revision is the target's current revision.
+	Revision uint64 `json:"revision"`
+	// Value is the value as text, or null when it is not valid UTF-8.
+	Value *string `json:"value"`
+	// ValueB64 is the value, always.
+	ValueB64 []byte `json:"value_b64"`
 }
 
 // Receipt is the response of GET /v1/receipt.
 type Receipt struct {
-	Scope         string  `json:"scope"`
-	Action        string  `json:"action"`
-	Grant         string  `json:"grant"`
-	RequestSHA256 string  `json:"request_sha256"`
-	Target        string  `json:"target"`
-	RevBefore     uint64  `json:"rev_before"`
-	RevAfter      uint64  `json:"rev_after"`
-	AuditSeq      uint64  `json:"audit_seq"`
-	At            *string `json:"at"`
+	// Scope is the scope the action was applied in.
+	Scope string `json:"scope"`
+	// Action is the applied action.
+	Action string `json:"action"`
+	// Grant is the grant the action was applied under.
+	Grant string `json:"grant"`
+	// RequestSHA256 is the SHA-256 of the applied request bytes, in hex.
+	RequestSHA256 string `json:"request_sha256"`
+	// Target is the target the request changed.
+	Target string `json:"target"`
+	// RevBefore is the target's revision before the mutation.
+	RevBefore uint64 `json:"rev_before"`
+	// RevAfter is the target's revision after the mutation.
+	RevAfter uint64 `json:"rev_after"`
+	// AuditSeq is the seq of the entry that records the applied decision.
+	AuditSeq uint64 `json:"audit_seq"`
+	// At is when the action was applied.
+	At *string `json:"at"`
 }
 
 // ReceiptOf returns the JSON form of a receipt.
@@ -297,6 +378,7 @@ func (r Receipt) ToReceipt() (kvfence.Receipt, error) {
 // Events is the response of GET /v1/events: entries in chain order, at
 // most the page size the request asked for.
 type Events struct {
+	// Events are the entries, each with its link hash.
 	Events []audit.EntryJSON `json:"events"`
 }
 

@@ -10,12 +10,15 @@ import (
 // Error is the body of every response that is not a result: {"error":
 // {"code","message"}}. Code is stable; Message is for people.
 type Error struct {
+	// Error is the error's code and message.
 	Error ErrorBody `json:"error"`
 }
 
 // ErrorBody is the error itself.
 type ErrorBody struct {
-	Code    string `json:"code"`
+	// Code is the stable error code.
+	Code string `json:"code"`
+	// Message describes the error for people; it is not stable.
 	Message string `json:"message"`
 }
 
@@ -38,9 +41,12 @@ const (
 // client turns the code back into the sentinel, so that errors.Is works on
 // both sides of the connection.
 type Sentinel struct {
-	Code   string
+	// Code is the error's stable code on the wire.
+	Code string
+	// Status is the HTTP status the server answers with.
 	Status int
-	Err    error
+	// Err is the sentinel error that the code stands for.
+	Err error
 }
 
 // Sentinels lists kvfence's errors in the order they are matched. A change

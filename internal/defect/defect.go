@@ -16,7 +16,17 @@ type Variant struct {
 	// SkipAnchor opens without comparing the database with its anchor, the
 	// control that detects a restored copy of the database.
 	SkipAnchor bool
+	// CheckOutsideTransaction runs Submit's checks 2-4 in a read
+	// transaction of their own before the write transaction that decides
+	// the rest. Alone it changes no decision (the write transaction checks
+	// again); with SkipAuthority it is CheckThenAct.
+	CheckOutsideTransaction bool
 }
+
+// CheckThenAct is the receiver that checks the fence in one transaction and
+// applies in a later one without checking again: a hold that commits in
+// between does not stop the superseded grant.
+var CheckThenAct = Variant{SkipAuthority: true, CheckOutsideTransaction: true}
 
 // Open opens the receiver database at path with the given *kvfence.Options
 // (nil for defaults) as the given variant and returns a *kvfence.Receiver.

@@ -23,8 +23,10 @@ import (
 
 // Pair is a certificate with its private key.
 type Pair struct {
+	// Cert is the issued certificate.
 	Cert *x509.Certificate
-	Key  crypto.Signer
+	// Key is the certificate's private key.
+	Key crypto.Signer
 }
 
 // CertPEM returns the certificate in PEM.
@@ -57,8 +59,9 @@ func (p Pair) Pool() *x509.CertPool {
 type Options struct {
 	// Name is the subject's common name, for people reading it.
 	Name string
-	// DNS and IPs are the server names a server certificate is valid for.
+	// DNS are the DNS names a server certificate is valid for.
 	DNS []string
+	// IPs are the IP addresses a server certificate is valid for.
 	IPs []net.IP
 	// URIs are the URI SANs: a client certificate has exactly one, its
 	// SPIFFE ID.

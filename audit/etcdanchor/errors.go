@@ -1,0 +1,20 @@
+package etcdanchor
+
+import "errors"
+
+var (
+	// ErrBadAddress means an anchor address is not one that ParseAddress
+	// accepts.
+	ErrBadAddress = errors.New("etcdanchor: bad address")
+	// ErrBadTLS means the TLS options are incomplete, or a certificate,
+	// key or CA file cannot be used.
+	ErrBadTLS = errors.New("etcdanchor: bad TLS options")
+	// ErrOutcomeUnknown means an anchor write reached the cluster, or may
+	// have, and no answer came back (a timeout, a lost leader, a dropped
+	// connection), and reading the key afterwards could not settle it: the
+	// write may or may not have taken effect, now or later. It is never a
+	// verdict: neither success nor a conflict. The caller must not
+	// acknowledge what the write was to cover; a later Load decides which
+	// anchor the key holds.
+	ErrOutcomeUnknown = errors.New("etcdanchor: outcome of the anchor write is unknown")
+)

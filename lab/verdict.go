@@ -1,0 +1,155 @@
+package lab
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Kinds of check: what an observation that matches its expected value
+// means.
+const (
+	// KindSuccess is a control that worked: the fence, the anchor or
+	// verify-chain stopped or caught what it must.
+	KindSuccess = "success"
+	// KindCounterexample is a failure the lab produces on purpose, with a
+	// check removed or bypassed, to show that the check is what decides.
+	// Its expected observation is the failure.
+	KindCounterexample = "counterexample"
+	// KindLimit is something the lab does not assess; its value states the
+	// limit rather than a result.
+	KindLimit = "limit"
+)
+
+// Overall verdicts of a lab run.
+const (
+	// VerdictAsExpected means every observation equals its expected value.
+	VerdictAsExpected = "as_expected"
+	// VerdictNotAsExpected means at least one observation does not.
+	VerdictNotAsExpected = "not_as_expected"
+)
+
+// Check is one summary key judged: what the lab observed, what it must
+// observe, and what that means.
+type Check struct {
+	// Observed is the value the lab observed (the flat summary key's value).
+	Observed any `json:"observed"`
+	// Expected is the value the demonstration must produce.
+	Expected any `json:"expected"`
+	// AsExpected says whether Observed equals Expected.
+	AsExpected bool `json:"as_expected"`
+	// Kind is KindSuccess, KindCounterexample or KindLimit.
+	Kind string `json:"kind"`
+	// Meaning says in words what the expected value shows.
+	Meaning string `json:"meaning"`
+}
+
+// expectation is the expected value and meaning of one summary key.
+type expectation struct {
+	key      string
+	kind     string
+	expected any
+	meaning  string
+	observe  func(*Observations) any
+}
+
+// expectations lists every summary key in report order. A test holds it to
+// the keys of Observations.
+var expectations = []expectation{
+	{"stale_worker_accepted", KindSuccess, false,
+		"demonstration 1: after the committed hold, the held receiver refused the superseded worker",
+		func(o *Observations) any { return o.StaleWorkerAccepted }},
+	{"mutations_before_current_worker", KindSuccess, uint64(0),
+		"demonstration 1: nothing changed the target before the current worker wrote",
+		func(o *Observations) any { return o.MutationsBeforeCurrentWorker }},
+	{"current_worker_accepted", KindSuccess, true,
+		"demonstration 1: the current worker's request was applied",
+		func(o *Observations) any { return o.CurrentWorkerAccepted }},
+	{"defective_receiver_accepted_stale_worker", KindCounterexample, true,
+		"counterexample kept on purpose (demonstration 2): a receiver without checks 2-4, which exists only in the lab build, " +
+			"let the superseded worker through, so those checks are what refuses it",
+		func(o *Observations) any { return o.DefectiveReceiverAcceptedStaleWorker }},
+	{"defective_receiver_caught_by_verify_chain", KindSuccess, true,
+		"demonstration 2: verify-chain found that receiver's mutation under the superseded grant in its own chain (fence_violation)",
+		func(o *Observations) any { return o.DefectiveReceiverCaughtByVerifyChain }},
+	{"restored_ledger_accepted_claim", KindCounterexample, true,
+		"counterexample kept on purpose (demonstration 3a): a ledger restored from a backup and opened without its anchor " +
+			"handed a second worker the action already claimed, as in the original lab, the ledger-only experiment " +
+			"(no receiver fence, no anchor) that kvfence grew out of",
+		func(o *Observations) any { return o.RestoredLedgerAcceptedClaim }},
+	{"held_receiver_accepted_restored_work", KindSuccess, false,
+		"demonstration 3: the held receiver refused the work of that second claim: a claim is not authority",
+		func(o *Observations) any { return o.HeldReceiverAcceptedRestoredWork }},
+	{"restored_ledger_rollback_detected", KindSuccess, true,
+		"demonstration 3b: opened with its anchor, the restored ledger was refused as a rollback",
+		func(o *Observations) any { return o.RestoredLedgerRollbackDetected }},
+	{"restored_receiver_copy_accepted_old_grant", KindCounterexample, true,
+		"counterexample kept on purpose (demonstration 4): a copy of demonstration 1's pre-hold database, opened without " +
+			"its anchor, accepted the old grant: the fence alone cannot tell a restored copy from the present",
+		func(o *Observations) any { return o.RestoredReceiverCopyAcceptedOldGrant }},
+	{"restored_receiver_rollback_detected", KindSuccess, true,
+		"demonstration 5: another copy of demonstration 1's pre-hold database, opened normally, was refused as a rollback, " +
+			"and verify-chain reports rollback_detected",
+		func(o *Observations) any { return o.RestoredReceiverRollbackDetected }},
+	{"served_wrong_identity_denied", KindSuccess, true,
+		"demonstration 6: worker A's certificate presenting worker B's current envelope was denied executor_mismatch",
+		func(o *Observations) any { return o.ServedWrongIdentityDenied }},
+	{"served_worker_hold_forbidden", KindSuccess, true,
+		"demonstration 6: a worker certificate calling /v1/hold got 403 and the epoch did not move",
+		func(o *Observations) any { return o.ServedWorkerHoldForbidden }},
+	{"served_hold_while_serving_denied_stale_worker", KindSuccess, true,
+		"demonstration 6: after the operator's hold over the admin socket while serving, worker A's superseded envelope " +
+			"was denied, and nothing changed the target before B wrote",
+		func(o *Observations) any { return o.ServedHoldWhileServingDeniedStaleWorker }},
+	{"served_current_worker_accepted", KindSuccess, true,
+		"demonstration 6: worker B's envelope, with B's certificate, was applied",
+		func(o *Observations) any { return o.ServedCurrentWorkerAccepted }},
+	{"production_authorization", KindLimit, "not_assessed",
+		"a limit of the lab, not a result: production authorization (real identities, a real PKI, policy) is not assessed",
+		func(o *Observations) any { return o.ProductionAuthorization }},
+}
+
+// judge fills s.Checks, s.Verdict and s.VerdictDetail from s's
+// observations.
+func (s *Summary) judge() {
+	s.Checks = make(map[string]Check, len(expectations))
+	var wrong []string
+	counts := map[string]int{}
+	for _, e := range expectations {
+		obs := e.observe(&s.Observations)
+		ok := obs == e.expected
+		s.Checks[e.key] = Check{Observed: obs, Expected: e.expected, AsExpected: ok, Kind: e.kind, Meaning: e.meaning}
+		if !ok {
+			wrong = append(wrong, fmt.Sprintf("%s (observed %v, expected %v)", e.key, obs, e.expected))
+		}
+		counts[e.kind]++
+	}
+	if len(wrong) == 0 {
+		s.Verdict = VerdictAsExpected
+		s.VerdictDetail = fmt.Sprintf("all %d checks as expected: %d successes, %d counterexamples kept on purpose, %d limit stated",
+			len(expectations), counts[KindSuccess], counts[KindCounterexample], counts[KindLimit])
+		return
+	}
+	s.Verdict = VerdictNotAsExpected
+	s.VerdictDetail = fmt.Sprintf("%d of %d checks not as expected: %s", len(wrong), len(expectations), strings.Join(wrong, "; "))
+}
+
+// Unexpected returns the keys whose observation is not the expected one,
+// in report order.
+func (s *Summary) Unexpected() []string {
+	var out []string
+	for _, e := range expectations {
+		if c, ok := s.Checks[e.key]; !ok || !c.AsExpected {
+			out = append(out, e.key)
+		}
+	}
+	return out
+}
+
+// Keys returns the summary's keys in report order.
+func Keys() []string {
+	out := make([]string, len(expectations))
+	for i, e := range expectations {
+		out[i] = e.key
+	}
+	return out
+}

@@ -1,0 +1,90 @@
+package ledger
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/kvfence/kvfence/audit"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Event is one entry of the ledger's audit chain.
+type Event struct {
+	// Entry is the decoded entry. Its Decision holds the claim ref and its
+	// Epoch the claim's generation (see the package comment).
+	Entry audit.Entry
+	// Hash is the entry's link hash, the one the next entry's Prev names.
+	Hash audit.Hash
+}
+
+// Events calls fn with each audit entry from seq since on (from the start
+// when since is 0 or 1), in chain order, until fn returns false. It reads
+// one entry at a time, so a long chain is never held in memory. An entry
+// that does not decode is ErrBadFormat; Events does not verify the links
+// (VerifyChain does).
+func (l *Ledger) Events(since uint64, fn func(Event) bool) error {
+	return l.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketAudit).Cursor()
+		for k, v := c.Seek(audit.SeqKey(since)); k != nil; k, v = c.Next() {
+			e, err := audit.DecodeEntry(v)
+			if err != nil {
+				return fmt.Errorf("%w: %s: audit entry %x: %v", ErrBadFormat, l.path, k, err)
+			}
+			if !fn(Event{Entry: e, Hash: audit.HashEntry(v)}) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// VerifyOptions configures VerifyChain.
+type VerifyOptions struct {
+	// Anchor is the ledger's anchor store to check against.
+	Anchor audit.AnchorStore
+	// PublicKey is the ledger's public key, from the operator's own
+	// records: the key recorded in the ledger file is not trusted for this.
+	PublicKey ed25519.PublicKey
+	// MaxAge, if positive, reports an anchor older than this as stale.
+	MaxAge time.Duration
+	// LockTimeout is as in Options.
+	LockTimeout time.Duration
+}
+
+// VerifyChain checks every entry of the ledger's audit chain against its
+// anchor, as the receiver's verify-chain does, and reports the first
+// problem; it changes neither. Its entries record approvals and claims, not
+// a receiver's scopes, so there is no fence to replay (see
+// audit.VerifyOptions.NoFenceReplay). It opens the file read-only and
+// streams the chain. The error is for faults that prevent checking (a
+// missing, locked or foreign file); problems are in the report.
+func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
+	if opts.Anchor == nil {
+		return audit.Report{}, fmt.Errorf("%w: an anchor store is required", ErrInvalidArgument)
+	}
+	// Opened without the anchor, so that a file the anchor refuses is
+	// still read: the report, not Open, describes the problem.
+	l, err := Open(path, &Options{ReadOnly: true, LockTimeout: opts.LockTimeout})
+	if err != nil {
+		return audit.Report{}, err
+	}
+	defer l.Close()
+	var rep audit.Report
+	err = l.view(func(tx *bolt.Tx) error {
+		entries := func(yield func(k, v []byte) bool) {
+			c := tx.Bucket(bucketAudit).Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if !yield(k, v) {
+					return
+				}
+			}
+		}
+		var err error
+		rep, err = audit.Verify(audit.VerifyOptions{Entries: iter.Seq2[[]byte, []byte](entries), Anchor: opts.Anchor,
+			PublicKey: opts.PublicKey, Receiver: l.id, MaxAge: opts.MaxAge, NoFenceReplay: true})
+		return err
+	})
+	return rep, err
+}
