@@ -335,8 +335,8 @@ func subcommandFirst(args []string) []string {
 
 // lookup finds the command for name and, for a group such as "scope", its
 // subcommand, returning the arguments left for the command. For help, a
-// group without its subcommand means the group's only subcommand, so that
-// "kvfence help scope" shows "scope create".
+// group without its subcommand means all of its subcommands, so that
+// "kvfence help request" shows "request build" and "request show".
 func (m *Main) lookup(name string, args []string, forHelp bool) (command, []string, error) {
 	// group resolves a command's subcommand among subs. Without one, help
 	// shows the usage of every subcommand.
