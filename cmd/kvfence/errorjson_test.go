@@ -119,11 +119,12 @@ func TestErrorJSON(t *testing.T) {
 			c.env[envAnchor] = c.path("nodir/receiver.anchor")
 			return []string{"scope", "create", "--scope", "x", "--json"}
 		}, ExitIntegrity, "anchor_missing", "no file exists at --anchor $DIR/nodir/receiver.anchor, and its directory"},
-		{"mistyped ledger --anchor", func(t *testing.T, c *cli) []string {
+		{"mistyped KVFENCE_LEDGER_ANCHOR", func(t *testing.T, c *cli) []string {
 			c.receiver()
 			c.must(0, "ledger", "init", "--ledger", c.path("l.db"), "--anchor", c.path("l.anchor"),
 				"--key", c.path("receiver.key"), "--id", "l")
-			return []string{"ledger", "--json", "show", "--ledger", c.path("l.db"), "--anchor", c.path("nodir/l.anchor")}
+			c.env[envLedgerAnchor] = c.path("nodir/l.anchor")
+			return []string{"ledger", "--json", "show", "--ledger", c.path("l.db")}
 		}, ExitIntegrity, "anchor_missing", "no file exists at --anchor $DIR/nodir/l.anchor, and its directory"},
 		{"rollback", func(t *testing.T, c *cli) []string {
 			c.rolledBack()
