@@ -7,8 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/api"
+	"github.com/kvfence/kvfence/kvfence"
 )
 
 // errorOutput decodes stdout as exactly one {"error":{...}} object.
@@ -233,7 +238,7 @@ func TestErrorJSON_OneDocument(t *testing.T) {
 }
 
 // Ensure that README's table of --json error codes lists exactly the codes
-// errorCode can return.
+// errorCode can return, each with an exit code its errors take.
 func TestErrorJSON_READMECodes(t *testing.T) {
 	b, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -244,14 +249,33 @@ func TestErrorJSON_READMECodes(t *testing.T) {
 	if start < 0 || end < start {
 		t.Fatal("README has no error code table between <!-- error codes --> and <!-- /error codes -->")
 	}
+	// exits are the exit codes that errors with each code take.
+	exits := map[string][]int{"not_acknowledged": {exitCode(kvfence.ErrNotAcknowledged)},
+		"anchor_write_conflict": {exitCode(audit.ErrWriteConflict)}, "malformed_patch": {exitCode(kvfence.ErrMalformedPatch)},
+		codeUsage: {ExitUsage}, codeDenied: {ExitDenied}, codeRefused: {ExitDenied}, codeIntegrity: {ExitIntegrity},
+		codeWarning: {ExitWarning}, codeError: {ExitError}}
+	for _, e := range append(append([]errorCodeEntry{}, integrityCodes...), cliCodes...) {
+		exits[e.code] = append(exits[e.code], exitCode(e.err))
+	}
+	for _, e := range api.Sentinels {
+		exits[e.Code] = append(exits[e.Code], exitCode(e.Err))
+	}
 	var documented []string
 	for _, line := range strings.Split(string(b[start:end]), "\n") {
 		if !strings.HasPrefix(line, "| `") {
 			continue
 		}
-		cell := strings.SplitN(line, "|", 3)[1]
-		for _, f := range strings.Split(cell, ",") {
-			documented = append(documented, strings.Trim(strings.TrimSpace(f), "`"))
+		cells := strings.Split(line, "|")
+		exit, err := strconv.Atoi(strings.TrimSpace(cells[2]))
+		if err != nil {
+			t.Fatalf("README row without an exit code: %s", line)
+		}
+		for _, f := range strings.Split(cells[1], ",") {
+			code := strings.Trim(strings.TrimSpace(f), "`")
+			documented = append(documented, code)
+			if !slices.Contains(exits[code], exit) {
+				t.Errorf("README gives %s exit %d; its errors exit %v", code, exit, exits[code])
+			}
 		}
 	}
 	codes := allErrorCodes()
