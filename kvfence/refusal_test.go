@@ -26,6 +26,7 @@ func TestIsRefusal(t *testing.T) {
 		{ErrNotFound, true},
 		{ErrRecoveryKeyIsReceiverKey, true},
 		{ErrAnchorPresent, true},
+		{ErrTTLTooLong, true},
 		{fmt.Errorf("%w: %w", ErrInvalidArgument, ErrRecoveryKeyIsReceiverKey), true},
 		{nil, false},
 		{ErrStorageBusy, false},

@@ -203,6 +203,8 @@ func hint(err error) string {
 		return "kvfence hold --scope S --reason R, then activate"
 	case errors.Is(err, kvfence.ErrEpochMismatch):
 		return "kvfence status --scope S, to see the current epoch"
+	case errors.Is(err, kvfence.ErrTTLTooLong):
+		return "ask for a shorter --ttl; kvfence scope list shows each scope's maximum grant ttl"
 	case errors.Is(err, fs.ErrExist):
 		return "choose another --out path; kvfence never overwrites a file"
 	}

@@ -123,7 +123,7 @@ func TestExitCodes(t *testing.T) {
 				return []string{"admission", "--db", c.path("x.db")}
 			},
 			code:   ExitUsage,
-			stderr: []string{"kvfence admission: missing subcommand", "Try: kvfence admission new -h"},
+			stderr: []string{"kvfence admission: missing subcommand", "Try: kvfence admission -h"},
 		},
 		{
 			name:   "help",

@@ -39,6 +39,7 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	cf.register(fs, withDB|withKey|withoutLock)
 	id := fs.String("id", "", "")
 	recoveryPub := fs.String("recovery-pub", "", "")
+	maxTTL := fs.Duration("max-ttl", kvfence.DefaultMaxGrantTTL, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
@@ -48,6 +49,9 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	}
 	if err := require("init", [2]string{"id", *id}); err != nil {
 		return err
+	}
+	if *maxTTL <= 0 {
+		return &usageError{msg: "kvfence init: --max-ttl must be positive", hint: "kvfence init -h"}
 	}
 	priv, err := loadPrivate(cf.key)
 	if err != nil {
@@ -80,7 +84,8 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	anchor := cf.fileAnchor()
-	if err := kvfence.Init(cf.db, &kvfence.InitOptions{ReceiverID: *id, Key: priv, Anchor: anchor, RecoveryKey: recovery}); err != nil {
+	if err := kvfence.Init(cf.db, &kvfence.InitOptions{ReceiverID: *id, Key: priv, Anchor: anchor, RecoveryKey: recovery,
+		MaxGrantTTL: *maxTTL}); err != nil {
 		return err
 	}
 	// Read the anchor back, so that the operator sees what it vouches for
@@ -125,7 +130,7 @@ func publicLine(pub ed25519.PublicKey) string {
 // Usage prints the command's help.
 func (c *InitCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence init --db FILE --anchor FILE --key FILE --id RECEIVER_ID
-                    [--recovery-pub FILE] [--pub FILE] [--json]
+                    [--recovery-pub FILE] [--max-ttl 24h] [--pub FILE] [--json]
 
 Creates a receiver database (mode 0600), records the public half of the
 receiver's private key, and writes the first signed checkpoint to a new
@@ -147,6 +152,11 @@ Arguments:
 	    which alone can re-admit a database whose history was questioned
 	    (kvfence admission new, kvfence recover). It must differ from the
 	    receiver's key. Without it, such a database cannot be re-admitted.
+	--max-ttl DURATION
+	    The longest any grant may stay valid after its activation
+	    (default 24h): every scope's maximum, unless "scope create
+	    --max-ttl" sets a shorter one. "activate --ttl" above it is
+	    refused (exit code 3). Fixed at init.
 `+usageKey+`	--db FILE
 	    The database file to create. Defaults to $KVFENCE_DB.
 	--anchor FILE

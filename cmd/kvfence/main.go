@@ -338,34 +338,8 @@ func subcommandFirst(args []string) []string {
 // group without its subcommand means all of its subcommands, so that
 // "kvfence help request" shows "request build" and "request show".
 func (m *Main) lookup(name string, args []string, forHelp bool) (command, []string, error) {
-	// group resolves a command's subcommand among subs. Without one, help
-	// shows the usage of every subcommand.
 	group := func(subs ...subcommand) (command, []string, error) {
-		names := make([]string, len(subs))
-		for i, s := range subs {
-			names[i] = s.name
-		}
-		all := usages{w: m.Stderr, subs: subs}
-		if len(args) == 0 && forHelp {
-			return all, nil, nil
-		}
-		if len(args) > 0 && isHelpFlag(args[0]) {
-			return all, args, nil
-		}
-		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-			return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s: missing subcommand (%s)", name, strings.Join(names, " or ")),
-				hint: fmt.Sprintf("kvfence %s %s -h", name, subs[0].name)}
-		}
-		for _, s := range subs {
-			if args[0] == s.name {
-				return s.cmd, args[1:], nil
-			}
-		}
-		msg := fmt.Sprintf("kvfence %s %s: unknown subcommand (want %s)", name, args[0], strings.Join(names, " or "))
-		if near := closest(args[0], names); near != "" && len(names) > 1 {
-			msg = fmt.Sprintf("kvfence %s %s: unknown subcommand (did you mean %s?)", name, args[0], near)
-		}
-		return nil, nil, &usageError{msg: msg, hint: fmt.Sprintf("kvfence help %s", name)}
+		return (&commandGroup{m, name, subs}).lookup(args, forHelp)
 	}
 	switch name {
 	case "keygen":
@@ -373,9 +347,9 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 	case "init":
 		return &InitCommand{m}, args, nil
 	case "scope":
-		return group(subcommand{"create", &ScopeCreateCommand{m}})
+		return group(subcommand{"create", &ScopeCreateCommand{m}}, subcommand{"list", &ScopeListCommand{m}})
 	case "target":
-		return group(subcommand{"create", &TargetCreateCommand{m}})
+		return group(subcommand{"create", &TargetCreateCommand{m}}, subcommand{"list", &TargetListCommand{m}})
 	case "request":
 		return group(subcommand{"build", &RequestBuildCommand{m}}, subcommand{"show", &RequestShowCommand{m}})
 	case "activate":
@@ -424,33 +398,6 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 var commandNames = []string{"keygen", "init", "scope", "target", "request", "activate", "envelope", "submit", "hold",
 	"status", "observe", "verify-chain", "admission", "recover", "ledger", "serve", "cert", "lab", "bench", "version"}
 
-// subcommand is one subcommand of a group such as "request".
-type subcommand struct {
-	name string
-	cmd  command
-}
-
-// usages is the help of a group: every subcommand's usage, in turn, on
-// w (where the subcommands write theirs). It runs none of them.
-type usages struct {
-	w    io.Writer
-	subs []subcommand
-}
-
-func (u usages) Run(ctx context.Context, args []string) error {
-	u.Usage()
-	return flag.ErrHelp
-}
-
-func (u usages) Usage() {
-	for i, s := range u.subs {
-		if i > 0 {
-			fmt.Fprintln(u.w)
-		}
-		s.cmd.Usage()
-	}
-}
-
 // isHelpFlag reports whether arg asks for help, as the flag package
 // understands it.
 func isHelpFlag(arg string) bool {
@@ -485,16 +432,18 @@ The commands are:
 	keygen          create an Ed25519 key pair (FILE and FILE.pub)
 	init            create a receiver database and its anchor
 	scope create    create a protected scope (privileged)
-	target create   create a target in a scope (privileged)
+	scope list      list the scopes
+	target create   create a target; names are unique across the receiver (privileged)
+	target list     list the targets, of every scope or of one
 	request build   encode an approved request
 	request show    decode a request: every field and its SHA-256
 	activate        mint a grant and open a scope (privileged)
 	envelope build  wrap a request with a worker's claimed authority
 	envelope show   decode an envelope and the request it carries
 	submit          submit an envelope as a worker
-	hold            hold scopes at a new epoch (privileged)
+	hold            hold scopes at a new epoch; --all holds every open one (privileged)
 	status          show the control state of scopes
-	observe         show a target, a receipt or the audit events
+	observe         show a target, a receipt, a grant or the audit events
 	verify-chain    check the audit chain against the anchor
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission
