@@ -314,17 +314,34 @@ func (c *Client) SubmitAssignment(ctx context.Context, a Assignment) (kvfence.Re
 }
 
 // CreateScope creates a protected scope at epoch 1, held, and returns its
-// status as created (scope, epoch, mode, creation time).
+// status as created (scope, epoch, mode, creation time, maximum grant
+// lifetime).
 func (c *Client) CreateScope(ctx context.Context, scope string) (kvfence.ScopeStatus, error) {
+	return c.CreateScopeWith(ctx, scope, kvfence.ScopeOptions{})
+}
+
+// CreateScopeWith creates a scope as CreateScope does, with options.
+func (c *Client) CreateScopeWith(ctx context.Context, scope string, opts kvfence.ScopeOptions) (kvfence.ScopeStatus, error) {
+	req := api.ScopeCreateRequest{Scope: scope}
+	if opts.MaxGrantTTL != 0 {
+		req.MaxGrantTTL = opts.MaxGrantTTL.String()
+	}
 	var out api.ScopeCreate
-	if err := c.postJSON(ctx, api.PathScopes, api.ScopeCreateRequest{Scope: scope}, &out); err != nil {
+	if err := c.postJSON(ctx, api.PathScopes, req, &out); err != nil {
 		return kvfence.ScopeStatus{}, err
 	}
 	created, err := api.ParseTime(out.CreatedAt)
 	if err != nil {
 		return kvfence.ScopeStatus{}, fmt.Errorf("%w: %v", ErrProtocol, err)
 	}
-	return kvfence.ScopeStatus{Scope: out.Scope, Epoch: out.Epoch, Mode: kvfence.Mode(out.Mode), CreatedAt: created}, nil
+	st := kvfence.ScopeStatus{Scope: out.Scope, Epoch: out.Epoch, Mode: kvfence.Mode(out.Mode), CreatedAt: created}
+	// A receiver that predates the maximum sends none.
+	if out.MaxGrantTTL != "" {
+		if st.MaxGrantTTL, err = time.ParseDuration(out.MaxGrantTTL); err != nil {
+			return kvfence.ScopeStatus{}, fmt.Errorf("%w: max_grant_ttl: %v", ErrProtocol, err)
+		}
+	}
+	return st, nil
 }
 
 // CreateTarget creates a target in an existing scope at revision 1 and
@@ -397,6 +414,56 @@ func (c *Client) Hold(ctx context.Context, req kvfence.HoldRequest) (kvfence.Hol
 		return kvfence.HoldResult{}, fmt.Errorf("%w: %v", ErrProtocol, err)
 	}
 	return res, nil
+}
+
+// HoldAll holds every open scope in one transaction (Admin.HoldAll).
+func (c *Client) HoldAll(ctx context.Context, reason string) (kvfence.HoldAllResult, error) {
+	var out api.HoldAll
+	if err := c.postJSON(ctx, api.PathHold, api.HoldRequest{Reason: reason, All: true}, &out); err != nil {
+		return kvfence.HoldAllResult{}, err
+	}
+	res, err := out.Result()
+	if err != nil {
+		return kvfence.HoldAllResult{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	return kvfence.HoldAllResult{HoldResult: res, AlreadyHeld: out.AlreadyHeld}, nil
+}
+
+// Grant returns a stored grant and whether its window was over by the
+// receiver's clock.
+func (c *Client) Grant(ctx context.Context, id string) (kvfence.Grant, bool, error) {
+	var out api.Grant
+	if err := c.call(ctx, http.MethodGet, api.PathGrant+"?id="+url.QueryEscape(id), "", nil, &out); err != nil {
+		return kvfence.Grant{}, false, err
+	}
+	g, expired, err := out.ToGrant()
+	if err != nil {
+		return kvfence.Grant{}, false, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	if g.ID != id {
+		return kvfence.Grant{}, false, fmt.Errorf("%w: asked for grant %q, got %q", ErrProtocol, id, g.ID)
+	}
+	return g, expired, nil
+}
+
+// Targets returns the targets of scope, or of every scope when scope is "".
+func (c *Client) Targets(ctx context.Context, scope string) ([]kvfence.Target, error) {
+	path := api.PathTargetList
+	if scope != "" {
+		path += "?scope=" + url.QueryEscape(scope)
+	}
+	var out api.TargetList
+	if err := c.call(ctx, http.MethodGet, path, "", nil, &out); err != nil {
+		return nil, err
+	}
+	ts := []kvfence.Target{}
+	for _, t := range out.Targets {
+		if scope != "" && t.Scope != scope {
+			return nil, fmt.Errorf("%w: asked for scope %q's targets, got one of %q", ErrProtocol, scope, t.Scope)
+		}
+		ts = append(ts, kvfence.Target{Name: t.Target, Scope: t.Scope, Revision: t.Revision, Value: t.ValueB64})
+	}
+	return ts, nil
 }
 
 // Status is the control state of scopes and the audit head's seq read

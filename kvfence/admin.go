@@ -24,38 +24,15 @@ type Admin struct {
 func (r *Receiver) Admin() *Admin { return &Admin{r: r} }
 
 // CreateScope creates a protected scope at epoch 1, held, with no active
-// grant.
+// grant, whose maximum grant lifetime is the receiver's. CreateScopeWith
+// takes options.
 func (a *Admin) CreateScope(ctx context.Context, scope string) error {
-	if err := a.checkActor(); err != nil {
-		return err
-	}
-	if err := checkName("scope", scope); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return a.r.exec(len(scope), func(w *wtx) error {
-		c, err := w.control(scope)
-		if err != nil {
-			return err
-		}
-		if c != nil {
-			return fmt.Errorf("%w: %s", ErrScopeExists, scope)
-		}
-		c = &controlRecord{Epoch: 1, Mode: ModeHeld, CreatedAt: w.now.UnixNano()}
-		if err := w.putControl(scope, c); err != nil {
-			return err
-		}
-		if err := w.raiseEpochHighWater(1); err != nil {
-			return err
-		}
-		_, err = w.appendAudit(&audit.Entry{Kind: KindScopeCreated, Scope: scope, Epoch: 1, Actor: a.actor})
-		return err
-	})
+	return a.CreateScopeWith(ctx, scope, ScopeOptions{})
 }
 
-// CreateTarget creates a target in an existing scope at revision 1.
+// CreateTarget creates a target in an existing scope at revision 1. Target
+// names are unique across the receiver, not per scope: a name that any
+// scope holds is ErrTargetExists, whose message names that scope.
 func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []byte) error {
 	if err := a.checkActor(); err != nil {
 		return err
@@ -85,7 +62,9 @@ func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []
 			return err
 		}
 		if t != nil {
-			return fmt.Errorf("%w: %s", ErrTargetExists, target)
+			// Target names are one namespace across the receiver; say
+			// where the name is taken, which may be another scope.
+			return fmt.Errorf("%w: %s is a target of scope %s (target names are unique across the receiver)", ErrTargetExists, target, t.Scope)
 		}
 		if err := w.put(bucketTargets, []byte(target), &targetRecord{Scope: scope, Revision: 1, Value: value}); err != nil {
 			return err
@@ -127,7 +106,10 @@ type ActivateRequest struct {
 const DefaultGrantTTL = 15 * time.Minute
 
 // Activate mints a grant for a held scope at its current epoch and opens the
-// scope with it. It never advances the epoch.
+// scope with it. It never advances the epoch. A grant that would stay valid
+// longer after its activation than the scope's maximum (ScopeOptions,
+// InitOptions.MaxGrantTTL) is refused with ErrTTLTooLong, whatever window
+// or TTL asked for it.
 func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error) {
 	if err := a.checkActor(); err != nil {
 		return Grant{}, err
@@ -206,9 +188,18 @@ func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error
 			return Grant{}, fmt.Errorf("%w: [%s, %s) at %s", ErrInvalidWindow, nb.UTC().Format(time.RFC3339Nano),
 				na.UTC().Format(time.RFC3339Nano), w.now.UTC().Format(time.RFC3339Nano))
 		}
+		// The bound is on how long the grant stays usable from now, so a
+		// window that starts later cannot stretch it.
+		if life, limit := na.Sub(w.now), c.maxGrantTTL(); life > limit {
+			return Grant{}, fmt.Errorf("%w: the grant would stay valid for %s after activation (until %s), over scope %s's maximum of %s",
+				ErrTTLTooLong, life, na.UTC().Format(time.RFC3339), req.Scope, limit)
+		}
+		// The grant names its activate entry, which is the chain's next
+		// one, as a receipt names its submit entry.
+		seq := w.chain.Head().Seq + 1
 		g := grantRecord{ID: id, Scope: req.Scope, Epoch: c.Epoch, Executor: req.Executor, Claim: req.Claim,
 			Action: parsed.Action, RequestSHA256: digest[:], NotBefore: nb.UnixNano(), NotAfter: na.UnixNano(),
-			Decision: req.Decision, CreatedAt: w.now.UnixNano()}
+			Decision: req.Decision, CreatedAt: w.now.UnixNano(), AuditSeq: seq}
 		if err := w.put(bucketGrants, []byte(id), &g); err != nil {
 			return Grant{}, err
 		}
@@ -216,15 +207,16 @@ func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error
 		if err := w.putControl(req.Scope, c); err != nil {
 			return Grant{}, err
 		}
-		seq, err := w.appendAudit(&audit.Entry{Kind: KindActivate, Scope: req.Scope, Epoch: c.Epoch,
+		got, err := w.appendAudit(&audit.Entry{Kind: KindActivate, Scope: req.Scope, Epoch: c.Epoch,
 			Grant: id, Executor: req.Executor, Action: parsed.Action, RequestSHA256: digest[:],
 			Target: parsed.Target, Decision: req.Decision, Note: "claim " + req.Claim, Actor: a.actor})
 		if err != nil {
 			return Grant{}, err
 		}
-		out := g.public()
-		out.AuditSeq = seq
-		return out, nil
+		if got != seq {
+			return Grant{}, fmt.Errorf("kvfence: internal error: grant names audit seq %d, entry got %d", seq, got)
+		}
+		return g.public(), nil
 	})
 }
 
@@ -275,36 +267,45 @@ func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 			if c == nil {
 				return HoldResult{}, fmt.Errorf("%w: %s", ErrUnknownScope, s)
 			}
-			if c.Epoch == math.MaxUint64 {
-				return HoldResult{}, fmt.Errorf("%w: %s is at epoch %d", ErrEpochExhausted, s, c.Epoch)
-			}
-			prev := c.Epoch
-			c.Epoch++
-			c.Mode, c.ActiveGrant = ModeHeld, ""
-			c.HoldRequestedAt, c.HoldCommittedAt = requested.UnixNano(), w.now.UnixNano()
-			if err := w.putControl(s, c); err != nil {
+			if err := a.holdScope(w, &res, s, c, requested, req.Reason); err != nil {
 				return HoldResult{}, err
 			}
-			if err := w.raiseEpochHighWater(c.Epoch); err != nil {
-				return HoldResult{}, err
-			}
-			seq, err := w.appendAudit(&audit.Entry{Kind: KindHold, Scope: s, Epoch: c.Epoch,
-				Note: fmt.Sprintf("previous epoch %d; requested %s; reason: %s", prev,
-					requested.UTC().Format(time.RFC3339Nano), req.Reason), Actor: a.actor})
-			if err != nil {
-				return HoldResult{}, err
-			}
-			res.Scopes = append(res.Scopes, HeldScope{Scope: s, PreviousEpoch: prev, Epoch: c.Epoch})
-			res.AuditSeq = seq
 		}
 		return res, nil
 	})
 }
 
+// holdScope holds one scope inside w: its epoch advances, its grant is
+// cleared, and an audit entry records it. It adds the scope to res.
+func (a *Admin) holdScope(w *wtx, res *HoldResult, s string, c *controlRecord, requested time.Time, reason string) error {
+	if c.Epoch == math.MaxUint64 {
+		return fmt.Errorf("%w: %s is at epoch %d", ErrEpochExhausted, s, c.Epoch)
+	}
+	prev := c.Epoch
+	c.Epoch++
+	c.Mode, c.ActiveGrant = ModeHeld, ""
+	c.HoldRequestedAt, c.HoldCommittedAt = requested.UnixNano(), w.now.UnixNano()
+	if err := w.putControl(s, c); err != nil {
+		return err
+	}
+	if err := w.raiseEpochHighWater(c.Epoch); err != nil {
+		return err
+	}
+	seq, err := w.appendAudit(&audit.Entry{Kind: KindHold, Scope: s, Epoch: c.Epoch,
+		Note: fmt.Sprintf("previous epoch %d; requested %s; reason: %s", prev,
+			requested.UTC().Format(time.RFC3339Nano), reason), Actor: a.actor})
+	if err != nil {
+		return err
+	}
+	res.Scopes = append(res.Scopes, HeldScope{Scope: s, PreviousEpoch: prev, Epoch: c.Epoch})
+	res.AuditSeq = seq
+	return nil
+}
+
 func (g *grantRecord) public() Grant {
 	out := Grant{ID: g.ID, Scope: g.Scope, Epoch: g.Epoch, Executor: g.Executor, Claim: g.Claim,
 		Action: g.Action, NotBefore: fromNanos(g.NotBefore), NotAfter: fromNanos(g.NotAfter),
-		Decision: g.Decision, CreatedAt: fromNanos(g.CreatedAt), RevokedSeq: g.RevokedSeq}
+		Decision: g.Decision, CreatedAt: fromNanos(g.CreatedAt), AuditSeq: g.AuditSeq, RevokedSeq: g.RevokedSeq}
 	copy(out.RequestSHA256[:], g.RequestSHA256)
 	return out
 }

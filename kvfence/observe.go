@@ -13,6 +13,7 @@ import (
 // Status returns the control state of one scope, or ErrUnknownScope.
 func (r *Receiver) Status(scope string) (ScopeStatus, error) {
 	var st ScopeStatus
+	now := r.opts.Now()
 	err := r.view(func(tx *bolt.Tx) error {
 		c, err := getControl(tx, scope)
 		if err != nil {
@@ -21,8 +22,8 @@ func (r *Receiver) Status(scope string) (ScopeStatus, error) {
 		if c == nil {
 			return fmt.Errorf("%w: %s", ErrUnknownScope, scope)
 		}
-		st = c.public(scope)
-		return nil
+		st, err = scopeStatus(tx, scope, c, now)
+		return err
 	})
 	return st, err
 }
@@ -30,14 +31,16 @@ func (r *Receiver) Status(scope string) (ScopeStatus, error) {
 // Scopes returns the control state of every scope, ordered by name.
 func (r *Receiver) Scopes() ([]ScopeStatus, error) {
 	var out []ScopeStatus
+	now := r.opts.Now()
 	err := r.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketControl).ForEach(func(k, _ []byte) error {
 			c, err := getControl(tx, string(k))
 			if err != nil {
 				return err
 			}
-			out = append(out, c.public(string(k)))
-			return nil
+			st, err := scopeStatus(tx, string(k), c, now)
+			out = append(out, st)
+			return err
 		})
 	})
 	return out, err
@@ -80,7 +83,9 @@ func (r *Receiver) Receipt(scope, action string) (Receipt, error) {
 }
 
 // Grant returns a grant by id, or ErrNotFound. Grants are kept after a hold
-// as evidence; a stored grant is not an active one.
+// as evidence; a stored grant is not an active one. Its AuditSeq is the seq
+// of the activate entry that created it (0 for a grant activated by a
+// version that did not record it).
 func (r *Receiver) Grant(id string) (Grant, error) {
 	var out Grant
 	err := r.view(func(tx *bolt.Tx) error {
@@ -135,7 +140,8 @@ func (c *controlRecord) public(scope string) ScopeStatus {
 	st := ScopeStatus{Scope: scope, Epoch: c.Epoch, Mode: c.Mode, ActiveGrant: c.ActiveGrant,
 		CreatedAt: fromNanos(c.CreatedAt), HoldRequestedAt: fromNanos(c.HoldRequestedAt),
 		HoldCommittedAt: fromNanos(c.HoldCommittedAt), ActivatedAt: fromNanos(c.ActivatedAt),
-		LastStaleRejectionAt: fromNanos(c.LastStaleRejectionAt), StaleRejections: c.StaleRejections}
+		LastStaleRejectionAt: fromNanos(c.LastStaleRejectionAt), StaleRejections: c.StaleRejections,
+		MaxGrantTTL: c.maxGrantTTL()}
 	if len(c.Denials) > 0 {
 		st.Denials = make(map[Reason]uint64, len(c.Denials))
 		for k, v := range c.Denials {

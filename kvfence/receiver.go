@@ -159,6 +159,10 @@ type InitOptions struct {
 	RecoveryKey ed25519.PublicKey
 	// Now is the clock for the init entry. Nil means time.Now.
 	Now func() time.Time
+	// MaxGrantTTL is the receiver-wide maximum grant lifetime: the
+	// default maximum of new scopes and the largest one a scope may be
+	// given (ScopeOptions.MaxGrantTTL). Zero means DefaultMaxGrantTTL.
+	MaxGrantTTL time.Duration
 }
 
 // Init creates a new receiver database at path, with mode 0600. It refuses
@@ -185,7 +189,7 @@ func Init(path string, opts *InitOptions) (err error) {
 			return fmt.Errorf("%w: recovery key must be an Ed25519 public key", ErrInvalidArgument)
 		}
 		if opts.RecoveryKey.Equal(receiverKey) {
-			return fmt.Errorf("%w: the recovery key must be held apart from the receiver key, not equal to it", ErrInvalidArgument)
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, ErrRecoveryKeyIsReceiverKey)
 		}
 	}
 	if _, err := opts.Anchor.Load(); !errors.Is(err, audit.ErrAnchorMissing) {
@@ -193,6 +197,13 @@ func Init(path string, opts *InitOptions) (err error) {
 			return fmt.Errorf("%w: the anchor already holds a checkpoint; refusing to replace it", audit.ErrWriteConflict)
 		}
 		return fmt.Errorf("kvfence: init: anchor: %w", err)
+	}
+	if opts.MaxGrantTTL < 0 {
+		return fmt.Errorf("%w: negative maximum grant lifetime", ErrInvalidArgument)
+	}
+	maxTTL := opts.MaxGrantTTL
+	if maxTTL == 0 {
+		maxTTL = DefaultMaxGrantTTL
 	}
 	now := opts.Now
 	if now == nil {
@@ -220,9 +231,12 @@ func Init(path string, opts *InitOptions) (err error) {
 				return err
 			}
 		}
+		if err := meta.Put(metaMaxGrantTTL, encodeMaxGrantTTL(maxTTL)); err != nil {
+			return err
+		}
 		// The empty state's digest is stored too: Open always finds one.
 		w := &wtx{tx: tx, chain: audit.NewChain(audit.Head{}), now: now(), stateDirty: true}
-		if _, err := w.appendAudit(&audit.Entry{Kind: KindInit, Note: "receiver " + opts.ReceiverID}); err != nil {
+		if _, err := w.appendAudit(&audit.Entry{Kind: KindInit, Note: "receiver " + opts.ReceiverID + "; max grant ttl " + maxTTL.String()}); err != nil {
 			return err
 		}
 		first, err = w.checkpoint(opts.ReceiverID, opts.Key)

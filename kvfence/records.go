@@ -53,6 +53,12 @@ type controlRecord struct {
 	LastStaleRejectionAt int64             `cbor:"last_stale_rejection_at,omitempty"`
 	StaleRejections      uint64            `cbor:"stale_rejections,omitempty"`
 	Denials              map[Reason]uint64 `cbor:"denials,omitempty"`
+	// MaxGrantTTL is the scope's maximum grant lifetime in nanoseconds,
+	// fixed at its creation. It lives here, in a state record, so that
+	// the digest and every checkpoint cover the bound activations are
+	// checked against. Zero (a scope created before it was recorded)
+	// means DefaultMaxGrantTTL.
+	MaxGrantTTL int64 `cbor:"max_grant_ttl,omitempty"`
 }
 
 // grantRecord is the stored form of a grant.
@@ -73,6 +79,11 @@ type grantRecord struct {
 	// deleting it: receipts and audit entries name grants by id, and the
 	// record is the only place that keeps the grant's validity window.
 	RevokedSeq uint64 `cbor:"revoked_seq,omitempty"`
+	// AuditSeq is the seq of the activate entry that created the grant.
+	// It is omitted when zero, so that the record of a grant activated
+	// before it was kept still encodes, and hashes into the state digest,
+	// byte for byte as it did; such a grant reports 0.
+	AuditSeq uint64 `cbor:"audit_seq,omitempty"`
 }
 
 // targetRecord is the stored form of a target.

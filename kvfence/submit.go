@@ -135,7 +135,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	// 6: the caller's identity comes from the embedding application; the
 	// envelope's executor field is a claim that must agree with it.
 	if s.caller != env.Executor || env.Executor != g.Executor {
-		return w.deny(ctl, s, ReasonExecutorMismatch, fmt.Sprintf("caller %q, envelope executor %q, grant executor %q", s.caller, env.Executor, g.Executor))
+		return w.deny(ctl, s, ReasonExecutorMismatch, executorDetail(s.caller, env.Executor, g.Executor))
 	}
 	// 7
 	if env.Claim != g.Claim {
@@ -228,6 +228,16 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 // worker's grant is usually a real, older grant of this scope: finding it
 // lets the audit entry name its action, so that an operator reads which
 // approved change a stale worker tried to make.
+//
+// A worker that retries an envelope whose change was applied before the
+// hold would otherwise read the denial as "my change never happened". So
+// when this scope holds a receipt for the request's action whose request
+// digest is this envelope's, the detail says so and gives the receipt's
+// audit seq. That tells the submitter only that the exact request it holds
+// was applied, which it may read from the chain anyway; it is told nothing
+// when the digests differ (not even that a receipt exists), so a prober
+// cannot learn which actions were applied, nor anything about the current
+// epoch, grant or target.
 func (w *wtx) denyStale(ctl *controlRecord, s *submission, reason Reason, detail string) (Result, error) {
 	if isGrantID(s.env.Grant) {
 		g, err := w.grant(s.env.Grant)
@@ -238,7 +248,17 @@ func (w *wtx) denyStale(ctl *controlRecord, s *submission, reason Reason, detail
 			s.grant = g
 		}
 	}
-	return w.deny(ctl, s, reason, detail)
+	rc, err := w.receipt(s.env.Scope, s.req.Action)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := w.deny(ctl, s, reason, detail)
+	if err == nil && rc != nil && bytes.Equal(rc.RequestSHA256, s.digest[:]) {
+		// Only the answer says so: the audit entry keeps its bounded note,
+		// and the receipt is in the chain already.
+		res.Detail += fmt.Sprintf("; this exact request was applied earlier: its receipt is at audit seq %d", rc.AuditSeq)
+	}
+	return res, err
 }
 
 // deny records a denial in the audit chain and, for a known scope, in its
@@ -328,6 +348,20 @@ func (s *submission) entry(o Outcome, reason Reason, detail string) *audit.Entry
 	}
 	e.Note = strings.Join(notes, "; ")
 	return e
+}
+
+// executorDetail explains an executor mismatch naming each identity once:
+// two of the three are often the same.
+func executorDetail(caller, envelope, grant string) string {
+	switch {
+	case caller == envelope:
+		return fmt.Sprintf("caller and envelope executor %q, grant executor %q", caller, grant)
+	case envelope == grant:
+		return fmt.Sprintf("caller %q, envelope and grant executor %q", caller, envelope)
+	case caller == grant:
+		return fmt.Sprintf("caller and grant executor %q, envelope executor %q", caller, envelope)
+	}
+	return fmt.Sprintf("caller %q, envelope executor %q, grant executor %q", caller, envelope, grant)
 }
 
 // maxDenialDetail bounds the words a denial's audit entry adds about why.

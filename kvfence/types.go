@@ -162,6 +162,17 @@ type ScopeStatus struct {
 	StaleRejections uint64
 	// Denials counts denials in this scope by reason.
 	Denials map[Reason]uint64
+	// Grant is the scope's active grant, read with the control state in
+	// one transaction; nil when the scope is held.
+	Grant *Grant
+	// GrantExpired says that Grant's validity window was over by the
+	// receiver's clock when the status was read: the scope is open, but
+	// nothing can be submitted under it until it is held and activated
+	// again.
+	GrantExpired bool
+	// MaxGrantTTL is the longest a grant of the scope may stay valid after
+	// its activation, fixed when the scope was created.
+	MaxGrantTTL time.Duration
 }
 
 // Target is a key in a scope with its value and revision.

@@ -25,14 +25,18 @@
 //
 //	POST /v1/submit    envelope bytes (application/cbor); 200 applied or
 //	                   already_applied, 403 denied, the decision in both
-//	POST /v1/scopes    {"scope"}                                    admin
+//	POST /v1/scopes    {"scope"[,"max_grant_ttl"]}                  admin
 //	POST /v1/targets   {"scope","target","value_b64"}               admin
 //	POST /v1/activate  {"scope","executor","claim","request_b64",
 //	                    "ttl","decision","epoch"}                   admin
 //	POST /v1/hold      {"scopes":[...],"reason"}                    admin
+//	                   or {"all":true,"reason"}: every open scope, in one
+//	                   transaction; the answer adds "already_held"
 //	GET  /v1/status[?scope=S]                                       admin
 //	GET  /v1/target?target=K                                        admin
 //	GET  /v1/receipt?scope=S&action=A                               admin
+//	GET  /v1/grant?id=G                                             admin
+//	GET  /v1/target-list[?scope=S]      {"targets":[...]}           admin
 //	GET  /v1/events?since=N[&limit=M]   {"events":[...]}            admin
 //	GET  /healthz      200 while the receiver is open
 //

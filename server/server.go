@@ -110,6 +110,8 @@ func New(opts Options) (*Handler, error) {
 		api.PathReceipt:  {http.MethodGet, true, h.receipt},
 		api.PathEvents:   {http.MethodGet, true, h.events},
 	}
+	h.routes[api.PathGrant] = route{http.MethodGet, true, h.grant}
+	h.routes[api.PathTargetList] = route{http.MethodGet, true, h.targetList}
 	return h, nil
 }
 
@@ -365,7 +367,15 @@ func (h *Handler) createScope(w http.ResponseWriter, r *http.Request, caller str
 	if err := h.decodeJSON(r, &req); err != nil {
 		return err
 	}
-	if err := h.r.Admin().As(caller).CreateScope(r.Context(), req.Scope); err != nil {
+	var opts kvfence.ScopeOptions
+	if req.MaxGrantTTL != "" {
+		d, err := time.ParseDuration(req.MaxGrantTTL)
+		if err != nil || d <= 0 {
+			return errorf(http.StatusBadRequest, api.CodeBadRequest, "max_grant_ttl %q is not a positive duration", req.MaxGrantTTL)
+		}
+		opts.MaxGrantTTL = d
+	}
+	if err := h.r.Admin().As(caller).CreateScopeWith(r.Context(), req.Scope, opts); err != nil {
 		return err
 	}
 	st, err := h.r.Status(req.Scope)
@@ -373,7 +383,7 @@ func (h *Handler) createScope(w http.ResponseWriter, r *http.Request, caller str
 		return err
 	}
 	writeJSON(w, http.StatusOK, api.ScopeCreate{Scope: st.Scope, Epoch: st.Epoch, Mode: string(st.Mode),
-		CreatedAt: api.Time(st.CreatedAt)})
+		CreatedAt: api.Time(st.CreatedAt), MaxGrantTTL: st.MaxGrantTTL.String()})
 	return nil
 }
 
@@ -425,11 +435,58 @@ func (h *Handler) hold(w http.ResponseWriter, r *http.Request, caller string) er
 	if err := h.decodeJSON(r, &req); err != nil {
 		return err
 	}
+	if req.All {
+		if len(req.Scopes) != 0 {
+			return errorf(http.StatusBadRequest, api.CodeBadRequest, "all and scopes do not go together")
+		}
+		res, err := h.r.Admin().As(caller).HoldAll(r.Context(), req.Reason)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, api.HoldAllOf(res))
+		return nil
+	}
 	res, err := h.r.Admin().As(caller).Hold(r.Context(), kvfence.HoldRequest{Scopes: req.Scopes, Reason: req.Reason})
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, api.HoldOf(res))
+	return nil
+}
+
+func (h *Handler) grant(w http.ResponseWriter, r *http.Request, _ string) error {
+	q, err := query(r, "id")
+	if err != nil {
+		return err
+	}
+	if !q.Has("id") {
+		return errorf(http.StatusBadRequest, api.CodeBadRequest, "id is required")
+	}
+	g, err := h.r.Grant(q.Get("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.GrantOf(g, g.Expired(h.r.Now())))
+	return nil
+}
+
+func (h *Handler) targetList(w http.ResponseWriter, r *http.Request, _ string) error {
+	q, err := query(r, "scope")
+	if err != nil {
+		return err
+	}
+	if q.Has("scope") && q.Get("scope") == "" {
+		return errorf(http.StatusBadRequest, api.CodeBadRequest, "scope is empty")
+	}
+	ts, err := h.r.Targets(q.Get("scope"))
+	if err != nil {
+		return err
+	}
+	out := api.TargetList{Targets: []api.Target{}}
+	for _, t := range ts {
+		out.Targets = append(out.Targets, targetOf(t))
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -469,6 +526,12 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, _ string) error
 	if err != nil {
 		return err
 	}
+	writeJSON(w, http.StatusOK, targetOf(t))
+	return nil
+}
+
+// targetOf is a target's JSON form.
+func targetOf(t kvfence.Target) api.Target {
 	out := api.Target{Target: t.Name, Scope: t.Scope, Revision: t.Revision, ValueB64: t.Value}
 	if out.ValueB64 == nil {
 		out.ValueB64 = []byte{}
@@ -477,8 +540,7 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, _ string) error
 		s := string(t.Value)
 		out.Value = &s
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return out
 }
 
 func (h *Handler) receipt(w http.ResponseWriter, r *http.Request, _ string) error {

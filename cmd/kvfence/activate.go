@@ -109,7 +109,9 @@ Arguments:
 	--request REQ.cbor
 	    The approved request bytes (from "kvfence request build"; "-" for stdin).
 	--ttl DURATION
-	    The grant's lifetime from now (default 15m).
+	    The grant's lifetime from now (default 15m). Over the scope's
+	    maximum (kvfence status; init and scope create --max-ttl, default
+	    24h) it is refused with exit code 3 and nothing is written.
 	--decision REF
 	    A reference to the review that approved the grant.
 	--epoch N

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 
 	"github.com/kvfence/kvfence/kvfence"
 )
@@ -61,9 +60,6 @@ func (c *AuditArchiveCommand) Run(ctx context.Context, args []string) (err error
 	defer closeReceiver(r, &err)
 	res, err := localAdmin(r).Archive(ctx, kvfence.ArchiveRequest{Before: *before, Path: *out})
 	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return &usageError{msg: err.Error(), hint: "name a new file for --out: an archive never replaces a file"}
-		}
 		if errors.Is(err, kvfence.ErrInvalidArgument) {
 			return &usageError{msg: err.Error(), hint: "kvfence observe events --db DB shows the seqs; kvfence status shows the audit seq"}
 		}

@@ -31,7 +31,7 @@ func TestAuditArchive(t *testing.T) {
 	c.must(ExitUsage, "audit", "archive", "--out", c.path("x.kva"))
 	c.must(ExitUsage, "audit", "archive", "--before", "999", "--out", c.path("x.kva"))
 	c.write("exists.kva", "")
-	if r := c.must(ExitUsage, "audit", "archive", "--before", "3", "--out", c.path("exists.kva")); !strings.Contains(r.stderr, "file exists") {
+	if r := c.must(ExitError, "audit", "archive", "--before", "3", "--out", c.path("exists.kva")); !strings.Contains(r.stderr, "file exists") {
 		t.Fatalf("archive over an existing file: %s", r)
 	}
 	out := c.json(0, "audit", "archive", "--before", "3", "--out", c.path("one.kva"))

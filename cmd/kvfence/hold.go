@@ -34,6 +34,7 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 	var scopes stringList
 	fs.Var(&scopes, "scope", "")
 	reason := fs.String("reason", "", "")
+	all := fs.Bool("all", false, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
@@ -46,11 +47,17 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 			return err
 		}
 	}
-	if len(scopes) == 0 {
-		return missingFlag("hold", "scope", "")
+	switch {
+	case *all && len(scopes) > 0:
+		return &usageError{msg: "kvfence hold: --all and --scope are mutually exclusive", hint: "kvfence hold -h"}
+	case !*all && len(scopes) == 0:
+		return &usageError{msg: "kvfence hold: --scope or --all is required", hint: "kvfence hold -h"}
 	}
 	if err := require("hold", [2]string{"reason", *reason}); err != nil {
 		return err
+	}
+	if *all {
+		return c.holdAll(ctx, &cf, &rf, *reason)
 	}
 	req := kvfence.HoldRequest{Scopes: scopes, Reason: *reason}
 	res, err := either(&cf, &rf, true, c.m.warn,
@@ -75,9 +82,45 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 	return tw.Flush()
 }
 
+// holdAllJSON is the --json shape of hold --all: hold's shape, with the
+// scopes that were held already.
+type holdAllJSON = api.HoldAll
+
+// holdAll holds every open scope in one transaction.
+func (c *HoldCommand) holdAll(ctx context.Context, cf *commonFlags, rf *remoteFlags, reason string) error {
+	res, err := either(cf, rf, true, c.m.warn,
+		func(r *kvfence.Receiver) (kvfence.HoldAllResult, error) { return localAdmin(r).HoldAll(ctx, reason) },
+		func(cl *client.Client) (kvfence.HoldAllResult, error) { return cl.HoldAll(ctx, reason) })
+	if err != nil {
+		return err
+	}
+	out := holdAllJSON(api.HoldAllOf(res))
+	if cf.json {
+		return writeJSON(c.m.Stdout, out)
+	}
+	tw := newTable(c.m.Stdout)
+	if len(out.Scopes) == 0 {
+		fmt.Fprintln(tw, "no open scope: nothing held, nothing written")
+	} else {
+		fmt.Fprintln(tw, "SCOPE\tPREVIOUS EPOCH\tEPOCH\tMODE")
+		for _, s := range out.Scopes {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", s.Scope, s.PreviousEpoch, s.Epoch, s.Mode)
+		}
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "already held\t%s\n", orDash(strings.Join(out.AlreadyHeld, ", ")))
+	if len(out.Scopes) > 0 {
+		fmt.Fprintf(tw, "hold requested at\t%s\n", humanTime(res.HoldRequestedAt))
+		fmt.Fprintf(tw, "hold committed at\t%s\n", humanTime(res.HoldCommittedAt))
+	}
+	fmt.Fprintf(tw, "audit seq\t%d\n", res.AuditSeq)
+	return tw.Flush()
+}
+
 // Usage prints the command's help.
 func (c *HoldCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence hold --scope S [--scope S2 ...] --reason R [common arguments]
+       kvfence hold --all --reason R [common arguments]
 
 Holds the named scopes: each one's epoch advances by one, its active grant
 is cleared and it stops accepting requests, all in one transaction (every
@@ -90,6 +133,11 @@ Arguments:
 
 	--scope S
 	    A scope to hold; repeat for several.
+	--all
+	    Hold every open scope, in one transaction: the incident button.
+	    No submit in any scope is accepted after the first of its holds;
+	    one audit entry per scope, anchored once. Scopes already held are
+	    listed ("already held") and left at their epoch.
 	--reason R
 	    Why, recorded in the audit chain.
 `+usageKey+usageDB+usageServer+usageJSON)

@@ -25,6 +25,11 @@ type initJSON struct {
 	AnchorHead  string  `json:"anchor_head"`
 	PublicKey   string  `json:"public_key"`
 	RecoveryKey *string `json:"recovery_key"`
+	// Fingerprint and RecoveryFingerprint are the keys' SHA256
+	// fingerprints, as the anchor's checkpoints and kvfence's messages
+	// name them (RecoveryFingerprint is null without a recovery key).
+	Fingerprint         string  `json:"fingerprint"`
+	RecoveryFingerprint *string `json:"recovery_fingerprint"`
 }
 
 // Run runs the command.
@@ -34,6 +39,7 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	cf.register(fs, withDB|withKey|withoutLock)
 	id := fs.String("id", "", "")
 	recoveryPub := fs.String("recovery-pub", "", "")
+	maxTTL := fs.Duration("max-ttl", kvfence.DefaultMaxGrantTTL, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
@@ -43,6 +49,9 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	}
 	if err := require("init", [2]string{"id", *id}); err != nil {
 		return err
+	}
+	if *maxTTL <= 0 {
+		return &usageError{msg: "kvfence init: --max-ttl must be positive", hint: "kvfence init -h"}
 	}
 	priv, err := loadPrivate(cf.key)
 	if err != nil {
@@ -67,7 +76,7 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 		// The recovery key exists to overrule the receiver key; the same
 		// key in both roles would make that meaningless.
 		if recovery.Equal(pub) {
-			return withHint(errors.New("--recovery-pub is the receiver's own key; the recovery key must be a separately held key"),
+			return withHint(tagged(kvfence.ErrRecoveryKeyIsReceiverKey, "--recovery-pub is the receiver's own key; the recovery key must be a separately held key"),
 				"kvfence keygen --out recovery.key, and keep it away from the receiver")
 		}
 	}
@@ -75,7 +84,8 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	anchor := cf.fileAnchor()
-	if err := kvfence.Init(cf.db, &kvfence.InitOptions{ReceiverID: *id, Key: priv, Anchor: anchor, RecoveryKey: recovery}); err != nil {
+	if err := kvfence.Init(cf.db, &kvfence.InitOptions{ReceiverID: *id, Key: priv, Anchor: anchor, RecoveryKey: recovery,
+		MaxGrantTTL: *maxTTL}); err != nil {
 		return err
 	}
 	// Read the anchor back, so that the operator sees what it vouches for
@@ -86,10 +96,10 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	}
 	head := audit.Head{Seq: sc.Seq, Hash: sc.Head}
 	res := initJSON{Receiver: *id, DB: cf.db, Anchor: cf.anchor, AnchorSeq: head.Seq, AnchorHead: headHex(head),
-		PublicKey: publicLine(pub)}
+		PublicKey: publicLine(pub), Fingerprint: audit.KeyFingerprint(pub).String()}
 	if recovery != nil {
-		s := publicLine(recovery)
-		res.RecoveryKey = &s
+		s, f := publicLine(recovery), audit.KeyFingerprint(recovery).String()
+		res.RecoveryKey, res.RecoveryFingerprint = &s, &f
 	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
@@ -100,8 +110,10 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "anchor\t%s\n", res.Anchor)
 	fmt.Fprintf(tw, "anchored head\t%s\n", headText(head))
 	fmt.Fprintf(tw, "public key\t%s\n", res.PublicKey)
+	fmt.Fprintf(tw, "fingerprint\t%s\n", res.Fingerprint)
 	if res.RecoveryKey != nil {
 		fmt.Fprintf(tw, "recovery key\t%s\n", *res.RecoveryKey)
+		fmt.Fprintf(tw, "recovery fingerprint\t%s\n", *res.RecoveryFingerprint)
 	}
 	return tw.Flush()
 }
@@ -118,7 +130,7 @@ func publicLine(pub ed25519.PublicKey) string {
 // Usage prints the command's help.
 func (c *InitCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence init --db FILE --anchor FILE --key FILE --id RECEIVER_ID
-                    [--recovery-pub FILE] [--pub FILE] [--json]
+                    [--recovery-pub FILE] [--max-ttl 24h] [--pub FILE] [--json]
 
 Creates a receiver database (mode 0600), records the public half of the
 receiver's private key, and writes the first signed checkpoint to a new
@@ -140,6 +152,11 @@ Arguments:
 	    which alone can re-admit a database whose history was questioned
 	    (kvfence admission new, kvfence recover). It must differ from the
 	    receiver's key. Without it, such a database cannot be re-admitted.
+	--max-ttl DURATION
+	    The longest any grant may stay valid after its activation
+	    (default 24h): every scope's maximum, unless "scope create
+	    --max-ttl" sets a shorter one. "activate --ttl" above it is
+	    refused (exit code 3). Fixed at init.
 `+usageKey+`	--db FILE
 	    The database file to create. Defaults to $KVFENCE_DB.
 	--anchor FILE

@@ -53,7 +53,7 @@ func (c *ObserveCommand) Run(ctx context.Context, args []string) error {
 			c.Usage()
 			return flag.ErrHelp
 		}
-		return &usageError{msg: "kvfence observe: missing subcommand (target, receipt or events)", hint: "kvfence observe -h"}
+		return &usageError{msg: "kvfence observe: missing subcommand (target, receipt, grant or events)", hint: "kvfence observe -h"}
 	}
 	switch args[0] {
 	case "target":
@@ -62,6 +62,8 @@ func (c *ObserveCommand) Run(ctx context.Context, args []string) error {
 		return c.receipt(ctx, args[1:])
 	case "events":
 		return c.events(ctx, args[1:])
+	case "grant":
+		return c.grant(ctx, args[1:])
 	}
 	return &usageError{msg: fmt.Sprintf("kvfence observe %s: unknown subcommand", args[0]), hint: "kvfence observe -h"}
 }
@@ -454,6 +456,7 @@ func (c *ObserveCommand) Usage() {
 
 	kvfence observe target K [common arguments]
 	kvfence observe receipt --scope S --action A [common arguments]
+	kvfence observe grant ID [common arguments]
 	kvfence observe events [--since SEQ] [--until SEQ] [--scope S] [--kind K ...]
 	                       [--follow [--interval DURATION]] [common arguments]
 
@@ -464,6 +467,11 @@ Prints state without changing it; the database is opened read-only.
 	          "value_b64" is always the value in base64.
 	receipt   the receipt of an applied action: grant, request digest,
 	          revisions before and after, audit seq and time.
+	grant     a grant by id: scope, epoch, executor, claim, action,
+	          request digest, validity window ("expired" once the
+	          receiver's clock is past it), decision, its activate entry's
+	          audit seq and the recovery that revoked it, if any. A stored
+	          grant is evidence; only a scope's active grant authorises.
 	events    the audit chain from SEQ on (default: from the start, or
 	          from the base once older entries were archived). With
 	          --json, {"events":[...]} in chain order; each entry has seq,

@@ -91,6 +91,13 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 		fmt.Fprintf(tw, "epoch\t%d\n", st.Epoch)
 		fmt.Fprintf(tw, "mode\t%s\n", st.Mode)
 		fmt.Fprintf(tw, "active grant\t%s\n", orDash(st.ActiveGrant))
+		if g := st.Grant; g != nil {
+			fmt.Fprintf(tw, "grant executor\t%s\n", g.Executor)
+			fmt.Fprintf(tw, "grant claim\t%s\n", g.Claim)
+			fmt.Fprintf(tw, "grant action\t%s\n", g.Action)
+			fmt.Fprintf(tw, "grant expires\t%s\n", expiryText(*g, st.GrantExpired))
+		}
+		fmt.Fprintf(tw, "max grant ttl\t%s\n", orDash(maxTTLText(st.MaxGrantTTL)))
 		fmt.Fprintf(tw, "activated at\t%s\n", humanTime(st.ActivatedAt))
 		fmt.Fprintf(tw, "hold requested at\t%s\n", humanTime(st.HoldRequestedAt))
 		fmt.Fprintf(tw, "hold committed at\t%s\n", humanTime(st.HoldCommittedAt))
@@ -130,7 +137,9 @@ func (c *StatusCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence status [--scope S] [common arguments]
 
 Prints the control state of every scope, or of scope S: epoch, mode, active
-grant, the four distinct timestamps (activated, hold requested, hold
+grant (its executor, claim, action and expiry, "(expired)" once the
+receiver's clock is past it; with --json, "grant", or null when held), the
+scope's maximum grant lifetime, the four distinct timestamps (activated, hold requested, hold
 committed, last stale rejection), the stale-rejection count and the denial
 counts by reason, followed by the audit chain's head seq and whether the
 database was checked against its anchor. Opens the database read-only.

@@ -89,7 +89,9 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 func (c *TargetCreateCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence target create --scope S --target K (--value V | --value-file F) [common arguments]
 
-Creates target K in scope S at revision 1 with the given value.
+Creates target K in scope S at revision 1 with the given value. Target
+names are unique across the receiver, not per scope: K must not name a
+target of any scope (the refusal says which scope holds it).
 Privileged: requires the receiver's private key.
 
 Arguments:
@@ -97,10 +99,93 @@ Arguments:
 	--scope S
 	    The scope the target belongs to; it must exist.
 	--target K
-	    The target's name.
+	    The target's name, unique across the receiver.
 	--value V
 	    The initial value, as given.
 	--value-file F
 	    Read the initial value from F, byte for byte ("-" for stdin).
 `+usageKey+usageDB+usageServer+usageJSON)
+}
+
+// TargetListCommand lists targets with their scope, revision and value
+// digest. It opens the database read-only.
+type TargetListCommand struct{ m *Main }
+
+// targetListJSON is the --json shape of target list: {"targets":[...]} by
+// name. Values are not included (observe target shows one); value_size
+// and value_sha256 describe them.
+type targetListJSON struct {
+	// Targets are the targets, ordered by name.
+	Targets []targetListEntryJSON `json:"targets"`
+}
+
+// targetListEntryJSON is one target of target list.
+type targetListEntryJSON struct {
+	// Target is the target's name, unique across the receiver.
+	Target string `json:"target"`
+	// Scope is the scope the target belongs to.
+	Scope string `json:"scope"`
+	// Revision is the target's current revision.
+	Revision uint64 `json:"revision"`
+	// ValueSize is the value's length in bytes.
+	ValueSize int `json:"value_size"`
+	// ValueSHA256 is the value's SHA-256 in lowercase hex.
+	ValueSHA256 string `json:"value_sha256"`
+}
+
+// Run runs the command.
+func (c *TargetListCommand) Run(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("target list")
+	cf := commonFlags{name: "target list"}
+	cf.register(fs, withDB)
+	var rf remoteFlags
+	rf.register(fs)
+	scope := fs.String("scope", "", "")
+	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
+		return err
+	}
+	cf.resolve(fs, c.m.Getenv)
+	if err := rf.check(fs, "target list"); err != nil {
+		return err
+	}
+	if isSet(fs, "scope") && *scope == "" {
+		return &usageError{msg: "kvfence target list: --scope is empty", hint: "kvfence target list -h"}
+	}
+	targets, err := either(&cf, &rf, false, c.m.warn,
+		func(r *kvfence.Receiver) ([]kvfence.Target, error) { return r.Targets(*scope) },
+		func(cl *client.Client) ([]kvfence.Target, error) { return cl.Targets(ctx, *scope) })
+	if err != nil {
+		return err
+	}
+	out := targetListJSON{Targets: []targetListEntryJSON{}}
+	for _, t := range targets {
+		sum := sha256.Sum256(t.Value)
+		out.Targets = append(out.Targets, targetListEntryJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
+			ValueSize: len(t.Value), ValueSHA256: hex.EncodeToString(sum[:])})
+	}
+	if cf.json {
+		return writeJSON(c.m.Stdout, out)
+	}
+	tw := newTable(c.m.Stdout)
+	fmt.Fprintln(tw, "TARGET\tSCOPE\tREVISION\tSIZE\tVALUE SHA256")
+	for _, t := range out.Targets {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", t.Target, t.Scope, t.Revision, t.ValueSize, t.ValueSHA256)
+	}
+	return tw.Flush()
+}
+
+// Usage prints the command's help.
+func (c *TargetListCommand) Usage() {
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence target list [--scope S] [common arguments]
+
+Lists the targets by name, of every scope or of scope S: scope, revision,
+value size and the value's SHA-256 ("kvfence observe target K" shows a
+value). Target names are unique across the receiver. Opens the database
+read-only.
+
+Arguments:
+
+	--scope S
+	    List only this scope's targets; an unknown scope is refused.
+`+usageDBRead+usageServer+usageJSON)
 }

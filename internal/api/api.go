@@ -27,6 +27,10 @@ const (
 	PathReceipt  = "/v1/receipt"
 	PathEvents   = "/v1/events"
 	PathHealthz  = "/healthz"
+	// PathGrant is GET ?id=: a stored grant.
+	PathGrant = "/v1/grant"
+	// PathTargetList is GET [?scope=]: the targets, of every scope or one.
+	PathTargetList = "/v1/target-list"
 )
 
 // Media types of request and response bodies.
@@ -81,6 +85,9 @@ func (s Submit) Result() (kvfence.Result, error) {
 type ScopeCreateRequest struct {
 	// Scope is the name of the scope to create.
 	Scope string `json:"scope"`
+	// MaxGrantTTL is the scope's maximum grant lifetime as a Go duration;
+	// empty means the receiver's.
+	MaxGrantTTL string `json:"max_grant_ttl,omitempty"`
 }
 
 // ScopeCreate is the response of POST /v1/scopes.
@@ -93,6 +100,8 @@ type ScopeCreate struct {
 	Mode string `json:"mode"`
 	// CreatedAt is when the scope was created.
 	CreatedAt *string `json:"created_at"`
+	// MaxGrantTTL is the scope's maximum grant lifetime as a Go duration.
+	MaxGrantTTL string `json:"max_grant_ttl"`
 }
 
 // TargetCreateRequest is the body of POST /v1/targets.
@@ -193,6 +202,34 @@ type HoldRequest struct {
 	Scopes []string `json:"scopes"`
 	// Reason says why, for the audit chain.
 	Reason string `json:"reason"`
+	// All holds every open scope in one transaction (Admin.HoldAll);
+	// Scopes must then be empty, and the response is a HoldAll.
+	All bool `json:"all,omitempty"`
+}
+
+// HoldAll is the response of POST /v1/hold with "all": the hold, and the
+// scopes that were held already and left as they were.
+type HoldAll struct {
+	// Hold is the hold of the scopes that were open.
+	Hold
+	// AlreadyHeld names the scopes found held, by name.
+	AlreadyHeld []string `json:"already_held"`
+}
+
+// HoldAllOf returns the response for a committed HoldAll.
+func HoldAllOf(res kvfence.HoldAllResult) HoldAll {
+	out := HoldAll{Hold: HoldOf(res.HoldResult), AlreadyHeld: res.AlreadyHeld}
+	if out.AlreadyHeld == nil {
+		out.AlreadyHeld = []string{}
+	}
+	return out
+}
+
+// TargetList is the response of GET /v1/target-list: the targets by name,
+// with their values.
+type TargetList struct {
+	// Targets are the targets, ordered by name.
+	Targets []Target `json:"targets"`
 }
 
 // Hold is the response of POST /v1/hold.
@@ -281,6 +318,44 @@ type ScopeStatus struct {
 	StaleRejections uint64 `json:"stale_rejections"`
 	// Denials counts the scope's denials by reason code.
 	Denials map[string]uint64 `json:"denials"`
+	// Grant is the active grant, or null when the scope is held.
+	Grant *Grant `json:"grant"`
+	// MaxGrantTTL is the scope's maximum grant lifetime as a Go duration
+	// ("24h0m0s").
+	MaxGrantTTL string `json:"max_grant_ttl"`
+}
+
+// Grant is a stored grant: the activation's shape, when it was created,
+// the recovery that revoked it (0 if none), and whether its window was
+// over by the receiver's clock when it was read.
+type Grant struct {
+	// Activate is the grant as activate returned it.
+	Activate
+	// CreatedAt is when the grant was activated.
+	CreatedAt *string `json:"created_at"`
+	// RevokedSeq is the audit seq of the recovery that revoked the grant,
+	// or 0.
+	RevokedSeq uint64 `json:"revoked_seq"`
+	// Expired says the grant's validity window was over at read time.
+	Expired bool `json:"expired"`
+}
+
+// GrantOf returns the JSON form of a grant; expired is whether its window
+// was over by the receiver's clock.
+func GrantOf(g kvfence.Grant, expired bool) Grant {
+	return Grant{Activate: ActivateOf(g), CreatedAt: Time(g.CreatedAt), RevokedSeq: g.RevokedSeq, Expired: expired}
+}
+
+// ToGrant returns the grant a response describes and whether it was
+// expired.
+func (g Grant) ToGrant() (kvfence.Grant, bool, error) {
+	out, err := g.Activate.ToGrant()
+	if err != nil {
+		return out, false, err
+	}
+	out.RevokedSeq = g.RevokedSeq
+	out.CreatedAt, err = ParseTime(g.CreatedAt)
+	return out, g.Expired, err
 }
 
 // ScopeStatusOf returns the JSON form of a scope's status.
@@ -289,9 +364,13 @@ func ScopeStatusOf(st kvfence.ScopeStatus) ScopeStatus {
 		CreatedAt: Time(st.CreatedAt), ActivatedAt: Time(st.ActivatedAt),
 		HoldRequestedAt: Time(st.HoldRequestedAt), HoldCommittedAt: Time(st.HoldCommittedAt),
 		LastStaleRejectionAt: Time(st.LastStaleRejectionAt), StaleRejections: st.StaleRejections,
-		Denials: make(map[string]uint64, len(st.Denials))}
+		Denials: make(map[string]uint64, len(st.Denials)), MaxGrantTTL: st.MaxGrantTTL.String()}
 	for k, v := range st.Denials {
 		out.Denials[string(k)] = v
+	}
+	if st.Grant != nil {
+		g := GrantOf(*st.Grant, st.GrantExpired)
+		out.Grant = &g
 	}
 	return out
 }
@@ -315,6 +394,21 @@ func (s ScopeStatus) Status() (kvfence.ScopeStatus, error) {
 		for k, v := range s.Denials {
 			out.Denials[kvfence.Reason(k)] = v
 		}
+	}
+	if s.Grant != nil {
+		g, expired, err := s.Grant.ToGrant()
+		if err != nil {
+			return out, err
+		}
+		out.Grant, out.GrantExpired = &g, expired
+	}
+	// A receiver that predates the maximum sends none.
+	if s.MaxGrantTTL != "" {
+		d, err := time.ParseDuration(s.MaxGrantTTL)
+		if err != nil || d <= 0 {
+			return out, fmt.Errorf("max_grant_ttl %q is not a positive duration", s.MaxGrantTTL)
+		}
+		out.MaxGrantTTL = d
 	}
 	return out, nil
 }

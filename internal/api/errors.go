@@ -66,6 +66,7 @@ var Sentinels = []Sentinel{
 	{"unknown_target", http.StatusNotFound, kvfence.ErrUnknownTarget},
 	{"not_found", http.StatusNotFound, kvfence.ErrNotFound},
 	{"invalid_window", http.StatusBadRequest, kvfence.ErrInvalidWindow},
+	{"ttl_too_long", http.StatusBadRequest, kvfence.ErrTTLTooLong},
 	{"malformed_request", http.StatusBadRequest, kvfence.ErrMalformedRequest},
 	{"invalid_argument", http.StatusBadRequest, kvfence.ErrInvalidArgument},
 	{"read_only", http.StatusServiceUnavailable, kvfence.ErrReadOnly},

@@ -1,0 +1,96 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+)
+
+// Engine is a transactional store of buckets of ordered keys. Its methods
+// are safe for concurrent use.
+type Engine interface {
+	// Update runs fn in a read-write transaction and commits its writes
+	// atomically, or writes nothing if fn returns an error. fn may run more
+	// than once (see the package documentation) and must touch nothing but
+	// its transaction. A transaction whose size breaks Limits fails with
+	// ErrTxnTooLarge even if fn ignored the operation's error.
+	Update(ctx context.Context, fn func(Tx) error) error
+	// View runs fn in a read-only transaction that sees one consistent
+	// state, at least as new as every Update that returned before View was
+	// called. fn may run more than once.
+	View(ctx context.Context, fn func(Tx) error) error
+	// Limits returns the bounds of one Update.
+	Limits() Limits
+	// Close releases the engine. Later calls fail with ErrClosed.
+	Close() error
+}
+
+// Tx is one transaction. It is valid only inside the function it was given
+// to, and is not safe for concurrent use. Bytes it returns are valid until
+// that function returns (the package documentation's lifetime rule).
+type Tx interface {
+	// Get returns key's value in bucket, or nil if the key is absent. A
+	// write earlier in the same transaction is seen (read-your-writes).
+	Get(bucket, key []byte) ([]byte, error)
+	// Put sets key's value in bucket. value may be empty, not absent.
+	Put(bucket, key, value []byte) error
+	// Delete removes key from bucket; an absent key is not an error.
+	Delete(bucket, key []byte) error
+	// Scan calls fn for each key of bucket at or after from (nil: the
+	// first key) in ascending bytewise order, with the transaction's own
+	// writes merged in. fn returns StopScan to end the scan early; any
+	// other error ends it and is returned. The transaction must not write
+	// during the scan.
+	Scan(bucket, from []byte, fn func(key, value []byte) error) error
+	// Last returns the greatest key of bucket and its value, or nil, nil
+	// for an empty bucket.
+	Last(bucket []byte) (key, value []byte, err error)
+	// CreateBucket creates an empty bucket; ErrBucketExists if it exists.
+	CreateBucket(bucket []byte) error
+	// HasBucket reports whether bucket was created.
+	HasBucket(bucket []byte) (bool, error)
+}
+
+// Limits bound one Update. A zero field means no bound. An engine checks
+// them while fn runs, so an Update that breaks them writes nothing.
+type Limits struct {
+	// MaxOps bounds the distinct keys one Update writes. An engine whose
+	// commit also names what was read (etcd) bounds those reads by the
+	// same number.
+	MaxOps int
+	// MaxBytes bounds the bytes of one commit: every key and value
+	// written, plus what the engine adds per operation (OpOverhead) and,
+	// for an optimistic engine, the keys it compares.
+	MaxBytes int
+	// OpOverhead is what the engine counts per operation on top of its
+	// key and value bytes, so that a caller can split a batch ahead.
+	OpOverhead int
+}
+
+// Size limits shared by every engine, those of bbolt's.
+const (
+	// MaxKeySize is the longest key.
+	MaxKeySize = 32768
+	// MaxBucketName is the longest bucket name.
+	MaxBucketName = 64
+)
+
+// CheckBucket reports whether name is a valid bucket name.
+func CheckBucket(name []byte) error {
+	if len(name) == 0 || len(name) > MaxBucketName {
+		return fmt.Errorf("%w: bucket name of %d bytes", ErrInvalid, len(name))
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return fmt.Errorf("%w: bucket name %q", ErrInvalid, name)
+		}
+	}
+	return nil
+}
+
+// CheckKey reports whether key is a valid key.
+func CheckKey(key []byte) error {
+	if len(key) == 0 || len(key) > MaxKeySize {
+		return fmt.Errorf("%w: key of %d bytes", ErrInvalid, len(key))
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package etcdtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// client returns a client of the given members only.
+func client(t *testing.T, c *Cluster, members ...int) *clientv3.Client {
+	t.Helper()
+	var eps []string
+	for _, i := range members {
+		eps = append(eps, c.Members[i].ClientURL)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// put writes key through cli within d.
+func put(cli *clientv3.Client, key string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, err := cli.Put(ctx, key, "v")
+	return err
+}
+
+// Ensure that a single member starts, serves a write and a read, and say
+// how long it took to be ready.
+func TestStart(t *testing.T) {
+	c := Start(t)
+	t.Logf("one member ready in %v", c.Ready)
+	cli := client(t, c, 0)
+	if err := put(cli, "/k", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(context.Background(), "/k")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" {
+		t.Fatalf("Get = %v, %v", resp, err)
+	}
+}
+
+// Ensure that Partition cuts a member off both ways: the others elect a
+// leader among themselves and take writes, the cut-off member takes none,
+// and after Heal it takes writes again.
+func TestPartition(t *testing.T) {
+	c := NewCluster(t, Config{Members: 3, Gates: true})
+	t.Logf("three members ready in %v", c.Ready)
+	leader := c.Leader(t)
+	rest := []int{(leader + 1) % 3, (leader + 2) % 3}
+	cut := client(t, c, leader)
+	others := client(t, c, rest...)
+	if err := put(cut, "/before", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.Partition(leader)
+	// A leader cut off only one way keeps its followers from electing
+	// another, and no write would pass anywhere.
+	took, err := WaitWritable(ctxTimeout(t, 10*time.Second), others, "/during")
+	if err != nil {
+		t.Fatalf("the majority took no write while one member was cut off: %v", err)
+	}
+	t.Logf("the majority took writes %v after the cut", took)
+	if err := put(cut, "/isolated", 500*time.Millisecond); err == nil {
+		t.Fatal("a cut-off member took a write")
+	}
+	c.Heal(leader)
+	if _, err := WaitWritable(ctxTimeout(t, 10*time.Second), cut, "/after"); err != nil {
+		t.Fatalf("the healed member takes no write: %v", err)
+	}
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,70 @@
+package kvfence
+
+import (
+	"context"
+	"fmt"
+)
+
+// HoldAllResult reports a committed HoldAll.
+type HoldAllResult struct {
+	// HoldResult lists the scopes this call held (each was open), with
+	// their epochs before and after, and the seq of the last hold entry.
+	// Its Scopes is empty when no scope was open.
+	HoldResult
+	// AlreadyHeld names, in order, the scopes that were held when the
+	// transaction ran; they were left as they were.
+	AlreadyHeld []string
+}
+
+// HoldAll holds every open scope of the receiver in one write transaction:
+// the incident button. Each open scope's epoch advances and its grant is
+// cleared as Hold does, with one audit entry per scope, and the whole set is
+// anchored once. Because the scopes are chosen inside the transaction, a
+// scope activated just before it is held too, and no submit can be decided
+// between the hold of one scope and that of another. Scopes already held are
+// reported in AlreadyHeld, not advanced: nothing is authorised in them, and
+// an approver's pending compare-and-swap activation (ActivateRequest.Epoch)
+// stays valid. A receiver without open scopes commits nothing. As with Hold,
+// every open scope is held or, on any error, none is: an open scope at the
+// largest epoch makes the whole call fail with ErrEpochExhausted.
+func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, error) {
+	requested := a.r.opts.Now()
+	if err := a.checkActor(); err != nil {
+		return HoldAllResult{}, err
+	}
+	if err := checkName("reason", reason); err != nil {
+		return HoldAllResult{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return HoldAllResult{}, err
+	}
+	return update(a.r, len(reason), func(w *wtx) (HoldAllResult, error) {
+		res := HoldAllResult{HoldResult: HoldResult{HoldRequestedAt: requested.UTC(), HoldCommittedAt: w.now.UTC()}}
+		// Scope names are collected first: a cursor must not walk a
+		// bucket that the loop below writes to.
+		var scopes []string
+		if err := w.tx.Bucket(bucketControl).ForEach(func(k, _ []byte) error {
+			scopes = append(scopes, string(k))
+			return nil
+		}); err != nil {
+			return HoldAllResult{}, err
+		}
+		for _, s := range scopes {
+			c, err := w.control(s)
+			if err != nil {
+				return HoldAllResult{}, err
+			}
+			if c.Mode != ModeOpen {
+				res.AlreadyHeld = append(res.AlreadyHeld, s)
+				continue
+			}
+			if err := a.holdScope(w, &res.HoldResult, s, c, requested, reason); err != nil {
+				return HoldAllResult{}, err
+			}
+		}
+		if len(res.Scopes) == 0 {
+			res.AuditSeq = w.chain.Head().Seq
+		}
+		return res, nil
+	})
+}
