@@ -47,7 +47,7 @@ func IsIntegrityError(err error) bool {
 		audit.ErrReceiverMismatch, audit.ErrAnchorMissing, audit.ErrBadAnchor, audit.ErrBadCheckpoint,
 		audit.ErrBrokenLink, audit.ErrSeqGap, audit.ErrBadEntry, audit.ErrAnchorStale, audit.ErrAnchorNotRegular,
 		audit.ErrAnchorPermissions, audit.ErrAnchorRegression, audit.ErrBadAdmission, audit.ErrAdmissionMismatch,
-		audit.ErrStateMismatch, audit.ErrFenceViolation} {
+		audit.ErrStateMismatch, audit.ErrFenceViolation, audit.ErrBadArchive, audit.ErrBaseMismatch} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -107,13 +107,27 @@ func (r *Receiver) finishInit() (sc audit.SignedCheckpoint, err error) {
 	return sc, r.opts.Anchor.Store(nil, sc)
 }
 
-// hashAt returns the hash of the stored entry at seq.
+// hashAt returns the hash of the stored entry at seq or, for the newest
+// archived entry, the base's hash. An anchor names an archived entry only
+// if it is older than the archive (a receiver archives only what its
+// anchor covers), which is ErrAnchorStale.
 func hashAt(tx *bolt.Tx, seq uint64) (audit.Hash, error) {
 	raw := tx.Bucket(bucketAudit).Get(audit.SeqKey(seq))
-	if raw == nil {
-		return audit.Hash{}, fmt.Errorf("%w: no entry %d", audit.ErrSeqGap, seq)
+	if raw != nil {
+		return audit.HashEntry(raw), nil
 	}
-	return audit.HashEntry(raw), nil
+	_, base, err := readBase(tx)
+	switch {
+	case err != nil:
+		return audit.Hash{}, err
+	case seq == base.Seq && seq > 0:
+		return base.Hash, nil
+	case seq < base.Seq:
+		return audit.Hash{}, fmt.Errorf("%w: seq %d was archived (the database's chain continues from seq %d); the receiver archives only "+
+			"entries its anchor covers, so an anchor that names it is older than the archive: an old copy of the anchor was put back",
+			audit.ErrAnchorArchived, seq, base.Seq)
+	}
+	return audit.Hash{}, fmt.Errorf("%w: no entry %d", audit.ErrSeqGap, seq)
 }
 
 // checkAnchor compares the database with its anchor (docs/design.md §7.5): a chain
@@ -133,6 +147,9 @@ func (r *Receiver) checkAnchor() error {
 	}
 	err = r.view(func(tx *bolt.Tx) error {
 		at := func(seq uint64) (audit.Hash, error) { return hashAt(tx, seq) }
+		if err := checkBase(tx); err != nil {
+			return err
+		}
 		if err := audit.CheckAnchor(a, r.pub, r.id, r.head, at); err != nil {
 			return err
 		}

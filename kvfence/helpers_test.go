@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
+	bolt "go.etcd.io/bbolt"
 )
 
 // The backup-policy fixture, as in testdata/backup-policy.
@@ -107,8 +108,12 @@ func newFixture(t testing.TB, v defect.Variant) *fixture {
 // link, seq gap or non-canonical entry.
 func checkChain(t testing.TB, r *Receiver) {
 	t.Helper()
-	var prev audit.Hash
-	var seq uint64
+	// A chain whose older entries were archived begins after its base.
+	var base audit.Head
+	if err := r.view(func(tx *bolt.Tx) (err error) { _, base, err = readBase(tx); return err }); err != nil {
+		t.Errorf("audit chain: base: %v", err)
+	}
+	prev, seq := base.Hash, base.Seq
 	err := r.Events(0, func(e Event) bool {
 		seq++
 		if e.Seq != seq {

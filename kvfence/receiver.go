@@ -189,7 +189,7 @@ func Init(path string, opts *InitOptions) (err error) {
 			return fmt.Errorf("%w: recovery key must be an Ed25519 public key", ErrInvalidArgument)
 		}
 		if opts.RecoveryKey.Equal(receiverKey) {
-			return fmt.Errorf("%w: the recovery key must be held apart from the receiver key, not equal to it", ErrInvalidArgument)
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, ErrRecoveryKeyIsReceiverKey)
 		}
 	}
 	if _, err := opts.Anchor.Load(); !errors.Is(err, audit.ErrAnchorMissing) {

@@ -398,6 +398,11 @@ type VerifyOptions struct {
 	// Progress, if set, is called with the number of entries read so far
 	// every ProgressEvery entries.
 	Progress func(entries uint64)
+	// Archives are the archive files that hold the entries the database
+	// no longer does, oldest first (Admin.Archive). With them the whole
+	// history is verified, from seq 1; without them the chain is verified
+	// from its base, the newest archived entry.
+	Archives []audit.ArchiveSource
 }
 
 // ProgressEvery is how many entries VerifyChain reads between calls of
@@ -433,9 +438,12 @@ func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
 				}
 			}
 		}
+		// The base record is passed as found, decoding included: Verify
+		// reports a record the chain does not confirm as base_mismatch.
+		base := bytes.Clone(tx.Bucket(bucketCheckpoints).Get(checkpointBase))
 		var err error
 		rep, err = audit.Verify(audit.VerifyOptions{Entries: iter.Seq2[[]byte, []byte](entries), Anchor: opts.Anchor,
-			PublicKey: opts.PublicKey, Receiver: r.id, MaxAge: opts.MaxAge})
+			PublicKey: opts.PublicKey, Receiver: r.id, MaxAge: opts.MaxAge, BaseRecord: base, Archives: opts.Archives})
 		return err
 	})
 	if err != nil || !rep.OK() {
