@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Row names, in table order.
@@ -24,6 +26,7 @@ const (
 	RowLifecycle      = "kvfence_lifecycle"
 	RowSQLite         = "sqlite_fenced"
 	RowSQLiteRollback = "sqlite_fenced_rollback_journal"
+	RowEtcdTxn        = "etcd_txn"
 )
 
 // RecordSize is the size of the value every row writes: the appended
@@ -65,6 +68,11 @@ type Options struct {
 	// Progress, if set, receives one line as each measurement starts and
 	// ends.
 	Progress io.Writer
+	// Etcd, if set, is a client of the etcd cluster that the etcd rows
+	// measure, each under a fresh prefix below EtcdPrefixRoot that is
+	// deleted afterwards. Without it the etcd rows are left out, and
+	// naming one in Rows is an error.
+	Etcd *clientv3.Client
 }
 
 // Result is one row measured at one writer count. The JSON keys are
@@ -147,29 +155,32 @@ type row struct {
 	// open creates the row's files in dir and returns a cell ready for
 	// writers concurrent writers.
 	open func(ctx context.Context, dir string, writers int) (cell, error)
+	// openEtcd, for a row on etcd instead, returns a cell on the cluster.
+	openEtcd func(ctx context.Context, cli *clientv3.Client) (cell, error)
 }
 
 var rows = []row{
-	{RowFdatasync, true, openFdatasync},
+	{RowFdatasync, true, openFdatasync, nil},
 	{RowBoltUpdate, true, func(ctx context.Context, dir string, _ int) (cell, error) {
 		return openBolt(dir, boltUpdate)
-	}},
+	}, nil},
 	{RowBoltBatch, true, func(ctx context.Context, dir string, _ int) (cell, error) {
 		return openBolt(dir, boltBatch)
-	}},
+	}, nil},
 	{RowBoltNoSync, false, func(ctx context.Context, dir string, _ int) (cell, error) {
 		return openBolt(dir, boltNoSync)
-	}},
-	{RowSubmit, true, openSubmit},
-	{RowSubmitHTTPS, true, openSubmitHTTPS},
-	{RowDenied, true, openDenied},
-	{RowLifecycle, true, openLifecycle},
+	}, nil},
+	{RowSubmit, true, openSubmit, nil},
+	{RowSubmitHTTPS, true, openSubmitHTTPS, nil},
+	{RowDenied, true, openDenied, nil},
+	{RowLifecycle, true, openLifecycle, nil},
 	{RowSQLite, true, func(ctx context.Context, dir string, _ int) (cell, error) {
 		return openSQLite(ctx, dir, sqliteWAL)
-	}},
+	}, nil},
 	{RowSQLiteRollback, true, func(ctx context.Context, dir string, _ int) (cell, error) {
 		return openSQLite(ctx, dir, sqliteRollback)
-	}},
+	}, nil},
+	{name: RowEtcdTxn, durable: true, openEtcd: openEtcdTxn},
 }
 
 func lookupRow(name string) (row, bool) {
@@ -203,7 +214,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 					return nil, err
 				}
 				progressf(o.Progress, "bench: %s, %d writers, %v (pass %d of %d)\n", rw.name, w, o.Duration, pass+1, o.Repeat)
-				res, err := measureRow(ctx, rw, dir, w, o.Duration)
+				res, err := measureRow(ctx, rw, dir, o.Etcd, w, o.Duration)
 				if err != nil {
 					mem.stop()
 					return nil, fmt.Errorf("bench: %s with %d writers: %w", rw.name, w, err)
@@ -264,11 +275,18 @@ func (opts Options) resolve() (Options, []row, error) {
 	}
 	var selected []row
 	for _, name := range o.Rows {
-		if _, ok := lookupRow(name); !ok {
+		r, ok := lookupRow(name)
+		if !ok {
 			return o, nil, fmt.Errorf("%w: %q (rows: %s)", ErrUnknownRow, name, strings.Join(Rows(), ", "))
+		}
+		if r.openEtcd != nil && o.Etcd == nil {
+			return o, nil, fmt.Errorf("%w: row %s %v", ErrInvalidOptions, name, errNoEtcd)
 		}
 	}
 	for _, r := range rows {
+		if r.openEtcd != nil && o.Etcd == nil {
+			continue
+		}
 		if o.Rows == nil || slices.Contains(o.Rows, r.name) {
 			selected = append(selected, r)
 		}
@@ -278,13 +296,18 @@ func (opts Options) resolve() (Options, []row, error) {
 
 // measureRow opens a fresh cell of rw in a new directory below dir,
 // measures it, and removes the directory.
-func measureRow(ctx context.Context, rw row, dir string, writers int, d time.Duration) (res Result, err error) {
+func measureRow(ctx context.Context, rw row, dir string, etcd *clientv3.Client, writers int, d time.Duration) (res Result, err error) {
 	sub, err := os.MkdirTemp(dir, "kvfence-bench-")
 	if err != nil {
 		return Result{}, err
 	}
 	defer os.RemoveAll(sub)
-	c, err := rw.open(ctx, sub, writers)
+	var c cell
+	if rw.openEtcd != nil {
+		c, err = rw.openEtcd(ctx, etcd)
+	} else {
+		c, err = rw.open(ctx, sub, writers)
+	}
 	if err != nil {
 		return Result{}, err
 	}

@@ -12,14 +12,27 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvfence/kvfence/internal/etcdtest"
 )
 
 // Ensure that a short run measures every row, with
-// operations, latencies and fsync counts that fit what each row does.
+// operations, latencies and fsync counts that fit what each row does, and
+// that the etcd rows leave nothing behind on the cluster.
 func TestRun(t *testing.T) {
-	rep, err := Run(context.Background(), Options{Dir: t.TempDir(), Writers: []int{3}, Duration: 20 * time.Millisecond})
+	cli := etcdtest.Start(t).Client(t)
+	rep, err := Run(context.Background(), Options{Dir: t.TempDir(), Writers: []int{3}, Duration: 20 * time.Millisecond, Etcd: cli})
 	if err != nil {
 		t.Fatal(err)
+	}
+	left, err := cli.Get(context.Background(), EtcdPrefixRoot, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || left.Count != 0 {
+		t.Fatalf("keys left under %s: %v, %v", EtcdPrefixRoot, left, err)
+	}
+	if rev := left.Header.Revision; rev < 100 {
+		t.Fatalf("the etcd cluster is at revision %d: the etcd row wrote next to nothing", rev)
 	}
 	if got, want := len(rep.Results), len(Rows()); got != want {
 		t.Fatalf("%d results, want %d", got, want)
@@ -37,6 +50,7 @@ func TestRun(t *testing.T) {
 		RowLifecycle:      {0.03, 12.5},
 		RowSQLite:         {0.01, 1.5},
 		RowSQLiteRollback: {4, 4},
+		RowEtcdTxn:        {0, 0},
 	}
 	for i, res := range rep.Results {
 		if want := Rows()[i]; res.Name != want || res.Writers != 3 {
@@ -71,6 +85,7 @@ func TestRunOptions(t *testing.T) {
 		{"negative duration", Options{Dir: dir, Duration: -time.Second}, ErrInvalidOptions},
 		{"negative repeat", Options{Dir: dir, Repeat: -1}, ErrInvalidOptions},
 		{"unknown row", Options{Dir: dir, Rows: []string{"bbolt_nosync"}}, ErrUnknownRow},
+		{"etcd row without etcd", Options{Dir: dir, Rows: []string{RowFdatasync, RowEtcdTxn}}, ErrInvalidOptions},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,8 +100,21 @@ func TestRunOptions(t *testing.T) {
 }
 
 // Ensure that Rows selects rows in table order and the not-durable row
-// says so in its name.
+// says so in its name, and that without a cluster the etcd rows are left
+// out.
 func TestRows(t *testing.T) {
+	all, err := Run(context.Background(), Options{Dir: t.TempDir(), Writers: []int{1}, Duration: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all.Results {
+		if strings.HasPrefix(r.Name, "etcd") {
+			t.Errorf("row %s ran without a cluster", r.Name)
+		}
+	}
+	if len(all.Results) != len(Rows())-1 {
+		t.Errorf("%d rows without a cluster, want %d", len(all.Results), len(Rows())-1)
+	}
 	rep, err := Run(context.Background(), Options{Dir: t.TempDir(), Writers: []int{2}, Duration: 10 * time.Millisecond,
 		Rows: []string{RowBoltNoSync, RowFdatasync}, Repeat: 3})
 	if err != nil {

@@ -77,3 +77,8 @@ func readPEMFile(path string, private bool) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// TLSConfig returns the client TLS configuration that o's files describe,
+// or nil if o names none, with the same checks as Open: for another client
+// of etcd that takes the same files.
+func (o *Options) TLSConfig() (*tls.Config, error) { return o.tlsConfig() }

@@ -28,7 +28,12 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	plot := fs.String("plot", "", "")
 	repeat := fs.Int("repeat", 1, "")
 	asJSON := fs.Bool("json", false, "")
+	var ef etcdFlags
+	ef.register(fs)
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
+		return err
+	}
+	if err := ef.check("bench"); err != nil {
 		return err
 	}
 	ws, err := parseWriters(*writers)
@@ -44,6 +49,12 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	opts := bench.Options{Dir: *dir, Writers: ws, Duration: *duration, Repeat: *repeat, Progress: terminal(c.m.Stderr)}
 	if *rowsFlag != "" {
 		opts.Rows = strings.Split(*rowsFlag, ",")
+	}
+	if ef.on() {
+		if opts.Etcd, err = ef.client("bench"); err != nil {
+			return err
+		}
+		defer opts.Etcd.Close()
 	}
 	rep, err := bench.Run(ctx, opts)
 	if errors.Is(err, bench.ErrUnknownRow) || errors.Is(err, bench.ErrInvalidOptions) {
@@ -140,7 +151,7 @@ func terminal(w io.Writer) io.Writer {
 // Usage prints the command's help.
 func (c *BenchCommand) Usage() {
 	fmt.Fprintf(c.m.Stderr, `Usage: kvfence bench [--writers 1,8,64] [--duration D] [--repeat N] [--dir DIR]
-                     [--rows NAME,...] [--plot FILE.svg] [--json]
+                     [--rows NAME,...] [--plot FILE.svg] [--json] [--etcd URL[,URL...]]
 
 Measures, in one run and on one disk, what a durable fenced write costs
 next to the disk's limit and the stores it could be built on. Each row runs
@@ -156,6 +167,8 @@ at each writer count for --duration, after its setup and a warm-up:
 	kvfence_lifecycle               activate, submit and hold of one action
 	sqlite_fenced                   the same fenced transaction on SQLite, WAL, synchronous=FULL
 	sqlite_fenced_rollback_journal  the same with journal_mode=DELETE, synchronous=FULL
+	etcd_txn                        with --etcd: one 256-byte Put per Txn, the cluster's own
+	                                limit (fsyncs/op 0: the members' syncs are not counted)
 
 Prints a table of ops/s, latency percentiles, fsync-like calls and heap
 allocations per operation. fsyncs/op is computed from the commits counted
@@ -189,5 +202,8 @@ Arguments:
 	    Comma-separated row names to run (default: all).
 	--plot FILE.svg
 	    Also write an SVG chart of ops/s against writers, one line per row.
-`+usageJSON, bench.DefaultDuration)
+	--etcd URL[,URL...]
+	    Also measure the etcd rows on this cluster, under a fresh prefix
+	    below /kvfence-bench/ that is deleted afterwards.
+`+usageEtcdTLS+usageJSON, bench.DefaultDuration)
 }

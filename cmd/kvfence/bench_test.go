@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kvfence/kvfence/bench"
+	"github.com/kvfence/kvfence/internal/etcdtest"
 )
 
 // Ensure that a short bench run prints every row once per writer count in
@@ -18,7 +19,8 @@ import (
 // well-formed SVG chart naming every row.
 func TestBench(t *testing.T) {
 	c := newCLI(t)
-	out := c.json(0, "bench", "--duration", "50ms", "--writers", "1", "--dir", c.dir, "--plot", c.path("bench.svg"))
+	out := c.json(0, "bench", "--duration", "50ms", "--writers", "1", "--dir", c.dir, "--plot", c.path("bench.svg"),
+		"--etcd", strings.Join(etcdtest.Start(t).Endpoints(), ","))
 	golden(t, "bench-shape.json", jsonShape(t, c.last))
 	results, _ := out["results"].([]any)
 	if len(results) != len(bench.Rows()) {
@@ -95,6 +97,16 @@ func TestBenchText(t *testing.T) {
 		{[]string{"--repeat", "0"}, "--repeat must be at least 1"},
 		{[]string{"--rows", "bbolt_nosync"}, "unknown row"},
 		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"--rows", "etcd_txn"}, "needs an etcd cluster"},
+		{[]string{"--etcd", "127.0.0.1:2379"}, "want http://HOST:PORT"},
+		{[]string{"--etcd", "ftp://127.0.0.1:2379"}, "want http://HOST:PORT"},
+		{[]string{"--etcd", "http://127.0.0.1:2379/x"}, "--etcd"},
+		{[]string{"--etcd", "http://u@127.0.0.1:2379"}, "user information"},
+		{[]string{"--etcd", "http://127.0.0.1:2379,http://127.0.0.1:2379"}, "named twice"},
+		{[]string{"--etcd", "http://127.0.0.1:2379,https://127.0.0.1:2380"}, "mixes"},
+		{[]string{"--etcd", "http://127.0.0.1:2379", "--etcd-ca", "ca.pem"}, "use https://"},
+		{[]string{"--etcd", "https://127.0.0.1:2379", "--etcd-key", "k.pem"}, "go together"},
+		{[]string{"--etcd-ca", "ca.pem"}, "go with --etcd"},
 	} {
 		r := c.must(ExitUsage, append([]string{"bench", "--dir", c.dir}, tt.args...)...)
 		if !strings.Contains(r.stderr, tt.stderr) {
