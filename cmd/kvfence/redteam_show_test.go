@@ -112,3 +112,33 @@ func hostileRequest(t *testing.T, patch []byte) []byte {
 	}
 	return b
 }
+
+// Ensure that whether a failure's error object goes to stdout follows the
+// --json the command itself read: the flag package takes a flag's last
+// value, so "--json=false --json" asks for JSON and "--json --json=false"
+// does not.
+func TestRedteam_JSONErrorFollowsTheLastJSONFlag(t *testing.T) {
+	c := newCLI(t)
+	missing := c.path("missing.db")
+	for _, tc := range []struct {
+		flags    []string
+		wantJSON bool
+	}{
+		{[]string{"--json=false", "--json"}, true},
+		{[]string{"--json", "--json=false"}, false},
+		{[]string{"--json=true"}, true},
+		{[]string{"--json=false"}, false},
+	} {
+		t.Run(strings.Join(tc.flags, " "), func(t *testing.T) {
+			r := c.run(append([]string{"status", "--db", missing}, tc.flags...)...)
+			if r.code == ExitOK {
+				t.Fatalf("status of a missing database succeeded: %s", r)
+			}
+			if tc.wantJSON {
+				errorOutput(t, r)
+			} else if r.stdout != "" {
+				t.Fatalf("text mode wrote to stdout:\n%s", r.stdout)
+			}
+		})
+	}
+}
