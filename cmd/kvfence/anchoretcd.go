@@ -26,53 +26,58 @@ func (a *anchorEtcdFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.ca, "anchor-etcd-ca", "", "")
 }
 
-// isEtcdAnchor reports whether --anchor names an etcd key.
-func (c *commonFlags) isEtcdAnchor() bool { return strings.HasPrefix(c.anchor, anchorEtcdPrefix) }
+// isEtcdAnchor reports whether an --anchor value names an etcd key.
+func isEtcdAnchor(anchor string) bool { return strings.HasPrefix(anchor, anchorEtcdPrefix) }
 
-// checkEtcdAnchor refuses, as usage errors, an etcd anchor address that
-// ParseAddress does not accept, TLS flags without an etcd anchor, and a
-// client certificate without its key or the reverse.
-func (c *commonFlags) checkEtcdAnchor() error {
-	a := &c.anchorEtcd
-	if !c.isEtcdAnchor() {
+// check refuses, as usage errors of command cmd, an etcd anchor address
+// that ParseAddress does not accept, TLS flags without an etcd anchor, and
+// a client certificate without its key or the reverse.
+func (a *anchorEtcdFlags) check(cmd, anchor string) error {
+	if !isEtcdAnchor(anchor) {
 		if a.cert != "" || a.key != "" || a.ca != "" {
-			return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cert, --anchor-etcd-key and --anchor-etcd-ca go with --anchor etcd://...", c.name),
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cert, --anchor-etcd-key and --anchor-etcd-ca go with --anchor etcd://...", cmd),
 				hint: "drop them, or pass --anchor etcd://HOST:PORT[,HOST:PORT]/KEY"}
 		}
 		return nil
 	}
-	if _, err := etcdanchor.ParseAddress(c.anchor); err != nil {
-		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor: %v", c.name, err),
+	if _, err := etcdanchor.ParseAddress(anchor); err != nil {
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor: %v", cmd, err),
 			hint: "an etcd anchor is etcd://HOST:PORT[,HOST:PORT]/KEY, e.g. etcd://127.0.0.1:2379/kvfence/anchor"}
 	}
 	if (a.cert == "") != (a.key == "") {
-		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cert and --anchor-etcd-key go together", c.name),
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cert and --anchor-etcd-key go together", cmd),
 			hint: "pass both, or neither"}
 	}
 	return nil
 }
 
-// anchorStore returns the anchor that --anchor names: a file, or a key on
-// an etcd cluster, connected (not yet contacted) with the TLS files given.
-func (c *commonFlags) anchorStore() (audit.AnchorStore, error) {
-	if !c.isEtcdAnchor() {
-		return audit.FileAnchor{Path: c.anchor}, nil
+// open returns the anchor that an --anchor value names: a file, or a key
+// on an etcd cluster, connected (not yet contacted) with the TLS files
+// given.
+func (a *anchorEtcdFlags) open(cmd, anchor string) (audit.AnchorStore, error) {
+	if !isEtcdAnchor(anchor) {
+		return audit.FileAnchor{Path: anchor}, nil
 	}
-	a := &c.anchorEtcd
 	if a.store != nil {
 		return a.store, nil
 	}
-	addr, err := etcdanchor.ParseAddress(c.anchor)
+	addr, err := etcdanchor.ParseAddress(anchor)
 	if err != nil {
-		return nil, &usageError{msg: fmt.Sprintf("kvfence %s: --anchor: %v", c.name, err)}
+		return nil, &usageError{msg: fmt.Sprintf("kvfence %s: --anchor: %v", cmd, err)}
 	}
 	s, err := etcdanchor.Open(addr, &etcdanchor.Options{CertFile: a.cert, KeyFile: a.key, CAFile: a.ca})
 	if err != nil {
-		return nil, fmt.Errorf("kvfence %s: --anchor: %w", c.name, err)
+		return nil, fmt.Errorf("kvfence %s: --anchor: %w", cmd, err)
 	}
 	a.store = s
 	return s, nil
 }
+
+// checkEtcdAnchor checks --anchor and its etcd TLS flags.
+func (c *commonFlags) checkEtcdAnchor() error { return c.anchorEtcd.check(c.name, c.anchor) }
+
+// anchorStore returns the anchor that --anchor names.
+func (c *commonFlags) anchorStore() (audit.AnchorStore, error) { return c.anchorEtcd.open(c.name, c.anchor) }
 
 // usageAnchorEtcd documents the etcd anchor's flags.
 const usageAnchorEtcd = `	--anchor etcd://HOST:PORT[,HOST:PORT]/KEY

@@ -143,3 +143,34 @@ func TestEtcdAnchorUsage(t *testing.T) {
 		t.Fatal("a refused command changed the database or the anchor")
 	}
 }
+
+// Ensure that the ledger takes its anchor in an etcd key too: init,
+// approve and verify-chain work against it, a restored ledger file is
+// refused (exit 4), and a bad address is a usage error that creates
+// nothing.
+func TestEtcdAnchorLedger(t *testing.T) {
+	c := newCLI(t)
+	anchor := etcdAnchor(t, "/kvfence-test/ledger-anchor")
+	c.must(ExitOK, "keygen", "--out", c.path("ledger.key"))
+	c.env[envLedger] = c.path("ledger.db")
+	c.env[envLedgerAnchor] = anchor
+	c.env[envLedgerKey] = c.path("ledger.key")
+	r := c.must(ExitUsage, "ledger", "init", "--id", "ledger-1", "--anchor", "etcd://127.0.0.1:2379")
+	if !strings.Contains(r.stderr, "names no key") {
+		t.Errorf("ledger init with a bad anchor: %s", r)
+	}
+	if _, err := os.Stat(c.path("ledger.db")); !os.IsNotExist(err) {
+		t.Fatalf("ledger init with a bad anchor created the ledger: %v", err)
+	}
+	c.must(ExitOK, "ledger", "init", "--id", "ledger-1")
+	if a, err := loadEtcdAnchor(t, anchor); err != nil || a.Receiver != "ledger-1" {
+		t.Fatalf("the ledger's etcd anchor: %+v, %v", a, err)
+	}
+	c.must(ExitOK, "request", "build", "--action", "act", "--target", "cm/backup", "--set", "45", "--out", c.path("req.cbor"))
+	copyFile(t, c.path("ledger.db"), c.path("ledger.db.bak"))
+	c.must(ExitOK, "ledger", "approve", "--action", "act", "--request", c.path("req.cbor"), "--approver", "alice")
+	c.must(ExitOK, "ledger", "verify-chain", "--pub", c.path("ledger.key.pub"))
+	copyFile(t, c.path("ledger.db.bak"), c.path("ledger.db"))
+	c.must(ExitIntegrity, "ledger", "claim", "--action", "act", "--worker", "worker-a")
+	c.must(ExitIntegrity, "ledger", "verify-chain", "--pub", c.path("ledger.key.pub"))
+}

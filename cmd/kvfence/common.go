@@ -293,7 +293,7 @@ func (c *commonFlags) checkAnchorPath() error {
 	if err := c.checkEtcdAnchor(); err != nil {
 		return err
 	}
-	if c.anchor != "" && filepath.Clean(c.anchor) == filepath.Clean(c.db) {
+	if c.anchor != "" && !isEtcdAnchor(c.anchor) && filepath.Clean(c.anchor) == filepath.Clean(c.db) {
 		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor names the database file; the anchor must be a separate file", c.name),
 			hint: "pass the anchor file that kvfence init wrote, e.g. --anchor receiver.anchor"}
 	}

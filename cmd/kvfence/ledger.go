@@ -36,6 +36,7 @@ type ledgerFlags struct {
 	name        string
 	path        string
 	anchor      string
+	anchorEtcd  anchorEtcdFlags
 	key         string
 	lockTimeout time.Duration
 	json        bool
@@ -44,6 +45,7 @@ type ledgerFlags struct {
 func (f *ledgerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.path, "ledger", "", "")
 	fs.StringVar(&f.anchor, "anchor", "", "")
+	f.anchorEtcd.register(fs)
 	fs.StringVar(&f.key, "key", "", "")
 	lockTimeoutVar(fs, &f.lockTimeout, ledger.DefaultLockTimeout)
 	fs.BoolVar(&f.json, "json", false, "")
@@ -66,7 +68,10 @@ func (f *ledgerFlags) require(write bool) error {
 	if f.path == "" {
 		return missingFlag(f.name, "ledger", envLedger)
 	}
-	if f.anchor != "" && filepath.Clean(f.anchor) == filepath.Clean(f.path) {
+	if err := f.anchorEtcd.check(f.name, f.anchor); err != nil {
+		return err
+	}
+	if f.anchor != "" && !isEtcdAnchor(f.anchor) && filepath.Clean(f.anchor) == filepath.Clean(f.path) {
 		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor names the ledger file; the anchor must be a separate file", f.name)}
 	}
 	if !write {
@@ -84,7 +89,10 @@ func (f *ledgerFlags) require(write bool) error {
 func (f *ledgerFlags) open(write bool) (*ledger.Ledger, error) {
 	opts := &ledger.Options{LockTimeout: f.lockTimeout, ReadOnly: !write}
 	if f.anchor != "" {
-		opts.Anchor = audit.FileAnchor{Path: f.anchor}
+		var err error
+		if opts.Anchor, err = f.anchorEtcd.open(f.name, f.anchor); err != nil {
+			return nil, err
+		}
 	}
 	if write {
 		priv, err := loadPrivate(f.key)
@@ -207,7 +215,10 @@ func (c *LedgerCommand) init(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	anchor := audit.FileAnchor{Path: lf.anchor}
+	anchor, err := lf.anchorEtcd.open(lf.name, lf.anchor)
+	if err != nil {
+		return err
+	}
 	if err := ledger.Init(lf.path, &ledger.InitOptions{LedgerID: *id, Key: priv, Anchor: anchor}); err != nil {
 		return err
 	}
@@ -600,7 +611,7 @@ Arguments of every subcommand:
 	    The ledger's anchor file, kept apart from it (required to write;
 	    defaults to $KVFENCE_LEDGER_ANCHOR). A restored or rewritten ledger
 	    is refused with exit code 4.
-	--key FILE
+`+usageAnchorEtcd+`	--key FILE
 	    The ledger's private key (required to write; defaults to
 	    $KVFENCE_LEDGER_KEY).
 	--lock-timeout DURATION

@@ -47,7 +47,11 @@ func (c *LedgerCommand) verifyChain(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rep, err := ledger.VerifyChain(lf.path, ledger.VerifyOptions{Anchor: audit.FileAnchor{Path: lf.anchor}, PublicKey: pub,
+	anchor, err := lf.anchorEtcd.open(lf.name, lf.anchor)
+	if err != nil {
+		return err
+	}
+	rep, err := ledger.VerifyChain(lf.path, ledger.VerifyOptions{Anchor: anchor, PublicKey: pub,
 		MaxAge: *maxAge, LockTimeout: lf.lockTimeout})
 	if err != nil {
 		return ledgerHint(err, lf)
