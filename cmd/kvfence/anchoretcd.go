@@ -77,7 +77,9 @@ func (a *anchorEtcdFlags) open(cmd, anchor string) (audit.AnchorStore, error) {
 func (c *commonFlags) checkEtcdAnchor() error { return c.anchorEtcd.check(c.name, c.anchor) }
 
 // anchorStore returns the anchor that --anchor names.
-func (c *commonFlags) anchorStore() (audit.AnchorStore, error) { return c.anchorEtcd.open(c.name, c.anchor) }
+func (c *commonFlags) anchorStore() (audit.AnchorStore, error) {
+	return c.anchorEtcd.open(c.name, c.anchor)
+}
 
 // usageAnchorEtcd documents the etcd anchor's flags.
 const usageAnchorEtcd = `	--anchor etcd://HOST:PORT[,HOST:PORT]/KEY
