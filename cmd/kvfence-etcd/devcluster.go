@@ -45,6 +45,7 @@ type devCluster struct {
 	exe     string
 	dir     string
 	members []devMember
+	procs   []*os.Process // the members' processes, in start order
 }
 
 // layout returns n members on loopback from base: clients on base,
@@ -113,7 +114,8 @@ func (c *devCluster) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	exited := make(chan error, len(c.members))
 	var cmds []*exec.Cmd
-	defer func() { stopAll(cmds, exited) }()
+	gone := 0 // exits received here, not left for stopAll
+	defer func() { stopAll(cmds, exited, len(cmds)-gone) }()
 	began := time.Now()
 	for _, m := range c.members {
 		cmd, err := c.start(m, strings.Join(initial, ","), exited)
@@ -121,6 +123,7 @@ func (c *devCluster) run(ctx context.Context, stdout, stderr io.Writer) error {
 			return err
 		}
 		cmds = append(cmds, cmd)
+		c.procs = append(c.procs, cmd.Process)
 	}
 	if err := c.waitHealthy(ctx, exited); err != nil {
 		return err
@@ -128,26 +131,34 @@ func (c *devCluster) run(ctx context.Context, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "kvfence-etcd: %d-member cluster ready in %v; data and logs in %s; interrupt to stop (run again to restart it)\n",
 		len(c.members), time.Since(began).Round(time.Millisecond), c.dir)
 	fmt.Fprintln(stdout, c.endpoints())
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-exited:
-		exited <- err // for the deferred wait
-		return fmt.Errorf("a member exited: %v (logs in %s)", err, c.dir)
+	// A member that dies (killed to try the cluster's fault tolerance)
+	// is reported, and the others go on serving while they are a
+	// majority; run dev-cluster again to restart it.
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-exited:
+			gone++
+			fmt.Fprintf(stderr, "kvfence-etcd: a member exited: %v\n", err)
+			if gone == len(cmds) {
+				return fmt.Errorf("every member exited (logs in %s)", c.dir)
+			}
+		}
 	}
 }
 
 // stopAll asks every member to stop and waits for each, killing those
 // still running after stopTimeout: a member that has lost its quorum can
 // take long to stop on its own.
-func stopAll(cmds []*exec.Cmd, exited <-chan error) {
+func stopAll(cmds []*exec.Cmd, exited <-chan error, running int) {
 	for _, cmd := range cmds {
 		if cmd.Process.Signal(syscall.SIGTERM) != nil {
 			cmd.Process.Kill()
 		}
 	}
 	timeout := time.After(stopTimeout)
-	for range cmds {
+	for range running {
 		select {
 		case <-exited:
 			continue

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,8 +72,9 @@ func runUntilReady(t *testing.T, c *devCluster) (string, func() error) {
 }
 
 // Ensure that dev-cluster starts a cluster of healthy members that agree on
-// one membership, prints their client endpoints, stops every member when
-// it ends, and restarts the same cluster, data kept, on the same directory.
+// one membership, prints their client endpoints, keeps serving with one
+// member killed, stops every member when it ends, and restarts the same
+// cluster, data kept, on the same directory.
 func TestDevClusterStartsStopsRestarts(t *testing.T) {
 	bin, err := etcdproc.Binary()
 	if err != nil {
@@ -90,8 +92,25 @@ func TestDevClusterStartsStopsRestarts(t *testing.T) {
 	if err != nil || len(ml.Members) != 3 {
 		t.Fatalf("member list: %v, %v; want 3 members", ml, err)
 	}
-	if _, err := cl.Put(ctx, "/dev/k", "v1"); err != nil {
+	if _, err := cl.Put(ctx, "/dev/k", "v0"); err != nil {
 		t.Fatal(err)
+	}
+	// A member killed with SIGKILL: the other two go on serving, and so
+	// does dev-cluster.
+	if err := c.procs[1].Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The write on the killed member's connection fails; the client
+	// moves to another member.
+	for {
+		_, err := cl.Put(ctx, "/dev/k", "v1")
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("a write with one of three members killed: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("stopping: %v", err)
