@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -46,13 +47,13 @@ func freeLayout(t *testing.T, n int) []devMember {
 
 // runUntilReady runs c in the background and returns the endpoints it
 // printed and a stop function that ends the run and returns its error.
-func runUntilReady(t *testing.T, c *devCluster) (string, func() error) {
+func runUntilReady(t *testing.T, c *devCluster, stderr io.Writer) (string, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		err := c.run(ctx, pw, io.Discard)
+		err := c.run(ctx, pw, stderr)
 		pw.CloseWithError(errors.Join(err, io.EOF))
 		done <- err
 	}()
@@ -81,7 +82,8 @@ func TestDevClusterStartsStopsRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &devCluster{exe: bin, dir: t.TempDir(), members: freeLayout(t, 3)}
-	eps, stop := runUntilReady(t, c)
+	var log syncBuffer
+	eps, stop := runUntilReady(t, c, &log)
 	if eps != c.endpoints() || strings.Count(eps, ",") != 2 {
 		t.Fatalf("printed %q, want the 3 client endpoints %q", eps, c.endpoints())
 	}
@@ -112,16 +114,27 @@ func TestDevClusterStartsStopsRestarts(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	for !strings.Contains(log.String(), "a member exited: m1") {
+		if ctx.Err() != nil {
+			t.Fatalf("dev-cluster did not report the killed member:\n%s", log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	hc := &http.Client{Timeout: time.Second}
+	for _, i := range []int{0, 2} {
+		if !healthy(hc, c.members[i].client) {
+			t.Fatalf("member %s stopped after another was killed", c.members[i].name)
+		}
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("stopping: %v", err)
 	}
-	hc := &http.Client{Timeout: time.Second}
 	for _, m := range c.members {
 		if healthy(hc, m.client) {
 			t.Fatalf("member %s still answers after the cluster stopped", m.name)
 		}
 	}
-	eps2, _ := runUntilReady(t, c)
+	eps2, _ := runUntilReady(t, c, io.Discard)
 	if eps2 != eps {
 		t.Fatalf("restarted on %q, want %q", eps2, eps)
 	}
@@ -129,6 +142,24 @@ func TestDevClusterStartsStopsRestarts(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v1" {
 		t.Fatalf("after a restart /dev/k = %v, %v; want v1", resp, err)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func client(t *testing.T, eps string) *clientv3.Client {
