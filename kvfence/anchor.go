@@ -7,8 +7,7 @@ import (
 	"fmt"
 
 	"github.com/kvfence/kvfence/audit"
-	"github.com/kvfence/kvfence/internal/boltfile"
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // Integrity errors. They are the audit package's sentinels, so errors.Is
@@ -33,10 +32,7 @@ var (
 	ErrNoAnchor = errors.New("kvfence: a writable receiver needs an anchor store and its signing key")
 )
 
-var (
-	metaEpochHighWater = []byte("epoch_high_water")
-	checkpointLatest   = []byte("latest")
-)
+var metaEpochHighWater = []byte("epoch_high_water")
 
 // IsIntegrityError reports whether err says the database, its chain or its
 // anchor cannot be trusted: a rollback, fork, bad signature, missing anchor,
@@ -55,22 +51,23 @@ func IsIntegrityError(err error) bool {
 	return false
 }
 
-func epochHighWater(tx *bolt.Tx) uint64 {
-	v := tx.Bucket(bucketMeta).Get(metaEpochHighWater)
-	if len(v) != 8 {
-		return 0
+func epochHighWater(tx engine.Tx) (uint64, error) {
+	v, err := tx.Get(bucketMeta, metaEpochHighWater)
+	if err != nil || len(v) != 8 {
+		return 0, err
 	}
-	return binary.BigEndian.Uint64(v)
+	return binary.BigEndian.Uint64(v), nil
 }
 
 // raiseEpochHighWater records that some scope reached epoch e.
 func (w *wtx) raiseEpochHighWater(e uint64) error {
-	if e <= epochHighWater(w.tx) {
-		return nil
+	hw, err := epochHighWater(w.tx)
+	if err != nil || e <= hw {
+		return err
 	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], e)
-	return w.tx.Bucket(bucketMeta).Put(metaEpochHighWater, b[:])
+	return w.tx.Put(bucketMeta, metaEpochHighWater, b[:])
 }
 
 // checkpoint signs the chain's head as of this transaction and stores it in
@@ -81,39 +78,24 @@ func (w *wtx) checkpoint(receiver string, key ed25519.PrivateKey) (audit.SignedC
 	if err != nil {
 		return audit.SignedCheckpoint{}, err
 	}
-	head := w.chain.Head()
-	sc, err := audit.Sign(key, audit.Checkpoint{Receiver: receiver, Seq: head.Seq, Head: head.Hash,
-		State: state, EpochHighWater: epochHighWater(w.tx), At: w.now.UnixNano()})
+	hw, err := epochHighWater(w.tx)
 	if err != nil {
-		return sc, err
+		return audit.SignedCheckpoint{}, err
 	}
-	raw, err := sc.Marshal()
-	if err != nil {
-		return sc, err
-	}
-	return sc, w.tx.Bucket(bucketCheckpoints).Put(checkpointLatest, raw)
+	return w.chain.Checkpoint(key, audit.Checkpoint{Receiver: receiver, State: state, EpochHighWater: hw, At: w.now.UnixNano()})
 }
 
 // finishInit writes the first anchor of a receiver whose Init committed the
-// database but did not live to write it (boltfile.InitCheckpoint).
+// database but did not live to write it (chain.Layout.InitCheckpoint).
 func (r *Receiver) finishInit() (sc audit.SignedCheckpoint, err error) {
-	err = r.view(func(tx *bolt.Tx) error {
-		sc, err = boltfile.InitCheckpoint(tx.Bucket(bucketCheckpoints), checkpointLatest, r.pub, r.id, r.head)
+	err = r.view(func(tx engine.Tx) error {
+		sc, err = auditChain.InitCheckpoint(tx, r.pub, r.id, r.head)
 		return err
 	})
 	if err != nil {
 		return sc, err
 	}
 	return sc, r.opts.Anchor.Store(nil, sc)
-}
-
-// hashAt returns the hash of the stored entry at seq.
-func hashAt(tx *bolt.Tx, seq uint64) (audit.Hash, error) {
-	raw := tx.Bucket(bucketAudit).Get(audit.SeqKey(seq))
-	if raw == nil {
-		return audit.Hash{}, fmt.Errorf("%w: no entry %d", audit.ErrSeqGap, seq)
-	}
-	return audit.HashEntry(raw), nil
 }
 
 // checkAnchor compares the database with its anchor (docs/design.md §7.5): a chain
@@ -131,8 +113,8 @@ func (r *Receiver) checkAnchor() error {
 	if err != nil {
 		return fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
 	}
-	err = r.view(func(tx *bolt.Tx) error {
-		at := func(seq uint64) (audit.Hash, error) { return hashAt(tx, seq) }
+	err = r.view(func(tx engine.Tx) error {
+		at := func(seq uint64) (audit.Hash, error) { return auditChain.HashAt(tx, seq) }
 		if err := audit.CheckAnchor(a, r.pub, r.id, r.head, at); err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package kvfence
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -10,8 +11,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
-	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // Group commit (docs/design.md §10). A durable write costs a bbolt commit (its
@@ -262,8 +262,17 @@ func (r *Receiver) run(batch []*call) (err error) {
 			}
 		}
 	}()
-	err = r.db.Update(func(tx *bolt.Tx) error {
-		w = &wtx{tx: tx, chain: audit.NewChain(r.head), faults: &r.faults, state: r.state, stateSum: r.stateSum}
+	err = r.eng.Update(context.Background(), func(tx engine.Tx) error {
+		// The function may run more than once: every run starts from the
+		// head the store holds now, and no call keeps a result of a run
+		// that did not commit.
+		for _, c := range batch {
+			c.res = nil
+		}
+		var err error
+		if w, err = r.newWtx(tx); err != nil {
+			return err
+		}
 		for _, c := range batch {
 			// Each call reads the clock, as it would alone: a grant's
 			// window is checked at the call's own decision.
@@ -274,7 +283,6 @@ func (r *Receiver) run(batch []*call) (err error) {
 			}
 			c.res = res
 		}
-		var err error
 		if sc, err = w.checkpoint(r.id, r.opts.Key); err != nil {
 			return err
 		}
@@ -287,10 +295,7 @@ func (r *Receiver) run(batch []*call) (err error) {
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
-			return ErrClosed
-		}
-		return err
+		return r.writeErr(err)
 	}
 	committed = true
 	r.head, r.state, r.stateSum = w.chain.Head(), w.state, w.stateSum
@@ -304,18 +309,11 @@ func (r *Receiver) run(batch []*call) (err error) {
 	// fails the database is ahead of its anchor, which Open accepts as a
 	// crash window; the callers see an error and may retry (an applied
 	// request then answers already_applied).
-	if err := r.opts.Anchor.Store(&r.anchor, sc); err != nil {
-		// A store can fail after its write took effect (an fsync after
-		// the data reached the file). The anchor then holds sc: expect it
-		// next time, or every later write would conflict with it.
-		if cur, lerr := r.opts.Anchor.Load(); lerr == nil && cur == sc {
-			r.anchor = sc
-		}
+	if err := r.advanceAnchor(sc); err != nil {
 		r.observe(stats, start, err)
 		r.notAcknowledged(batch, err)
 		return nil
 	}
-	r.anchor = sc
 	r.observe(stats, start, nil)
 	return nil
 }

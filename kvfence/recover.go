@@ -2,6 +2,7 @@ package kvfence
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"errors"
@@ -11,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // KindRecovered is the audit kind of an ordinary recovery admission's
@@ -99,8 +100,11 @@ func (r *Receiver) inspect() (Questioned, error) {
 		return q, err
 	}
 	q.State = state.Sum()
-	err = r.view(func(tx *bolt.Tx) error {
-		q.DatabaseEpochHighWater = epochHighWater(tx)
+	err = r.view(func(tx engine.Tx) error {
+		var err error
+		if q.DatabaseEpochHighWater, err = epochHighWater(tx); err != nil {
+			return err
+		}
 		scopes, err := scopeNames(tx)
 		if err != nil {
 			return err
@@ -120,16 +124,13 @@ func (r *Receiver) inspect() (Questioned, error) {
 // scopeNames returns every scope's name. They are read before any control
 // record is rewritten, because a bbolt cursor may skip or repeat keys when
 // its bucket changes under it.
-func scopeNames(tx *bolt.Tx) ([]string, error) {
+func scopeNames(tx engine.Tx) ([]string, error) {
 	var names []string
-	c := tx.Bucket(bucketControl).Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if v == nil {
-			return nil, fmt.Errorf("%w: control %q is a bucket, not a record", ErrBadFormat, k)
-		}
+	err := tx.Scan(bucketControl, nil, func(k, _ []byte) error {
 		names = append(names, string(k))
-	}
-	return names, nil
+		return nil
+	})
+	return names, err
 }
 
 // RecoverOptions configures Recover.
@@ -299,16 +300,24 @@ type recovery struct {
 func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverResult, audit.SignedCheckpoint, error) {
 	var res RecoverResult
 	var sc audit.SignedCheckpoint
-	err := r.db.Update(func(tx *bolt.Tx) error {
-		w := &wtx{tx: tx, chain: audit.NewChain(r.head), now: r.opts.Now(), state: r.state, stateSum: r.stateSum}
+	err := r.eng.Update(context.Background(), func(tx engine.Tx) error {
+		w, err := r.newWtx(tx)
+		if err != nil {
+			return err
+		}
+		w.now = r.opts.Now()
 		res = RecoverResult{}
 		// The recovery's entry is the next one; the revoked grants name it.
-		seq := r.head.Seq + 1
+		seq := w.chain.Head().Seq + 1
 		scopes, err := scopeNames(tx)
 		if err != nil {
 			return err
 		}
-		floor := max(rc.floor, epochHighWater(tx))
+		hw, err := epochHighWater(tx)
+		if err != nil {
+			return err
+		}
+		floor := max(rc.floor, hw)
 		for _, scope := range scopes {
 			ctl, err := w.control(scope)
 			if err != nil {
@@ -338,7 +347,10 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 		if res.GrantsRevoked, err = w.revokeGrants(seq); err != nil {
 			return err
 		}
-		got, err := w.appendAudit(&audit.Entry{Kind: rc.kind, Epoch: epochHighWater(tx),
+		if hw, err = epochHighWater(tx); err != nil {
+			return err
+		}
+		got, err := w.appendAudit(&audit.Entry{Kind: rc.kind, Epoch: hw,
 			Note: fmt.Sprintf("%s; scopes held %d, grants revoked %d; reason: %s",
 				rc.detail, len(res.Scopes), res.GrantsRevoked, rc.reason)})
 		if err != nil {
@@ -359,9 +371,11 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 // history that receipts and audit entries refer to.
 func (w *wtx) revokeGrants(seq uint64) (int, error) {
 	var ids [][]byte
-	c := w.tx.Bucket(bucketGrants).Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+	if err := w.tx.Scan(bucketGrants, nil, func(k, _ []byte) error {
 		ids = append(ids, bytes.Clone(k))
+		return nil
+	}); err != nil {
+		return 0, err
 	}
 	n := 0
 	for _, id := range ids {
@@ -420,22 +434,26 @@ func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
 	}
 	defer r.Close()
 	var rep audit.Report
-	err = r.view(func(tx *bolt.Tx) error {
+	err = r.view(func(tx engine.Tx) error {
+		var scanErr error
 		entries := func(yield func(k, v []byte) bool) {
-			c := tx.Bucket(bucketAudit).Cursor()
 			var n uint64
-			for k, v := c.First(); k != nil; k, v = c.Next() {
+			scanErr = tx.Scan(bucketAudit, nil, func(k, v []byte) error {
 				if !yield(k, v) {
-					return
+					return engine.StopScan
 				}
 				if n++; opts.Progress != nil && n%ProgressEvery == 0 {
 					opts.Progress(n)
 				}
-			}
+				return nil
+			})
 		}
 		var err error
 		rep, err = audit.Verify(audit.VerifyOptions{Entries: iter.Seq2[[]byte, []byte](entries), Anchor: opts.Anchor,
 			PublicKey: opts.PublicKey, Receiver: r.id, MaxAge: opts.MaxAge})
+		if err == nil {
+			err = scanErr
+		}
 		return err
 	})
 	if err != nil || !rep.OK() {

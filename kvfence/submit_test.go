@@ -170,7 +170,7 @@ func TestSubmit_Denials(t *testing.T) {
 		{"unknown target", ReasonUnknownTarget, func(f *fixture) (string, []byte) {
 			req := f.patchRequest("act")
 			a := f.activate("worker-a", "claim-1", req)
-			if err := f.r.db.Update(deleteKey(bucketTargets, fixTarget)); err != nil {
+			if err := f.r.rawUpdate(deleteKey(bucketTargets, fixTarget)); err != nil {
 				f.t.Fatal(err)
 			}
 			return "worker-a", a.envelope

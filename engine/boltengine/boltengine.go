@@ -88,3 +88,15 @@ func mapErr(err error) error {
 	}
 	return err
 }
+
+// InTx runs fn through the seam inside btx, a bbolt write transaction that
+// the caller runs and commits (a file's first transaction, made before any
+// engine exists over it). opts may be nil; its limits apply.
+func InTx(btx *bolt.Tx, opts *Options, fn func(engine.Tx) error) error {
+	t := &tx{e: New(nil, opts), btx: btx, writable: btx.Writable()}
+	err := fn(t)
+	if t.tooLarge != nil {
+		return t.tooLarge
+	}
+	return err
+}
