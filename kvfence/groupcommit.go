@@ -134,7 +134,7 @@ func (r *Receiver) write(size int, worker bool, fn func(w *wtx) (any, error)) (a
 // oldest waiting call, if any.
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
-	batch := q.take(q.batch)
+	batch := q.take(q.batch, r.batchCalls, r.batchBytes)
 	r.commit(batch)
 
 	for _, c := range batch {
@@ -160,13 +160,13 @@ func (r *Receiver) lead(self *call) {
 
 // take moves the next batch from the head of the queue into buf, within
 // the batch limits.
-func (q *commitQueue) take(buf []*call) []*call {
+func (q *commitQueue) take(buf []*call, maxCalls, maxBytes int) []*call {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n, bytes := 0, 0
-	for n < len(q.pending) && n < maxBatchCalls {
+	for n < len(q.pending) && n < maxCalls {
 		bytes += q.pending[n].size
-		if n > 0 && bytes > maxBatchBytes {
+		if n > 0 && bytes > maxBytes {
 			break
 		}
 		n++
@@ -187,11 +187,30 @@ func (r *Receiver) commit(batch []*call) {
 	if batch = r.reserve(batch); len(batch) == 0 {
 		return
 	}
+	r.commitSplit(batch)
+}
+
+// commitSplit runs a batch in one transaction. A batch larger than the
+// store takes in one commit (engine.ErrTxnTooLarge) is split in halves,
+// down to a single call, which is refused with ErrTooLarge: nothing of it
+// was written. An outcome that is unknown is every call's outcome: its
+// calls may have been applied, and a call retried alone here would answer
+// already_applied, a verdict the caller must not get for it. Any other
+// failure makes every call run again alone.
+func (r *Receiver) commitSplit(batch []*call) {
 	err := r.run(batch)
 	switch {
 	case err == nil:
 		return
-	case len(batch) == 1 || errors.Is(err, ErrClosed) || r.faults.shareFault:
+	case errors.Is(err, engine.ErrTxnTooLarge) && len(batch) > 1:
+		mid := len(batch) / 2
+		r.commitSplit(batch[:mid])
+		r.commitSplit(batch[mid:])
+		return
+	case errors.Is(err, engine.ErrTxnTooLarge):
+		batch[0].err = fmt.Errorf("%w: %w", ErrTooLarge, err)
+		return
+	case len(batch) == 1 || errors.Is(err, ErrClosed) || errors.Is(err, ErrOutcomeUnknown) || r.faults.shareFault:
 		for _, c := range batch {
 			c.err = err
 		}
@@ -205,10 +224,39 @@ func (r *Receiver) commit(batch []*call) {
 			continue
 		}
 		if err := r.run(batch[i : i+1]); err != nil {
+			if errors.Is(err, engine.ErrTxnTooLarge) {
+				err = fmt.Errorf("%w: %w", ErrTooLarge, err)
+			}
 			c.err = err
 		}
 	}
 }
+
+// batchLimits sizes a batch within the engine's limits, ahead of the
+// commit, so that splits after an ErrTxnTooLarge stay rare: a call reads
+// and writes a few keys (its scope's control record, its grant, target,
+// receipt and audit entry), and a commit adds its checkpoint, head key,
+// state digest and high-water. A store without limits (bbolt) keeps the
+// batch limits of the queue.
+func batchLimits(lim engine.Limits) (calls, bytes int) {
+	calls, bytes = maxBatchCalls, maxBatchBytes
+	if lim.MaxOps > 0 {
+		calls = min(calls, max(1, (lim.MaxOps-opsPerCommit)/opsPerCall))
+	}
+	if lim.MaxBytes > 0 {
+		// A call's input is written about twice (its target value and
+		// the request it records), with its entry and receipt beside.
+		bytes = min(bytes, max(1, (lim.MaxBytes-bytesPerCommit)/2))
+	}
+	return calls, bytes
+}
+
+// What one call and one commit add to a transaction, for batchLimits.
+const (
+	opsPerCall     = 5
+	opsPerCommit   = 8
+	bytesPerCommit = 8 << 10
+)
 
 // reserve refuses the batch's worker calls with ErrStorageReserve when the
 // volume has less free space than Options.Reserve, and returns the calls

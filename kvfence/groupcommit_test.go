@@ -677,7 +677,7 @@ func TestCommitQueue_Take(t *testing.T) {
 		var got []int
 		var taken []*call
 		for len(q.pending) > 0 {
-			batch := q.take(nil)
+			batch := q.take(nil, maxBatchCalls, maxBatchBytes)
 			got = append(got, len(batch))
 			taken = append(taken, batch...)
 		}

@@ -108,8 +108,10 @@ type Receiver struct {
 	defect           defect.Variant
 	faults           faultHooks
 
-	// queue holds write calls waiting to be group-committed.
-	queue commitQueue
+	// queue holds write calls waiting to be group-committed; a batch holds
+	// at most batchCalls calls and batchBytes of input (batchLimits).
+	queue                  commitQueue
+	batchCalls, batchBytes int
 	// wmu is held by the leader of a batch while it runs the batch's write
 	// transaction and anchor write. It guards head, the audit chain's newest
 	// entry, which a write transaction reads at its start and which is
@@ -394,6 +396,7 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 		o.Warn = func(msg string) { log.Print(msg) }
 	}
 	r = &Receiver{eng: e, path: path, file: file, opts: o, defect: v}
+	r.batchCalls, r.batchBytes = batchLimits(e.Limits())
 	if err := r.load(); err != nil {
 		return nil, err
 	}
