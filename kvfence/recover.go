@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/kvfence/kvfence/internal/defect"
 	"iter"
 	"math"
 	"time"
@@ -64,6 +65,22 @@ func Inspect(path string, anchor audit.AnchorStore) (Questioned, error) {
 		return Questioned{}, err
 	}
 	defer r.Close()
+	return r.inspectAnchored(path, anchor)
+}
+
+// InspectEngine is Inspect for a receiver kept in e (OpenEngine), which it
+// closes when it returns.
+func InspectEngine(e engine.Engine, anchor audit.AnchorStore) (Questioned, error) {
+	r, err := openWith(e, "engine store", false, &Options{ReadOnly: true, anchorUnchecked: true}, defect.Variant{})
+	if err != nil {
+		return Questioned{}, err
+	}
+	defer r.Close()
+	return r.inspectAnchored(r.path, anchor)
+}
+
+// inspectAnchored is Inspect on an open, read-only receiver.
+func (r *Receiver) inspectAnchored(path string, anchor audit.AnchorStore) (Questioned, error) {
 	q, err := r.inspect()
 	if err != nil {
 		return Questioned{}, err
@@ -200,6 +217,20 @@ type RecoverResult struct {
 // anchorless database: a restored copy of a recovered one would otherwise
 // slip back in.
 func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult, error) {
+	return recoverWith(path, admission, opts, func(o *Options) (*Receiver, error) { return Open(path, o) })
+}
+
+// RecoverEngine is Recover for a receiver kept in e (OpenEngine), which it
+// closes when it returns.
+func RecoverEngine(e engine.Engine, admission []byte, opts RecoverOptions) (RecoverResult, error) {
+	return recoverWith("engine store", admission, opts, func(o *Options) (*Receiver, error) {
+		return openWith(e, "engine store", false, o, defect.Variant{})
+	})
+}
+
+// recoverWith runs Recover on the receiver that open opens; path names it
+// in messages.
+func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*Options) (*Receiver, error)) (RecoverResult, error) {
 	if len(opts.RecoveryKey) != ed25519.PublicKeySize {
 		return RecoverResult{}, fmt.Errorf("%w: the recovery public key is required", ErrInvalidArgument)
 	}
@@ -213,7 +244,7 @@ func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult,
 	if err := sa.Verify(opts.RecoveryKey); err != nil {
 		return RecoverResult{}, err
 	}
-	r, err := Open(path, &Options{Key: opts.Key, Now: opts.Now, LockTimeout: opts.LockTimeout, anchorUnchecked: true})
+	r, err := open(&Options{Key: opts.Key, Now: opts.Now, LockTimeout: opts.LockTimeout, anchorUnchecked: true})
 	if err != nil {
 		return RecoverResult{}, err
 	}
@@ -433,8 +464,24 @@ func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
 		return audit.Report{}, err
 	}
 	defer r.Close()
+	return r.verifyChain(opts)
+}
+
+// VerifyChainEngine is VerifyChain for a receiver kept in e (OpenEngine),
+// which it closes when it returns.
+func VerifyChainEngine(e engine.Engine, opts VerifyOptions) (audit.Report, error) {
+	r, err := openWith(e, "engine store", false, &Options{ReadOnly: true, anchorUnchecked: true}, defect.Variant{})
+	if err != nil {
+		return audit.Report{}, err
+	}
+	defer r.Close()
+	return r.verifyChain(opts)
+}
+
+// verifyChain is VerifyChain on an open, read-only receiver.
+func (r *Receiver) verifyChain(opts VerifyOptions) (audit.Report, error) {
 	var rep audit.Report
-	err = r.view(func(tx engine.Tx) error {
+	err := r.view(func(tx engine.Tx) error {
 		var scanErr error
 		entries := func(yield func(k, v []byte) bool) {
 			var n uint64
