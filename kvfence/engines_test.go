@@ -43,7 +43,20 @@ var engines = []struct {
 	}},
 }
 
-// forEngines runs fn once on each engine, as a subtest named after it.
+// fresh returns a new, empty store of the same engine as s.
+func (s *store) fresh(t testing.TB) *store {
+	for _, e := range engines {
+		if e.name == s.name {
+			return e.new(t)
+		}
+	}
+	t.Fatalf("no engine %q", s.name)
+	return nil
+}
+
+// forEngines runs fn once on each engine, as a subtest named after it. s
+// names the engine; each fixture made from it (newFixtureOn) gets a fresh
+// store of that engine.
 func forEngines(t *testing.T, fn func(t *testing.T, s *store)) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) { fn(t, e.new(t)) })

@@ -84,9 +84,10 @@ func newFixture(t testing.TB, v defect.Variant) *fixture {
 	return newFixtureOn(t, engines[0].new(t), v)
 }
 
-// newFixtureOn is newFixture on the given store.
+// newFixtureOn is newFixture on a fresh store of s's engine.
 func newFixtureOn(t testing.TB, s *store, v defect.Variant) *fixture {
 	t.Helper()
+	s = s.fresh(t)
 	dir := t.TempDir()
 	f := &fixture{t: t, path: s.path, clock: newClock(), ctx: context.Background(),
 		anchor: audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}, store: s}

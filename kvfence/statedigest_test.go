@@ -191,22 +191,24 @@ func TestSubmit_AnchorRulesBeforeCommit(t *testing.T) {
 // Ensure that every kind of write keeps the stored digest equal to the one
 // recomputed from the records: what Open checks after every test.
 func TestStateDigest_KeptCurrent(t *testing.T) {
-	f := newFixture(t, defect.Variant{})
-	a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
-	f.submit("worker-a", a.envelope)
-	f.submit("worker-a", a.envelope)   // already applied
-	f.submit("worker-x", a.envelope)   // denied: executor
-	f.submit("worker-a", []byte{0xff}) // denied: malformed
-	f.hold("done")
-	f.submit("worker-a", a.envelope) // denied: held
-	for i := 0; i < 3; i++ {
-		f.reopen()
-	}
-	sc, err := f.r.checkState(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sc.Computed != sc.Signed {
-		t.Fatalf("computed %x, signed %x", sc.Computed, sc.Signed)
-	}
+	forEngines(t, func(t *testing.T, s *store) {
+		f := newFixtureOn(t, s, defect.Variant{})
+		a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
+		f.submit("worker-a", a.envelope)
+		f.submit("worker-a", a.envelope)   // already applied
+		f.submit("worker-x", a.envelope)   // denied: executor
+		f.submit("worker-a", []byte{0xff}) // denied: malformed
+		f.hold("done")
+		f.submit("worker-a", a.envelope) // denied: held
+		for i := 0; i < 3; i++ {
+			f.reopen()
+		}
+		sc, err := f.r.checkState(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.Computed != sc.Signed {
+			t.Fatalf("computed %x, signed %x", sc.Computed, sc.Signed)
+		}
+	})
 }
