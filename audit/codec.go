@@ -57,6 +57,9 @@ const (
 	keyRevBefore     = "\x6arev_before"
 	keyValueSHA256   = "\x6cvalue_sha256"
 	keyRequestSHA256 = "\x6erequest_sha256"
+	keyBaseSeq       = "\x68base_seq"
+	keyBaseHash      = "\x69base_hash"
+	keyBaseFence     = "\x6abase_fence"
 )
 
 // EncodeEntry returns the canonical CBOR encoding of e.
@@ -83,6 +86,10 @@ func checkEntry(e *Entry) (int, error) {
 		return 0, fmt.Errorf("%w: request_sha256 is %d bytes, want %d", ErrBadEntry, len(e.RequestSHA256), HashSize)
 	case len(e.ValueSHA256) != 0 && len(e.ValueSHA256) != HashSize:
 		return 0, fmt.Errorf("%w: value_sha256 is %d bytes, want %d", ErrBadEntry, len(e.ValueSHA256), HashSize)
+	case len(e.BaseHash) != 0 && len(e.BaseHash) != HashSize:
+		return 0, fmt.Errorf("%w: base_hash is %d bytes, want %d", ErrBadEntry, len(e.BaseHash), HashSize)
+	case len(e.BaseFence) != 0 && len(e.BaseFence) != HashSize:
+		return 0, fmt.Errorf("%w: base_fence is %d bytes, want %d", ErrBadEntry, len(e.BaseFence), HashSize)
 	}
 	for i, s := range [...]string{e.Kind, e.Scope, e.Grant, e.Executor, e.Action, e.Outcome,
 		e.Reason, e.Target, e.Decision, e.Note, e.Actor} {
@@ -111,7 +118,8 @@ func entrySize(e *Entry) int {
 		optSize(keyOutcome, len(e.Outcome)) + optSize(keyDecision, len(e.Decision)) +
 		optSize(keyExecutor, len(e.Executor)) + optUintSize(keyRevAfter, e.RevAfter) +
 		optUintSize(keyRevBefore, e.RevBefore) + optSize(keyValueSHA256, len(e.ValueSHA256)) +
-		optSize(keyRequestSHA256, len(e.RequestSHA256))
+		optSize(keyRequestSHA256, len(e.RequestSHA256)) +
+		optUintSize(keyBaseSeq, e.BaseSeq) + optSize(keyBaseHash, len(e.BaseHash)) + optSize(keyBaseFence, len(e.BaseFence))
 }
 
 // optSize is the size of a text or byte string field of length n, or 0 if
@@ -144,7 +152,8 @@ func appendEntry(b []byte, e *Entry) []byte {
 		}
 	}
 	for _, v := range [...]uint64{e.Epoch, e.RevAfter, e.RevBefore,
-		uint64(len(e.ValueSHA256)), uint64(len(e.RequestSHA256))} {
+		uint64(len(e.ValueSHA256)), uint64(len(e.RequestSHA256)),
+		e.BaseSeq, uint64(len(e.BaseHash)), uint64(len(e.BaseFence))} {
 		if v != 0 {
 			n++
 		}
@@ -163,9 +172,12 @@ func appendEntry(b []byte, e *Entry) []byte {
 	b = optText(b, keyReason, e.Reason)
 	b = optText(b, keyTarget, e.Target)
 	b = optText(b, keyOutcome, e.Outcome)
+	b = optUint(b, keyBaseSeq, e.BaseSeq)
 	b = optText(b, keyDecision, e.Decision)
 	b = optText(b, keyExecutor, e.Executor)
+	b = optBytes(b, keyBaseHash, e.BaseHash)
 	b = optUint(b, keyRevAfter, e.RevAfter)
+	b = optBytes(b, keyBaseFence, e.BaseFence)
 	b = optUint(b, keyRevBefore, e.RevBefore)
 	b = optBytes(b, keyValueSHA256, e.ValueSHA256)
 	return optBytes(b, keyRequestSHA256, e.RequestSHA256)

@@ -50,9 +50,12 @@
 //	reason          tstr
 //	target          tstr
 //	outcome         tstr
+//	base_seq        uint
 //	decision        tstr
 //	executor        tstr
+//	base_hash       bstr  32 bytes
 //	rev_after       uint
+//	base_fence      bstr  32 bytes
 //	rev_before      uint
 //	value_sha256    bstr  32 bytes
 //	request_sha256  bstr  32 bytes
@@ -61,7 +64,9 @@
 // empty, so that an absent field has one spelling. actor names the
 // authenticated administrator (such as "spiffe://example.org/ops/alice" or
 // "unix:uid:1000") on the entry of an administrative change; entries of
-// decisions, and changes made by a caller that named no one, have none. An entry is at most
+// decisions, and changes made by a caller that named no one, have none.
+// base_seq, base_hash and base_fence appear only on an archive entry
+// ([KindArchived]; see Archive Format). An entry is at most
 // [MaxEntrySize] bytes. The entry with at 0, seq 1, kind "init" and nothing
 // else is these 59 bytes:
 //
@@ -175,6 +180,7 @@
 //	checkpoint:             "kvfence/checkpoint/v2\n" || checkpoint bytes
 //	admission:              "kvfence/admission/v2\n" || admission bytes
 //	lost-anchor admission:  "kvfence/reanchor/v2\n" || admission bytes
+//	archive statement:      "kvfence/archive/v1\n" || statement bytes
 //
 // The prefixes make a signature on one kind of statement worthless as any
 // other, even under one key. A key is named by its [Fingerprint]: the SHA-256
@@ -399,6 +405,90 @@
 // because without its anchor nothing vouches for the database's own epoch
 // high-water.
 //
+// # Archive Format
+//
+// A receiver's chain may be cut at a base: the entries from seq 1 (or from
+// the previous base) up to the base's seq go into an archive file and are
+// removed from the database. What is removed is described by a base record
+// ([Base], [MarshalBase]), a map with these keys, in this order:
+//
+//	seq     uint  the newest archived entry's seq; 0 only for the start
+//	hash    bstr  32 bytes: its hash (32 zero bytes at the start)
+//	scopes  array of maps, one per scope in name order: the scope's fence
+//	              state after that entry, as the fence replay holds it
+//	              ([ScopeBase]: scope, epoch, grant, activated, hold,
+//	              hold_epoch, recovery, ended, ended_by, ended_by_epoch,
+//	              ended_by_recovery; zero fields left out)
+//
+// and is named by its digest, [BaseDigest]:
+//
+//	SHA-256("kvfence/archive-base/v1\n" || base record bytes)
+//
+// The transaction that removes the entries stores the base record in the
+// database and appends an entry of kind "archived" with base_seq,
+// base_hash and base_fence (the digest), so the chain records the cut, and
+// that entry is anchored like any other. The stored chain then begins at
+// base_seq+1, whose prev is base_hash.
+//
+// An archive statement ([ArchiveStatement]) is a map with these keys, in
+// this order, all required:
+//
+//	at          int   Unix nanoseconds, receiver clock
+//	to_seq      uint  the newest entry in the archive, above from_seq
+//	to_hash     bstr  32 bytes: entry to_seq's hash
+//	from_seq    uint  the base the archive continues; 0 for the start
+//	receiver    tstr  the receiver id
+//	to_fence    bstr  32 bytes: the digest of the base record at to_seq
+//	from_hash   bstr  32 bytes: the hash at from_seq (zero at the start)
+//	from_fence  bstr  32 bytes: the digest of the base record at from_seq
+//
+// signed by the receiver's key in its own domain (see Signatures). Its
+// signed form is the signed checkpoint's with the key "archive" (67 61 72
+// 63 68 69 76 65). An archive file is:
+//
+//	"kvfence archive v1\n"
+//	frame: the signed statement (at most 2 KiB)
+//	frame: the base record at from_seq (at most [MaxBaseSize] bytes)
+//	frame: entry from_seq+1, ..., frame: entry to_seq (each at most
+//	       [MaxEntrySize] bytes, exactly as stored)
+//
+// where a frame is a 4-byte big-endian length and that many bytes, and
+// nothing follows the last entry. [ReadArchive] checks, streaming: the
+// magic; the signature under the caller's key and the receiver id; that the
+// base record is canonical and is the one from_seq, from_hash and
+// from_fence name; that each entry decodes canonically, has its seq and
+// links to the one before, starting from from_hash; that there are exactly
+// to_seq-from_seq of them, the last hashing to to_hash; that the fence,
+// replayed from the base record, shows no violation and ends in the state
+// whose base record digest is to_fence; and that the file ends there. A
+// statement commits to its entries through the hash chain: to_hash covers
+// every entry back to from_hash.
+//
+// [Verify] with [VerifyOptions.BaseRecord] walks the stored chain from the
+// base, the fence replay starting from the base record's scopes, and
+// requires that an archive entry in the chain records exactly that base
+// (seq, hash and digest), that no archive entry records a base after it,
+// and that no entry at or before it is stored (base_mismatch otherwise:
+// archived entries put back, the base record edited). With
+// [VerifyOptions.Archives] it first reads each archive and requires that
+// they run from seq 0 and each from_* is the previous archive's to_*, the
+// last ending exactly at the base: the whole history.
+//
+// Why this keeps the guarantee: the anchor and every checkpoint still name
+// the head, which an archive only moves forward; a receiver archives only
+// entries its current anchor covers, so the anchor's seq is always at or
+// after the base, and the hash at the base is kept in the base record,
+// which the first stored entry links to and the archive entry records. An
+// anchor that names an archived entry is therefore older than the archive,
+// an old anchor put back: anchor_stale ([ErrAnchorStale]), refused at Open
+// too. The older slot of an anchor file holds the anchor from before the
+// archive's commit, at or after the base, so the damaged-slot rule (see
+// Anchor Rules) still finds every seq it needs. A database restored from
+// before the archive ends before the anchor (rollback_detected), and one
+// with the archived entries put back has the archive entry recording a base
+// its stored chain contradicts. The state digest covers the state records,
+// not the chain, and archiving changes no state record.
+//
 // # Verification
 //
 // [Verify] streams a chain from an iterator such as a bbolt cursor and keeps
@@ -411,7 +501,10 @@
 // bad_signature, receiver_mismatch); each entry in seq order (bad_entry,
 // seq_gap, broken_link, and fork_detected at the anchored seq); the chain's
 // end (rollback_detected, and a damaged slot judged by [SlotDamage.Check]:
-// rollback_detected or fork_detected); then the replay (fence_violation);
+// rollback_detected or fork_detected); for a chain cut at a base, the
+// archives and the base before the entries (bad_archive, base_mismatch, and
+// anchor_stale for an anchor that names an archived entry); then the
+// replay (fence_violation);
 // and, if asked, the anchor's age (anchor_stale). A damaged slot is in the
 // [Report] whatever the problem, ok included. The receiver's caller then
 // checks the state beside the chain (state_mismatch, see State Digest). [CheckAnchor] is the cheap check for
@@ -433,7 +526,10 @@
 // already_applied or denied change nothing and are not checked. This is the
 // receiver's own evidence that it skipped checks 2-4. The execution
 // ledger's chain has no scopes to replay and is verified with
-// [VerifyOptions.NoFenceReplay].
+// [VerifyOptions.NoFenceReplay]. From a base, the replay starts from the
+// scopes' state that the base record holds, which the archive entry's
+// base_fence vouches for; each later entry is then judged exactly as a
+// replay from seq 1 would judge it.
 //
 // # Caveats
 //

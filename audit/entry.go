@@ -40,6 +40,16 @@ type Entry struct {
 	Decision      string `cbor:"decision,omitempty"`       // decision reference that approved an activation
 	Note          string `cbor:"note,omitempty"`           // free text for what no field holds
 	Actor         string `cbor:"actor,omitempty"`          // administrator who made an administrative change
+	// BaseSeq is an archive entry's record of the base it moved the
+	// stored chain to (see Archive Format in the package documentation):
+	// the newest archived entry's seq.
+	BaseSeq uint64 `cbor:"base_seq,omitempty"`
+	// BaseHash is an archive entry's base hash: the newest archived
+	// entry's hash.
+	BaseHash []byte `cbor:"base_hash,omitempty"`
+	// BaseFence is an archive entry's BaseDigest of the base record, which
+	// holds each scope's fence state at the base.
+	BaseFence []byte `cbor:"base_fence,omitempty"`
 }
 
 // HashEntry returns SHA-256("kvfence/audit/v1\n" || raw), the link hash of

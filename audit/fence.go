@@ -2,6 +2,7 @@ package audit
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -186,4 +187,35 @@ func (r *fenceReplay) observe(e *Entry) {
 		}
 		r.violation = v
 	}
+}
+
+// newFenceReplayAt returns a replay that goes on from a base: each scope's
+// state as the base record holds it, every recovery already applied.
+func newFenceReplayAt(b *Base) *fenceReplay {
+	r := newFenceReplay()
+	for _, s := range b.Scopes {
+		r.scopes[s.Scope] = &scopeFence{epoch: s.Epoch, grant: s.Grant, activated: s.Activated,
+			hold: s.Hold, holdEpoch: s.HoldEpoch, recovery: s.Recovery, ended: s.Ended,
+			endedBy: scopeHold{seq: s.EndedBy, epoch: s.EndedByEpoch, recovery: s.EndedByRecovery}}
+	}
+	return r
+}
+
+// snapshot returns every scope's state in name order, with every recovery
+// applied: what a base record keeps so that a replay from it judges each
+// later entry exactly as a replay from the start does.
+func (r *fenceReplay) snapshot() []ScopeBase {
+	names := make([]string, 0, len(r.scopes))
+	for name := range r.scopes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	out := make([]ScopeBase, 0, len(names))
+	for _, name := range names {
+		s := r.scope(name)
+		out = append(out, ScopeBase{Scope: name, Epoch: s.epoch, Grant: s.grant, Activated: s.activated,
+			Hold: s.hold, HoldEpoch: s.holdEpoch, Recovery: s.recovery, Ended: s.ended,
+			EndedBy: s.endedBy.seq, EndedByEpoch: s.endedBy.epoch, EndedByRecovery: s.endedBy.recovery})
+	}
+	return out
 }

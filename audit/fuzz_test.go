@@ -17,6 +17,10 @@ func FuzzDecodeEntry(f *testing.F) {
 	for _, r := range recs {
 		f.Add(r.v)
 	}
+	// An archive entry, so that the base fields are explored too.
+	if all, _, _, _ := storedAfterArchive(f, 4, 2); len(all) == 5 {
+		f.Add(all[4].v)
+	}
 	for _, h := range []string{"", "a0", "80", "f6",
 		"a4626174006373657101646b696e6464696e69746470726576" + "5820" + "0000000000000000000000000000000000000000000000000000000000000000",
 		"bf626174006373657101646b696e6464696e6974ff"} {

@@ -18,7 +18,8 @@ type EntryJSON struct {
 	// At is the entry's time, RFC 3339 in UTC; null when the entry has none.
 	At *string `json:"at"`
 	// Kind is what the entry records: init, scope_created, target_created,
-	// activate, hold, submit, recovered, reanchored, or a ledger kind.
+	// activate, hold, submit, recovered, reanchored, archived, or a ledger
+	// kind.
 	Kind string `json:"kind"`
 	// Scope is the scope the entry concerns.
 	Scope string `json:"scope,omitempty"`
@@ -55,6 +56,13 @@ type EntryJSON struct {
 	// Actor is the authenticated administrator who made the change, if one
 	// was named.
 	Actor string `json:"actor,omitempty"`
+	// BaseSeq is what an archive entry records of the base it moved the
+	// stored chain to: the newest archived entry's seq.
+	BaseSeq uint64 `json:"base_seq,omitempty"`
+	// BaseHash is an archive entry's base hash, in hex.
+	BaseHash string `json:"base_hash,omitempty"`
+	// BaseFence is an archive entry's base record digest, in hex.
+	BaseFence string `json:"base_fence,omitempty"`
 }
 
 // JSON returns the JSON form of e, whose link hash is hash.
@@ -62,7 +70,7 @@ func (e *Entry) JSON(hash Hash) EntryJSON {
 	out := EntryJSON{Seq: e.Seq, Hash: hex.EncodeToString(hash[:]), Prev: hex.EncodeToString(e.Prev),
 		Kind: e.Kind, Scope: e.Scope, Epoch: e.Epoch, Grant: e.Grant, Executor: e.Executor, Action: e.Action,
 		Outcome: e.Outcome, Reason: e.Reason, Target: e.Target, RevBefore: e.RevBefore, RevAfter: e.RevAfter,
-		Decision: e.Decision, Note: e.Note, Actor: e.Actor}
+		Decision: e.Decision, Note: e.Note, Actor: e.Actor, BaseSeq: e.BaseSeq}
 	if e.At != 0 {
 		at := time.Unix(0, e.At).UTC().Format(time.RFC3339Nano)
 		out.At = &at
@@ -72,6 +80,12 @@ func (e *Entry) JSON(hash Hash) EntryJSON {
 	}
 	if len(e.ValueSHA256) > 0 {
 		out.ValueSHA256 = hex.EncodeToString(e.ValueSHA256)
+	}
+	if len(e.BaseHash) > 0 {
+		out.BaseHash = hex.EncodeToString(e.BaseHash)
+	}
+	if len(e.BaseFence) > 0 {
+		out.BaseFence = hex.EncodeToString(e.BaseFence)
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"time"
 )
@@ -35,6 +36,13 @@ const (
 	ProblemFenceViolation   Problem = "fence_violation"
 	ProblemAnchorStale      Problem = "anchor_stale"
 	ProblemStateMismatch    Problem = "state_mismatch"
+	// ProblemBadArchive is an archive file that is not well-formed, is
+	// cut short, or holds other entries than its signed statement names.
+	ProblemBadArchive Problem = "bad_archive"
+	// ProblemBaseMismatch is a stored chain whose base disagrees with the
+	// archive entries in it or with the archives given: archived entries
+	// put back, a base record edited, archives out of order or with a gap.
+	ProblemBaseMismatch Problem = "base_mismatch"
 )
 
 // VerifyOptions says what Verify checks and against what.
@@ -62,6 +70,26 @@ type VerifyOptions struct {
 	// the execution ledger's, whose entries do not record scopes, holds
 	// and grants.
 	NoFenceReplay bool
+	// BaseRecord is the encoded base record (MarshalBase) of a chain whose
+	// older entries were archived: Entries then begin right after its seq,
+	// and the fence replay goes on from its scopes. Nil means a chain that
+	// was never archived, which begins at seq 1. It is read from the
+	// database and trusted only as far as the chain confirms it: the
+	// newest archive entry must record exactly this base.
+	BaseRecord []byte
+	// Archives are archive files holding the entries before the base,
+	// oldest first. With them Verify checks the whole history: the first
+	// must begin at seq 1, each must begin where the one before ends, and
+	// the last must end exactly at the base.
+	Archives []ArchiveSource
+}
+
+// ArchiveSource is an archive file to verify, with a name for messages.
+type ArchiveSource struct {
+	// Name names the archive in messages, e.g. its path.
+	Name string
+	// Reader yields the archive's bytes; Verify reads it to its end once.
+	Reader io.Reader
 }
 
 // Report is the outcome of Verify.
@@ -85,6 +113,14 @@ type Report struct {
 	// is set whatever the problem, and with ProblemOK too: damage that a
 	// crash can explain is not a problem, but it is never left unsaid.
 	AnchorDamage *SlotDamage
+	// Base is where the stored chain begins: the newest archived entry,
+	// or the zero Head for a chain that was never archived. Entries counts
+	// from there.
+	Base Head
+	// Archived counts the entries verified in archives.
+	Archived uint64
+	// Archives counts the archives that verified.
+	Archives int
 
 	err error
 }
@@ -166,21 +202,36 @@ func Verify(opts VerifyOptions) (Report, error) {
 			next = &damage.Anchor.Checkpoint
 		}
 	}
+	base, bp, berr := parseBaseOption(opts.BaseRecord)
+	r.Base = base.Head()
+	if berr == nil && len(opts.Archives) > 0 {
+		bp, berr = r.verifyArchives(&opts, &base, trusted)
+	}
 	var fence *fenceReplay
 	if !opts.NoFenceReplay {
-		fence = newFenceReplay()
+		fence = newFenceReplayAt(&base)
 	}
-	w := walkChain(opts.Entries, trusted, next, fence)
-	r.Entries, r.Head = w.head.Seq, w.head
+	w := &walker{anchor: trusted, next: next, fence: fence, head: base.Head(), start: base.Head()}
+	if opts.BaseRecord != nil {
+		w.startFence = BaseDigest(opts.BaseRecord)
+	}
+	if berr == nil {
+		w.walk(opts.Entries)
+	}
+	r.Entries, r.Head = w.head.Seq-base.Seq, w.head
 	var derr error
-	if aerr == nil && w.err == nil {
+	if aerr == nil && berr == nil && w.err == nil {
 		derr = damage.Check(anchor.Checkpoint, opts.PublicKey, opts.Receiver, w.head, w.hashAt)
 	}
 	switch {
 	case aerr != nil:
 		r.fail(ap, aerr)
+	case berr != nil:
+		r.fail(bp, berr)
 	case w.err != nil:
 		r.fail(w.problem, w.err)
+	case errors.Is(derr, ErrAnchorStale):
+		r.fail(ProblemAnchorStale, derr)
 	case errors.Is(derr, ErrForkDetected):
 		r.fail(ProblemForkDetected, derr)
 	case errors.Is(derr, ErrRollbackDetected):
@@ -230,29 +281,68 @@ func checkChain(entries iter.Seq2[[]byte, []byte], anchor *Checkpoint, fence *fe
 // not nil, for SlotDamage.Check.
 func walkChain(entries iter.Seq2[[]byte, []byte], anchor, next *Checkpoint, fence *fenceReplay) *walker {
 	w := &walker{anchor: anchor, next: next, fence: fence}
-	for k, v := range entries {
-		if !w.step(k, v) {
-			return w
+	w.walk(entries)
+	return w
+}
+
+// walk checks the stored chain from w's start: the anchor against the
+// start, every entry, and then that the chain reaches the anchor and, if it
+// starts at a base, that an archive entry in it records that base.
+func (w *walker) walk(entries iter.Seq2[[]byte, []byte]) {
+	if w.anchor != nil && w.anchor.Seq <= w.start.Seq && w.start.Seq > 0 {
+		if w.anchor.Seq == w.start.Seq && w.anchor.Head != w.start.Hash {
+			w.fail(ProblemForkDetected, &ForkError{Anchor: *w.anchor, Hash: w.start.Hash})
+			return
+		}
+		if w.anchor.Seq < w.start.Seq {
+			w.fail(ProblemAnchorStale, beforeBase(w.anchor.Seq, w.start.Seq))
+			return
 		}
 	}
-	if anchor != nil && w.head.Seq < anchor.Seq {
-		w.fail(ProblemRollbackDetected, &RollbackError{Anchor: *anchor, Head: w.head})
+	if w.next != nil && w.next.Seq == w.start.Seq {
+		w.nextAt = w.start.Hash
 	}
-	return w
+	for k, v := range entries {
+		if !w.step(k, v) {
+			return
+		}
+	}
+	switch {
+	case w.anchor != nil && w.head.Seq < w.anchor.Seq:
+		w.fail(ProblemRollbackDetected, &RollbackError{Anchor: *w.anchor, Head: w.head})
+	case w.start.Seq > 0 && !w.sawStart:
+		w.fail(ProblemBaseMismatch, fmt.Errorf("%w: the base record says the entries up to %d were archived, but no archive entry in the chain records it",
+			ErrBaseMismatch, w.start.Seq))
+	}
+}
+
+// beforeBase is the error for an anchor whose seq was archived: a receiver
+// archives only entries its anchor already covers, so an anchor behind the
+// base is an older anchor put back.
+func beforeBase(anchored, base uint64) error {
+	return fmt.Errorf("%w: the anchor names seq %d, but the database archived the entries up to %d; the receiver archives only "+
+		"entries its anchor covers, so this anchor is older than the archive: an old copy of the anchor was put back",
+		ErrAnchorArchived, anchored, base)
 }
 
 // walker checks one entry at a time and keeps only the previous entry's
 // position, which is what keeps Verify's memory flat.
 type walker struct {
-	head    Head
-	anchor  *Checkpoint  // nil: no trusted anchor to compare with
-	next    *Checkpoint  // nil, or a checkpoint whose seq's hash to keep
-	nextAt  Hash         // the hash at next.Seq, once walked
-	fence   *fenceReplay // nil: no replay
-	e       Entry
-	scratch []byte // re-encoding buffer, reused across entries
-	problem Problem
-	err     error
+	head Head
+	// start is where the walk began: a base, or the zero Head; startFence
+	// the digest of its base record, and sawStart whether an archive entry
+	// recorded it.
+	start      Head
+	startFence Hash
+	sawStart   bool
+	anchor     *Checkpoint  // nil: no trusted anchor to compare with
+	next       *Checkpoint  // nil, or a checkpoint whose seq's hash to keep
+	nextAt     Hash         // the hash at next.Seq, once walked
+	fence      *fenceReplay // nil: no replay
+	e          Entry
+	scratch    []byte // re-encoding buffer, reused across entries
+	problem    Problem
+	err        error
 }
 
 // step checks the entry stored under key k and reports whether to go on.
@@ -262,6 +352,9 @@ func (w *walker) step(k, v []byte) bool {
 	}
 	seq, want := binary.BigEndian.Uint64(k), w.head.Seq+1
 	switch {
+	case w.start.Seq > 0 && seq <= w.start.Seq:
+		return w.fail(ProblemBaseMismatch, fmt.Errorf("%w: the database holds entry %d, but its base record says the entries up to %d were archived",
+			ErrBaseMismatch, seq, w.start.Seq))
 	case seq == want+1:
 		return w.fail(ProblemSeqGap, fmt.Errorf("%w: seq %d follows seq %d; seq %d is missing", ErrSeqGap, seq, w.head.Seq, want))
 	case seq > want:
@@ -291,8 +384,34 @@ func (w *walker) step(k, v []byte) bool {
 	if w.anchor != nil && seq == w.anchor.Seq && w.head.Hash != w.anchor.Head {
 		return w.fail(ProblemForkDetected, &ForkError{Anchor: *w.anchor, Hash: w.head.Hash})
 	}
+	if w.e.Kind == KindArchived {
+		if !w.checkArchived() {
+			return false
+		}
+	}
 	if w.fence != nil {
 		w.fence.observe(&w.e)
+	}
+	return true
+}
+
+// checkArchived checks an archive entry against where the walk began: it
+// may record only a base at or before it, and the start itself exactly.
+func (w *walker) checkArchived() bool {
+	b, err := archivedBase(&w.e)
+	if err != nil {
+		return w.fail(ProblemBadEntry, err)
+	}
+	switch {
+	case b.seq > w.start.Seq:
+		return w.fail(ProblemBaseMismatch, fmt.Errorf("%w: entry %d records that the entries up to %d were archived, but the chain here "+
+			"continues from seq %d: archived entries were put back, or the base record was changed", ErrBaseMismatch, w.e.Seq, b.seq, w.start.Seq))
+	case b.seq == w.start.Seq && (b.hash != w.start.Hash || b.fence != w.startFence):
+		return w.fail(ProblemBaseMismatch, fmt.Errorf("%w: entry %d records base seq %d with hash %x and base record digest %x, "+
+			"but the chain begins there with hash %x and base record digest %x", ErrBaseMismatch, w.e.Seq, b.seq, b.hash[:], b.fence[:],
+			w.start.Hash[:], w.startFence[:]))
+	case b.seq == w.start.Seq:
+		w.sawStart = true
 	}
 	return true
 }
@@ -300,6 +419,9 @@ func (w *walker) step(k, v []byte) bool {
 // hashAt returns the hash kept at next.Seq; it is what SlotDamage.Check
 // asks for, and only for a seq the walk passed.
 func (w *walker) hashAt(seq uint64) (Hash, error) {
+	if seq < w.start.Seq {
+		return Hash{}, beforeBase(seq, w.start.Seq)
+	}
 	if w.next == nil || seq != w.next.Seq || seq > w.head.Seq {
 		return Hash{}, fmt.Errorf("audit: verify: the hash at seq %d was not kept", seq)
 	}
@@ -309,4 +431,91 @@ func (w *walker) hashAt(seq uint64) (Hash, error) {
 func (w *walker) fail(p Problem, err error) bool {
 	w.problem, w.err = p, err
 	return false
+}
+
+// parseBaseOption decodes VerifyOptions.BaseRecord; a nil record is the
+// start of the chain.
+func parseBaseOption(raw []byte) (Base, Problem, error) {
+	if raw == nil {
+		return Base{}, "", nil
+	}
+	b, err := ParseBase(raw)
+	if err != nil {
+		return Base{}, ProblemBaseMismatch, fmt.Errorf("%w: the database's base record: %w", ErrBaseMismatch, err)
+	}
+	if b.Seq == 0 {
+		return Base{}, ProblemBaseMismatch, fmt.Errorf("%w: the database's base record is at seq 0", ErrBaseMismatch)
+	}
+	return b, "", nil
+}
+
+// verifyArchives reads each archive in turn and checks that together they
+// run from seq 1 to exactly base, where the stored chain begins. An
+// anchor whose seq an archive holds is compared with it.
+func (r *Report) verifyArchives(opts *VerifyOptions, base *Base, anchor *Checkpoint) (Problem, error) {
+	prev := ArchiveStatement{ToSeq: 0, ToFence: BaseDigest(mustMarshalBase(&Base{}))}
+	for i, a := range opts.Archives {
+		var fork error
+		visit := func(e *Entry, h Hash) {
+			if anchor != nil && e.Seq == anchor.Seq && h != anchor.Head && fork == nil {
+				fork = &ForkError{Anchor: *anchor, Hash: h}
+			}
+		}
+		info, err := ReadArchive(a.Name, a.Reader, opts.PublicKey, opts.Receiver, visit)
+		var ae *ArchiveError
+		if errors.As(err, &ae) {
+			return ae.Problem, err
+		} else if err != nil {
+			return ProblemBadArchive, fmt.Errorf("%w: archive %s: %w", ErrBadArchive, a.Name, err)
+		}
+		st := info.Statement
+		if err := chainsTo(a.Name, &st.ArchiveStatement, opts.Archives, i, &prev); err != nil {
+			return ProblemBaseMismatch, err
+		}
+		if fork != nil {
+			return ProblemForkDetected, fmt.Errorf("archive %s: %w", a.Name, fork)
+		}
+		prev = st.ArchiveStatement
+		r.Archived += info.Entries
+		r.Archives++
+	}
+	if base.Seq == 0 {
+		return ProblemBaseMismatch, fmt.Errorf("%w: archives were given, but the database was never archived: its chain begins at seq 1",
+			ErrBaseMismatch)
+	}
+	if prev.ToSeq != base.Seq || prev.ToHash != base.Hash || prev.ToFence != BaseDigest(opts.BaseRecord) {
+		return ProblemBaseMismatch, fmt.Errorf("%w: the last archive ends at entry %d, but the database's chain continues from entry %d (%x): "+
+			"an archive is missing or another history's", ErrBaseMismatch, prev.ToSeq, base.Seq, base.Hash[:])
+	}
+	return "", nil
+}
+
+// mustMarshalBase encodes a base that is valid by construction.
+func mustMarshalBase(b *Base) []byte {
+	raw, err := MarshalBase(b)
+	if err != nil {
+		panic(err)
+	}
+	return raw
+}
+
+// chainsTo checks that archive i, named name with statement st, begins
+// exactly where prev, the end of archive i-1 (or the start of the chain),
+// ends, and says how it does not.
+func chainsTo(name string, st *ArchiveStatement, all []ArchiveSource, i int, prev *ArchiveStatement) error {
+	switch {
+	case st.FromSeq == prev.ToSeq && st.FromHash == prev.ToHash && st.FromFence == prev.ToFence:
+		return nil
+	case i == 0:
+		return fmt.Errorf("%w: archive %s begins after entry %d, but the first archive must begin at seq 1: "+
+			"an older archive is missing, or the archives are not given oldest first", ErrBaseMismatch, name, st.FromSeq)
+	case st.FromSeq < prev.ToSeq:
+		return fmt.Errorf("%w: archive %s begins after entry %d, before archive %s ends (entry %d): the archives are "+
+			"out of order or overlap", ErrBaseMismatch, name, st.FromSeq, all[i-1].Name, prev.ToSeq)
+	case st.FromSeq > prev.ToSeq:
+		return fmt.Errorf("%w: archive %s begins after entry %d, but archive %s ends at entry %d: the archives of "+
+			"entries %d to %d are missing", ErrBaseMismatch, name, st.FromSeq, all[i-1].Name, prev.ToSeq, prev.ToSeq+1, st.FromSeq)
+	}
+	return fmt.Errorf("%w: archive %s continues entry %d with another hash or fence state than archive %s ends with: "+
+		"they are of different histories", ErrBaseMismatch, name, st.FromSeq, all[i-1].Name)
 }

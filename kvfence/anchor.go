@@ -43,7 +43,7 @@ func IsIntegrityError(err error) bool {
 		audit.ErrReceiverMismatch, audit.ErrAnchorMissing, audit.ErrBadAnchor, audit.ErrBadCheckpoint,
 		audit.ErrBrokenLink, audit.ErrSeqGap, audit.ErrBadEntry, audit.ErrAnchorStale, audit.ErrAnchorNotRegular,
 		audit.ErrAnchorPermissions, audit.ErrAnchorRegression, audit.ErrBadAdmission, audit.ErrAdmissionMismatch,
-		audit.ErrStateMismatch, audit.ErrFenceViolation} {
+		audit.ErrStateMismatch, audit.ErrFenceViolation, audit.ErrBadArchive, audit.ErrBaseMismatch} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -98,6 +98,32 @@ func (r *Receiver) finishInit() (sc audit.SignedCheckpoint, err error) {
 	return sc, r.opts.Anchor.Store(nil, sc)
 }
 
+// hashAt returns the hash of the stored entry at seq or, for the newest
+// archived entry, the base's hash. An anchor names an archived entry only
+// if it is older than the archive (a receiver archives only what its
+// anchor covers), which is ErrAnchorStale.
+func hashAt(tx engine.Tx, seq uint64) (audit.Hash, error) {
+	raw, err := tx.Get(bucketAudit, audit.SeqKey(seq))
+	if err != nil {
+		return audit.Hash{}, err
+	}
+	if raw != nil {
+		return audit.HashEntry(raw), nil
+	}
+	_, base, err := readBase(tx)
+	switch {
+	case err != nil:
+		return audit.Hash{}, err
+	case seq == base.Seq && seq > 0:
+		return base.Hash, nil
+	case seq < base.Seq:
+		return audit.Hash{}, fmt.Errorf("%w: seq %d was archived (the database's chain continues from seq %d); the receiver archives only "+
+			"entries its anchor covers, so an anchor that names it is older than the archive: an old copy of the anchor was put back",
+			audit.ErrAnchorArchived, seq, base.Seq)
+	}
+	return audit.Hash{}, fmt.Errorf("%w: no entry %d", audit.ErrSeqGap, seq)
+}
+
 // checkAnchor compares the database with its anchor (docs/design.md §7.5): a chain
 // that ends before the anchor is a rollback, another hash at the anchor's
 // seq a fork. A chain ahead of the anchor is the window between a commit
@@ -114,7 +140,10 @@ func (r *Receiver) checkAnchor() error {
 		return fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
 	}
 	err = r.view(func(tx engine.Tx) error {
-		at := func(seq uint64) (audit.Hash, error) { return auditChain.HashAt(tx, seq) }
+		at := func(seq uint64) (audit.Hash, error) { return hashAt(tx, seq) }
+		if err := checkBase(tx); err != nil {
+			return err
+		}
 		if err := audit.CheckAnchor(a, r.pub, r.id, r.head, at); err != nil {
 			return err
 		}

@@ -114,6 +114,17 @@
 // Scope creation, target creation, activation and holds are on [Admin],
 // a handle an embedding service keeps for its administrators.
 //
+// # Audit Retention
+//
+// [Admin.Archive] moves the oldest audit entries into a signed archive file
+// and removes them in one anchored transaction that records the new base
+// in the chain (see Archive Format in package audit). Open checks that the
+// stored chain begins right after the base record and links to its hash,
+// and that the anchor names no archived entry; [VerifyChain] checks that
+// the chain records exactly that base, and with [VerifyOptions.Archives]
+// the whole history. The state digest, the head and the anchor are not
+// moved back by an archive.
+//
 // # Caveats
 //
 // The receiver guarantees nothing about effects outside its own

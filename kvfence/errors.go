@@ -73,3 +73,34 @@ var ErrEpochMismatch = errors.New("kvfence: epoch mismatch")
 // holds a loadable anchor: the anchor is not lost, and an ordinary
 // admission is the way to supersede it.
 var ErrAnchorPresent = errors.New("kvfence: an anchor is present; a lost-anchor admission is only for a missing one")
+
+// ErrRecoveryKeyIsReceiverKey means a recovery key was given that is the
+// receiver's own key. The recovery key exists to overrule the receiver
+// key, so the same key in both roles is refused.
+var ErrRecoveryKeyIsReceiverKey = errors.New("kvfence: the recovery key is the receiver's own key; it must be held apart")
+
+// refusals are the errors that IsRefusal recognises.
+var refusals = []error{ErrNotHeld, ErrEpochMismatch, ErrEpochExhausted, ErrScopeExists, ErrUnknownScope,
+	ErrTargetExists, ErrUnknownTarget, ErrNotFound, ErrRecoveryKeyIsReceiverKey, ErrAnchorPresent, ErrTTLTooLong}
+
+// IsRefusal reports whether err is a refusal by the receiver's rules: the
+// call was well formed and the receiver is sound, but its state does not
+// allow what was asked, and nothing changed. These are ErrNotHeld (activate
+// an open scope), ErrEpochMismatch (an epoch compare-and-swap that lost),
+// ErrEpochExhausted, ErrScopeExists, ErrUnknownScope, ErrTargetExists,
+// ErrUnknownTarget, ErrNotFound (no receipt or grant under that key),
+// ErrRecoveryKeyIsReceiverKey, ErrAnchorPresent and ErrTTLTooLong (a grant
+// lifetime over the maximum). Retrying the same call
+// is refused again until the state changes (a hold, another epoch, another
+// name).
+//
+// Operational faults (I/O, a busy or closed receiver, a wrong key) and
+// integrity errors (IsIntegrityError) are not refusals.
+func IsRefusal(err error) bool {
+	for _, target := range refusals {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}

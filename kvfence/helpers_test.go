@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/internal/defect"
 )
 
@@ -125,8 +126,12 @@ func (f *fixture) openStore(opts *Options, v defect.Variant) (*Receiver, error) 
 // link, seq gap or non-canonical entry.
 func checkChain(t testing.TB, r *Receiver) {
 	t.Helper()
-	var prev audit.Hash
-	var seq uint64
+	// A chain whose older entries were archived begins after its base.
+	var base audit.Head
+	if err := r.view(func(tx engine.Tx) (err error) { _, base, err = readBase(tx); return err }); err != nil {
+		t.Errorf("audit chain: base: %v", err)
+	}
+	prev, seq := base.Hash, base.Seq
 	err := r.Events(0, func(e Event) bool {
 		seq++
 		if e.Seq != seq {

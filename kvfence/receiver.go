@@ -254,7 +254,7 @@ func prepareInit(opts *InitOptions) (*initPlan, error) {
 			return nil, fmt.Errorf("%w: recovery key must be an Ed25519 public key", ErrInvalidArgument)
 		}
 		if opts.RecoveryKey.Equal(p.receiverKey) {
-			return nil, fmt.Errorf("%w: the recovery key must be held apart from the receiver key, not equal to it", ErrInvalidArgument)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, ErrRecoveryKeyIsReceiverKey)
 		}
 	}
 	if _, err := opts.Anchor.Load(); !errors.Is(err, audit.ErrAnchorMissing) {

@@ -443,6 +443,11 @@ type VerifyOptions struct {
 	// Progress, if set, is called with the number of entries read so far
 	// every ProgressEvery entries.
 	Progress func(entries uint64)
+	// Archives are the archive files that hold the entries the database
+	// no longer does, oldest first (Admin.Archive). With them the whole
+	// history is verified, from seq 1; without them the chain is verified
+	// from its base, the newest archived entry.
+	Archives []audit.ArchiveSource
 }
 
 // ProgressEvery is how many entries VerifyChain reads between calls of
@@ -495,9 +500,14 @@ func (r *Receiver) verifyChain(opts VerifyOptions) (audit.Report, error) {
 				return nil
 			})
 		}
-		var err error
+		// The base record is passed as found, decoding included: Verify
+		// reports a record the chain does not confirm as base_mismatch.
+		base, err := tx.Get(bucketCheckpoints, checkpointBase)
+		if err != nil {
+			return err
+		}
 		rep, err = audit.Verify(audit.VerifyOptions{Entries: iter.Seq2[[]byte, []byte](entries), Anchor: opts.Anchor,
-			PublicKey: opts.PublicKey, Receiver: r.id, MaxAge: opts.MaxAge})
+			PublicKey: opts.PublicKey, Receiver: r.id, MaxAge: opts.MaxAge, BaseRecord: base, Archives: opts.Archives})
 		if err == nil {
 			err = scanErr
 		}

@@ -84,6 +84,9 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 		[2]string{"out", *out}); err != nil {
 		return err
 	}
+	if err := checkOut(cf.name, *out, cf.json); err != nil {
+		return err
+	}
 	if err := cf.checkAnchorPath(); err != nil {
 		return err
 	}
@@ -129,8 +132,9 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeNew(*out, b, 0o600); err != nil {
-		return fmt.Errorf("write --out: %w", err)
+	summary, err := c.m.writeOut(*out, b, 0o600)
+	if err != nil {
+		return err
 	}
 	res := admissionJSON{Out: *out, Receiver: q.Receiver, LostAnchor: *lostAnchor, AnchorState: state,
 		AnchorSeq: q.Anchor.Seq, AnchorHead: headHex(q.Anchor), HeadSeq: q.Head.Seq, Head: headHex(q.Head), State: hex.EncodeToString(q.State[:]),
@@ -151,7 +155,7 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}
-	tw := newTable(c.m.Stdout)
+	tw := newTable(summary)
 	fmt.Fprintf(tw, "receiver\t%s\n", res.Receiver)
 	if *lostAnchor {
 		fmt.Fprintf(tw, "anchor\t%s (lost: nothing to supersede)\n", state)
@@ -217,7 +221,7 @@ func checkRecoveryKey(db string, pub ed25519.PublicKey) error {
 			"so no admission can re-admit it"),
 			"a receiver needs kvfence init --recovery-pub to be recoverable; restore a database that verifies instead")
 	case r.PublicKey().Equal(pub):
-		return withHint(errors.New("kvfence admission new: --recovery-key is the receiver's own key, not its recovery key"),
+		return withHint(tagged(kvfence.ErrRecoveryKeyIsReceiverKey, "kvfence admission new: --recovery-key is the receiver's own key, not its recovery key"),
 			"sign with the separately held recovery key whose public half was given to kvfence init --recovery-pub")
 	case !rk.Equal(pub):
 		return withHint(fmt.Errorf("kvfence admission new: --recovery-key (%v) is not the recovery key recorded at init (%v)",
@@ -285,7 +289,8 @@ Arguments:
 	    Why this database is admitted; recorded in the admission and in
 	    the audit chain (at most 1024 bytes).
 	--out ADM
-	    Where to write the signed admission.
+	    Where to write the signed admission ("-": stdout, with the summary
+	    on stderr).
 	--lost-anchor
 	    Sign a lost-anchor admission (see above).
 	--epoch-floor N

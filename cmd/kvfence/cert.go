@@ -61,6 +61,9 @@ func (c *CertCommand) Run(ctx context.Context, args []string) error {
 	if err := require("cert "+kind, [2]string{"out", *out}); err != nil {
 		return err
 	}
+	if err := refuseOutStdout("cert "+kind, *out, "two files (PREFIX.crt and PREFIX.key)"); err != nil {
+		return err
+	}
 	if *validity <= 0 {
 		return &usageError{msg: "kvfence cert: --validity must be positive", hint: "kvfence cert -h"}
 	}

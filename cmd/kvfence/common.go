@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -62,7 +63,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, g flagGroup) {
 			fs.StringVar(&c.pub, "pub", "", "")
 		}
 		if g&withoutLock == 0 {
-			fs.DurationVar(&c.lockTimeout, "lock-timeout", kvfence.DefaultLockTimeout, "")
+			lockTimeoutVar(fs, &c.lockTimeout, kvfence.DefaultLockTimeout)
 		}
 	}
 	if g&withKey != 0 {
@@ -114,10 +115,46 @@ const usagePubLock = `	--pub FILE
 ` + usageLock
 
 const usageLock = `	--lock-timeout DURATION
-	    How long to wait for the database lock (default 1s; 0 also means
-	    1s, a negative value means do not wait). A lock not obtained in
-	    time exits with code 5.
+	    How long to wait for the database lock (default 1s; 0 means do
+	    not wait: try once). A lock not obtained in time exits with code 5.
 `
+
+// noWait is the library's lock timeout for "do not wait": the lock is
+// tried once. The libraries read 0 as their default timeout instead.
+const noWait = -1
+
+// lockTimeout is --lock-timeout: a duration, where 0 (or a negative
+// value) means do not wait. It stores noWait for those, since the
+// libraries would read 0 as their default of one second.
+type lockTimeout struct{ d *time.Duration }
+
+func (l lockTimeout) String() string {
+	switch {
+	case l.d == nil:
+		return ""
+	case *l.d < 0:
+		return "0s"
+	}
+	return l.d.String()
+}
+
+func (l lockTimeout) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("want a duration such as 500ms, 2s or 0 (do not wait)")
+	}
+	if d <= 0 {
+		d = noWait
+	}
+	*l.d = d
+	return nil
+}
+
+// lockTimeoutVar registers --lock-timeout on fs, stored in dst.
+func lockTimeoutVar(fs *flag.FlagSet, dst *time.Duration, def time.Duration) {
+	*dst = def
+	fs.Var(lockTimeout{dst}, "lock-timeout", "")
+}
 
 const usageKey = `	--key FILE
 	    The receiver's private key (OpenSSH Ed25519, not readable by
@@ -147,12 +184,66 @@ func parseFlags(fs *flag.FlagSet, usage func(), args []string, npos int) error {
 		usage()
 		return err
 	case err != nil:
-		return &usageError{msg: fmt.Sprintf("%s: %v", fs.Name(), err), hint: fs.Name() + " -h"}
+		msg := fmt.Sprintf("%s: %v", fs.Name(), err)
+		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+			if near := closestFlag(fs, name); near != "" {
+				msg += fmt.Sprintf(" (did you mean --%s?)", near)
+			}
+		}
+		return &usageError{msg: msg, hint: fs.Name() + " -h"}
 	case fs.NArg() > npos:
 		return &usageError{msg: fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(npos)),
 			hint: fs.Name() + " -h"}
 	}
 	return nil
+}
+
+// closestFlag returns the flag of fs whose name is nearest to name, for a
+// "did you mean" suggestion, or "" when none is near enough.
+func closestFlag(fs *flag.FlagSet, name string) string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return closest(strings.TrimLeft(name, "-"), names)
+}
+
+// closest returns the one of names nearest to name, or "" when none is
+// near enough to be a typo of it: at most a third of its letters (and at
+// least one) differ. Of two as near, the first in names wins.
+func closest(name string, names []string) string {
+	best, bestDist := "", max(len(name)/3, 1)+1
+	for _, n := range names {
+		if d := editDistance(name, n); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the edit distance between a and b in which inserting,
+// deleting or changing a byte, or swapping two adjacent ones, costs one
+// (optimal string alignment; flag and command names are ASCII).
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }
 
 // isSet reports whether the flag name was given on the command line.
@@ -390,6 +481,47 @@ func writeNew(path string, data []byte, perm os.FileMode) (err error) {
 		return err
 	}
 	return f.Close()
+}
+
+// outStdout is the --out value that means standard output.
+const outStdout = "-"
+
+// checkOut refuses "--out -" with --json, before the command does any
+// work: stdout then carries the bytes, and cannot carry a JSON document
+// as well.
+func checkOut(cmd, out string, asJSON bool) error {
+	if out == outStdout && asJSON {
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --out - writes the bytes to stdout, which then cannot carry --json", cmd),
+			hint: "pass --out FILE, or leave out --json (the summary then goes to stderr)"}
+	}
+	return nil
+}
+
+// refuseOutStdout refuses "--out -" for a command that writes a private
+// key and a second file: neither belongs on stdout, where a private key
+// would end up in a terminal's scrollback or a pipe's buffers.
+func refuseOutStdout(cmd, out, files string) error {
+	if out == outStdout {
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --out - is not supported: it writes %s, including a private key, "+
+			"never to stdout", cmd, files), hint: "pass --out with a path (use ./- for a file named -)"}
+	}
+	return nil
+}
+
+// writeOut writes data to --out: to stdout for "-", else to a new file
+// with mode perm, as writeNew does. It returns where the command's summary
+// goes: stdout, or stderr when stdout carries the bytes.
+func (m *Main) writeOut(out string, data []byte, perm os.FileMode) (io.Writer, error) {
+	if out != outStdout {
+		if err := writeNew(out, data, perm); err != nil {
+			return nil, fmt.Errorf("write --out: %w", err)
+		}
+		return m.Stdout, nil
+	}
+	if _, err := m.Stdout.Write(data); err != nil {
+		return nil, fmt.Errorf("write --out - (stdout): %w", err)
+	}
+	return m.Stderr, nil
 }
 
 // writeJSON writes v as one indented JSON document.

@@ -50,6 +50,9 @@ func (c *EnvelopeBuildCommand) Run(ctx context.Context, args []string) error {
 		[2]string{"claim", *claim}, [2]string{"request", *request}, [2]string{"out", *out}); err != nil {
 		return err
 	}
+	if err := checkOut("envelope build", *out, cf.json); err != nil {
+		return err
+	}
 	reqBytes, err := c.m.readInput(*request)
 	if err != nil {
 		return fmt.Errorf("read --request: %w", err)
@@ -62,8 +65,9 @@ func (c *EnvelopeBuildCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := writeNew(*out, b, 0o644); err != nil {
-		return fmt.Errorf("write --out: %w", err)
+	summary, err := c.m.writeOut(*out, b, 0o644)
+	if err != nil {
+		return err
 	}
 	sum := kvfence.RequestDigest(reqBytes)
 	res := envelopeBuildJSON{Out: *out, Scope: *scope, Epoch: *epoch, Grant: *grant, Executor: *executor,
@@ -71,7 +75,7 @@ func (c *EnvelopeBuildCommand) Run(ctx context.Context, args []string) error {
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}
-	tw := newTable(c.m.Stdout)
+	tw := newTable(summary)
 	fmt.Fprintf(tw, "envelope\t%s (%d bytes)\n", res.Out, res.Bytes)
 	fmt.Fprintf(tw, "scope\t%s\n", res.Scope)
 	fmt.Fprintf(tw, "epoch\t%d\n", res.Epoch)
@@ -99,5 +103,72 @@ Arguments:
 	    The approved request bytes ("-" for stdin).
 	--out ENV.cbor
 	    The file to create (mode 0644); an existing file is never replaced.
+	    "-" writes the bytes to stdout, and the summary to stderr.
+`+usageJSON)
+}
+
+// EnvelopeShowCommand decodes an envelope file and prints the authority it
+// claims and the request it carries.
+type EnvelopeShowCommand struct{ m *Main }
+
+// Run runs the command.
+func (c *EnvelopeShowCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("envelope show")
+	cf := commonFlags{name: "envelope show"}
+	cf.register(fs, 0)
+	path, err := parseFile(fs, c.Usage, args)
+	if err != nil {
+		return err
+	}
+	b, err := c.m.readArtefact(path)
+	if err != nil {
+		return err
+	}
+	env, err := decodeEnvelope("envelope show", path, b)
+	if err != nil {
+		return err
+	}
+	req, err := kvfence.DecodeRequest(env.Request, 0)
+	if err != nil {
+		return &usageError{msg: fmt.Sprintf("kvfence envelope show: %s is a well-formed envelope, but the request it "+
+			"carries is not (a submit of it is denied malformed_request): %v", path, err), err: err}
+	}
+	res := envelopeShowJSON{Kind: "envelope", Bytes: len(b), V: env.V, Scope: env.Scope, Epoch: env.Epoch,
+		Grant: env.Grant, Executor: env.Executor, Claim: env.Claim, Request: requestShowOf(req, env.Request)}
+	if cf.json {
+		return writeJSON(c.m.Stdout, res)
+	}
+	tw := newTable(c.m.Stdout)
+	fmt.Fprintf(tw, "envelope\t%s\n", path)
+	fmt.Fprintf(tw, "bytes\t%d\n", res.Bytes)
+	fmt.Fprintf(tw, "version\t%d\n", res.V)
+	fmt.Fprintf(tw, "scope\t%s\n", res.Scope)
+	fmt.Fprintf(tw, "epoch\t%d\n", res.Epoch)
+	fmt.Fprintf(tw, "grant\t%s\n", res.Grant)
+	fmt.Fprintf(tw, "executor\t%s\n", res.Executor)
+	fmt.Fprintf(tw, "claim\t%s\n", res.Claim)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.m.Stdout, "request (carried unchanged)")
+	return printRequest(c.m.Stdout, "  ", res.Request)
+}
+
+// Usage prints the command's help.
+func (c *EnvelopeShowCommand) Usage() {
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence envelope show FILE [--json]
+
+Decodes the envelope in FILE ("-" for stdin) strictly, as the receiver
+does, and prints the authority it claims (scope, epoch, grant, executor,
+claim) and the request it carries, decoded as "kvfence request show"
+prints it, with the request's SHA-256. It checks nothing against a
+receiver. A request given instead is named as one (exit code 2), as is
+any file that is not a well-formed envelope.
+
+With --json: {"kind":"envelope","bytes","v","scope","epoch","grant",
+"executor","claim","request":{...as request show...}}.
+
+Arguments:
+
 `+usageJSON)
 }

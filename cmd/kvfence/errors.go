@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/client"
@@ -17,8 +19,8 @@ import (
 const (
 	ExitOK        = 0 // success, including already_applied
 	ExitError     = 1 // operational error
-	ExitUsage     = 2 // bad flags, a missing required flag, an unknown command
-	ExitDenied    = 3 // the fence denied the request
+	ExitUsage     = 2 // bad flags, a missing required flag, an unknown command, a malformed input file
+	ExitDenied    = 3 // the fence denied the request, or the receiver's or the ledger's rules refused the call
 	ExitIntegrity = 4 // rollback, fork, tampering, bad signature, missing anchor
 	ExitBusy      = 5 // the database lock was not obtained in time
 	ExitWarning   = 6 // verify-chain: the chain verifies, but the anchor file holds a damaged slot
@@ -32,6 +34,11 @@ const (
 // chain, a recovery admission that does not verify or match) exits with 4.
 // kvfence.ErrBadFormat is deliberately not one of them: a file that is not
 // a receiver database is an operational error, not evidence of tampering.
+// A malformed request, envelope or patch given as an input file is a usage
+// error: the command line pointed at the wrong bytes. A refusal by the
+// receiver's rules (kvfence.IsRefusal, ledger.IsRefusal) exits like a
+// denial: the receiver is sound and changed nothing, and retrying the same
+// call is refused again.
 func exitCode(err error) int {
 	var ue *usageError
 	var de *deniedError
@@ -43,9 +50,9 @@ func exitCode(err error) int {
 		return ExitIntegrity
 	case errors.As(err, &we):
 		return ExitWarning
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), isMalformedInput(err):
 		return ExitUsage
-	case errors.As(err, &de), ledger.IsRefusal(err), errors.Is(err, kvfence.ErrTTLTooLong):
+	case errors.As(err, &de), kvfence.IsRefusal(err), ledger.IsRefusal(err):
 		return ExitDenied
 	case errors.Is(err, kvfence.ErrStorageBusy), errors.Is(err, ledger.ErrStorageBusy):
 		return ExitBusy
@@ -54,14 +61,24 @@ func exitCode(err error) int {
 	}
 }
 
+// isMalformedInput reports whether err says that request, envelope or
+// patch bytes read from an input file are not well formed.
+func isMalformedInput(err error) bool {
+	return errors.Is(err, kvfence.ErrMalformedRequest) || errors.Is(err, kvfence.ErrMalformedEnvelope) ||
+		errors.Is(err, kvfence.ErrMalformedPatch)
+}
+
 // usageError is a command line the program cannot act on: a bad flag, a
 // missing required flag, an unknown command. It exits with ExitUsage.
 type usageError struct {
 	msg  string
 	hint string
+	// err, if set, is the cause, which gives --json its code.
+	err error
 }
 
 func (e *usageError) Error() string { return e.msg }
+func (e *usageError) Unwrap() error { return e.err }
 
 func usageErrorf(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
@@ -115,6 +132,20 @@ type hintError struct {
 func (e *hintError) Error() string { return e.err.Error() }
 func (e *hintError) Unwrap() error { return e.err }
 
+// taggedError is an error with its own message that also matches a
+// sentinel, which then gives it its exit code and its --json code, without
+// repeating the sentinel's text.
+type taggedError struct {
+	msg string
+	is  error
+}
+
+func (e *taggedError) Error() string { return e.msg }
+func (e *taggedError) Unwrap() error { return e.is }
+
+// tagged returns an error that reads msg and matches sentinel.
+func tagged(sentinel error, msg string) error { return &taggedError{msg: msg, is: sentinel} }
+
 func withHint(err error, hint string) error {
 	if err == nil {
 		return nil
@@ -127,9 +158,12 @@ func hint(err error) string {
 	var ue *usageError
 	var he *hintError
 	var we *warningError
+	var ape *anchorPathError
 	switch {
 	case errors.As(err, &ue):
 		return ue.hint
+	case errors.As(err, &ape) && ape.dir != "":
+		return "the path looks mistyped: check --anchor (or KVFENCE_ANCHOR); nothing was changed"
 	case errors.As(err, &we):
 		return we.hint
 	case errors.As(err, &he):
@@ -159,6 +193,12 @@ func hint(err error) string {
 		return "check --db and --pub name the same receiver"
 	case errors.Is(err, kvfence.ErrUnknownScope):
 		return "kvfence status, to list the scopes"
+	case errors.Is(err, kvfence.ErrScopeExists):
+		return "kvfence status --scope S shows it; choose another --scope for a new one"
+	case errors.Is(err, kvfence.ErrTargetExists):
+		return "kvfence observe target K shows it; choose another --target for a new one"
+	case errors.Is(err, kvfence.ErrUnknownTarget):
+		return "check the target's name: kvfence observe target K, or kvfence observe events to see the targets created"
 	case errors.Is(err, kvfence.ErrNotHeld):
 		return "kvfence hold --scope S --reason R, then activate"
 	case errors.Is(err, kvfence.ErrEpochMismatch):
@@ -184,7 +224,18 @@ func integrityHint(err error, suggestVerify bool) string {
 		verify = "; run kvfence verify-chain for the evidence"
 	}
 	var sre *audit.SuspectedRollbackError
+	var ae *audit.ArchiveError
 	switch {
+	case errors.As(err, &ae), errors.Is(err, audit.ErrBadArchive):
+		return "an --archive file is not an archive this receiver signed for this history, or it was altered, " +
+			"cut short or given out of order: keep it as evidence, and pass the receiver's archives oldest first"
+	case errors.Is(err, audit.ErrBaseMismatch):
+		return "the database's base (where its stored chain begins after kvfence audit archive) is not the one its " +
+			"chain records, or the --archive files do not run from seq 1 to exactly that base: archived entries " +
+			"were put back, the base was edited, or an archive is missing or out of order; keep the files as evidence" + verify
+	case errors.Is(err, audit.ErrAnchorArchived):
+		return "the anchor names an entry the database archived, which the receiver never lets happen: an old copy " +
+			"of the anchor was put back; restore the current anchor from where it is administered"
 	case errors.As(err, &sre):
 		return "the anchor file's newest slot is damaged and the database ends exactly at the write before it, " +
 			"as a copy restored to that write would: keep both files as evidence" + verify + "; " + readmit
@@ -238,4 +289,42 @@ func integrityHint(err error, suggestVerify bool) string {
 			"; restore a copy that verifies"
 	}
 	return "the database or its anchor cannot be trusted" + verify
+}
+
+// anchorPathError reports that --anchor names no file at all. A missing
+// anchor is still an integrity event (exit code 4: kvfence never creates
+// one in its place), but the usual cause is a mistyped path, and the
+// message says that plainly instead of reading like tampering.
+type anchorPathError struct {
+	path string
+	// dir is the anchor's directory when it does not exist either.
+	dir string
+	err error
+}
+
+func (e *anchorPathError) Error() string {
+	if e.dir != "" {
+		return fmt.Sprintf("no file exists at --anchor %s, and its directory %s does not exist either (%v)", e.path, e.dir, e.err)
+	}
+	return fmt.Sprintf("no file exists at --anchor %s (%v)", e.path, e.err)
+}
+
+func (e *anchorPathError) Unwrap() error { return e.err }
+
+// explainAnchorPath turns a missing anchor into an anchorPathError when
+// nothing exists at path; any other error is returned unchanged.
+func explainAnchorPath(err error, path string) error {
+	if path == "" || !errors.Is(err, audit.ErrAnchorMissing) {
+		return err
+	}
+	if _, serr := os.Lstat(path); !errors.Is(serr, fs.ErrNotExist) {
+		return err
+	}
+	e := &anchorPathError{path: path, err: err}
+	if dir := filepath.Dir(path); dir != "." {
+		if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
+			e.dir = dir
+		}
+	}
+	return e
 }

@@ -123,7 +123,7 @@ func TestExitCodes(t *testing.T) {
 				return []string{"admission", "--db", c.path("x.db")}
 			},
 			code:   ExitUsage,
-			stderr: []string{"kvfence admission: missing subcommand", "Try: kvfence admission new -h"},
+			stderr: []string{"kvfence admission: missing subcommand", "Try: kvfence admission -h"},
 		},
 		{
 			name:   "help",
@@ -164,7 +164,7 @@ func TestExitCodes(t *testing.T) {
 				return []string{"init", "--db", c.path("r.db"), "--anchor", c.path("r.anchor"), "--key", c.path("k"),
 					"--id", "r", "--recovery-pub", c.path("k.pub")}
 			},
-			code:   ExitError,
+			code:   ExitDenied,
 			stderr: []string{"recovery key must be a separately held key"},
 		},
 		{
@@ -289,7 +289,7 @@ func TestExitCodes(t *testing.T) {
 				return []string{"activate", "--scope", fixtureScope, "--executor", "worker-b", "--claim", "c",
 					"--request", c.path("req.cbor")}
 			},
-			code:   ExitError,
+			code:   ExitDenied,
 			stderr: []string{"not held", "Try: kvfence hold"},
 		},
 		{
@@ -300,7 +300,7 @@ func TestExitCodes(t *testing.T) {
 				return []string{"activate", "--scope", fixtureScope, "--executor", "worker-b", "--claim", "c",
 					"--request", c.path("req.cbor"), "--epoch", "1"}
 			},
-			code:   ExitError,
+			code:   ExitDenied,
 			stderr: []string{"epoch mismatch"},
 		},
 		{
@@ -319,7 +319,7 @@ func TestExitCodes(t *testing.T) {
 				c.receiver()
 				return []string{"observe", "target", "nope"}
 			},
-			code:   ExitError,
+			code:   ExitDenied,
 			stderr: []string{"unknown target"},
 		},
 		{
@@ -328,7 +328,7 @@ func TestExitCodes(t *testing.T) {
 				c.receiver()
 				return []string{"observe", "receipt", "--scope", fixtureScope, "--action", "nope"}
 			},
-			code:   ExitError,
+			code:   ExitDenied,
 			stderr: []string{"not found"},
 		},
 	}
@@ -481,7 +481,7 @@ func TestHoldSeveralScopes(t *testing.T) {
 	c := newCLI(t)
 	c.receiver()
 	c.must(0, "scope", "create", "--scope", "second")
-	r := c.must(ExitError, "hold", "--scope", fixtureScope, "--scope", "nope", "--reason", "r")
+	r := c.must(ExitDenied, "hold", "--scope", fixtureScope, "--scope", "nope", "--reason", "r")
 	if !strings.Contains(r.stderr, "unknown scope") {
 		t.Errorf("stderr: %s", r.stderr)
 	}

@@ -25,6 +25,11 @@ type initJSON struct {
 	AnchorHead  string  `json:"anchor_head"`
 	PublicKey   string  `json:"public_key"`
 	RecoveryKey *string `json:"recovery_key"`
+	// Fingerprint and RecoveryFingerprint are the keys' SHA256
+	// fingerprints, as the anchor's checkpoints and kvfence's messages
+	// name them (RecoveryFingerprint is null without a recovery key).
+	Fingerprint         string  `json:"fingerprint"`
+	RecoveryFingerprint *string `json:"recovery_fingerprint"`
 }
 
 // Run runs the command.
@@ -71,7 +76,7 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 		// The recovery key exists to overrule the receiver key; the same
 		// key in both roles would make that meaningless.
 		if recovery.Equal(pub) {
-			return withHint(errors.New("--recovery-pub is the receiver's own key; the recovery key must be a separately held key"),
+			return withHint(tagged(kvfence.ErrRecoveryKeyIsReceiverKey, "--recovery-pub is the receiver's own key; the recovery key must be a separately held key"),
 				"kvfence keygen --out recovery.key, and keep it away from the receiver")
 		}
 	}
@@ -91,10 +96,10 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	}
 	head := audit.Head{Seq: sc.Seq, Hash: sc.Head}
 	res := initJSON{Receiver: *id, DB: cf.db, Anchor: cf.anchor, AnchorSeq: head.Seq, AnchorHead: headHex(head),
-		PublicKey: publicLine(pub)}
+		PublicKey: publicLine(pub), Fingerprint: audit.KeyFingerprint(pub).String()}
 	if recovery != nil {
-		s := publicLine(recovery)
-		res.RecoveryKey = &s
+		s, f := publicLine(recovery), audit.KeyFingerprint(recovery).String()
+		res.RecoveryKey, res.RecoveryFingerprint = &s, &f
 	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
@@ -105,8 +110,10 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "anchor\t%s\n", res.Anchor)
 	fmt.Fprintf(tw, "anchored head\t%s\n", headText(head))
 	fmt.Fprintf(tw, "public key\t%s\n", res.PublicKey)
+	fmt.Fprintf(tw, "fingerprint\t%s\n", res.Fingerprint)
 	if res.RecoveryKey != nil {
 		fmt.Fprintf(tw, "recovery key\t%s\n", *res.RecoveryKey)
+		fmt.Fprintf(tw, "recovery fingerprint\t%s\n", *res.RecoveryFingerprint)
 	}
 	return tw.Flush()
 }

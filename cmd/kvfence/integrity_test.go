@@ -323,7 +323,7 @@ func TestRecoverWrongKey(t *testing.T) {
 	if !strings.Contains(r.stderr, "is not the recovery key recorded at init") {
 		t.Errorf("admission new with another key: %s", r)
 	}
-	r = c.must(ExitError, "admission", "new", "--recovery-key", c.path("receiver.key"), "--reason", "r",
+	r = c.must(ExitDenied, "admission", "new", "--recovery-key", c.path("receiver.key"), "--reason", "r",
 		"--out", c.path("m.adm"))
 	if !strings.Contains(r.stderr, "the receiver's own key") {
 		t.Errorf("admission new with the receiver key: %s", r)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/keyfile"
 )
 
@@ -17,6 +18,9 @@ type keygenJSON struct {
 	PrivateKeyFile string `json:"private_key_file"`
 	PublicKeyFile  string `json:"public_key_file"`
 	PublicKey      string `json:"public_key"`
+	// Fingerprint is the public key's SHA256 fingerprint, as ssh-keygen -l,
+	// the anchor's checkpoints and kvfence's messages print it.
+	Fingerprint string `json:"fingerprint"`
 }
 
 // Run runs the command.
@@ -32,6 +36,9 @@ func (c *KeygenCommand) Run(ctx context.Context, args []string) error {
 	if err := require("keygen", [2]string{"out", *out}); err != nil {
 		return err
 	}
+	if err := refuseOutStdout("keygen", *out, "two files (FILE and FILE.pub)"); err != nil {
+		return err
+	}
 	pub, priv, err := keyfile.Generate(nil)
 	if err != nil {
 		return err
@@ -42,7 +49,8 @@ func (c *KeygenCommand) Run(ctx context.Context, args []string) error {
 	if err := keyfile.Write(*out, priv, *comment); err != nil {
 		return err
 	}
-	res := keygenJSON{PrivateKeyFile: *out, PublicKeyFile: *out + ".pub", PublicKey: publicLine(pub)}
+	res := keygenJSON{PrivateKeyFile: *out, PublicKeyFile: *out + ".pub", PublicKey: publicLine(pub),
+		Fingerprint: audit.KeyFingerprint(pub).String()}
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}
@@ -50,6 +58,7 @@ func (c *KeygenCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "private key\t%s (mode 0600)\n", res.PrivateKeyFile)
 	fmt.Fprintf(tw, "public key\t%s\n", res.PublicKeyFile)
 	fmt.Fprintf(tw, "\t%s\n", res.PublicKey)
+	fmt.Fprintf(tw, "fingerprint\t%s\n", res.Fingerprint)
 	return tw.Flush()
 }
 

@@ -45,7 +45,7 @@ func (f *ledgerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.path, "ledger", "", "")
 	fs.StringVar(&f.anchor, "anchor", "", "")
 	fs.StringVar(&f.key, "key", "", "")
-	fs.DurationVar(&f.lockTimeout, "lock-timeout", ledger.DefaultLockTimeout, "")
+	lockTimeoutVar(fs, &f.lockTimeout, ledger.DefaultLockTimeout)
 	fs.BoolVar(&f.json, "json", false, "")
 }
 
@@ -604,7 +604,8 @@ Arguments of every subcommand:
 	    The ledger's private key (required to write; defaults to
 	    $KVFENCE_LEDGER_KEY).
 	--lock-timeout DURATION
-	    How long to wait for the ledger's lock (default 1s); exit code 5.
+	    How long to wait for the ledger's lock (default 1s; 0 means do
+	    not wait: try once); exit code 5.
 	--json
 	    Write one JSON document to stdout instead of text.
 

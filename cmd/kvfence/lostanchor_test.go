@@ -173,7 +173,7 @@ func TestLostAnchorRefusals(t *testing.T) {
 	anchorBefore := readFile(t, anchor)
 
 	// While the anchor is valid, no lost-anchor admission is signed.
-	r := c.must(ExitError, "admission", "new", "--lost-anchor", "--recovery-key", c.path("recovery.key"),
+	r := c.must(ExitDenied, "admission", "new", "--lost-anchor", "--recovery-key", c.path("recovery.key"),
 		"--reason", "r", "--out", c.path("early.adm"))
 	if !strings.Contains(r.stderr, "an anchor is present") || !strings.Contains(r.stderr, "Try: ") {
 		t.Errorf("lost-anchor admission with a valid anchor: %s", r)
@@ -199,7 +199,7 @@ func TestLostAnchorRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The receiver's own key signs nothing, and verifies nothing.
-	r = c.must(ExitError, "admission", "new", "--lost-anchor", "--recovery-key", c.path("receiver.key"),
+	r = c.must(ExitDenied, "admission", "new", "--lost-anchor", "--recovery-key", c.path("receiver.key"),
 		"--reason", "r", "--out", c.path("byreceiver.adm"))
 	if !strings.Contains(r.stderr, "is the receiver's own key") {
 		t.Errorf("admission new with the receiver key: %s", r)

@@ -21,7 +21,9 @@
 // Workers and approvers:
 //
 //	request build   encode the exact approved request bytes
+//	request show    decode request bytes: every field, the SHA-256 a grant binds
 //	envelope build  wrap request bytes with the authority a worker claims
+//	envelope show   decode an envelope and the request it carries
 //	submit          submit an envelope as an authenticated worker
 //
 // Observation (opens the database read-only):
@@ -29,6 +31,11 @@
 //	status          control state of every scope, or of one
 //	observe         a target, a receipt, or the audit events
 //	verify-chain    check the whole audit chain against the anchor
+//
+// Audit retention (privileged):
+//
+//	audit archive   move the oldest audit entries to a signed archive file
+//	                and record the new base in the chain
 //
 // Recovery (for a database whose history was questioned, or whose anchor
 // was lost):
@@ -56,12 +63,15 @@
 //	lab             the fencing lab, in real processes, with its evidence
 //	bench           durable fenced writes measured against fsync, bbolt and
 //	                SQLite in one run on one disk
+//	version         the module version and VCS revision (also --version)
 //
 // Common flags, with environment fallbacks (a flag wins over its variable):
 // --db (KVFENCE_DB), --anchor (KVFENCE_ANCHOR), --key (KVFENCE_KEY),
 // --pub (when set, the receiver's recorded key must equal it; verify-chain
-// requires it and verifies the anchor with it), --lock-timeout (default 1s),
-// --json.
+// requires it and verifies the anchor with it), --lock-timeout (default 1s;
+// 0 means do not wait), --json (anywhere on the command line, also before
+// a subcommand). --out - writes the bytes to stdout and the summary to
+// stderr (request build, envelope build, admission new).
 //
 // The anchor is a file, kept apart from the database, that holds the
 // receiver's latest signed checkpoint of its audit chain (docs/design.md §7.3). Every
@@ -85,19 +95,28 @@
 // time is an RFC 3339 string with nanoseconds in UTC, and a time that never
 // happened (the zero time) is null; keys are never omitted except in the
 // per-entry objects of "observe events", which carry only the fields the
-// entry has.
+// entry has. With --json anywhere on its command line, a command that
+// fails also writes {"error":{"code","message","hint"}} to stdout (hint
+// omitted when empty), unless it had already begun its own JSON document;
+// the codes are stable (errorcodes.go, README).
 //
 // Exit codes:
 //
 //	0  success, including a submit whose outcome is already_applied
 //	1  operational error (missing database, refused key, I/O, ...)
-//	2  usage error (bad flags, a missing required flag, an unknown command)
-//	3  request denied by the fence (submit), or refused by the ledger's
-//	   rules (a claim held by another worker, superseded, settled, ...)
+//	2  usage error (bad flags, a missing required flag, an unknown command,
+//	   a malformed request, envelope or patch file)
+//	3  request denied by the fence (submit), or refused by the receiver's
+//	   or the ledger's rules: activate on an open scope, an epoch
+//	   mismatch, a scope or target that exists already or is unknown, no
+//	   such receipt or grant, a recovery key equal to the receiver key, a
+//	   claim held by another worker, superseded, settled, ...
 //	4  integrity problem: rollback, fork, tampering, a missing, unreadable
 //	   or badly signed anchor, another receiver's anchor, a recovery
 //	   admission that does not verify or match; verify-chain reporting any
-//	   problem. It takes precedence over every other code.
+//	   problem. It takes precedence over every other code. When no file
+//	   exists at --anchor, the message says so (a mistyped path is the
+//	   usual cause).
 //	5  storage busy (the database lock was not obtained in --lock-timeout)
 //	6  verify-chain only: the chain verifies, but a slot of the anchor file
 //	   is damaged (a crash during an anchor write, or tampering)
@@ -115,6 +134,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -171,11 +191,91 @@ func (m Main) Run(ctx context.Context, args []string) int {
 	if m.Getenv == nil {
 		m.Getenv = func(string) string { return "" }
 	}
+	stdout := &countingWriter{w: m.Stdout}
+	out := m.Stdout
+	m.Stdout = stdout
 	err := m.run(ctx, args)
+	if err != nil {
+		err = explainAnchorPath(err, anchorArg(args, m.Getenv))
+	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		m.printError(err)
+		// With --json a failure is one JSON object on stdout too, unless
+		// the command already began its own JSON document there (a
+		// submit's denial, verify-chain's report), which then is the one.
+		if wantsJSON(args) && stdout.n == 0 {
+			writeJSON(out, errorJSON{Error: errorBodyJSON{Code: errorCode(err), Message: err.Error(), Hint: hint(err)}})
+		}
 	}
 	return exitCode(err)
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// wantsJSON reports whether a command line asks for --json (or -json,
+// --json=true, ...) anywhere before a "--" that ends the flags.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "json" || strings.HasPrefix(a, "---") {
+			continue
+		}
+		if !hasValue {
+			return true
+		}
+		on, err := strconv.ParseBool(value)
+		return err == nil && on
+	}
+	return false
+}
+
+// anchorArg returns the anchor path a command line used: its last
+// --anchor, or else the environment's (KVFENCE_LEDGER_ANCHOR for ledger
+// commands, KVFENCE_ANCHOR for the others), as the flag package and
+// commonFlags.resolve would find it.
+func anchorArg(args []string, getenv func(string) string) string {
+	path, set := "", false
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "anchor" {
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				break
+			}
+			i++
+			value = args[i]
+		}
+		path, set = value, true
+	}
+	switch {
+	case set:
+		return path
+	case len(args) > 0 && args[0] == "ledger":
+		return getenv(envLedgerAnchor)
+	}
+	return getenv(envAnchor)
 }
 
 func (m *Main) run(ctx context.Context, args []string) error {
@@ -187,6 +287,12 @@ func (m *Main) run(ctx context.Context, args []string) error {
 	if name == "help" || isHelpFlag(name) {
 		return m.help(rest)
 	}
+	if name == "--version" || name == "-version" {
+		name = "version"
+	}
+	if groupCommands[name] {
+		rest = subcommandFirst(rest)
+	}
 	cmd, rest, err := m.lookup(name, rest, false)
 	if err != nil {
 		return err
@@ -194,27 +300,51 @@ func (m *Main) run(ctx context.Context, args []string) error {
 	return cmd.Run(ctx, rest)
 }
 
+// groupCommands are the commands whose first argument is a subcommand
+// (or, for cert, a kind).
+var groupCommands = map[string]bool{"scope": true, "target": true, "request": true, "envelope": true,
+	"admission": true, "observe": true, "ledger": true, "cert": true}
+
+// boolFlags are the flags of subcommands that take no value, so that
+// subcommandFirst does not read the word after one as its value. A value
+// flag listed here by mistake, or a boolean missing from it, only makes a
+// subcommand after it go unfound ("missing subcommand"), never another
+// subcommand run.
+var boolFlags = map[string]bool{"json": true, "lost-anchor": true, "follow": true, "all": true}
+
+// subcommandFirst moves a group's subcommand to the front of args when
+// flags come before it, as in "kvfence observe --json target K": the
+// subcommand is the first argument that is neither a flag nor a flag's
+// value. The flags then follow it, where the subcommand parses them.
+// Help flags and "--" leave args as they are.
+func subcommandFirst(args []string) []string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--" || isHelpFlag(a):
+			return args
+		case !strings.HasPrefix(a, "-") || a == "-":
+			if i == 0 {
+				return args
+			}
+			out := append([]string{a}, args[:i]...)
+			return append(out, args[i+1:]...)
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !hasValue && !boolFlags[name] {
+			i++ // the flag's value
+		}
+	}
+	return args
+}
+
 // lookup finds the command for name and, for a group such as "scope", its
 // subcommand, returning the arguments left for the command. For help, a
-// group without its subcommand means the group's only subcommand, so that
-// "kvfence help scope" shows "scope create".
+// group without its subcommand means all of its subcommands, so that
+// "kvfence help request" shows "request build" and "request show".
 func (m *Main) lookup(name string, args []string, forHelp bool) (command, []string, error) {
-	group := func(sub string, cmd command) (command, []string, error) {
-		if len(args) == 0 && forHelp {
-			return cmd, nil, nil
-		}
-		if len(args) > 0 && isHelpFlag(args[0]) {
-			return cmd, args, nil
-		}
-		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-			return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s: missing subcommand", name),
-				hint: fmt.Sprintf("kvfence %s %s -h", name, sub)}
-		}
-		if args[0] != sub {
-			return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s %s: unknown subcommand", name, args[0]),
-				hint: fmt.Sprintf("kvfence %s %s -h", name, sub)}
-		}
-		return cmd, args[1:], nil
+	group := func(subs ...subcommand) (command, []string, error) {
+		return (&commandGroup{m, name, subs}).lookup(args, forHelp)
 	}
 	switch name {
 	case "keygen":
@@ -222,17 +352,15 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 	case "init":
 		return &InitCommand{m}, args, nil
 	case "scope":
-		g := &commandGroup{m, name, []subcommand{{"create", &ScopeCreateCommand{m}}, {"list", &ScopeListCommand{m}}}}
-		return g.lookup(args, forHelp)
+		return group(subcommand{"create", &ScopeCreateCommand{m}}, subcommand{"list", &ScopeListCommand{m}})
 	case "target":
-		g := &commandGroup{m, name, []subcommand{{"create", &TargetCreateCommand{m}}, {"list", &TargetListCommand{m}}}}
-		return g.lookup(args, forHelp)
+		return group(subcommand{"create", &TargetCreateCommand{m}}, subcommand{"list", &TargetListCommand{m}})
 	case "request":
-		return group("build", &RequestBuildCommand{m})
+		return group(subcommand{"build", &RequestBuildCommand{m}}, subcommand{"show", &RequestShowCommand{m}})
 	case "activate":
 		return &ActivateCommand{m}, args, nil
 	case "envelope":
-		return group("build", &EnvelopeBuildCommand{m})
+		return group(subcommand{"build", &EnvelopeBuildCommand{m}}, subcommand{"show", &EnvelopeShowCommand{m}})
 	case "submit":
 		return &SubmitCommand{m}, args, nil
 	case "hold":
@@ -243,8 +371,10 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &ObserveCommand{m}, args, nil
 	case "verify-chain":
 		return &VerifyChainCommand{m}, args, nil
+	case "audit":
+		return group(subcommand{"archive", &AuditArchiveCommand{m}})
 	case "admission":
-		return group("new", &AdmissionNewCommand{m})
+		return group(subcommand{"new", &AdmissionNewCommand{m}})
 	case "recover":
 		return &RecoverCommand{m}, args, nil
 	case "ledger":
@@ -257,13 +387,23 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &CertCommand{m}, args, nil
 	case "bench":
 		return &BenchCommand{m}, args, nil
+	case "version":
+		return &VersionCommand{m}, args, nil
 	case lab.WorkerCommand:
 		return &labWorkerCommand{m}, args, nil
 	case lab.ServedWorkerCommand:
 		return &labServedWorkerCommand{m}, args, nil
 	}
-	return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s: unknown command", name), hint: "kvfence help"}
+	msg := fmt.Sprintf("kvfence %s: unknown command", name)
+	if near := closest(name, commandNames); near != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", near)
+	}
+	return nil, nil, &usageError{msg: msg, hint: "kvfence help"}
 }
+
+// commandNames are the commands "kvfence help" lists, for suggestions.
+var commandNames = []string{"keygen", "init", "scope", "target", "request", "activate", "envelope", "submit", "hold",
+	"status", "observe", "verify-chain", "admission", "recover", "ledger", "serve", "cert", "lab", "bench", "version"}
 
 // isHelpFlag reports whether arg asks for help, as the flag package
 // understands it.
@@ -303,13 +443,16 @@ The commands are:
 	target create   create a target; names are unique across the receiver (privileged)
 	target list     list the targets, of every scope or of one
 	request build   encode an approved request
+	request show    decode a request: every field and its SHA-256
 	activate        mint a grant and open a scope (privileged)
 	envelope build  wrap a request with a worker's claimed authority
+	envelope show   decode an envelope and the request it carries
 	submit          submit an envelope as a worker
 	hold            hold scopes at a new epoch; --all holds every open one (privileged)
 	status          show the control state of scopes
 	observe         show a target, a receipt, a grant or the audit events
 	verify-chain    check the audit chain against the anchor
+	audit archive   move old audit entries to a signed archive (privileged)
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission
 	ledger          approvals and claims in the execution ledger
@@ -317,6 +460,7 @@ The commands are:
 	cert            make test certificates for serve
 	lab             run the fencing lab in real processes (lab build only)
 	bench           measure durable fenced writes against fsync, bbolt, SQLite
+	version         the module version and VCS revision (also --version)
 
 Commands that write need --anchor and --key (or KVFENCE_ANCHOR and
 KVFENCE_KEY); status and observe check the anchor when it is given.
@@ -325,9 +469,11 @@ Use "kvfence help <command>" or "kvfence <command> -h" for more
 information about a command.
 
 Exit codes: 0 success (also already_applied), 1 operational error,
-2 usage error, 3 denied by the fence, 4 integrity problem (rollback,
-fork, missing, damaged or badly signed anchor, ...), 5 storage busy,
-6 verify-chain found the chain sound but an anchor slot damaged.
+2 usage error (also a malformed request, envelope or patch file),
+3 denied by the fence or refused by the receiver's rules (scope not
+held, epoch mismatch, exists already, unknown, ...), 4 integrity problem
+(rollback, fork, missing, damaged or badly signed anchor, ...), 5 storage
+busy, 6 verify-chain found the chain sound but an anchor slot damaged.
 `)
 }
 

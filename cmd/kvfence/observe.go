@@ -2,14 +2,18 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"github.com/kvfence/kvfence/internal/api"
 	"io"
+	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/kvfence/kvfence/audit"
@@ -171,7 +175,13 @@ func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) 
 	cf.register(fs, withDB)
 	var rf remoteFlags
 	rf.register(fs)
+	var f eventFilter
 	since := fs.Uint64("since", 0, "")
+	fs.StringVar(&f.scope, "scope", "", "")
+	fs.Var(&f.kinds, "kind", "")
+	until := fs.Uint64("until", 0, "")
+	follow := fs.Bool("follow", false, "")
+	interval := fs.Duration("interval", time.Second, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
@@ -179,29 +189,137 @@ func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) 
 	if err := rf.check(fs, "observe events"); err != nil {
 		return err
 	}
+	f.untilSet, f.until = isSet(fs, "until"), *until
+	switch {
+	case f.untilSet && *until < *since:
+		return &usageError{msg: fmt.Sprintf("kvfence observe events: --until %d is before --since %d", *until, *since), hint: "kvfence observe -h"}
+	case isSet(fs, "interval") && !*follow:
+		return &usageError{msg: "kvfence observe events: --interval applies only with --follow", hint: "kvfence observe -h"}
+	case *interval <= 0:
+		return &usageError{msg: "kvfence observe events: --interval must be positive", hint: "kvfence observe -h"}
+	}
+	for _, k := range f.kinds {
+		if !slices.Contains(eventKinds, k) {
+			// A mistyped kind would otherwise match nothing, silently.
+			return &usageError{msg: fmt.Sprintf("kvfence observe events: unknown --kind %q", k),
+				hint: "one of " + strings.Join(eventKinds, ", ")}
+		}
+	}
 	var p eventPrinter
-	if cf.json {
+	switch {
+	case cf.json && *follow:
+		p = newJSONLines(c.m.Stdout)
+	case cf.json:
 		p = newJSONEvents(c.m.Stdout)
-	} else {
+	default:
 		p = newTextEvents(c.m.Stdout)
 	}
+	fw := eventFollower{filter: f, p: p, next: *since}
+	warn := c.m.warn
+	for {
+		done, err := fw.poll(ctx, &cf, &rf, warn)
+		switch {
+		case *follow && err != nil && ctx.Err() != nil:
+			return p.close()
+		case *follow && errors.Is(err, kvfence.ErrStorageBusy):
+			// A writer holds the database for a moment; the next poll
+			// reads what it committed.
+		case err != nil:
+			return err
+		}
+		// A damaged anchor slot is worth one warning, not one a poll.
+		warn = func(string) {}
+		if done || !*follow {
+			return p.close()
+		}
+		if err := p.flush(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			// Interrupted: what was read is printed, and that is success.
+			return p.close()
+		case <-time.After(*interval):
+		}
+	}
+}
+
+// eventKinds are the kinds of entry a receiver writes, which --kind accepts.
+var eventKinds = []string{audit.KindInit, audit.KindScopeCreated, audit.KindTargetCreated, audit.KindActivate,
+	audit.KindHold, audit.KindSubmit, audit.KindRecovered, audit.KindReanchored, audit.KindArchived}
+
+// eventFilter selects the events observe events prints.
+type eventFilter struct {
+	scope    string
+	kinds    stringList
+	until    uint64
+	untilSet bool
+}
+
+func (f *eventFilter) match(e *kvfence.Event) bool {
+	if f.scope != "" && e.Scope != f.scope {
+		return false
+	}
+	return len(f.kinds) == 0 || slices.Contains(f.kinds, e.Kind)
+}
+
+// eventFollower reads the chain in polls, each in a read-only open of its
+// own, so that between polls no lock is held and writers go on; it checks
+// that each poll continues the chain where the one before ended.
+type eventFollower struct {
+	filter eventFilter
+	p      eventPrinter
+	next   uint64
+	last   *kvfence.Event
+}
+
+// poll prints the events after the last one read and reports whether
+// --until was reached.
+func (fw *eventFollower) poll(ctx context.Context, cf *commonFlags, rf *remoteFlags, warn func(string)) (done bool, err error) {
 	var werr error
 	each := func(ev kvfence.Event) bool {
 		if werr = ctx.Err(); werr != nil {
 			return false
 		}
-		werr = p.event(eventOf(ev))
-		return werr == nil
+		switch {
+		case fw.last == nil:
+		case ev.Seq > fw.last.Seq+1:
+			// Not an integrity error by itself: an archive run between two
+			// reads removes entries this follower has not printed yet.
+			werr = fmt.Errorf("kvfence observe events: entries %d to %d are no longer in the database: archived since "+
+				"the previous read (kvfence audit archive), or removed; kvfence verify-chain tells which",
+				fw.last.Seq+1, ev.Seq-1)
+			return false
+		case !bytes.Equal(ev.Prev, fw.last.Hash[:]):
+			werr = fmt.Errorf("%w: entry %d does not link to entry %d as read before (%x): the chain changed between reads",
+				audit.ErrBrokenLink, ev.Seq, fw.last.Seq, fw.last.Hash[:])
+			return false
+		}
+		fw.last, fw.next = &ev, ev.Seq+1
+		if fw.filter.untilSet && ev.Seq > fw.filter.until {
+			done = true
+			return false
+		}
+		if fw.filter.match(&ev) {
+			if werr = fw.p.event(eventOf(ev)); werr != nil {
+				return false
+			}
+		}
+		if fw.filter.untilSet && ev.Seq == fw.filter.until {
+			done = true
+			return false
+		}
+		return true
 	}
-	if _, err := either(&cf, &rf, false, c.m.warn,
-		func(r *kvfence.Receiver) (struct{}, error) { return struct{}{}, r.Events(*since, each) },
-		func(cl *client.Client) (struct{}, error) { return struct{}{}, cl.Events(ctx, *since, each) }); err != nil {
-		return err
+	if _, err := either(cf, rf, false, warn,
+		func(r *kvfence.Receiver) (struct{}, error) { return struct{}{}, r.Events(fw.next, each) },
+		func(cl *client.Client) (struct{}, error) { return struct{}{}, cl.Events(ctx, fw.next, each) }); err != nil {
+		return false, err
 	}
-	if werr != nil {
-		return werr
+	if errors.Is(werr, context.Canceled) {
+		return true, nil
 	}
-	return p.close()
+	return done, werr
 }
 
 // eventOf converts an audit entry to its JSON shape.
@@ -211,6 +329,8 @@ func eventOf(ev kvfence.Event) eventJSON { return ev.Entry.JSON(ev.Hash) }
 // held in memory.
 type eventPrinter interface {
 	event(eventJSON) error
+	// flush writes out what is buffered, between polls of --follow.
+	flush() error
 	close() error
 }
 
@@ -236,6 +356,10 @@ func (j *jsonEvents) event(e eventJSON) error {
 	_, err = j.w.Write(b)
 	return err
 }
+
+// flush is a no-op: the document is written whole at close, since a
+// followed stream is printed as JSON lines instead.
+func (j *jsonEvents) flush() error { return nil }
 
 func (j *jsonEvents) close() error {
 	if j.n == 0 {
@@ -290,12 +414,33 @@ func (t *textEvents) event(e eventJSON) error {
 	addN("rev_after", e.RevAfter)
 	add("decision", e.Decision)
 	add("actor", e.Actor)
+	addN("base_seq", e.BaseSeq)
 	add("note", e.Note)
 	_, err := fmt.Fprintf(t.tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, at, e.Kind, orDash(e.Scope), epoch, strings.Join(d, " "))
 	return err
 }
 
+func (t *textEvents) flush() error { return t.tw.Flush() }
+
 func (t *textEvents) close() error { return t.tw.Flush() }
+
+// jsonLines writes one JSON object per line, for --follow --json, whose
+// output has no end at which to close a document.
+type jsonLines struct {
+	w   *bufio.Writer
+	enc *json.Encoder
+}
+
+func newJSONLines(w io.Writer) *jsonLines {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	return &jsonLines{w: bw, enc: enc}
+}
+
+func (j *jsonLines) event(e eventJSON) error { return j.enc.Encode(e) }
+func (j *jsonLines) flush() error            { return j.w.Flush() }
+func (j *jsonLines) close() error            { return j.w.Flush() }
 
 // quoteIfNeeded quotes s when it would not read as one token.
 func quoteIfNeeded(s string) string {
@@ -312,7 +457,8 @@ func (c *ObserveCommand) Usage() {
 	kvfence observe target K [common arguments]
 	kvfence observe receipt --scope S --action A [common arguments]
 	kvfence observe grant ID [common arguments]
-	kvfence observe events [--since SEQ] [common arguments]
+	kvfence observe events [--since SEQ] [--until SEQ] [--scope S] [--kind K ...]
+	                       [--follow [--interval DURATION]] [common arguments]
 
 Prints state without changing it; the database is opened read-only.
 
@@ -326,9 +472,12 @@ Prints state without changing it; the database is opened read-only.
 	          receiver's clock is past it), decision, its activate entry's
 	          audit seq and the recovery that revoked it, if any. A stored
 	          grant is evidence; only a scope's active grant authorises.
-	events    the audit chain from SEQ on (default: from the start). With
+	events    the audit chain from SEQ on (default: from the start, or
+	          from the base once older entries were archived). With
 	          --json, {"events":[...]} in chain order; each entry has seq,
 	          hash, prev, at and kind, and only the other fields it has.
+	          With --follow it keeps printing new entries until
+	          interrupted, as JSON lines (one object per line) with --json.
 
 Arguments:
 
@@ -336,5 +485,23 @@ Arguments:
 	    The receipt's scope and logical action id.
 	--since SEQ
 	    The first audit seq to print.
+	--until SEQ
+	    The last audit seq to print; with --follow, stop once it is read.
+	--scope S
+	    Print only the entries that name scope S.
+	--kind K
+	    Print only entries of kind K (init, scope_created, target_created,
+	    activate, hold, submit, recovered, reanchored, archived); repeat
+	    for several.
+	--follow
+	    Poll for new entries until interrupted. Each poll opens the
+	    database read-only and closes it again, so no lock is held between
+	    polls and writers are never kept waiting; a poll that finds the
+	    database locked is skipped. Each poll must continue the chain where
+	    the last one ended: an entry that no longer links to the one read
+	    before exits 4; entries archived before they were read exit 1.
+	    With --server it polls the served receiver the same way.
+	--interval DURATION
+	    Time between polls with --follow (default 1s).
 `+usageDBRead+usageServer+usageJSON)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"flag"
 	"fmt"
 
 	"github.com/kvfence/kvfence/kvfence"
@@ -39,6 +40,9 @@ func (c *RequestBuildCommand) Run(ctx context.Context, args []string) error {
 	}
 	if err := require("request build", [2]string{"action", *action}, [2]string{"target", *target},
 		[2]string{"out", *out}); err != nil {
+		return err
+	}
+	if err := checkOut("request build", *out, cf.json); err != nil {
 		return err
 	}
 	req := &kvfence.Request{V: kvfence.WireVersion, Action: *action, Target: *target}
@@ -78,7 +82,7 @@ func (c *RequestBuildCommand) Run(ctx context.Context, args []string) error {
 		// line's input, caught before anyone reviews or approves it.
 		if err := kvfence.ValidatePatch(p); err != nil {
 			return &usageError{msg: fmt.Sprintf("kvfence request build: --patch-file: %v", err),
-				hint: "kvfence request build -h"}
+				hint: "kvfence request build -h", err: err}
 		}
 		// The patch is carried byte for byte: what the approver reviewed.
 		req.Patch = p
@@ -90,8 +94,9 @@ func (c *RequestBuildCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := writeNew(*out, b, 0o644); err != nil {
-		return fmt.Errorf("write --out: %w", err)
+	summary, err := c.m.writeOut(*out, b, 0o644)
+	if err != nil {
+		return err
 	}
 	sum := kvfence.RequestDigest(b)
 	res := requestBuildJSON{Out: *out, Action: req.Action, Target: req.Target,
@@ -99,7 +104,7 @@ func (c *RequestBuildCommand) Run(ctx context.Context, args []string) error {
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}
-	tw := newTable(c.m.Stdout)
+	tw := newTable(summary)
 	fmt.Fprintf(tw, "request\t%s (%d bytes)\n", res.Out, res.Bytes)
 	fmt.Fprintf(tw, "action\t%s\n", res.Action)
 	fmt.Fprintf(tw, "target\t%s\n", res.Target)
@@ -137,5 +142,82 @@ Arguments:
 	    member name twice in any object, and valid RFC 6901 pointers.
 	--out REQ.cbor
 	    The file to create (mode 0644); an existing file is never replaced.
+	    "-" writes the bytes to stdout, and the summary to stderr.
 `+usageJSON)
+}
+
+// RequestShowCommand decodes a request file and prints exactly what it
+// asks for, and the SHA-256 a grant for it binds: what an approver
+// reviews before approving it.
+type RequestShowCommand struct{ m *Main }
+
+// Run runs the command.
+func (c *RequestShowCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("request show")
+	cf := commonFlags{name: "request show"}
+	cf.register(fs, 0)
+	path, err := parseFile(fs, c.Usage, args)
+	if err != nil {
+		return err
+	}
+	b, err := c.m.readArtefact(path)
+	if err != nil {
+		return err
+	}
+	req, err := decodeRequest("request show", path, b)
+	if err != nil {
+		return err
+	}
+	res := requestShowOf(req, b)
+	if cf.json {
+		return writeJSON(c.m.Stdout, res)
+	}
+	fmt.Fprintf(c.m.Stdout, "request %s\n", path)
+	return printRequest(c.m.Stdout, "", res)
+}
+
+// Usage prints the command's help.
+func (c *RequestShowCommand) Usage() {
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence request show FILE [--json]
+
+Decodes the request in FILE ("-" for stdin) strictly, as the receiver
+does, and prints all of it: action, target, preconditions, the value to
+set (as text when it is printable, else in hex) or the JSON Patch
+(pretty-printed), and the request's SHA-256, the digest a grant for it
+binds. An envelope given instead is named as one (exit code 2), as is
+any file that is not a well-formed request.
+
+With --json: {"kind":"request","bytes","request_sha256","v","action",
+"target","expect_revision","expect_value","mutation":"set|patch","set",
+"patch","patch_bytes"}; a value is {"text","hex","bytes"}, text null
+unless UTF-8, and patch is the patch as JSON (null for set).
+
+Arguments:
+
+`+usageJSON)
+}
+
+// parseFile parses a show command's flags, which may come before or after
+// its one FILE argument, and returns FILE.
+func parseFile(fs *flag.FlagSet, usage func(), args []string) (string, error) {
+	var files []string
+	for {
+		if err := parseFlags(fs, usage, args, 1<<30); err != nil {
+			return "", err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			files = append(files, rest...)
+			break
+		}
+		files, args = append(files, rest[0]), rest[1:]
+	}
+	if len(files) != 1 {
+		return "", &usageError{msg: fmt.Sprintf("%s: exactly one FILE (or - for stdin) is required", fs.Name()),
+			hint: fs.Name() + " -h"}
+	}
+	return files[0], nil
 }

@@ -250,8 +250,11 @@ func (g *commandGroup) lookup(args []string, forHelp bool) (command, []string, e
 			return s.cmd, args[1:], nil
 		}
 	}
-	return nil, nil, &usageError{msg: fmt.Sprintf("kvfence %s %s: unknown subcommand (want %s)", g.name, args[0], list),
-		hint: fmt.Sprintf("kvfence %s -h", g.name)}
+	msg := fmt.Sprintf("kvfence %s %s: unknown subcommand (want %s)", g.name, args[0], list)
+	if near := closest(args[0], names); near != "" {
+		msg = fmt.Sprintf("kvfence %s %s: unknown subcommand (did you mean %s?)", g.name, args[0], near)
+	}
+	return nil, nil, &usageError{msg: msg, hint: fmt.Sprintf("kvfence %s -h", g.name)}
 }
 
 // Run is reached only for help: lookup returns the subcommand otherwise.

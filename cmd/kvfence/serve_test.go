@@ -470,7 +470,7 @@ func TestServe_CLIWalkthrough(t *testing.T) {
 	if out["reason"] != "receiver_held" {
 		t.Fatalf("A after the hold: %v", out)
 	}
-	c.must(ExitError, as("operator", "status", "--scope", "nope")...)
+	c.must(ExitDenied, as("operator", "status", "--scope", "nope")...)
 	remoteStatus := c.must(0, as("operator", "status", "--json")...).stdout
 	remoteTarget := c.must(0, as("operator", "observe", "target", fixtureScope, "--json")...).stdout
 	remoteEvents := c.must(0, sockArgs("observe", "events", "--json")...).stdout

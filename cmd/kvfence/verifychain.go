@@ -31,6 +31,12 @@ type verifyChainJSON struct {
 	AnchorHead   string            `json:"anchor_head"`
 	Detail       string            `json:"detail"`
 	AnchorDamage *anchorDamageJSON `json:"anchor_damage"`
+	// BaseSeq and BaseHash are where the stored chain begins once older
+	// entries were archived (0 and "" if never); entries counts from
+	// there. Archived counts the entries verified in --archive files.
+	BaseSeq  uint64 `json:"base_seq"`
+	BaseHash string `json:"base_hash"`
+	Archived uint64 `json:"archived_entries"`
 }
 
 // Run runs the command.
@@ -39,8 +45,26 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	cf := commonFlags{name: "verify-chain"}
 	cf.register(fs, withDB)
 	maxAge := fs.Duration("max-age", 0, "")
-	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
-		return err
+	var archives stringList
+	fs.Var(&archives, "archive", "")
+	// "--archive A B C": the files after the flag are archives too, and
+	// flags may follow them.
+	for {
+		if err := parseFlags(fs, c.Usage, args, 1<<30); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(archives) == 0 {
+			return &usageError{msg: fmt.Sprintf("kvfence verify-chain: unexpected argument %q", rest[0]), hint: "kvfence verify-chain -h"}
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			archives = append(archives, rest...)
+			break
+		}
+		archives, args = append(archives, rest[0]), rest[1:]
 	}
 	cf.resolve(fs, c.m.Getenv)
 	if cf.db == "" {
@@ -65,14 +89,20 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	srcs, closeAll, err := openArchives(archives)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
 	rep, err := kvfence.VerifyChain(cf.db, kvfence.VerifyOptions{Anchor: cf.fileAnchor(), PublicKey: pub, Progress: c.progress(),
-		MaxAge: *maxAge, LockTimeout: cf.lockTimeout})
+		MaxAge: *maxAge, LockTimeout: cf.lockTimeout, Archives: srcs})
 	if err != nil {
 		return notAReceiver(cf.name, cf.db, cf.lockTimeout, err, "kvfence ledger verify-chain")
 	}
 	out := verifyChainJSON{OK: rep.OK(), Problem: string(rep.Problem), Entries: rep.Entries,
 		Head: headHex(rep.Head), HeadSeq: rep.Head.Seq, AnchorSeq: rep.Anchor.Seq, AnchorHead: headHex(rep.Anchor),
-		Detail: rep.Detail, AnchorDamage: anchorDamageOf(rep.AnchorDamage)}
+		Detail: rep.Detail, AnchorDamage: anchorDamageOf(rep.AnchorDamage), BaseSeq: rep.Base.Seq, BaseHash: headHex(rep.Base),
+		Archived: rep.Archived}
 	if cf.json {
 		err = writeJSON(c.m.Stdout, out)
 	} else {
@@ -80,6 +110,12 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(tw, "ok\t%v\n", out.OK)
 		fmt.Fprintf(tw, "problem\t%s\n", out.Problem)
 		fmt.Fprintf(tw, "entries\t%d\n", out.Entries)
+		if rep.Base.Seq > 0 {
+			fmt.Fprintf(tw, "base\t%s\n", headText(rep.Base))
+		}
+		if len(archives) > 0 {
+			fmt.Fprintf(tw, "archived\t%d entries in %d archives\n", rep.Archived, rep.Archives)
+		}
 		fmt.Fprintf(tw, "head\t%s\n", headText(rep.Head))
 		fmt.Fprintf(tw, "anchor\t%s\n", headText(rep.Anchor))
 		if *maxAge > 0 {
@@ -125,7 +161,7 @@ func problemError(rep audit.Report) error {
 // Usage prints the command's help.
 func (c *VerifyChainCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence verify-chain --db FILE --anchor FILE --pub FILE [--max-age DURATION]
-                            [--lock-timeout DURATION] [--json]
+                            [--lock-timeout DURATION] [--json] [--archive FILE ...]
 
 Checks the receiver's audit chain against its anchor without changing
 either: the anchor's signature under --pub and its receiver id, then every
@@ -153,7 +189,22 @@ problem, or ok with the head:
 	                    grant that was not its scope's active grant then (or
 	                    while the scope was held): the receiver skipped its
 	                    checks
-	anchor_stale        the anchor is older than --max-age
+	anchor_stale        the anchor is older than --max-age, or names an
+	                    entry the database archived (an old anchor put back)
+	bad_archive         an --archive file is not well-formed, is cut short,
+	                    or holds other entries than its signed statement
+	base_mismatch       the base where the stored chain begins is not the
+	                    one its newest "archived" entry records (archived
+	                    entries put back, the base record edited), or the
+	                    --archive files do not run from seq 1 to exactly
+	                    that base (out of order, a gap, one missing)
+
+After "kvfence audit archive" the database holds the chain from its base
+on; it is verified from there, the fence replay continuing from the fence
+state the base records. With --archive, the archives are verified first
+(each one's signature under --pub, every entry and link, the fence
+replay) and must chain to each other and to the database exactly: the
+whole history from seq 1.
 
 The anchor file keeps the anchor in two slots. A damaged slot beside a
 valid one is reported with any of these, ok included ("anchor damage"):
@@ -163,7 +214,8 @@ slot's seq, since the receiver commits before it writes the anchor;
 otherwise that is rollback_detected.
 
 With --json: {"ok","problem","entries","head","head_seq","anchor_seq",
-"anchor_head","detail","anchor_damage"}; hashes in lowercase hex, "" when
+"anchor_head","detail","anchor_damage","base_seq","base_hash",
+"archived_entries"}; hashes in lowercase hex, "" when
 there is none; anchor_damage is null or {"slot","problem",
 "claimed_generation","current_generation","newer","detail"}.
 
@@ -184,6 +236,10 @@ Arguments:
 	    Report an anchor older than this as anchor_stale: a valid but old
 	    anchor may have been restored together with the database. Useful
 	    only if the receiver writes at least that often. Default: no limit.
+	--archive FILE ...
+	    Archive files written by "kvfence audit archive", oldest first;
+	    repeat the flag or list the files after it. Verifies the whole
+	    history from seq 1 through the archives into the database.
 `+usageLock+usageJSON)
 }
 
@@ -199,4 +255,32 @@ func (c *VerifyChainCommand) progress() func(uint64) {
 		return nil
 	}
 	return func(n uint64) { fmt.Fprintf(f, "verify-chain: %d entries read\n", n) }
+}
+
+// openArchives opens each archive file for verification; closeAll closes
+// them.
+func openArchives(paths []string) ([]audit.ArchiveSource, func(), error) {
+	var srcs []audit.ArchiveSource
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("kvfence verify-chain: archive: %w", err)
+		}
+		files = append(files, f)
+		// A FIFO or a device would hang or never end: an archive is a file.
+		if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+			closeAll()
+			return nil, nil, &usageError{msg: fmt.Sprintf("kvfence verify-chain: --archive %s is not a regular file", p),
+				hint: "pass the files kvfence audit archive wrote"}
+		}
+		srcs = append(srcs, audit.ArchiveSource{Name: p, Reader: f})
+	}
+	return srcs, closeAll, nil
 }

@@ -32,7 +32,7 @@ func TestWalkthrough(t *testing.T) {
 	}
 
 	out := c.json(0, "keygen", "--out", key)
-	golden(t, "keygen.json", c.mask(c.last, grants))
+	golden(t, "keygen.json", c.maskAll(c.last, grants))
 	if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("private key: %v, mode %v; want 0600", err, fi.Mode())
 	}
@@ -43,7 +43,7 @@ func TestWalkthrough(t *testing.T) {
 	c.must(1, "keygen", "--out", key)
 
 	out = c.json(0, priv("init", "--id", "lab-receiver")...)
-	golden(t, "init.json", c.mask(c.last, grants))
+	golden(t, "init.json", c.maskAll(c.last, grants))
 	if fi, err := os.Stat(anchor); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("anchor: %v; want a 0600 file", err)
 	}

@@ -482,7 +482,7 @@ type Events struct {
 func Event(e audit.EntryJSON) (kvfence.Event, error) {
 	ent := audit.Entry{Seq: e.Seq, Kind: e.Kind, Scope: e.Scope, Epoch: e.Epoch, Grant: e.Grant, Executor: e.Executor,
 		Action: e.Action, Outcome: e.Outcome, Reason: e.Reason, Target: e.Target, RevBefore: e.RevBefore,
-		RevAfter: e.RevAfter, Decision: e.Decision, Note: e.Note, Actor: e.Actor}
+		RevAfter: e.RevAfter, Decision: e.Decision, Note: e.Note, Actor: e.Actor, BaseSeq: e.BaseSeq}
 	var err error
 	if ent.Prev, err = hex.DecodeString(e.Prev); err != nil {
 		return kvfence.Event{}, fmt.Errorf("entry %d: prev: %w", e.Seq, err)
@@ -497,7 +497,8 @@ func Event(e audit.EntryJSON) (kvfence.Event, error) {
 	for _, d := range []struct {
 		dst *[]byte
 		src string
-	}{{&ent.RequestSHA256, e.RequestSHA256}, {&ent.ValueSHA256, e.ValueSHA256}} {
+	}{{&ent.RequestSHA256, e.RequestSHA256}, {&ent.ValueSHA256, e.ValueSHA256},
+		{&ent.BaseHash, e.BaseHash}, {&ent.BaseFence, e.BaseFence}} {
 		if d.src != "" {
 			if *d.dst, err = hex.DecodeString(d.src); err != nil {
 				return kvfence.Event{}, fmt.Errorf("entry %d: %w", e.Seq, err)
