@@ -46,4 +46,3 @@ func CreateEngine(path string, timeout time.Duration, e Errors, fill map[string]
 		return boltengine.InTx(btx, &boltengine.Options{FillPercent: fill}, fn)
 	})
 }
-
