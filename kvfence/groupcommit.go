@@ -258,6 +258,12 @@ const (
 	bytesPerCommit = 8 << 10
 )
 
+// freeSpacer is a store that measures the free space left for it (the
+// bbolt engine, on the volume of its file).
+type freeSpacer interface {
+	FreeSpace() (int64, error)
+}
+
 // reserve refuses the batch's worker calls with ErrStorageReserve when the
 // volume has less free space than Options.Reserve, and returns the calls
 // left to run. Measuring costs a statfs per batch, not per call. A
@@ -267,11 +273,18 @@ func (r *Receiver) reserve(batch []*call) []*call {
 	if r.opts.Reserve < 0 || !slices.ContainsFunc(batch, func(c *call) bool { return c.worker }) {
 		return batch
 	}
-	measure := freeSpace
-	if r.faults.freeSpace != nil {
-		measure = r.faults.freeSpace
+	var free int64
+	var err error
+	switch fs, ok := r.eng.(freeSpacer); {
+	case r.faults.freeSpace != nil:
+		free, err = r.faults.freeSpace(r.path)
+	case ok:
+		free, err = fs.FreeSpace()
+	default:
+		// A store that is not a local file (etcd) has no volume here to
+		// keep a reserve on.
+		return batch
 	}
-	free, err := measure(r.path)
 	if err != nil || free >= r.opts.Reserve {
 		return batch
 	}

@@ -35,7 +35,7 @@ func TestOpenBolt_PanicReleasesLock(t *testing.T) {
 	unchecked := func(name string, flag int, perm os.FileMode) (*os.File, error) {
 		return os.OpenFile(name, flag&^os.O_CREATE, perm)
 	}
-	_, err := boltfile.OpenEngine(path, boltfile.FileOptions{Timeout: time.Second, OpenFile: unchecked}, fileErrors, releaseFile)
+	_, err := boltfile.OpenEngine(path, boltfile.FileOptions{Timeout: time.Second, OpenFile: unchecked}, fileErrors, boltfile.ReleaseFile)
 	if !errors.Is(err, ErrBadFormat) {
 		t.Fatalf("opening a file bbolt panics on: %v, want ErrBadFormat", err)
 	}

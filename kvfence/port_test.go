@@ -26,8 +26,8 @@ func (s *store) rawEngine(t testing.TB) engine.Engine {
 	if s.path == "" {
 		return s.engine(t, nil)
 	}
-	e, err := boltfile.OpenEngine(s.path, boltfile.FileOptions{Timeout: time.Second, OpenFile: checkedOpenFile(time.Second),
-		FillPercent: fillPercent}, fileErrors, releaseFile)
+	e, err := boltfile.OpenEngine(s.path, boltfile.FileOptions{Timeout: time.Second, CheckPages: checkPages,
+		FillPercent: fillPercent}, fileErrors, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

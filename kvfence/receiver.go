@@ -145,8 +145,8 @@ type faultHooks struct {
 	// so that every call of the batch gets its error; only the test that
 	// shows fault isolation sets it, to show that it then goes red.
 	shareFault bool
-	// freeSpace, if set, replaces the measurement of the volume's free
-	// space that the reserve for administrators is checked against.
+	// freeSpace, if set, replaces the store's measurement of the volume's
+	// free space that the reserve for administrators is checked against.
 	freeSpace func(path string) (int64, error)
 }
 
@@ -348,7 +348,7 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 	// The pages are checked under the lock before bbolt reads them
 	// (pagecheck.go).
 	e, err := boltfile.OpenEngine(path, boltfile.FileOptions{Timeout: timeout, ReadOnly: ro, NoSync: noSync,
-		OpenFile: checkedOpenFile(timeout), FillPercent: fillPercent}, fileErrors, releaseFile)
+		CheckPages: checkPages, FillPercent: fillPercent}, fileErrors, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -386,11 +386,6 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 	}
 	if o.Reserve == 0 {
 		o.Reserve = DefaultReserve
-	}
-	if !file {
-		// The reserve is free space on a file's volume; a store that is
-		// not a local file has none to measure.
-		o.Reserve = -1
 	}
 	if o.Warn == nil {
 		o.Warn = func(msg string) { log.Print(msg) }

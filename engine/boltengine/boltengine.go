@@ -50,6 +50,12 @@ func New(db *bolt.DB, opts *Options) *Engine {
 // path, its statistics).
 func (e *Engine) DB() *bolt.DB { return e.db }
 
+// FreeSpace returns the bytes the database file can still grow by: the
+// free space of its volume available to this process, no more than the
+// process's file-size limit leaves (see freeSpace). A caller keeps a
+// reserve against it; on a platform without statfs it is unbounded.
+func (e *Engine) FreeSpace() (int64, error) { return freeSpace(e.db.Path()) }
+
 // Limits returns the limits given in Options.
 func (e *Engine) Limits() engine.Limits { return e.lim }
 

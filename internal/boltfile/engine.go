@@ -1,6 +1,7 @@
 package boltfile
 
 import (
+	"io"
 	"os"
 	"time"
 
@@ -25,6 +26,10 @@ type FileOptions struct {
 	NoSync bool
 	// OpenFile, if set, opens the file in place of os.OpenFile.
 	OpenFile func(name string, flag int, perm os.FileMode) (*os.File, error)
+	// CheckPages, if set and OpenFile is not, checks the file's pages
+	// under its lock before bbolt reads them (CheckedOpenFile); a file it
+	// refuses is the caller's BadFormat.
+	CheckPages func(r io.ReaderAt, size int64) error
 	// FillPercent is the engine's per-bucket page fill.
 	FillPercent map[string]float64
 }
@@ -32,6 +37,13 @@ type FileOptions struct {
 // OpenEngine opens the existing file at path as Open does and returns the
 // bbolt engine over it.
 func OpenEngine(path string, fo FileOptions, e Errors, release func(*os.File)) (*boltengine.Engine, error) {
+	if fo.OpenFile == nil && fo.CheckPages != nil {
+		timeout := fo.Timeout
+		if timeout < 0 {
+			timeout = time.Nanosecond
+		}
+		fo.OpenFile, release = CheckedOpenFile(timeout, fo.CheckPages, e.BadFormat), ReleaseFile
+	}
 	db, err := Open(path, bolt.Options{Timeout: fo.Timeout, ReadOnly: fo.ReadOnly, NoSync: fo.NoSync, OpenFile: fo.OpenFile}, e, release)
 	if err != nil {
 		return nil, err
