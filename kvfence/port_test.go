@@ -18,6 +18,7 @@ import (
 	"github.com/kvfence/kvfence/engine/etcdengine"
 	"github.com/kvfence/kvfence/internal/boltfile"
 	"github.com/kvfence/kvfence/internal/defect"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // rawEngine opens the store's engine without a receiver over it.
@@ -320,5 +321,26 @@ func TestDeps_NoEtcd(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "go.etcd.io/bbolt") {
 		t.Fatal("go list -deps shows no bbolt either: the test reads the wrong list")
+	}
+}
+
+// Ensure that OpenEngine on an empty etcd prefix is ErrNotInitialized and
+// writes nothing, and that InitEngine over a receiver is
+// ErrAlreadyInitialized.
+func TestEtcd_InitAndOpenRefusals(t *testing.T) {
+	s := engines[1].new(t)
+	if _, err := s.open(t, &Options{Key: testKey, Anchor: &audit.MemAnchor{}}, defect.Variant{}); !errors.Is(err, ErrNotInitialized) {
+		t.Fatalf("OpenEngine(empty prefix) = %v, want ErrNotInitialized", err)
+	}
+	cli := etcdClient(t)
+	defer cli.Close()
+	if resp, err := cli.Get(t.Context(), s.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+		t.Fatalf("a refused open wrote under the prefix: %v keys, %v", resp.Count, err)
+	}
+	if err := s.init(t, &InitOptions{ReceiverID: "first", Key: testKey, Anchor: &audit.MemAnchor{}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.init(t, &InitOptions{ReceiverID: "second", Key: testKey, Anchor: &audit.MemAnchor{}}); !errors.Is(err, ErrAlreadyInitialized) {
+		t.Fatalf("InitEngine over a receiver = %v, want ErrAlreadyInitialized", err)
 	}
 }
