@@ -5,7 +5,7 @@ package kvfence
 import (
 	"bytes"
 	"errors"
-	"github.com/kvfence/kvfence/internal/boltfile"
+	"github.com/kvfence/kvfence/engine/boltengine"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -35,7 +35,7 @@ func TestOpenBolt_PanicReleasesLock(t *testing.T) {
 	unchecked := func(name string, flag int, perm os.FileMode) (*os.File, error) {
 		return os.OpenFile(name, flag&^os.O_CREATE, perm)
 	}
-	_, err := boltfile.OpenEngine(path, boltfile.FileOptions{Timeout: time.Second, OpenFile: unchecked}, fileErrors, boltfile.ReleaseFile)
+	_, err := boltengine.OpenFile(path, boltengine.FileOptions{Errors: fileErrors, Timeout: time.Second, OpenFile: unchecked})
 	if !errors.Is(err, ErrBadFormat) {
 		t.Fatalf("opening a file bbolt panics on: %v, want ErrBadFormat", err)
 	}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/engine/boltengine"
 	"github.com/kvfence/kvfence/engine/etcdengine"
-	"github.com/kvfence/kvfence/internal/boltfile"
 	"github.com/kvfence/kvfence/internal/defect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -27,8 +27,8 @@ func (s *store) rawEngine(t testing.TB) engine.Engine {
 	if s.path == "" {
 		return s.engine(t, nil)
 	}
-	e, err := boltfile.OpenEngine(s.path, boltfile.FileOptions{Timeout: time.Second, CheckPages: checkPages,
-		FillPercent: fillPercent}, fileErrors, nil)
+	e, err := boltengine.OpenFile(s.path, boltengine.FileOptions{Errors: fileErrors, Timeout: time.Second, CheckPages: checkPages,
+		FillPercent: fillPercent})
 	if err != nil {
 		t.Fatal(err)
 	}

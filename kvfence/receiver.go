@@ -16,7 +16,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
-	"github.com/kvfence/kvfence/internal/boltfile"
+	"github.com/kvfence/kvfence/engine/boltengine"
 	"github.com/kvfence/kvfence/internal/chain"
 	"github.com/kvfence/kvfence/internal/defect"
 )
@@ -188,7 +188,7 @@ func Init(path string, opts *InitOptions) error {
 		return err
 	}
 	var first audit.SignedCheckpoint
-	err = boltfile.CreateEngine(path, DefaultLockTimeout, fileErrors, fillPercent, func(tx engine.Tx) (err error) {
+	err = boltengine.CreateFile(path, boltengine.FileOptions{Errors: fileErrors, Timeout: DefaultLockTimeout, FillPercent: fillPercent}, func(tx engine.Tx) (err error) {
 		first, err = p.initStore(tx)
 		return err
 	})
@@ -347,8 +347,8 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 	}
 	// The pages are checked under the lock before bbolt reads them
 	// (pagecheck.go).
-	e, err := boltfile.OpenEngine(path, boltfile.FileOptions{Timeout: timeout, ReadOnly: ro, NoSync: noSync,
-		CheckPages: checkPages, FillPercent: fillPercent}, fileErrors, nil)
+	e, err := boltengine.OpenFile(path, boltengine.FileOptions{Errors: fileErrors, Timeout: timeout, ReadOnly: ro, NoSync: noSync,
+		CheckPages: checkPages, FillPercent: fillPercent})
 	if err != nil {
 		return nil, err
 	}
@@ -422,8 +422,8 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 	return r, nil
 }
 
-// fileErrors are this package's sentinels for boltfile's failures.
-var fileErrors = boltfile.Errors{Prefix: "kvfence", NotInitialized: ErrNotInitialized, AlreadyInitialized: ErrAlreadyInitialized,
+// fileErrors are this package's sentinels for the bbolt file's failures.
+var fileErrors = boltengine.FileErrors{Prefix: "kvfence", NotInitialized: ErrNotInitialized, AlreadyInitialized: ErrAlreadyInitialized,
 	StorageBusy: ErrStorageBusy, BadFormat: ErrBadFormat}
 
 // auditChain is where the receiver keeps its audit chain.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
-	"github.com/kvfence/kvfence/internal/boltfile"
+	"github.com/kvfence/kvfence/engine/boltengine"
 	"github.com/kvfence/kvfence/internal/chain"
 	"github.com/kvfence/kvfence/internal/defect"
 	"github.com/kvfence/kvfence/internal/ident"
@@ -48,7 +48,7 @@ func Init(path string, opts *InitOptions) error {
 		return err
 	}
 	var first audit.SignedCheckpoint
-	err = boltfile.CreateEngine(path, DefaultLockTimeout, fileErrors, nil, func(tx engine.Tx) (err error) {
+	err = boltengine.CreateFile(path, boltengine.FileOptions{Errors: fileErrors, Timeout: DefaultLockTimeout}, func(tx engine.Tx) (err error) {
 		first, err = initStore(tx, opts, now)
 		return err
 	})
@@ -162,7 +162,7 @@ func open(path string, opts *Options, v defect.Variant) (l *Ledger, err error) {
 		}
 		ro = opts.ReadOnly
 	}
-	e, err := boltfile.OpenEngine(path, boltfile.FileOptions{Timeout: timeout, ReadOnly: ro}, fileErrors, nil)
+	e, err := boltengine.OpenFile(path, boltengine.FileOptions{Errors: fileErrors, Timeout: timeout, ReadOnly: ro})
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func openWith(e engine.Engine, path string, opts *Options, v defect.Variant) (l 
 }
 
 // fileErrors are this package's sentinels for boltfile's failures.
-var fileErrors = boltfile.Errors{Prefix: "ledger", NotInitialized: ErrNotInitialized, AlreadyInitialized: ErrAlreadyInitialized,
+var fileErrors = boltengine.FileErrors{Prefix: "ledger", NotInitialized: ErrNotInitialized, AlreadyInitialized: ErrAlreadyInitialized,
 	StorageBusy: ErrStorageBusy, BadFormat: ErrBadFormat}
 
 // ledgerChain is where the ledger keeps its audit chain.
