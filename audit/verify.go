@@ -289,15 +289,18 @@ func walkChain(entries iter.Seq2[[]byte, []byte], anchor, next *Checkpoint, fenc
 // start, every entry, and then that the chain reaches the anchor and, if it
 // starts at a base, that an archive entry in it records that base.
 func (w *walker) walk(entries iter.Seq2[[]byte, []byte]) {
+	// An anchor behind the base is an old anchor put back only if the
+	// base is the receiver's: until an archive entry in the chain records
+	// it, the base is the database's word alone, and whoever can write
+	// the database can put it past a current anchor. So the chain is
+	// walked first, and a base it does not confirm is the problem.
+	stale := false
 	if w.anchor != nil && w.anchor.Seq <= w.start.Seq && w.start.Seq > 0 {
 		if w.anchor.Seq == w.start.Seq && w.anchor.Head != w.start.Hash {
 			w.fail(ProblemForkDetected, &ForkError{Anchor: *w.anchor, Hash: w.start.Hash})
 			return
 		}
-		if w.anchor.Seq < w.start.Seq {
-			w.fail(ProblemAnchorStale, beforeBase(w.anchor.Seq, w.start.Seq))
-			return
-		}
+		stale = w.anchor.Seq < w.start.Seq
 	}
 	if w.next != nil && w.next.Seq == w.start.Seq {
 		w.nextAt = w.start.Hash
@@ -313,6 +316,8 @@ func (w *walker) walk(entries iter.Seq2[[]byte, []byte]) {
 	case w.start.Seq > 0 && !w.sawStart:
 		w.fail(ProblemBaseMismatch, fmt.Errorf("%w: the base record says the entries up to %d were archived, but no archive entry in the chain records it",
 			ErrBaseMismatch, w.start.Seq))
+	case stale:
+		w.fail(ProblemAnchorStale, beforeBase(w.anchor.Seq, w.start.Seq))
 	}
 }
 

@@ -302,7 +302,9 @@ func checkSurrogates(b []byte) error {
 		}
 		end := stringEnd(b, i)
 		if _, lone := decodeString(b[i:end]); lone {
-			return fmt.Errorf("the string %s has an unpaired UTF-16 surrogate escape", b[i:end])
+			// Quoted and cut: the string is the patch's own text, and
+			// this message reaches terminals and denial details.
+			return fmt.Errorf("the string %.48q has an unpaired UTF-16 surrogate escape", b[i:end])
 		}
 		i = end - 1
 	}

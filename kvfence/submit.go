@@ -233,11 +233,14 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 // hold would otherwise read the denial as "my change never happened". So
 // when this scope holds a receipt for the request's action whose request
 // digest is this envelope's, the detail says so and gives the receipt's
-// audit seq. That tells the submitter only that the exact request it holds
-// was applied, which it may read from the chain anyway; it is told nothing
-// when the digests differ (not even that a receipt exists), so a prober
-// cannot learn which actions were applied, nor anything about the current
-// epoch, grant or target.
+// audit seq, whoever applied it (often a successor given the same
+// request). It is told only to a worker that was approved for exactly
+// this request: the envelope names a grant of this scope whose request
+// digest is this one, and the caller is that grant's executor. Anyone
+// else could otherwise guess request bytes (a low-entropy value) under a
+// made-up grant and learn from the answer which guess was applied. It is
+// told nothing when the digests differ (not even that a receipt exists),
+// so a prober cannot learn which actions were applied.
 func (w *wtx) denyStale(ctl *controlRecord, s *submission, reason Reason, detail string) (Result, error) {
 	if isGrantID(s.env.Grant) {
 		g, err := w.grant(s.env.Grant)
@@ -253,7 +256,8 @@ func (w *wtx) denyStale(ctl *controlRecord, s *submission, reason Reason, detail
 		return Result{}, err
 	}
 	res, err := w.deny(ctl, s, reason, detail)
-	if err == nil && rc != nil && bytes.Equal(rc.RequestSHA256, s.digest[:]) {
+	if err == nil && rc != nil && bytes.Equal(rc.RequestSHA256, s.digest[:]) &&
+		s.grant != nil && s.caller == s.grant.Executor && bytes.Equal(s.grant.RequestSHA256, s.digest[:]) {
 		// Only the answer says so: the audit entry keeps its bounded note,
 		// and the receipt is in the chain already.
 		res.Detail += fmt.Sprintf("; this exact request was applied earlier: its receipt is at audit seq %d", rc.AuditSeq)

@@ -77,11 +77,11 @@ func (c *EnvelopeBuildCommand) Run(ctx context.Context, args []string) error {
 	}
 	tw := newTable(summary)
 	fmt.Fprintf(tw, "envelope\t%s (%d bytes)\n", res.Out, res.Bytes)
-	fmt.Fprintf(tw, "scope\t%s\n", res.Scope)
+	fmt.Fprintf(tw, "scope\t%s\n", shownName(res.Scope))
 	fmt.Fprintf(tw, "epoch\t%d\n", res.Epoch)
-	fmt.Fprintf(tw, "grant\t%s\n", res.Grant)
-	fmt.Fprintf(tw, "executor\t%s\n", res.Executor)
-	fmt.Fprintf(tw, "claim\t%s\n", res.Claim)
+	fmt.Fprintf(tw, "grant\t%s\n", shownName(res.Grant))
+	fmt.Fprintf(tw, "executor\t%s\n", shownName(res.Executor))
+	fmt.Fprintf(tw, "claim\t%s\n", shownName(res.Claim))
 	fmt.Fprintf(tw, "request sha256\t%s\n", res.RequestSHA256)
 	return tw.Flush()
 }
@@ -142,11 +142,11 @@ func (c *EnvelopeShowCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "envelope\t%s\n", path)
 	fmt.Fprintf(tw, "bytes\t%d\n", res.Bytes)
 	fmt.Fprintf(tw, "version\t%d\n", res.V)
-	fmt.Fprintf(tw, "scope\t%s\n", res.Scope)
+	fmt.Fprintf(tw, "scope\t%s\n", shownName(res.Scope))
 	fmt.Fprintf(tw, "epoch\t%d\n", res.Epoch)
-	fmt.Fprintf(tw, "grant\t%s\n", res.Grant)
-	fmt.Fprintf(tw, "executor\t%s\n", res.Executor)
-	fmt.Fprintf(tw, "claim\t%s\n", res.Claim)
+	fmt.Fprintf(tw, "grant\t%s\n", shownName(res.Grant))
+	fmt.Fprintf(tw, "executor\t%s\n", shownName(res.Executor))
+	fmt.Fprintf(tw, "claim\t%s\n", shownName(res.Claim))
 	if err := tw.Flush(); err != nil {
 		return err
 	}

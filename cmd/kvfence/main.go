@@ -223,11 +223,14 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 // wantsJSON reports whether a command line asks for --json (or -json,
-// --json=true, ...) anywhere before a "--" that ends the flags.
+// --json=true, ...) anywhere before a "--" that ends the flags. The last
+// one counts, as it does for the flag package, so that the error object
+// goes to stdout exactly when the command wrote JSON.
 func wantsJSON(args []string) bool {
+	want := false
 	for _, a := range args {
 		if a == "--" {
-			return false
+			break
 		}
 		if !strings.HasPrefix(a, "-") {
 			continue
@@ -237,12 +240,13 @@ func wantsJSON(args []string) bool {
 			continue
 		}
 		if !hasValue {
-			return true
+			want = true
+			continue
 		}
 		on, err := strconv.ParseBool(value)
-		return err == nil && on
+		want = err == nil && on
 	}
-	return false
+	return want
 }
 
 // anchorArg returns the anchor path a command line used: its last

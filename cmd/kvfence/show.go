@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"unicode"
 	"unicode/utf8"
 
@@ -136,8 +137,8 @@ func printRequest(w io.Writer, indent string, r requestShowJSON) error {
 	fmt.Fprintf(tw, "%sbytes\t%d\n", indent, r.Bytes)
 	fmt.Fprintf(tw, "%srequest sha256\t%s\n", indent, r.RequestSHA256)
 	fmt.Fprintf(tw, "%sversion\t%d\n", indent, r.V)
-	fmt.Fprintf(tw, "%saction\t%s\n", indent, r.Action)
-	fmt.Fprintf(tw, "%starget\t%s\n", indent, r.Target)
+	fmt.Fprintf(tw, "%saction\t%s\n", indent, shownName(r.Action))
+	fmt.Fprintf(tw, "%starget\t%s\n", indent, shownName(r.Target))
 	if r.ExpectRevision != nil {
 		fmt.Fprintf(tw, "%sexpect revision\t%d\n", indent, *r.ExpectRevision)
 	} else {
@@ -186,6 +187,21 @@ func reviewable(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// shownName is an identifier as the text form shows it: as it is when
+// every character prints as itself, and otherwise Go-quoted. The wire
+// refuses control characters in identifiers, but format characters (a
+// zero-width space, a soft hyphen), line separators and unusual spaces
+// pass, and "deploy" followed by a zero-width space is another action
+// than "deploy" that reads the same.
+func shownName(s string) string {
+	for _, r := range s {
+		if !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // printValue writes a value as text when it is safe to print, and in hex
