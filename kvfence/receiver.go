@@ -535,7 +535,7 @@ func (r *Receiver) view(fn func(tx engine.Tx) error) (err error) {
 // transaction function, so nothing of a run that did not commit is kept.
 type wtx struct {
 	tx     engine.Tx
-	chain  *chain.Writer
+	chain  chain.Writer
 	now    time.Time
 	faults *faultHooks
 	// state is the fence state's digest, kept current by every put to a

@@ -383,7 +383,7 @@ func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 // wtx is one run of a write transaction with the audit chain it extends.
 type wtx struct {
 	tx    engine.Tx
-	chain *chain.Writer
+	chain chain.Writer
 	now   time.Time
 }
 

@@ -138,15 +138,17 @@ func (l Layout) HashAt(tx engine.Tx, seq uint64) (audit.Hash, error) {
 type Writer struct {
 	tx     engine.Tx
 	layout Layout
-	chain  *audit.Chain
+	chain  audit.Chain
 	// started is the head the writer began from.
 	started audit.Head
 }
 
 // NewWriter returns a writer that extends the chain from head, the head
-// that tx read (ReadHead) or, at Init, the empty head.
-func (l Layout) NewWriter(tx engine.Tx, head audit.Head) *Writer {
-	return &Writer{tx: tx, layout: l, chain: audit.NewChain(head), started: head}
+// that tx read (ReadHead) or, at Init, the empty head. It is a value, kept
+// in its caller's transaction state, to spare the write path an
+// allocation.
+func (l Layout) NewWriter(tx engine.Tx, head audit.Head) Writer {
+	return Writer{tx: tx, layout: l, chain: *audit.NewChain(head), started: head}
 }
 
 // Head returns the head as of the entries appended so far.

@@ -133,7 +133,8 @@ func TestWriterAndHead(t *testing.T) {
 			t.Fatalf("LoadHead = %v, %v, %v; want %v", got, mismatch, err, head)
 		}
 		// A writer on a stale head must not overwrite entry 3.
-		if _, err := layout.NewWriter(tx, audit.Head{Seq: 2}).Append(&audit.Entry{Kind: "note", At: 1}); !errors.Is(err, ErrBadChain) {
+		stale := layout.NewWriter(tx, audit.Head{Seq: 2})
+		if _, err := stale.Append(&audit.Entry{Kind: "note", At: 1}); !errors.Is(err, ErrBadChain) {
 			t.Fatalf("Append over entry 3 = %v, want ErrBadChain", err)
 		}
 		return nil
