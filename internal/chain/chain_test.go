@@ -156,3 +156,79 @@ func TestWriterAndHead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// lateAnchor is an anchor store whose next Store fails without writing
+// and lands later, just before the Store after it: a write whose outcome
+// was unknown and which applied late.
+type lateAnchor struct {
+	audit.MemAnchor
+	late *audit.SignedCheckpoint
+	fail bool
+}
+
+func (a *lateAnchor) land() {
+	if a.late != nil {
+		sc := *a.late
+		a.late = nil
+		cur, _ := a.MemAnchor.Load()
+		if err := a.MemAnchor.Store(&cur, sc); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (a *lateAnchor) Store(old *audit.SignedCheckpoint, next audit.SignedCheckpoint) error {
+	a.land()
+	if a.fail {
+		a.fail, a.late = false, &next
+		return errors.New("anchor write timed out")
+	}
+	return a.MemAnchor.Store(old, next)
+}
+
+// Ensure that Advance goes on from an anchor that another writer of the
+// chain, or a late write of this one, moved: a conflict reloads it and
+// adopts it if it is in the chain, or refuses it if it is not.
+func TestAdvance(t *testing.T) {
+	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
+	sign := func(seq uint64) audit.SignedCheckpoint {
+		sc, err := audit.Sign(key, audit.Checkpoint{Receiver: "r", Seq: seq, Head: audit.Hash{byte(seq)}, At: int64(seq)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sc
+	}
+	inChain := func(audit.SignedCheckpoint) error { return nil }
+	store := &lateAnchor{}
+	var cur audit.SignedCheckpoint
+	if err := store.MemAnchor.Store(nil, sign(1)); err != nil {
+		t.Fatal(err)
+	}
+	cur = sign(1)
+	// The write of 2 times out; it lands later.
+	store.fail = true
+	if err := Advance(store, &cur, sign(2), inChain); err == nil || cur.Seq != 1 {
+		t.Fatalf("Advance with a failed write = %v, cached %d; want an error and 1", err, cur.Seq)
+	}
+	// The write of 3 meets the anchor at 2 and goes on from it.
+	if err := Advance(store, &cur, sign(3), inChain); err != nil {
+		t.Fatalf("Advance after a late write: %v", err)
+	}
+	if got, _ := store.Load(); got.Seq != 3 || cur.Seq != 3 {
+		t.Fatalf("anchor at %d, cached %d; want 3", got.Seq, cur.Seq)
+	}
+	// Another writer moved the anchor past this commit: it is covered.
+	if err := store.MemAnchor.Store(&cur, sign(5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Advance(store, &cur, sign(4), inChain); err != nil || cur.Seq != 5 {
+		t.Fatalf("Advance behind a newer anchor = %v, cached %d; want covered by 5", err, cur.Seq)
+	}
+	// An anchor that is not in this chain is refused, not adopted.
+	cur = sign(3)
+	notOurs := errors.New("not in this chain")
+	err := Advance(store, &cur, sign(6), func(audit.SignedCheckpoint) error { return notOurs })
+	if !errors.Is(err, notOurs) || cur.Seq != 3 {
+		t.Fatalf("Advance over a foreign anchor = %v, cached %d; want refused", err, cur.Seq)
+	}
+}
