@@ -394,7 +394,7 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 		sc, err = w.checkpoint(r.id, key)
 		return err
 	})
-	return res, sc, err
+	return res, sc, engineErr(err)
 }
 
 // revokeGrants marks every grant record not yet revoked as revoked by the
