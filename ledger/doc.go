@@ -3,9 +3,9 @@
 // InitEngine and OpenEngine, in any engine of package engine, such as a
 // prefix of an etcd cluster), apart from the receiver, and keeps its audit
 // chain, checkpoints and anchor by the same protocol as the receiver (one
-// implementation, internal/chain). It never authorises an effect: a claim is bookkeeping
-// for the workers and the operator, and no call of this package activates a
-// receiver grant. The receiver's fence, not the ledger, decides what
+// implementation, internal/chain). It never authorises an effect: a claim
+// is bookkeeping for the workers and the operator, and no call of this
+// package activates a receiver grant. The receiver's fence, not the ledger, decides what
 // commits.
 //
 // # Model
