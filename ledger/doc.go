@@ -5,8 +5,8 @@
 // chain, checkpoints and anchor by the same protocol as the receiver (one
 // implementation, internal/chain). It never authorises an effect: a claim
 // is bookkeeping for the workers and the operator, and no call of this
-// package activates a receiver grant. The receiver's fence, not the ledger, decides what
-// commits.
+// package activates a receiver grant. The receiver's fence, not the
+// ledger, decides what commits.
 //
 // # Model
 //
