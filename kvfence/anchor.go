@@ -140,6 +140,17 @@ func (r *Receiver) checkAnchor() error {
 		return fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
 	}
 	err = r.view(func(tx engine.Tx) error {
+		if !r.file {
+			// Another process may have committed and moved the anchor
+			// since load read the head (etcd): the head is read again,
+			// after the anchor, so that it is at or past it unless the
+			// store was rolled back.
+			head, mismatch, err := auditChain.LoadHead(tx)
+			if err != nil {
+				return chainErr(r.path, err)
+			}
+			r.head, r.headMismatch = head, mismatch
+		}
 		at := func(seq uint64) (audit.Hash, error) { return hashAt(tx, seq) }
 		if err := checkBase(tx); err != nil {
 			return err

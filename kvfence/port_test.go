@@ -190,7 +190,8 @@ func TestSubmit_OutcomeUnknown(t *testing.T) {
 // Ensure that two receiver processes on one etcd prefix take turns on the
 // audit head: a grant superseded by a hold through one is denied through
 // the other, whose cached head and state digest are behind; concurrent
-// writes through both leave one linear chain; and the store then opens
+// writes through both leave one linear chain, while a third opens the
+// prefix again and again without a false alarm; and the store then opens
 // with its state digest whole (a deposed handle that signed its stale
 // digest would make it ErrStateMismatch).
 func TestEtcd_TwoReceiversOnOnePrefix(t *testing.T) {
@@ -241,6 +242,21 @@ func TestEtcd_TwoReceiversOnOnePrefix(t *testing.T) {
 			}
 		})
 	}
+	// A third process opens the prefix while the two write: the head it
+	// checks the anchor and the state against is read after the anchor,
+	// with the records, so that it never sees a rollback or a state
+	// mismatch that is only another process's commit in between.
+	wg.Go(func() {
+		for range 6 {
+			r, err := s.open(t, opts, defect.Variant{})
+			if err != nil {
+				t.Errorf("open while two receivers write: %v", err)
+				errs.Add(1)
+				return
+			}
+			r.Close()
+		}
+	})
 	wg.Wait()
 	if errs.Load() > 0 {
 		t.FailNow()

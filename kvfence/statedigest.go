@@ -81,6 +81,16 @@ func storedState(tx engine.Tx) (audit.StateHash, error) {
 // goroutine, each in a read transaction of its own: the work is the SHAKE
 // expansion of each record, which spreads across cores.
 func (r *Receiver) computeState() (audit.StateHash, error) {
+	if !r.file {
+		// On a store that other processes may write (etcd), the four
+		// buckets must be read at one revision: one transaction.
+		var s audit.StateHash
+		err := r.view(func(tx engine.Tx) (err error) {
+			s, err = r.computeStateTx(tx)
+			return err
+		})
+		return s, err
+	}
 	parts := make([]audit.StateHash, len(stateBuckets))
 	errs := make([]error, len(stateBuckets))
 	var wg sync.WaitGroup
@@ -109,6 +119,24 @@ func (r *Receiver) computeState() (audit.StateHash, error) {
 			return s, errs[i]
 		}
 		s.Merge(&parts[i])
+	}
+	return s, nil
+}
+
+// computeStateTx hashes every record of the state buckets in tx.
+func (r *Receiver) computeStateTx(tx engine.Tx) (audit.StateHash, error) {
+	var s audit.StateHash
+	for _, name := range stateBuckets {
+		err := tx.Scan(name, nil, func(k, v []byte) error {
+			s.Add(string(name), k, v)
+			return nil
+		})
+		if errors.Is(err, engine.ErrBucketNotFound) {
+			return s, fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, r.path, name)
+		}
+		if err != nil {
+			return s, err
+		}
 	}
 	return s, nil
 }
@@ -147,10 +175,24 @@ type StateCheck struct {
 // It sets r.state on success, the digest writers then keep current.
 func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error) {
 	var latest audit.SignedCheckpoint
-	var stored audit.StateHash
+	var stored, computed audit.StateHash
 	var hw uint64
 	err := r.view(func(tx engine.Tx) error {
 		var err error
+		if !r.file {
+			// Another process may commit between two transactions on
+			// a shared store (etcd): the head, the checkpoint and the
+			// records are read in one, the head again, at or past the
+			// anchor that was loaded before it.
+			head, mismatch, err := auditChain.LoadHead(tx)
+			if err != nil {
+				return chainErr(r.path, err)
+			}
+			r.head, r.headMismatch = head, mismatch
+			if computed, err = r.computeStateTx(tx); err != nil {
+				return err
+			}
+		}
 		if latest, err = latestCheckpoint(tx); err != nil {
 			return fmt.Errorf("%w: the database's newest checkpoint: %w", audit.ErrStateMismatch, err)
 		}
@@ -163,7 +205,9 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 	if err != nil {
 		return StateCheck{}, err
 	}
-	computed, err := r.computeState()
+	if r.file {
+		computed, err = r.computeState()
+	}
 	if err != nil {
 		return StateCheck{}, err
 	}
