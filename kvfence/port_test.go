@@ -255,6 +255,12 @@ func TestEtcd_TwoReceiversOnOnePrefix(t *testing.T) {
 				return
 			}
 			r.Close()
+			rep, err := s.verify(t, VerifyOptions{Anchor: anchor, PublicKey: testKey.Public().(ed25519.PublicKey)})
+			if err != nil || !rep.OK() {
+				t.Errorf("VerifyChain while two receivers write = %+v, %v", rep, err)
+				errs.Add(1)
+				return
+			}
 		}
 	})
 	wg.Wait()

@@ -485,6 +485,14 @@ func VerifyChainEngine(e engine.Engine, opts VerifyOptions) (audit.Report, error
 
 // verifyChain is VerifyChain on an open, read-only receiver.
 func (r *Receiver) verifyChain(opts VerifyOptions) (audit.Report, error) {
+	if !r.file && opts.Anchor != nil {
+		// Other processes may write a shared store (etcd) meanwhile: the
+		// anchor is read once, before the chain, so that the chain read
+		// after it is at or past it unless the store was rolled back.
+		if a, err := opts.Anchor.Load(); err == nil {
+			opts.Anchor = &fixedAnchor{sc: a}
+		}
+	}
 	var rep audit.Report
 	err := r.view(func(tx engine.Tx) error {
 		var scanErr error
@@ -532,4 +540,18 @@ func (r *Receiver) verifyChain(opts VerifyOptions) (audit.Report, error) {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// fixedAnchor is an anchor read once, for a check that must not read it
+// again. It cannot be written.
+type fixedAnchor struct{ sc audit.SignedCheckpoint }
+
+func (a *fixedAnchor) Load() (audit.SignedCheckpoint, error) { return a.sc, nil }
+
+func (a *fixedAnchor) Store(*audit.SignedCheckpoint, audit.SignedCheckpoint) error {
+	return fmt.Errorf("%w: a verification does not write the anchor", ErrReadOnly)
+}
+
+func (a *fixedAnchor) Supersede(audit.SignedCheckpoint, audit.SignedCheckpoint) error {
+	return fmt.Errorf("%w: a verification does not write the anchor", ErrReadOnly)
 }
