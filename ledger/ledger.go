@@ -284,6 +284,17 @@ func (l *Ledger) checkAnchor() error {
 		return fmt.Errorf("ledger: %s: anchor: %w", l.path, err)
 	}
 	err = l.view(func(tx engine.Tx) error {
+		// The head is read again, after the anchor: another process on a
+		// shared store (etcd) may have committed and moved the anchor
+		// since load read it.
+		head, mismatch, err := ledgerChain.LoadHead(tx)
+		if err == nil && mismatch != nil {
+			err = mismatch
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrBadFormat, l.path, err)
+		}
+		l.head = head
 		return audit.CheckAnchor(a, l.pub, l.id, l.head, func(seq uint64) (audit.Hash, error) {
 			return ledgerChain.HashAt(tx, seq)
 		})
