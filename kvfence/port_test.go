@@ -130,6 +130,7 @@ func TestOpen_RestoredStoreIsRollbackAndRecovers(t *testing.T) {
 type unknownEngine struct {
 	engine.Engine
 	// next is 1 to commit and report unknown, 2 to report unknown
+	// without writing, 3 to report a conflict past the retry bound
 	// without writing, 0 to pass through.
 	next atomic.Int32
 }
@@ -143,6 +144,8 @@ func (u *unknownEngine) Update(ctx context.Context, fn func(engine.Tx) error) er
 		return fmt.Errorf("%w: injected after the commit", engine.ErrOutcomeUnknown)
 	case 2:
 		return fmt.Errorf("%w: injected before the commit", engine.ErrOutcomeUnknown)
+	case 3:
+		return fmt.Errorf("%w: injected", engine.ErrConflict)
 	}
 	return u.Engine.Update(ctx, fn)
 }
@@ -150,7 +153,8 @@ func (u *unknownEngine) Update(ctx context.Context, fn func(engine.Tx) error) er
 // Ensure that a write whose outcome is unknown gives the caller an error
 // that says so and no verdict, whether it applied or not, and that
 // retrying the same envelope is answered from the store: already_applied
-// if it had applied, applied once if it had not.
+// if it had applied, applied once if it had not; and that a conflict past
+// the engine's retry bound is ErrStorageBusy.
 func TestSubmit_OutcomeUnknown(t *testing.T) {
 	forEngines(t, func(t *testing.T, s *store) {
 		f := newFixtureOn(t, s, defect.Variant{})
@@ -180,6 +184,17 @@ func TestSubmit_OutcomeUnknown(t *testing.T) {
 		}
 		if res := f.submit("worker-b", b.envelope); res.Outcome != Applied || res.Revision != 3 {
 			t.Fatalf("retry after an unknown outcome that did not apply: %+v, want applied at revision 3", res)
+		}
+		// A conflict past the engine's retry bound is a busy store:
+		// nothing was written, and the call may be made again.
+		f.hold("third")
+		c := f.activate("worker-c", "claim-3", f.request(&Request{V: 1, Action: "third", Target: fixTarget, Set: ptr([]byte(`{"v":3}`))}))
+		u.next.Store(3)
+		if res, err := f.r.Submit(f.ctx, "worker-c", c.envelope); !errors.Is(err, ErrStorageBusy) || !errors.Is(err, engine.ErrConflict) || res.Outcome != "" {
+			t.Fatalf("Submit with a conflict = %+v, %v; want ErrStorageBusy", res, err)
+		}
+		if res := f.submit("worker-c", c.envelope); res.Outcome != Applied || res.Revision != 4 {
+			t.Fatalf("retry after a conflict: %+v, want applied at revision 4", res)
 		}
 		// The handle's head caught up with the commit it was not told
 		// about, and the state it signs is the store's.
