@@ -27,7 +27,7 @@ func (s *store) rawEngine(t testing.TB) engine.Engine {
 	if s.path == "" {
 		return s.engine(t, nil)
 	}
-	e, err := boltengine.OpenFile(s.path, boltengine.FileOptions{Errors: fileErrors, Timeout: time.Second, CheckPages: checkPages,
+	e, err := boltengine.OpenFile(s.path, boltengine.FileOptions{Errors: fileErrors, Timeout: time.Second, CheckPages: true,
 		FillPercent: fillPercent})
 	if err != nil {
 		t.Fatal(err)

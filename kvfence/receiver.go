@@ -348,7 +348,7 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 	// The pages are checked under the lock before bbolt reads them
 	// (pagecheck.go).
 	e, err := boltengine.OpenFile(path, boltengine.FileOptions{Errors: fileErrors, Timeout: timeout, ReadOnly: ro, NoSync: noSync,
-		CheckPages: checkPages, FillPercent: fillPercent})
+		CheckPages: true, FillPercent: fillPercent})
 	if err != nil {
 		return nil, err
 	}

@@ -38,10 +38,10 @@ type FileOptions struct {
 	// NoSync skips fsync on commit; for benchmarks that say they are not
 	// durable.
 	NoSync bool
-	// CheckPages, if set, checks the file's pages under its lock before
-	// bbolt reads any of them, which bbolt's trust in its pages needs for
-	// a file that may have been damaged or forged.
-	CheckPages func(r io.ReaderAt, size int64) error
+	// CheckPages checks the file's pages under its lock before bbolt
+	// reads any of them (see CheckPages), which bbolt's trust in its
+	// pages needs for a file that may have been damaged or forged.
+	CheckPages bool
 	// OpenFile, if set, opens the file in place of the checked open; for
 	// tests of what bbolt does with a file nothing checked.
 	OpenFile func(name string, flag int, perm os.FileMode) (*os.File, error)
@@ -53,6 +53,39 @@ func (fo *FileOptions) errors() boltfile.Errors {
 	e := fo.Errors
 	return boltfile.Errors{Prefix: e.Prefix, NotInitialized: e.NotInitialized, AlreadyInitialized: e.AlreadyInitialized,
 		StorageBusy: e.StorageBusy, BadFormat: e.BadFormat}
+}
+
+// ErrDamagedPages is what CheckPages's errors wrap.
+var ErrDamagedPages = boltfile.ErrPages
+
+// CheckPages checks the page structure of the bbolt file r of size bytes
+// as bbolt will read it, without bbolt, which trusts its pages: a damaged
+// page can send bbolt into a recursion no recover stops. It walks every
+// reachable page once and refuses a cycle, a page used twice or both used
+// and free, a page of the wrong type, elements or keys outside their page
+// or out of order, and a damaged meta page or freelist; the error wraps
+// ErrDamagedPages.
+func CheckPages(r io.ReaderAt, size int64) error { return boltfile.CheckPages(r, size) }
+
+// FileLayout is where a bbolt file's structures are, for tools and tests
+// that inspect or damage a file.
+type FileLayout struct {
+	// PageSize is the file's page size in bytes.
+	PageSize int64
+	// Root is the page of the root bucket.
+	Root uint64
+	// Freelist is the page of the freelist.
+	Freelist uint64
+	// HighWater is the number of pages in use: pages at or past it are
+	// free space bbolt has not used yet.
+	HighWater uint64
+}
+
+// Layout reads the meta page bbolt will use of the file r of size bytes;
+// an error wraps ErrDamagedPages.
+func Layout(r io.ReaderAt, size int64) (FileLayout, error) {
+	ps, root, free, hw, err := boltfile.Meta(r, size)
+	return FileLayout{PageSize: ps, Root: root, Freelist: free, HighWater: hw}, err
 }
 
 // OpenFile opens the existing bbolt file at path and returns the engine
@@ -67,8 +100,8 @@ func OpenFile(path string, fo FileOptions) (*Engine, error) {
 		timeout = time.Nanosecond
 	}
 	openFile := fo.OpenFile
-	if openFile == nil && fo.CheckPages != nil {
-		openFile = boltfile.CheckedOpenFile(timeout, fo.CheckPages, fo.Errors.BadFormat)
+	if openFile == nil && fo.CheckPages {
+		openFile = boltfile.CheckedOpenFile(timeout, boltfile.CheckPages, fo.Errors.BadFormat)
 	}
 	db, err := boltfile.Open(path, bolt.Options{Timeout: timeout, ReadOnly: fo.ReadOnly, NoSync: fo.NoSync, OpenFile: openFile},
 		fo.errors(), boltfile.ReleaseFile)
