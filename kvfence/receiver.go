@@ -346,7 +346,7 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 		timeout = time.Nanosecond
 	}
 	// The pages are checked under the lock before bbolt reads them
-	// (pagecheck.go).
+	// (boltengine.CheckPages).
 	e, err := boltengine.OpenFile(path, boltengine.FileOptions{Errors: fileErrors, Timeout: timeout, ReadOnly: ro, NoSync: noSync,
 		CheckPages: true, FillPercent: fillPercent})
 	if err != nil {
