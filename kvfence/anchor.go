@@ -1,6 +1,7 @@
 package kvfence
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
@@ -88,14 +89,48 @@ func (w *wtx) checkpoint(receiver string, key ed25519.PrivateKey) (audit.SignedC
 // finishInit writes the first anchor of a receiver whose Init committed the
 // database but did not live to write it (chain.Layout.InitCheckpoint).
 func (r *Receiver) finishInit() (sc audit.SignedCheckpoint, err error) {
+	var recorded []byte
 	err = r.view(func(tx engine.Tx) error {
 		sc, err = auditChain.InitCheckpoint(tx, r.pub, r.id, r.head)
+		if err != nil {
+			return err
+		}
+		recorded, err = tx.Get(bucketMeta, metaAnchorLocation)
+		recorded = bytes.Clone(recorded)
 		return err
 	})
 	if err != nil {
 		return sc, err
 	}
+	if err := sameAnchorLocation(r.opts.Anchor, recorded); err != nil {
+		return sc, err
+	}
 	return sc, r.opts.Anchor.Store(nil, sc)
+}
+
+// metaAnchorLocation keeps the location (audit.Locator) of the anchor
+// given to Init. The meta bucket is outside the state digest; the value
+// only decides where finishInit may write a first anchor, and a false one
+// makes it refuse, never write elsewhere than the operator's own --anchor.
+var metaAnchorLocation = []byte("anchor_location")
+
+// sameAnchorLocation lets finishInit write a first anchor only to the
+// store Init was given: a mistyped anchor path holds no anchor either, and
+// writing one there would make the mistake look like a working receiver.
+func sameAnchorLocation(store audit.AnchorStore, recorded []byte) error {
+	l, ok := store.(audit.Locator)
+	switch {
+	case len(recorded) == 0:
+		return fmt.Errorf("%w: the database records no anchor location, so its first anchor is not written at an unverified place",
+			audit.ErrAnchorMissing)
+	case !ok:
+		return fmt.Errorf("%w: the anchor store cannot say where it is, so the first anchor recorded for %s is not written to it",
+			audit.ErrAnchorMissing, recorded)
+	case l.Location() != string(recorded):
+		return fmt.Errorf("%w: no anchor at %s, and init put this receiver's anchor at %s: check the anchor path",
+			audit.ErrAnchorMissing, l.Location(), recorded)
+	}
+	return nil
 }
 
 // hashAt returns the hash of the stored entry at seq or, for the newest
@@ -160,6 +195,13 @@ func (r *Receiver) checkAnchor() error {
 		}
 		return damage.Check(a.Checkpoint, r.pub, r.id, r.head, at)
 	})
+	if errors.Is(err, audit.ErrAnchorArchived) {
+		// See verifyChain: the anchor is blamed only if the database's
+		// own newest checkpoint covers its chain.
+		if _, serr := r.checkState(nil); errors.Is(serr, audit.ErrStateMismatch) {
+			err = serr
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}

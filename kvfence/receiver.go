@@ -181,7 +181,9 @@ type InitOptions struct {
 // an existing file (ErrAlreadyInitialized). If it fails before its commit
 // it leaves no file behind; if only the first anchor write fails, the file
 // stays, and the next writable Open writes that anchor from the database's
-// own init checkpoint.
+// own init checkpoint, but only to the anchor Init was given (by its
+// audit.Locator location, which Init records), never to another store that
+// merely holds no anchor either.
 func Init(path string, opts *InitOptions) error {
 	p, err := prepareInit(opts)
 	if err != nil {
@@ -297,6 +299,9 @@ func (p *initPlan) initStore(tx engine.Tx) (audit.SignedCheckpoint, error) {
 		string(metaReceiverKey): receiverKey, string(metaMaxGrantTTL): encodeMaxGrantTTL(maxTTL)}
 	if opts.RecoveryKey != nil {
 		meta[string(metaRecoveryKey)] = opts.RecoveryKey
+	}
+	if l, ok := opts.Anchor.(audit.Locator); ok {
+		meta[string(metaAnchorLocation)] = []byte(l.Location())
 	}
 	for k, v := range meta {
 		if err := tx.Put(bucketMeta, []byte(k), v); err != nil {

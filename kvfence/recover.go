@@ -521,6 +521,15 @@ func (r *Receiver) verifyChain(opts VerifyOptions) (audit.Report, error) {
 		}
 		return err
 	})
+	if err == nil && errors.Is(rep.Err(), audit.ErrAnchorArchived) {
+		// A base past the anchor is an old anchor put back only if the
+		// database itself is whole; one whose newest signed checkpoint
+		// does not cover its chain was changed by whoever wrote it.
+		r.pub = opts.PublicKey
+		if _, serr := r.checkState(nil); errors.Is(serr, audit.ErrStateMismatch) {
+			rep.Reattribute(audit.ProblemStateMismatch, serr)
+		}
+	}
 	if err != nil || !rep.OK() {
 		return rep, err
 	}
