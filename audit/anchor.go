@@ -229,3 +229,13 @@ func (m *MemAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	m.cur = &next
 	return nil
 }
+
+// Locator is an AnchorStore that can say where it keeps the anchor. A
+// receiver records the location at init, so that a first anchor that init
+// could not write is written later only where init meant it to be, never
+// at a mistyped path that happens to hold no anchor either.
+type Locator interface {
+	// Location names where the store keeps the anchor, the same string
+	// for every store of that anchor.
+	Location() string
+}

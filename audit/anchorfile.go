@@ -49,6 +49,14 @@ type FileAnchor struct {
 	Path string
 }
 
+// Location returns the anchor file's absolute path (Locator).
+func (a FileAnchor) Location() string {
+	if abs, err := filepath.Abs(a.Path); err == nil {
+		return abs
+	}
+	return a.Path
+}
+
 // Load reads the anchor file and returns the checkpoint in its current
 // slot: the valid slot with the higher generation. A missing file is
 // ErrAnchorMissing; a symbolic link, directory or other non-regular file

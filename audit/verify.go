@@ -265,6 +265,14 @@ func (r *Report) Fail(p Problem, err error) {
 	}
 }
 
+// Reattribute records p in place of the problem already found. It is for
+// a caller with evidence that the first problem names the wrong culprit:
+// an anchor blamed as stale by a database whose own newest checkpoint does
+// not cover its chain, which is the database's change, not the anchor's.
+func (r *Report) Reattribute(p Problem, err error) {
+	r.fail(p, err)
+}
+
 func (r *Report) fail(p Problem, err error) {
 	r.Problem, r.Detail, r.err = p, err.Error(), err
 }

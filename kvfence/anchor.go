@@ -1,14 +1,14 @@
 package kvfence
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/kvfence/kvfence/audit"
-	"github.com/kvfence/kvfence/internal/boltfile"
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // Integrity errors. They are the audit package's sentinels, so errors.Is
@@ -33,10 +33,7 @@ var (
 	ErrNoAnchor = errors.New("kvfence: a writable receiver needs an anchor store and its signing key")
 )
 
-var (
-	metaEpochHighWater = []byte("epoch_high_water")
-	checkpointLatest   = []byte("latest")
-)
+var metaEpochHighWater = []byte("epoch_high_water")
 
 // IsIntegrityError reports whether err says the database, its chain or its
 // anchor cannot be trusted: a rollback, fork, bad signature, missing anchor,
@@ -55,22 +52,23 @@ func IsIntegrityError(err error) bool {
 	return false
 }
 
-func epochHighWater(tx *bolt.Tx) uint64 {
-	v := tx.Bucket(bucketMeta).Get(metaEpochHighWater)
-	if len(v) != 8 {
-		return 0
+func epochHighWater(tx engine.Tx) (uint64, error) {
+	v, err := tx.Get(bucketMeta, metaEpochHighWater)
+	if err != nil || len(v) != 8 {
+		return 0, err
 	}
-	return binary.BigEndian.Uint64(v)
+	return binary.BigEndian.Uint64(v), nil
 }
 
 // raiseEpochHighWater records that some scope reached epoch e.
 func (w *wtx) raiseEpochHighWater(e uint64) error {
-	if e <= epochHighWater(w.tx) {
-		return nil
+	hw, err := epochHighWater(w.tx)
+	if err != nil || e <= hw {
+		return err
 	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], e)
-	return w.tx.Bucket(bucketMeta).Put(metaEpochHighWater, b[:])
+	return w.tx.Put(bucketMeta, metaEpochHighWater, b[:])
 }
 
 // checkpoint signs the chain's head as of this transaction and stores it in
@@ -81,38 +79,69 @@ func (w *wtx) checkpoint(receiver string, key ed25519.PrivateKey) (audit.SignedC
 	if err != nil {
 		return audit.SignedCheckpoint{}, err
 	}
-	head := w.chain.Head()
-	sc, err := audit.Sign(key, audit.Checkpoint{Receiver: receiver, Seq: head.Seq, Head: head.Hash,
-		State: state, EpochHighWater: epochHighWater(w.tx), At: w.now.UnixNano()})
+	hw, err := epochHighWater(w.tx)
 	if err != nil {
-		return sc, err
+		return audit.SignedCheckpoint{}, err
 	}
-	raw, err := sc.Marshal()
-	if err != nil {
-		return sc, err
-	}
-	return sc, w.tx.Bucket(bucketCheckpoints).Put(checkpointLatest, raw)
+	return w.chain.Checkpoint(key, audit.Checkpoint{Receiver: receiver, State: state, EpochHighWater: hw, At: w.now.UnixNano()})
 }
 
 // finishInit writes the first anchor of a receiver whose Init committed the
-// database but did not live to write it (boltfile.InitCheckpoint).
+// database but did not live to write it (chain.Layout.InitCheckpoint).
 func (r *Receiver) finishInit() (sc audit.SignedCheckpoint, err error) {
-	err = r.view(func(tx *bolt.Tx) error {
-		sc, err = boltfile.InitCheckpoint(tx.Bucket(bucketCheckpoints), checkpointLatest, r.pub, r.id, r.head)
+	var recorded []byte
+	err = r.view(func(tx engine.Tx) error {
+		sc, err = auditChain.InitCheckpoint(tx, r.pub, r.id, r.head)
+		if err != nil {
+			return err
+		}
+		recorded, err = tx.Get(bucketMeta, metaAnchorLocation)
+		recorded = bytes.Clone(recorded)
 		return err
 	})
 	if err != nil {
 		return sc, err
 	}
+	if err := sameAnchorLocation(r.opts.Anchor, recorded); err != nil {
+		return sc, err
+	}
 	return sc, r.opts.Anchor.Store(nil, sc)
+}
+
+// metaAnchorLocation keeps the location (audit.Locator) of the anchor
+// given to Init. The meta bucket is outside the state digest; the value
+// only decides where finishInit may write a first anchor, and a false one
+// makes it refuse, never write elsewhere than the operator's own --anchor.
+var metaAnchorLocation = []byte("anchor_location")
+
+// sameAnchorLocation lets finishInit write a first anchor only to the
+// store Init was given: a mistyped anchor path holds no anchor either, and
+// writing one there would make the mistake look like a working receiver.
+func sameAnchorLocation(store audit.AnchorStore, recorded []byte) error {
+	l, ok := store.(audit.Locator)
+	switch {
+	case len(recorded) == 0:
+		return fmt.Errorf("%w: the database records no anchor location, so its first anchor is not written at an unverified place",
+			audit.ErrAnchorMissing)
+	case !ok:
+		return fmt.Errorf("%w: the anchor store cannot say where it is, so the first anchor recorded for %s is not written to it",
+			audit.ErrAnchorMissing, recorded)
+	case l.Location() != string(recorded):
+		return fmt.Errorf("%w: no anchor at %s, and init put this receiver's anchor at %s: check the anchor path",
+			audit.ErrAnchorMissing, l.Location(), recorded)
+	}
+	return nil
 }
 
 // hashAt returns the hash of the stored entry at seq or, for the newest
 // archived entry, the base's hash. An anchor names an archived entry only
 // if it is older than the archive (a receiver archives only what its
 // anchor covers), which is ErrAnchorStale.
-func hashAt(tx *bolt.Tx, seq uint64) (audit.Hash, error) {
-	raw := tx.Bucket(bucketAudit).Get(audit.SeqKey(seq))
+func hashAt(tx engine.Tx, seq uint64) (audit.Hash, error) {
+	raw, err := tx.Get(bucketAudit, audit.SeqKey(seq))
+	if err != nil {
+		return audit.Hash{}, err
+	}
 	if raw != nil {
 		return audit.HashEntry(raw), nil
 	}
@@ -145,7 +174,18 @@ func (r *Receiver) checkAnchor() error {
 	if err != nil {
 		return fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
 	}
-	err = r.view(func(tx *bolt.Tx) error {
+	err = r.view(func(tx engine.Tx) error {
+		if !r.file {
+			// Another process may have committed and moved the anchor
+			// since load read the head (etcd): the head is read again,
+			// after the anchor, so that it is at or past it unless the
+			// store was rolled back.
+			head, mismatch, err := auditChain.LoadHead(tx)
+			if err != nil {
+				return chainErr(r.path, err)
+			}
+			r.head, r.headMismatch = head, mismatch
+		}
 		at := func(seq uint64) (audit.Hash, error) { return hashAt(tx, seq) }
 		if err := checkBase(tx); err != nil {
 			return err
@@ -155,6 +195,13 @@ func (r *Receiver) checkAnchor() error {
 		}
 		return damage.Check(a.Checkpoint, r.pub, r.id, r.head, at)
 	})
+	if errors.Is(err, audit.ErrAnchorArchived) {
+		// See verifyChain: the anchor is blamed only if the database's
+		// own newest checkpoint covers its chain.
+		if _, serr := r.checkState(nil); errors.Is(serr, audit.ErrStateMismatch) {
+			err = serr
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}

@@ -6,8 +6,10 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kvfence/kvfence/audit"
@@ -376,5 +378,37 @@ func TestOpen_InitCrashWindow(t *testing.T) {
 	os.Remove(anchor.Path)
 	if _, err := Open(path, &Options{Key: testKey, Anchor: anchor}); !errors.Is(err, ErrAnchorMissing) {
 		t.Fatalf("Open of a receiver with history and no anchor = %v, want ErrAnchorMissing", err)
+	}
+}
+
+// TestOpen_InitCrashWindowOnlyAtInitsAnchor: the first anchor that Init
+// could not write is written by a later Open only where Init was told to
+// put it. A mistyped anchor path at seq 1 also holds no anchor, and
+// writing one there would hide the mistake behind a working receiver.
+func TestOpen_InitCrashWindowOnlyAtInitsAnchor(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.db")
+	anchor := audit.FileAnchor{Path: filepath.Join(dir, "r.anchor")}
+	if err := Init(path, &InitOptions{ReceiverID: "r", Key: testKey, Anchor: anchor}); err != nil {
+		t.Fatal(err)
+	}
+	typo := audit.FileAnchor{Path: filepath.Join(dir, "r.ancor")}
+	_, err := Open(path, &Options{Key: testKey, Anchor: typo})
+	if !errors.Is(err, ErrAnchorMissing) || !strings.Contains(err.Error(), anchor.Path) {
+		t.Fatalf("Open with a mistyped anchor = %v, want ErrAnchorMissing naming %s", err, anchor.Path)
+	}
+	if _, err := os.Stat(typo.Path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("an anchor was created at the mistyped path: %v", err)
+	}
+	// The same file named by a relative path is the same anchor.
+	t.Chdir(dir)
+	os.Remove(anchor.Path)
+	r, err := Open(path, &Options{Key: testKey, Anchor: audit.FileAnchor{Path: "r.anchor"}})
+	if err != nil {
+		t.Fatalf("Open after an interrupted Init, anchor named relatively: %v", err)
+	}
+	r.Close()
+	if _, err := anchor.Load(); err != nil {
+		t.Fatalf("the first anchor was not written: %v", err)
 	}
 }

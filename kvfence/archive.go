@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/kvfence/kvfence/audit"
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // KindArchived is the audit kind of an archive's entry: the entries up to
@@ -88,6 +88,10 @@ type archivePlan struct {
 	fromRaw, toRaw []byte     // the base records at both ends; fromRaw nil for the start
 	from, to       audit.Head // the base the archive continues, and its newest entry
 	path           string
+	// statement and fromFile are the archive's signed statement and the
+	// base record it begins with.
+	statement audit.SignedArchiveStatement
+	fromFile  []byte
 }
 
 // prepareArchive verifies the stored chain and writes the archive.
@@ -116,7 +120,7 @@ func (a *Admin) prepareArchive(ctx context.Context, req ArchiveRequest) (*archiv
 			ErrInvalidArgument, req.Before, anchored)
 	}
 	p := &archivePlan{path: req.Path}
-	err := r.view(func(tx *bolt.Tx) error {
+	err := r.view(func(tx engine.Tx) error {
 		var err error
 		if p.fromRaw, p.from, err = readBase(tx); err != nil {
 			return err
@@ -128,7 +132,12 @@ func (a *Admin) prepareArchive(ctx context.Context, req ArchiveRequest) (*archiv
 		// The whole stored chain is walked, not only the part archived:
 		// the base record the archive continues must be the one the chain
 		// records.
-		if p.toRaw, p.to, err = audit.AdvanceBase(p.fromRaw, storedEntries(tx, ^uint64(0)), req.Before); err != nil {
+		var scanErr error
+		p.toRaw, p.to, err = audit.AdvanceBase(p.fromRaw, storedEntries(tx, ^uint64(0), &scanErr), req.Before)
+		if scanErr != nil {
+			return scanErr
+		}
+		if err != nil {
 			return fmt.Errorf("kvfence: %s: the stored chain does not verify; nothing was archived: %w", r.path, err)
 		}
 		fromRaw := p.fromRaw
@@ -141,7 +150,25 @@ func (a *Admin) prepareArchive(ctx context.Context, req ArchiveRequest) (*archiv
 		if err != nil {
 			return err
 		}
-		return writeArchive(req.Path, st, fromRaw, storedEntries(tx, req.Before))
+		// The file is written once the view's reads are done: a view
+		// may run more than once, and a file is not part of it.
+		p.statement, p.fromFile = st, fromRaw
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = r.view(func(tx engine.Tx) error {
+		var scanErr error
+		err := writeArchive(req.Path, p.statement, p.fromFile, storedEntries(tx, req.Before, &scanErr))
+		if err == nil && scanErr != nil {
+			// A short read made a short archive: remove the file this
+			// run created, so that a run again (etcd, after a
+			// compaction) may create it anew.
+			os.Remove(req.Path)
+			err = scanErr
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -156,8 +183,11 @@ func (a *Admin) prepareArchive(ctx context.Context, req ArchiveRequest) (*archiv
 func (a *Admin) commitArchive(p *archivePlan) (ArchiveResult, error) {
 	digest := audit.BaseDigest(p.toRaw)
 	seq, err := update(a.r, len(p.toRaw), func(w *wtx) (uint64, error) {
-		b := w.tx.Bucket(bucketCheckpoints)
-		if cur := b.Get(checkpointBase); !bytes.Equal(cur, p.fromRaw) {
+		cur, err := w.tx.Get(bucketCheckpoints, checkpointBase)
+		if err != nil {
+			return 0, err
+		}
+		if !bytes.Equal(cur, p.fromRaw) {
 			return 0, ErrArchiveConflict
 		}
 		if h, err := hashAt(w.tx, p.to.Seq); err != nil || h != p.to.Hash {
@@ -166,7 +196,7 @@ func (a *Admin) commitArchive(p *archivePlan) (ArchiveResult, error) {
 		if err := removeEntries(w.tx, p.to.Seq); err != nil {
 			return 0, err
 		}
-		if err := b.Put(checkpointBase, p.toRaw); err != nil {
+		if err := w.tx.Put(bucketCheckpoints, checkpointBase, p.toRaw); err != nil {
 			return 0, err
 		}
 		return w.appendAudit(&audit.Entry{Kind: KindArchived, BaseSeq: p.to.Seq, BaseHash: p.to.Hash[:], BaseFence: digest[:],
@@ -182,8 +212,11 @@ func (a *Admin) commitArchive(p *archivePlan) (ArchiveResult, error) {
 // readBase returns the stored base record and its position, or nil and
 // the zero Head when the chain was never archived. The bytes are copied
 // out of the transaction.
-func readBase(tx *bolt.Tx) ([]byte, audit.Head, error) {
-	raw := tx.Bucket(bucketCheckpoints).Get(checkpointBase)
+func readBase(tx engine.Tx) ([]byte, audit.Head, error) {
+	raw, err := tx.Get(bucketCheckpoints, checkpointBase)
+	if err != nil {
+		return nil, audit.Head{}, err
+	}
 	if raw == nil {
 		return nil, audit.Head{}, nil
 	}
@@ -197,34 +230,42 @@ func readBase(tx *bolt.Tx) ([]byte, audit.Head, error) {
 	return bytes.Clone(raw), b.Head(), nil
 }
 
-// storedEntries yields the stored entries in seq order up to seq last.
-func storedEntries(tx *bolt.Tx, last uint64) iter.Seq2[[]byte, []byte] {
+// storedEntries yields the stored entries in seq order up to seq last. A
+// read that fails ends the sequence and sets *scanErr.
+func storedEntries(tx engine.Tx, last uint64, scanErr *error) iter.Seq2[[]byte, []byte] {
 	end := audit.SeqKey(last)
 	return func(yield func(k, v []byte) bool) {
-		c := tx.Bucket(bucketAudit).Cursor()
-		for k, v := c.First(); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
-			if !yield(k, v) {
-				return
+		*scanErr = tx.Scan(bucketAudit, nil, func(k, v []byte) error {
+			if bytes.Compare(k, end) > 0 || !yield(k, v) {
+				return engine.StopScan
 			}
-		}
+			return nil
+		})
 	}
 }
 
 // removeEntries deletes every stored entry up to seq last.
-func removeEntries(tx *bolt.Tx, last uint64) error {
-	b := tx.Bucket(bucketAudit)
+func removeEntries(tx engine.Tx, last uint64) error {
 	end := audit.SeqKey(last)
-	// A cursor may skip keys when its bucket changes under it, so each
-	// deletion starts again from the first key.
-	for {
-		k, _ := b.Cursor().First()
-		if k == nil || bytes.Compare(k, end) > 0 {
-			return nil
+	// The keys are collected first: a transaction must not write during
+	// its scan.
+	var keys [][]byte
+	err := tx.Scan(bucketAudit, nil, func(k, _ []byte) error {
+		if bytes.Compare(k, end) > 0 {
+			return engine.StopScan
 		}
-		if err := b.Delete(k); err != nil {
+		keys = append(keys, bytes.Clone(k))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := tx.Delete(bucketAudit, k); err != nil {
 			return err
 		}
 	}
+	return nil
 }
 
 // writeArchive creates path, writes the archive and makes it durable: the
@@ -272,12 +313,19 @@ func writeArchive(path string, st audit.SignedArchiveStatement, fromRaw []byte, 
 // right after it, linked to its hash, or at seq 1 when there is none. The
 // full check, that the newest archive entry records exactly this base, is
 // verify-chain's, which walks the chain.
-func checkBase(tx *bolt.Tx) error {
+func checkBase(tx engine.Tx) error {
 	_, base, err := readBase(tx)
 	if err != nil {
 		return err
 	}
-	k, v := tx.Bucket(bucketAudit).Cursor().First()
+	var k, v []byte
+	err = tx.Scan(bucketAudit, nil, func(key, val []byte) error {
+		k, v = bytes.Clone(key), bytes.Clone(val)
+		return engine.StopScan
+	})
+	if err != nil {
+		return err
+	}
 	if k == nil {
 		return fmt.Errorf("%w: empty audit chain", ErrBadFormat)
 	}

@@ -3,7 +3,7 @@ package kvfence
 import (
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // submitCheckedBefore is Submit for the defect.Variant
@@ -17,7 +17,7 @@ func (r *Receiver) submitCheckedBefore(s *submission, size int) (Result, error) 
 	var reason Reason
 	var detail string
 	if s.env != nil && s.req != nil {
-		err := r.view(func(tx *bolt.Tx) error {
+		err := r.view(func(tx engine.Tx) error {
 			ctl, err := getControl(tx, s.env.Scope)
 			switch {
 			case err != nil || ctl == nil:

@@ -1,11 +1,29 @@
 // Package kvfence is a fenced receiver: the place where an effect is
 // committed, which refuses requests whose authority has been superseded.
 //
-// A receiver is one bbolt file. Each protected scope has a control record
-// (epoch, mode, active grant), and owns targets (key, value, revision).
+// A receiver is one bbolt file ([Init], [Open]) or a prefix of an etcd
+// cluster, through any engine of package engine ([InitEngine],
+// [OpenEngine]). Each protected scope has a control record (epoch, mode,
+// active grant), and owns targets (key, value, revision).
 // [Receiver.Submit] checks a worker's envelope against that state and, only
-// if every check passes, applies the mutation, all inside one bbolt write
+// if every check passes, applies the mutation, all inside one write
 // transaction; a hold and a mutation are therefore strictly ordered.
+//
+// # Engines
+//
+// The fence runs against engine.Tx, where a transaction function may run
+// more than once (etcd commits optimistically and runs it again after a
+// conflict): every run starts from the head the store holds and keeps
+// nothing of a run that did not commit. Every write transaction reads and
+// writes the audit chain's head key, so several receiver processes on one
+// etcd prefix take turns on it: one whose cached head fell behind starts
+// from the stored head and the stored state digest instead of forking
+// them. A write whose outcome the engine cannot tell is
+// [ErrOutcomeUnknown], never a verdict: retrying the same envelope is
+// answered from its receipt (already_applied). Conflicts past the engine's
+// retry bound are [ErrStorageBusy]; a call too large for one commit of the
+// engine is [ErrTooLarge] and writes nothing, and a batch too large is
+// split. The reserve for administrators applies to a bbolt file only.
 //
 // # Guarantee
 //

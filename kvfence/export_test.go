@@ -1,6 +1,9 @@
 package kvfence
 
-import "github.com/kvfence/kvfence/internal/defect"
+import (
+	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/internal/defect"
+)
 
 // OpenDefective opens the receiver at path as a defective variant, for this
 // package's external tests: like its internal tests, and unlike every other
@@ -8,4 +11,10 @@ import "github.com/kvfence/kvfence/internal/defect"
 // switch for the whole test binary).
 func OpenDefective(path string, opts *Options, v defect.Variant) (*Receiver, error) {
 	return open(path, opts, v)
+}
+
+// OpenEngineDefective opens the receiver in e as a defective variant, for
+// this package's external tests.
+func OpenEngineDefective(e engine.Engine, opts *Options, v defect.Variant) (*Receiver, error) {
+	return openWith(e, "engine store", false, opts, v)
 }

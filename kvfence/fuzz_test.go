@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"github.com/kvfence/kvfence/engine"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -105,7 +106,10 @@ func (h *fuzzReceiver) state(t *testing.T) fuzzState {
 		t.Fatal(err)
 	}
 	s := fuzzState{head: h.r.Head().Seq, rev: tg.Revision, value: string(tg.Value), epoch: st.Epoch, mode: st.Mode, active: st.ActiveGrant}
-	if err := h.r.view(func(tx *bolt.Tx) error { s.receipts = tx.Bucket(bucketReceipts).Stats().KeyN; return nil }); err != nil {
+	if err := h.r.view(func(tx engine.Tx) error {
+		s.receipts = 0
+		return tx.Scan(bucketReceipts, nil, func(_, _ []byte) error { s.receipts++; return nil })
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -1,6 +1,7 @@
 package kvfence
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -10,8 +11,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
-	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // Group commit (docs/design.md §10). A durable write costs a bbolt commit (its
@@ -134,7 +134,7 @@ func (r *Receiver) write(size int, worker bool, fn func(w *wtx) (any, error)) (a
 // oldest waiting call, if any.
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
-	batch := q.take(q.batch)
+	batch := q.take(q.batch, r.batchCalls, r.batchBytes)
 	r.commit(batch)
 
 	for _, c := range batch {
@@ -160,13 +160,13 @@ func (r *Receiver) lead(self *call) {
 
 // take moves the next batch from the head of the queue into buf, within
 // the batch limits.
-func (q *commitQueue) take(buf []*call) []*call {
+func (q *commitQueue) take(buf []*call, maxCalls, maxBytes int) []*call {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n, bytes := 0, 0
-	for n < len(q.pending) && n < maxBatchCalls {
+	for n < len(q.pending) && n < maxCalls {
 		bytes += q.pending[n].size
-		if n > 0 && bytes > maxBatchBytes {
+		if n > 0 && bytes > maxBytes {
 			break
 		}
 		n++
@@ -187,11 +187,30 @@ func (r *Receiver) commit(batch []*call) {
 	if batch = r.reserve(batch); len(batch) == 0 {
 		return
 	}
+	r.commitSplit(batch)
+}
+
+// commitSplit runs a batch in one transaction. A batch larger than the
+// store takes in one commit (engine.ErrTxnTooLarge) is split in halves,
+// down to a single call, which is refused with ErrTooLarge: nothing of it
+// was written. An outcome that is unknown is every call's outcome: its
+// calls may have been applied, and a call retried alone here would answer
+// already_applied, a verdict the caller must not get for it. Any other
+// failure makes every call run again alone.
+func (r *Receiver) commitSplit(batch []*call) {
 	err := r.run(batch)
 	switch {
 	case err == nil:
 		return
-	case len(batch) == 1 || errors.Is(err, ErrClosed) || r.faults.shareFault:
+	case errors.Is(err, engine.ErrTxnTooLarge) && len(batch) > 1:
+		mid := len(batch) / 2
+		r.commitSplit(batch[:mid])
+		r.commitSplit(batch[mid:])
+		return
+	case errors.Is(err, engine.ErrTxnTooLarge):
+		batch[0].err = fmt.Errorf("%w: %w", ErrTooLarge, err)
+		return
+	case len(batch) == 1 || errors.Is(err, ErrClosed) || errors.Is(err, ErrOutcomeUnknown) || r.faults.shareFault:
 		for _, c := range batch {
 			c.err = err
 		}
@@ -205,9 +224,44 @@ func (r *Receiver) commit(batch []*call) {
 			continue
 		}
 		if err := r.run(batch[i : i+1]); err != nil {
+			if errors.Is(err, engine.ErrTxnTooLarge) {
+				err = fmt.Errorf("%w: %w", ErrTooLarge, err)
+			}
 			c.err = err
 		}
 	}
+}
+
+// batchLimits sizes a batch within the engine's limits, ahead of the
+// commit, so that splits after an ErrTxnTooLarge stay rare: a call reads
+// and writes a few keys (its scope's control record, its grant, target,
+// receipt and audit entry), and a commit adds its checkpoint, head key,
+// state digest and high-water. A store without limits (bbolt) keeps the
+// batch limits of the queue.
+func batchLimits(lim engine.Limits) (calls, bytes int) {
+	calls, bytes = maxBatchCalls, maxBatchBytes
+	if lim.MaxOps > 0 {
+		calls = min(calls, max(1, (lim.MaxOps-opsPerCommit)/opsPerCall))
+	}
+	if lim.MaxBytes > 0 {
+		// A call's input is written about twice (its target value and
+		// the request it records), with its entry and receipt beside.
+		bytes = min(bytes, max(1, (lim.MaxBytes-bytesPerCommit)/2))
+	}
+	return calls, bytes
+}
+
+// What one call and one commit add to a transaction, for batchLimits.
+const (
+	opsPerCall     = 5
+	opsPerCommit   = 8
+	bytesPerCommit = 8 << 10
+)
+
+// freeSpacer is a store that measures the free space left for it (the
+// bbolt engine, on the volume of its file).
+type freeSpacer interface {
+	FreeSpace() (int64, error)
 }
 
 // reserve refuses the batch's worker calls with ErrStorageReserve when the
@@ -219,11 +273,18 @@ func (r *Receiver) reserve(batch []*call) []*call {
 	if r.opts.Reserve < 0 || !slices.ContainsFunc(batch, func(c *call) bool { return c.worker }) {
 		return batch
 	}
-	measure := freeSpace
-	if r.faults.freeSpace != nil {
-		measure = r.faults.freeSpace
+	var free int64
+	var err error
+	switch fs, ok := r.eng.(freeSpacer); {
+	case r.faults.freeSpace != nil:
+		free, err = r.faults.freeSpace(r.path)
+	case ok:
+		free, err = fs.FreeSpace()
+	default:
+		// A store that is not a local file (etcd) has no volume here to
+		// keep a reserve on.
+		return batch
 	}
-	free, err := measure(r.path)
 	if err != nil || free >= r.opts.Reserve {
 		return batch
 	}
@@ -262,8 +323,17 @@ func (r *Receiver) run(batch []*call) (err error) {
 			}
 		}
 	}()
-	err = r.db.Update(func(tx *bolt.Tx) error {
-		w = &wtx{tx: tx, chain: audit.NewChain(r.head), faults: &r.faults, state: r.state, stateSum: r.stateSum}
+	err = r.eng.Update(context.Background(), func(tx engine.Tx) error {
+		// The function may run more than once: every run starts from the
+		// head the store holds now, and no call keeps a result of a run
+		// that did not commit.
+		for _, c := range batch {
+			c.res = nil
+		}
+		var err error
+		if w, err = r.newWtx(tx); err != nil {
+			return err
+		}
 		for _, c := range batch {
 			// Each call reads the clock, as it would alone: a grant's
 			// window is checked at the call's own decision.
@@ -274,7 +344,6 @@ func (r *Receiver) run(batch []*call) (err error) {
 			}
 			c.res = res
 		}
-		var err error
 		if sc, err = w.checkpoint(r.id, r.opts.Key); err != nil {
 			return err
 		}
@@ -287,10 +356,7 @@ func (r *Receiver) run(batch []*call) (err error) {
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
-			return ErrClosed
-		}
-		return err
+		return r.writeErr(err)
 	}
 	committed = true
 	r.head, r.state, r.stateSum = w.chain.Head(), w.state, w.stateSum
@@ -304,18 +370,11 @@ func (r *Receiver) run(batch []*call) (err error) {
 	// fails the database is ahead of its anchor, which Open accepts as a
 	// crash window; the callers see an error and may retry (an applied
 	// request then answers already_applied).
-	if err := r.opts.Anchor.Store(&r.anchor, sc); err != nil {
-		// A store can fail after its write took effect (an fsync after
-		// the data reached the file). The anchor then holds sc: expect it
-		// next time, or every later write would conflict with it.
-		if cur, lerr := r.opts.Anchor.Load(); lerr == nil && cur == sc {
-			r.anchor = sc
-		}
+	if err := r.advanceAnchor(sc); err != nil {
 		r.observe(stats, start, err)
 		r.notAcknowledged(batch, err)
 		return nil
 	}
-	r.anchor = sc
 	r.observe(stats, start, nil)
 	return nil
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/internal/defect"
-	bolt "go.etcd.io/bbolt"
 )
 
 // The backup-policy fixture, as in testdata/backup-policy.
@@ -54,6 +54,9 @@ type fixture struct {
 	admin  *Admin
 	ctx    context.Context
 	anchor audit.FileAnchor
+	// store is where the receiver is kept, nil for the bbolt file at path
+	// of a test that made the fixture itself.
+	store *store
 }
 
 // opts returns the options the fixture's receiver is opened with.
@@ -65,7 +68,7 @@ func (f *fixture) opts() *Options {
 func (f *fixture) reopen() {
 	f.t.Helper()
 	f.r.Close()
-	r, err := Open(f.path, f.opts())
+	r, err := f.openStore(f.opts(), defect.Variant{})
 	if err != nil {
 		f.t.Fatalf("reopen: %v", err)
 	}
@@ -79,13 +82,20 @@ var testKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32))
 // the test ends.
 func newFixture(t testing.TB, v defect.Variant) *fixture {
 	t.Helper()
+	return newFixtureOn(t, engines[0].new(t), v)
+}
+
+// newFixtureOn is newFixture on a fresh store of s's engine.
+func newFixtureOn(t testing.TB, s *store, v defect.Variant) *fixture {
+	t.Helper()
+	s = s.fresh(t)
 	dir := t.TempDir()
-	f := &fixture{t: t, path: filepath.Join(dir, "receiver.db"), clock: newClock(), ctx: context.Background(),
-		anchor: audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}}
-	if err := Init(f.path, &InitOptions{ReceiverID: "test-receiver", Key: testKey, Anchor: f.anchor, Now: f.clock.Now}); err != nil {
+	f := &fixture{t: t, path: s.path, clock: newClock(), ctx: context.Background(),
+		anchor: audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}, store: s}
+	if err := s.init(t, &InitOptions{ReceiverID: "test-receiver", Key: testKey, Anchor: f.anchor, Now: f.clock.Now}); err != nil {
 		t.Fatalf("Init: %v", err)
 	}
-	r, err := open(f.path, f.opts(), v)
+	r, err := f.openStore(f.opts(), v)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -104,13 +114,21 @@ func newFixture(t testing.TB, v defect.Variant) *fixture {
 	return f
 }
 
+// openStore opens the fixture's receiver as the given variant.
+func (f *fixture) openStore(opts *Options, v defect.Variant) (*Receiver, error) {
+	if f.store == nil {
+		return open(f.path, opts, v)
+	}
+	return f.store.open(f.t, opts, v)
+}
+
 // checkChain walks the whole audit chain and fails the test on any broken
 // link, seq gap or non-canonical entry.
 func checkChain(t testing.TB, r *Receiver) {
 	t.Helper()
 	// A chain whose older entries were archived begins after its base.
 	var base audit.Head
-	if err := r.view(func(tx *bolt.Tx) (err error) { _, base, err = readBase(tx); return err }); err != nil {
+	if err := r.view(func(tx engine.Tx) (err error) { _, base, err = readBase(tx); return err }); err != nil {
 		t.Errorf("audit chain: base: %v", err)
 	}
 	prev, seq := base.Hash, base.Seq

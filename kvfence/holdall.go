@@ -43,7 +43,7 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 		// Scope names are collected first: a cursor must not walk a
 		// bucket that the loop below writes to.
 		var scopes []string
-		if err := w.tx.Bucket(bucketControl).ForEach(func(k, _ []byte) error {
+		if err := w.tx.Scan(bucketControl, nil, func(k, _ []byte) error {
 			scopes = append(scopes, string(k))
 			return nil
 		}); err != nil {

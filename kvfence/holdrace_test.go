@@ -265,12 +265,20 @@ func raceSettings(t *testing.T) (seed uint64, schedules int) {
 // memory (durability is the crash test's subject, not this one's).
 func raceReceiver(t *testing.T, v defect.Variant) *Receiver {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "race.db")
+	r, _ := raceReceiverOn(t, engines[0].new(t), v)
+	return r
+}
+
+// raceReceiverOn is raceReceiver on a fresh store of s's engine, which it
+// returns too.
+func raceReceiverOn(t *testing.T, s *store, v defect.Variant) (*Receiver, *store) {
+	t.Helper()
+	s = s.fresh(t)
 	anchor := &audit.MemAnchor{}
-	if err := Init(path, &InitOptions{ReceiverID: "race", Key: testKey, Anchor: anchor}); err != nil {
+	if err := s.init(t, &InitOptions{ReceiverID: "race", Key: testKey, Anchor: anchor}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := open(path, &Options{Key: testKey, Anchor: anchor, NoSync: true}, v)
+	r, err := s.open(t, &Options{Key: testKey, Anchor: anchor, NoSync: true}, v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,42 +289,49 @@ func raceReceiver(t *testing.T, v defect.Variant) *Receiver {
 	if err := r.Admin().CreateTarget(t.Context(), raceScope, raceTarget, []byte("initial")); err != nil {
 		t.Fatal(err)
 	}
-	return r
+	return r, s
 }
 
 // Ensure that, with stale workers, the current worker and an administrator
 // all racing, no mutation commits under a superseded grant and every call
 // gets exactly one decision, over many schedules.
 func TestHoldRace_InProcess(t *testing.T) {
-	seed, schedules := raceSettings(t)
-	var calls, applied, staleDenied int
-	for i := range schedules {
-		sc := raceSchedule{seed: seed + uint64(i), rotations: 20 + i%3*10, stale: 1 + i%4, current: 1 + i%2}
-		r := raceReceiver(t, defect.Variant{})
-		got := runHoldRace(t, r, sc)
-		m := replayChain(t, r)
-		checkState(t, r, m)
-		a, s := checkRaceCalls(t, m, got)
-		verifyRaceChain(t, r)
-		calls, applied, staleDenied = calls+len(got), applied+a, staleDenied+s
-		if t.Failed() {
-			t.Fatalf("schedule seed %d (KVFENCE_RACE_SEED=%d) failed", sc.seed, seed)
+	forEngines(t, func(t *testing.T, s *store) {
+		seed, schedules := raceSettings(t)
+		if s.name == "etcd" && os.Getenv("KVFENCE_RACE_SCHEDULES") == "" {
+			// A schedule on etcd takes ten times as long; a third of them
+			// keeps the suite's time sane.
+			schedules = max(1, schedules/3)
 		}
-	}
-	t.Logf("seed %d: %d schedules, %d calls, %d applied, %d superseded-grant calls denied as stale", seed, schedules, calls, applied, staleDenied)
-	if applied == 0 || staleDenied == 0 {
-		t.Fatalf("the race never applied (%d) or never denied a stale worker (%d)", applied, staleDenied)
-	}
+		var calls, applied, staleDenied int
+		for i := range schedules {
+			sc := raceSchedule{seed: seed + uint64(i), rotations: 20 + i%3*10, stale: 1 + i%4, current: 1 + i%2}
+			r, st := raceReceiverOn(t, s, defect.Variant{})
+			got := runHoldRace(t, r, sc)
+			m := replayChain(t, r)
+			checkState(t, r, m)
+			a, sd := checkRaceCalls(t, m, got)
+			verifyRaceChain(t, st, r)
+			calls, applied, staleDenied = calls+len(got), applied+a, staleDenied+sd
+			if t.Failed() {
+				t.Fatalf("schedule seed %d (KVFENCE_RACE_SEED=%d) failed", sc.seed, seed)
+			}
+		}
+		t.Logf("seed %d: %d schedules, %d calls, %d applied, %d superseded-grant calls denied as stale", seed, schedules, calls, applied, staleDenied)
+		if applied == 0 || staleDenied == 0 {
+			t.Fatalf("the race never applied (%d) or never denied a stale worker (%d)", applied, staleDenied)
+		}
+	})
 }
 
 // verifyRaceChain closes r and checks that VerifyChain, with its replay of
 // the scopes' control state, finds nothing wrong with what a correct
 // receiver wrote under the race (closing r again in cleanup does nothing).
-func verifyRaceChain(t *testing.T, r *Receiver) {
+func verifyRaceChain(t *testing.T, s *store, r *Receiver) {
 	t.Helper()
 	anchor := r.opts.Anchor
 	r.Close()
-	rep, err := VerifyChain(r.Path(), VerifyOptions{Anchor: anchor, PublicKey: testKey.Public().(ed25519.PublicKey)})
+	rep, err := s.verify(t, VerifyOptions{Anchor: anchor, PublicKey: testKey.Public().(ed25519.PublicKey)})
 	if err != nil || !rep.OK() {
 		t.Errorf("VerifyChain = %s (%s), %v; want ok", rep.Problem, rep.Detail, err)
 	}

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"github.com/kvfence/kvfence/engine"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/kvfence/kvfence/audit"
-	bolt "go.etcd.io/bbolt"
 )
 
 // chainModel is the state that an audit chain implies, rebuilt entry by
@@ -143,8 +143,9 @@ func checkState(t testing.TB, r *Receiver, m *chainModel) {
 		}
 	}
 	receipts := 0
-	err := r.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketReceipts).ForEach(func(k, _ []byte) error {
+	err := r.view(func(tx engine.Tx) error {
+		receipts = 0
+		return tx.Scan(bucketReceipts, nil, func(k, _ []byte) error {
 			receipts++
 			scope, action, _ := strings.Cut(string(k), "\x00")
 			rc, err := getReceipt(tx, scope, action)

@@ -2,13 +2,13 @@ package kvfence
 
 import (
 	"errors"
+	"github.com/kvfence/kvfence/engine"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/kvfence/kvfence/internal/defect"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Ensure that a grant of one scope cannot reach a target of another, in
@@ -34,7 +34,7 @@ func TestScopeIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	digest := RequestDigest(crossing)
-	err = f.r.db.Update(func(tx *bolt.Tx) error {
+	err = f.r.rawUpdate(func(tx engine.Tx) error {
 		rec, err := getGrant(tx, g.ID)
 		if err != nil {
 			return err
@@ -44,7 +44,7 @@ func TestScopeIsolation(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return tx.Bucket(bucketGrants).Put([]byte(g.ID), raw)
+		return tx.Put(bucketGrants, []byte(g.ID), raw)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // Expired reports whether the grant's validity window is over at now: the
@@ -13,7 +13,7 @@ func (g Grant) Expired(now time.Time) bool { return !now.Before(g.NotAfter) }
 
 // scopeStatus is a scope's status with its active grant, read in the same
 // transaction as the control record, so that the two describe one moment.
-func scopeStatus(tx *bolt.Tx, scope string, c *controlRecord, now time.Time) (ScopeStatus, error) {
+func scopeStatus(tx engine.Tx, scope string, c *controlRecord, now time.Time) (ScopeStatus, error) {
 	st := c.public(scope)
 	if c.Mode != ModeOpen {
 		return st, nil
@@ -35,8 +35,9 @@ func scopeStatus(tx *bolt.Tx, scope string, c *controlRecord, now time.Time) (Sc
 // a name appears once whatever the filter. A scope that does not exist is
 // ErrUnknownScope; one without targets gives an empty list.
 func (r *Receiver) Targets(scope string) ([]Target, error) {
-	out := []Target{}
-	err := r.view(func(tx *bolt.Tx) error {
+	var out []Target
+	err := r.view(func(tx engine.Tx) error {
+		out = []Target{} // the function may run more than once
 		if scope != "" {
 			c, err := getControl(tx, scope)
 			if err != nil {
@@ -46,8 +47,8 @@ func (r *Receiver) Targets(scope string) ([]Target, error) {
 				return fmt.Errorf("%w: %s", ErrUnknownScope, scope)
 			}
 		}
-		return tx.Bucket(bucketTargets).ForEach(func(k, _ []byte) error {
-			t, err := getTarget(tx, string(k))
+		return tx.Scan(bucketTargets, nil, func(k, v []byte) error {
+			t, err := parseTarget(string(k), v)
 			if err != nil {
 				return err
 			}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvfence/kvfence/audit"
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // The observation path reads state in read-only transactions. Nothing here
@@ -14,7 +14,7 @@ import (
 func (r *Receiver) Status(scope string) (ScopeStatus, error) {
 	var st ScopeStatus
 	now := r.opts.Now()
-	err := r.view(func(tx *bolt.Tx) error {
+	err := r.view(func(tx engine.Tx) error {
 		c, err := getControl(tx, scope)
 		if err != nil {
 			return err
@@ -32,9 +32,10 @@ func (r *Receiver) Status(scope string) (ScopeStatus, error) {
 func (r *Receiver) Scopes() ([]ScopeStatus, error) {
 	var out []ScopeStatus
 	now := r.opts.Now()
-	err := r.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketControl).ForEach(func(k, _ []byte) error {
-			c, err := getControl(tx, string(k))
+	err := r.view(func(tx engine.Tx) error {
+		out = out[:0] // the function may run more than once
+		return tx.Scan(bucketControl, nil, func(k, v []byte) error {
+			c, err := parseControl(string(k), v)
 			if err != nil {
 				return err
 			}
@@ -49,7 +50,7 @@ func (r *Receiver) Scopes() ([]ScopeStatus, error) {
 // Target returns a target's value and revision, or ErrUnknownTarget.
 func (r *Receiver) Target(name string) (Target, error) {
 	var out Target
-	err := r.view(func(tx *bolt.Tx) error {
+	err := r.view(func(tx engine.Tx) error {
 		t, err := getTarget(tx, name)
 		if err != nil {
 			return err
@@ -66,7 +67,7 @@ func (r *Receiver) Target(name string) (Target, error) {
 // Receipt returns the receipt of an applied action, or ErrNotFound.
 func (r *Receiver) Receipt(scope, action string) (Receipt, error) {
 	var out Receipt
-	err := r.view(func(tx *bolt.Tx) error {
+	err := r.view(func(tx engine.Tx) error {
 		rc, err := getReceipt(tx, scope, action)
 		if err != nil {
 			return err
@@ -88,7 +89,7 @@ func (r *Receiver) Receipt(scope, action string) (Receipt, error) {
 // version that did not record it).
 func (r *Receiver) Grant(id string) (Grant, error) {
 	var out Grant
-	err := r.view(func(tx *bolt.Tx) error {
+	err := r.view(func(tx engine.Tx) error {
 		g, err := getGrant(tx, id)
 		if err != nil {
 			return err
@@ -113,18 +114,24 @@ type Event struct {
 // Events calls fn for each audit entry with seq >= since, in order, until fn
 // returns false. It holds a read transaction while it runs.
 func (r *Receiver) Events(since uint64, fn func(Event) bool) error {
-	return r.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketAudit).Cursor()
-		for k, v := c.Seek(audit.SeqKey(since)); k != nil; k, v = c.Next() {
+	// A read transaction may run again (on etcd, after a compaction): it
+	// goes on after the last entry handed to fn, which sees each once.
+	var from []byte
+	return r.view(func(tx engine.Tx) error {
+		if from == nil {
+			from = audit.SeqKey(since)
+		}
+		return tx.Scan(bucketAudit, from, func(k, v []byte) error {
 			e, err := audit.DecodeEntry(v)
 			if err != nil {
 				return fmt.Errorf("%w: audit entry %x: %v", ErrBadFormat, k, err)
 			}
+			from = audit.SeqKey(e.Seq + 1)
 			if !fn(Event{Entry: e, Hash: audit.HashEntry(v)}) {
-				return nil
+				return engine.StopScan
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 }
 

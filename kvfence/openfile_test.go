@@ -5,13 +5,12 @@ package kvfence
 import (
 	"bytes"
 	"errors"
+	"github.com/kvfence/kvfence/engine/boltengine"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Ensure that when bbolt panics inside Open (here on a freelist page of
@@ -36,9 +35,9 @@ func TestOpenBolt_PanicReleasesLock(t *testing.T) {
 	unchecked := func(name string, flag int, perm os.FileMode) (*os.File, error) {
 		return os.OpenFile(name, flag&^os.O_CREATE, perm)
 	}
-	_, err := openBolt(path, &bolt.Options{Timeout: time.Second, OpenFile: unchecked})
+	_, err := boltengine.OpenFile(path, boltengine.FileOptions{Errors: fileErrors, Timeout: time.Second, OpenFile: unchecked})
 	if !errors.Is(err, ErrBadFormat) {
-		t.Fatalf("openBolt on a file bbolt panics on: %v, want ErrBadFormat", err)
+		t.Fatalf("opening a file bbolt panics on: %v, want ErrBadFormat", err)
 	}
 	f, err := os.Open(path)
 	if err != nil {

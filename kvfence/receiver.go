@@ -1,6 +1,7 @@
 package kvfence
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
@@ -14,9 +15,10 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
-	"github.com/kvfence/kvfence/internal/boltfile"
+	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/engine/boltengine"
+	"github.com/kvfence/kvfence/internal/chain"
 	"github.com/kvfence/kvfence/internal/defect"
-	bolt "go.etcd.io/bbolt"
 )
 
 // DefaultReserve is the free space kept for administrative writes when
@@ -94,8 +96,11 @@ var ErrReadOnly = errors.New("kvfence: receiver opened read-only")
 // are safe for concurrent use; concurrent writes are group-committed (see
 // the package documentation). Administrative calls are on Admin.
 type Receiver struct {
-	db   *bolt.DB
+	eng engine.Engine
+	// path is the database file's path, or a name of the store for a
+	// receiver opened on an engine, in messages; file says which.
 	path string
+	file bool
 	id   string
 	opts Options
 	// pub and recoveryPub are the keys recorded at Init.
@@ -103,14 +108,21 @@ type Receiver struct {
 	defect           defect.Variant
 	faults           faultHooks
 
-	// queue holds write calls waiting to be group-committed.
-	queue commitQueue
+	// queue holds write calls waiting to be group-committed; a batch holds
+	// at most batchCalls calls and batchBytes of input (batchLimits).
+	queue                  commitQueue
+	batchCalls, batchBytes int
 	// wmu is held by the leader of a batch while it runs the batch's write
 	// transaction and anchor write. It guards head, the audit chain's newest
 	// entry, which a write transaction reads at its start and which is
 	// replaced only after its commit succeeded.
 	wmu  sync.Mutex
 	head audit.Head
+	// headMismatch is set when Open found a head key that disagrees with
+	// the newest entry (chain.ErrHeadMismatch): the state check refuses
+	// such a store, and a writer that skips that check (Recover) starts
+	// from the newest entry.
+	headMismatch error
 	// state is the fence state's digest as of head, checked against the
 	// records at Open, and stateSum its sum; guarded by wmu like head.
 	state    audit.StateHash
@@ -133,8 +145,8 @@ type faultHooks struct {
 	// so that every call of the batch gets its error; only the test that
 	// shows fault isolation sets it, to show that it then goes red.
 	shareFault bool
-	// freeSpace, if set, replaces the measurement of the volume's free
-	// space that the reserve for administrators is checked against.
+	// freeSpace, if set, replaces the store's measurement of the volume's
+	// free space that the reserve for administrators is checked against.
 	freeSpace func(path string) (int64, error)
 }
 
@@ -169,86 +181,139 @@ type InitOptions struct {
 // an existing file (ErrAlreadyInitialized). If it fails before its commit
 // it leaves no file behind; if only the first anchor write fails, the file
 // stays, and the next writable Open writes that anchor from the database's
-// own init checkpoint.
-func Init(path string, opts *InitOptions) (err error) {
-	if opts == nil {
-		opts = &InitOptions{}
-	}
-	if err := checkName("receiver id", opts.ReceiverID); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-	}
-	if len(opts.Key) != ed25519.PrivateKeySize {
-		return fmt.Errorf("%w: a receiver signing key (Ed25519) is required", ErrInvalidArgument)
-	}
-	if opts.Anchor == nil {
-		return fmt.Errorf("%w: an anchor store is required", ErrInvalidArgument)
-	}
-	receiverKey := opts.Key.Public().(ed25519.PublicKey)
-	if opts.RecoveryKey != nil {
-		if len(opts.RecoveryKey) != ed25519.PublicKeySize {
-			return fmt.Errorf("%w: recovery key must be an Ed25519 public key", ErrInvalidArgument)
-		}
-		if opts.RecoveryKey.Equal(receiverKey) {
-			return fmt.Errorf("%w: %w", ErrInvalidArgument, ErrRecoveryKeyIsReceiverKey)
-		}
-	}
-	if _, err := opts.Anchor.Load(); !errors.Is(err, audit.ErrAnchorMissing) {
-		if err == nil {
-			return fmt.Errorf("%w: the anchor already holds a checkpoint; refusing to replace it", audit.ErrWriteConflict)
-		}
-		return fmt.Errorf("kvfence: init: anchor: %w", err)
-	}
-	if opts.MaxGrantTTL < 0 {
-		return fmt.Errorf("%w: negative maximum grant lifetime", ErrInvalidArgument)
-	}
-	maxTTL := opts.MaxGrantTTL
-	if maxTTL == 0 {
-		maxTTL = DefaultMaxGrantTTL
-	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
+// own init checkpoint, but only to the anchor Init was given (by its
+// audit.Locator location, which Init records), never to another store that
+// merely holds no anchor either.
+func Init(path string, opts *InitOptions) error {
+	p, err := prepareInit(opts)
+	if err != nil {
+		return err
 	}
 	var first audit.SignedCheckpoint
-	err = boltfile.Create(path, DefaultLockTimeout, fileErrors, func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
-			if _, err := tx.CreateBucket(name); err != nil {
-				return err
-			}
-		}
-		meta := tx.Bucket(bucketMeta)
-		if err := meta.Put(metaFormat, []byte(formatVersion)); err != nil {
-			return err
-		}
-		if err := meta.Put(metaReceiver, []byte(opts.ReceiverID)); err != nil {
-			return err
-		}
-		if err := meta.Put(metaReceiverKey, receiverKey); err != nil {
-			return err
-		}
-		if opts.RecoveryKey != nil {
-			if err := meta.Put(metaRecoveryKey, opts.RecoveryKey); err != nil {
-				return err
-			}
-		}
-		if err := meta.Put(metaMaxGrantTTL, encodeMaxGrantTTL(maxTTL)); err != nil {
-			return err
-		}
-		// The empty state's digest is stored too: Open always finds one.
-		w := &wtx{tx: tx, chain: audit.NewChain(audit.Head{}), now: now(), stateDirty: true}
-		if _, err := w.appendAudit(&audit.Entry{Kind: KindInit, Note: "receiver " + opts.ReceiverID + "; max grant ttl " + maxTTL.String()}); err != nil {
-			return err
-		}
-		first, err = w.checkpoint(opts.ReceiverID, opts.Key)
+	err = boltengine.CreateFile(path, boltengine.FileOptions{Errors: fileErrors, Timeout: DefaultLockTimeout, FillPercent: fillPercent}, func(tx engine.Tx) (err error) {
+		first, err = p.initStore(tx)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	if err := opts.Anchor.Store(nil, first); err != nil {
+	return p.firstAnchor(first)
+}
+
+// InitEngine lays out a new receiver on e, an empty store (a fresh etcd
+// prefix), and writes the first anchor; e stays open for the caller. A
+// store that already holds a receiver is ErrAlreadyInitialized. A store
+// that holds a half-made receiver (an Init whose outcome was unknown) is
+// refused too, as ErrAlreadyInitialized: Open then tells whether it is
+// whole. If only the first anchor write fails, the next writable
+// OpenEngine writes that anchor from the store's own init checkpoint.
+func InitEngine(e engine.Engine, opts *InitOptions) error {
+	p, err := prepareInit(opts)
+	if err != nil {
+		return err
+	}
+	var first audit.SignedCheckpoint
+	err = e.Update(context.Background(), func(tx engine.Tx) (err error) {
+		if ok, err := tx.HasBucket(bucketMeta); err != nil {
+			return err
+		} else if ok {
+			return fmt.Errorf("%w: the store already holds a receiver", ErrAlreadyInitialized)
+		}
+		first, err = p.initStore(tx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kvfence: init: %w", engineErr(err))
+	}
+	return p.firstAnchor(first)
+}
+
+// initPlan is a checked InitOptions.
+type initPlan struct {
+	opts        *InitOptions
+	receiverKey ed25519.PublicKey
+	maxTTL      time.Duration
+	now         func() time.Time
+}
+
+// prepareInit checks Init's options and that the anchor is empty.
+func prepareInit(opts *InitOptions) (*initPlan, error) {
+	if opts == nil {
+		opts = &InitOptions{}
+	}
+	if err := checkName("receiver id", opts.ReceiverID); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if len(opts.Key) != ed25519.PrivateKeySize {
+		return nil, fmt.Errorf("%w: a receiver signing key (Ed25519) is required", ErrInvalidArgument)
+	}
+	if opts.Anchor == nil {
+		return nil, fmt.Errorf("%w: an anchor store is required", ErrInvalidArgument)
+	}
+	p := &initPlan{opts: opts, receiverKey: opts.Key.Public().(ed25519.PublicKey), maxTTL: opts.MaxGrantTTL, now: opts.Now}
+	if opts.RecoveryKey != nil {
+		if len(opts.RecoveryKey) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("%w: recovery key must be an Ed25519 public key", ErrInvalidArgument)
+		}
+		if opts.RecoveryKey.Equal(p.receiverKey) {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, ErrRecoveryKeyIsReceiverKey)
+		}
+	}
+	if _, err := opts.Anchor.Load(); !errors.Is(err, audit.ErrAnchorMissing) {
+		if err == nil {
+			return nil, fmt.Errorf("%w: the anchor already holds a checkpoint; refusing to replace it", audit.ErrWriteConflict)
+		}
+		return nil, fmt.Errorf("kvfence: init: anchor: %w", err)
+	}
+	if opts.MaxGrantTTL < 0 {
+		return nil, fmt.Errorf("%w: negative maximum grant lifetime", ErrInvalidArgument)
+	}
+	if p.maxTTL == 0 {
+		p.maxTTL = DefaultMaxGrantTTL
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	return p, nil
+}
+
+// firstAnchor writes the init checkpoint to the anchor.
+func (p *initPlan) firstAnchor(first audit.SignedCheckpoint) error {
+	if err := p.opts.Anchor.Store(nil, first); err != nil {
 		return fmt.Errorf("kvfence: init: writing the first anchor: %w", err)
 	}
 	return nil
+}
+
+// initStore lays out an empty store in its first transaction: buckets,
+// meta records, the init entry and the first checkpoint.
+func (p *initPlan) initStore(tx engine.Tx) (audit.SignedCheckpoint, error) {
+	opts, receiverKey, maxTTL := p.opts, p.receiverKey, p.maxTTL
+	var none audit.SignedCheckpoint
+	for _, name := range allBuckets {
+		if err := tx.CreateBucket(name); err != nil {
+			return none, err
+		}
+	}
+	meta := map[string][]byte{string(metaFormat): []byte(formatVersion), string(metaReceiver): []byte(opts.ReceiverID),
+		string(metaReceiverKey): receiverKey, string(metaMaxGrantTTL): encodeMaxGrantTTL(maxTTL)}
+	if opts.RecoveryKey != nil {
+		meta[string(metaRecoveryKey)] = opts.RecoveryKey
+	}
+	if l, ok := opts.Anchor.(audit.Locator); ok {
+		meta[string(metaAnchorLocation)] = []byte(l.Location())
+	}
+	for k, v := range meta {
+		if err := tx.Put(bucketMeta, []byte(k), v); err != nil {
+			return none, err
+		}
+	}
+	// The empty state's digest is stored too: Open always finds one.
+	w := &wtx{tx: tx, chain: auditChain.NewWriter(tx, audit.Head{}), now: p.now(), stateDirty: true}
+	if _, err := w.appendAudit(&audit.Entry{Kind: KindInit, Note: "receiver " + opts.ReceiverID + "; max grant ttl " + maxTTL.String()}); err != nil {
+		return none, err
+	}
+	return w.checkpoint(opts.ReceiverID, opts.Key)
 }
 
 // Open opens an existing receiver database. It never creates one: a missing
@@ -259,9 +324,51 @@ func Open(path string, opts *Options) (*Receiver, error) {
 	return open(path, opts, defect.Variant{})
 }
 
-// open opens the receiver as the given variant. Only the lab build and this
-// package's tests may ask for a defective one (defectsAllowed).
+// OpenEngine opens the receiver kept in e, which InitEngine laid out, with
+// the same checks as Open: the layout, the key, the anchor and the state
+// digest. The receiver owns e from then on, even if OpenEngine fails: Close
+// (or the failure) closes it. LockTimeout, NoSync and Reserve are about a
+// file and do not apply; ReadOnly refuses every write.
+func OpenEngine(e engine.Engine, opts *Options) (*Receiver, error) {
+	return openWith(e, "engine store", false, opts, defect.Variant{})
+}
+
+// open opens the receiver file as the given variant. Only the lab build and
+// this package's tests may ask for a defective one (defectsAllowed).
 func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error) {
+	if v != (defect.Variant{}) && !defectsAllowed.Load() {
+		return nil, fmt.Errorf("%w: a defective receiver exists only in this package's tests and the lab build", ErrInvalidArgument)
+	}
+	timeout := DefaultLockTimeout
+	var ro, noSync bool
+	if opts != nil {
+		if opts.LockTimeout != 0 {
+			timeout = opts.LockTimeout
+		}
+		ro, noSync = opts.ReadOnly, opts.NoSync
+	}
+	if timeout < 0 {
+		timeout = time.Nanosecond
+	}
+	// The pages are checked under the lock before bbolt reads them
+	// (boltengine.CheckPages).
+	e, err := boltengine.OpenFile(path, boltengine.FileOptions{Errors: fileErrors, Timeout: timeout, ReadOnly: ro, NoSync: noSync,
+		CheckPages: true, FillPercent: fillPercent})
+	if err != nil {
+		return nil, err
+	}
+	return openWith(e, path, true, opts, v)
+}
+
+// openWith opens the receiver in e; path names it in messages, and file
+// says it is a database file (for the reserve's measurement). e is closed
+// if it fails.
+func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.Variant) (r *Receiver, err error) {
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
 	if v != (defect.Variant{}) && !defectsAllowed.Load() {
 		return nil, fmt.Errorf("%w: a defective receiver exists only in this package's tests and the lab build", ErrInvalidArgument)
 	}
@@ -288,23 +395,8 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 	if o.Warn == nil {
 		o.Warn = func(msg string) { log.Print(msg) }
 	}
-	timeout := o.LockTimeout
-	if timeout < 0 {
-		timeout = time.Nanosecond
-	}
-	// The pages are checked under the lock before bbolt reads them
-	// (pagecheck.go).
-	db, err := boltfile.Open(path, bolt.Options{Timeout: timeout, ReadOnly: o.ReadOnly, NoSync: o.NoSync,
-		OpenFile: checkedOpenFile(timeout)}, fileErrors, releaseFile)
-	if err != nil {
-		return nil, err
-	}
-	r = &Receiver{db: db, path: path, opts: o, defect: v}
-	defer func() {
-		if err != nil {
-			db.Close()
-		}
-	}()
+	r = &Receiver{eng: e, path: path, file: file, opts: o, defect: v}
+	r.batchCalls, r.batchBytes = batchLimits(e.Limits())
 	if err := r.load(); err != nil {
 		return nil, err
 	}
@@ -335,70 +427,78 @@ func open(path string, opts *Options, v defect.Variant) (r *Receiver, err error)
 	return r, nil
 }
 
-// fileErrors are this package's sentinels for boltfile's failures.
-var fileErrors = boltfile.Errors{Prefix: "kvfence", NotInitialized: ErrNotInitialized, AlreadyInitialized: ErrAlreadyInitialized,
+// fileErrors are this package's sentinels for the bbolt file's failures.
+var fileErrors = boltengine.FileErrors{Prefix: "kvfence", NotInitialized: ErrNotInitialized, AlreadyInitialized: ErrAlreadyInitialized,
 	StorageBusy: ErrStorageBusy, BadFormat: ErrBadFormat}
 
-// openBolt opens the bbolt file with the receiver's page check and maps its
-// failures onto this package's errors.
-func openBolt(path string, bo *bolt.Options) (*bolt.DB, error) {
-	return boltfile.Open(path, *bo, fileErrors, releaseFile)
-}
+// auditChain is where the receiver keeps its audit chain.
+var auditChain = chain.Layout{Audit: bucketAudit, Checkpoints: bucketCheckpoints}
+
+// fillPercent fills the audit bucket's pages before they split instead of
+// bbolt's half: entries are only ever appended in key order, and the
+// chain, every denial included, then takes about half the pages.
+var fillPercent = map[string]float64{string(bucketAudit): auditFillPercent}
 
 // load checks the layout and reads the receiver id and the chain head.
 func (r *Receiver) load() error {
-	return r.view(func(tx *bolt.Tx) error {
+	return r.view(func(tx engine.Tx) error {
 		for _, name := range allBuckets {
-			if tx.Bucket(name) == nil {
+			ok, err := tx.HasBucket(name)
+			if err != nil {
+				return err
+			}
+			if !ok && !r.file && string(name) == string(bucketMeta) {
+				return fmt.Errorf("%w: %s holds no receiver", ErrNotInitialized, r.path)
+			}
+			if !ok {
 				return fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, r.path, name)
 			}
 		}
-		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(metaFormat); string(v) == "1" {
+		var meta [4][]byte
+		for i, k := range [][]byte{metaFormat, metaReceiver, metaReceiverKey, metaRecoveryKey} {
+			v, err := tx.Get(bucketMeta, k)
+			if err != nil {
+				return err
+			}
+			meta[i] = v
+		}
+		v, id, key, rk := meta[0], meta[1], meta[2], meta[3]
+		if string(v) == "1" {
 			return fmt.Errorf("%w: %s: format version 1 predates the state digest that checkpoints now commit to; "+
 				"initialise a new receiver", ErrBadFormat, r.path)
 		} else if string(v) != formatVersion {
 			return fmt.Errorf("%w: %s: format version %q, want %q", ErrBadFormat, r.path, v, formatVersion)
 		}
-		id := meta.Get(metaReceiver)
 		if err := checkName("receiver id", string(id)); err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrBadFormat, r.path, err)
 		}
 		r.id = string(id)
-		key := meta.Get(metaReceiverKey)
 		if len(key) != ed25519.PublicKeySize {
 			return fmt.Errorf("%w: %s: receiver key is %d bytes", ErrBadFormat, r.path, len(key))
 		}
 		r.pub = append(ed25519.PublicKey(nil), key...)
-		if rk := meta.Get(metaRecoveryKey); rk != nil {
+		r.recoveryPub = nil
+		if rk != nil {
 			if len(rk) != ed25519.PublicKeySize {
 				return fmt.Errorf("%w: %s: recovery key is %d bytes", ErrBadFormat, r.path, len(rk))
 			}
 			r.recoveryPub = append(ed25519.PublicKey(nil), rk...)
 		}
-		head, err := readHead(tx)
+		head, mismatch, err := auditChain.LoadHead(tx)
 		if err != nil {
-			return err
+			return chainErr(r.path, err)
 		}
-		r.head = head
+		r.head, r.headMismatch = head, mismatch
 		return nil
 	})
 }
 
-// readHead returns the newest audit entry's position.
-func readHead(tx *bolt.Tx) (audit.Head, error) {
-	k, v := tx.Bucket(bucketAudit).Cursor().Last()
-	if k == nil {
-		return audit.Head{}, fmt.Errorf("%w: empty audit chain", ErrBadFormat)
+// chainErr maps the chain's format errors onto ErrBadFormat.
+func chainErr(path string, err error) error {
+	if errors.Is(err, chain.ErrBadChain) {
+		return fmt.Errorf("%w: %s: %v", ErrBadFormat, path, err)
 	}
-	e, err := audit.DecodeEntry(v)
-	if err != nil {
-		return audit.Head{}, fmt.Errorf("%w: newest audit entry: %v", ErrBadFormat, err)
-	}
-	if string(k) != string(audit.SeqKey(e.Seq)) {
-		return audit.Head{}, fmt.Errorf("%w: newest audit entry stored under the wrong key", ErrBadFormat)
-	}
-	return audit.Head{Seq: e.Seq, Hash: audit.HashEntry(v)}, nil
+	return err
 }
 
 // ID returns the receiver id given at Init.
@@ -410,30 +510,37 @@ func (r *Receiver) PublicKey() ed25519.PublicKey { return r.pub }
 // RecoveryKey returns the recovery public key recorded at Init, or nil.
 func (r *Receiver) RecoveryKey() ed25519.PublicKey { return r.recoveryPub }
 
-// Path returns the database file's path.
-func (r *Receiver) Path() string { return r.path }
+// Path returns the database file's path, or "" for a receiver opened on an
+// engine with OpenEngine.
+func (r *Receiver) Path() string {
+	if !r.file {
+		return ""
+	}
+	return r.path
+}
 
 // Close releases the database and its lock.
-func (r *Receiver) Close() error { return r.db.Close() }
+func (r *Receiver) Close() error { return r.eng.Close() }
 
 // view runs fn in a read-only transaction, turning a bbolt panic on a
-// corrupt page into an error.
-func (r *Receiver) view(fn func(tx *bolt.Tx) error) (err error) {
+// corrupt page into an error. fn may run more than once.
+func (r *Receiver) view(fn func(tx engine.Tx) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, r.path, p)
 		}
 	}()
-	return r.db.View(fn)
+	return engineErr(r.eng.View(context.Background(), fn))
 }
 
-// wtx is one write transaction with the audit chain it extends. Every call
-// of a batch runs in the same wtx; now is the clock as the current call
-// read it.
+// wtx is one run of a write transaction with the audit chain it extends.
+// Every call of a batch runs in the same wtx; now is the clock as the
+// current call read it. A wtx is made afresh for every run of the
+// transaction function, so nothing of a run that did not commit is kept.
 type wtx struct {
-	tx     *bolt.Tx
-	chain  *audit.Chain
+	tx     engine.Tx
+	chain  chain.Writer
 	now    time.Time
 	faults *faultHooks
 	// state is the fence state's digest, kept current by every put to a
@@ -445,7 +552,9 @@ type wtx struct {
 }
 
 // appendAudit fills in e's time, links it into the chain and stores it. It
-// returns the entry's seq.
+// returns the entry's seq. A cached head that fell behind (a commit
+// reported as failed that reached the disk anyway) must stop writes, not
+// overwrite the entry it missed: the chain refuses to overwrite one.
 func (w *wtx) appendAudit(e *audit.Entry) (uint64, error) {
 	if w.faults != nil && w.faults.beforeAudit != nil {
 		if err := w.faults.beforeAudit(e); err != nil {
@@ -454,25 +563,11 @@ func (w *wtx) appendAudit(e *audit.Entry) (uint64, error) {
 	}
 	e.At = w.now.UnixNano()
 	e.Note = boundNote(e.Note)
-	raw, _, err := w.chain.Append(e)
-	if err != nil {
-		return 0, err
+	seq, err := w.chain.Append(e)
+	if errors.Is(err, chain.ErrBadChain) {
+		return 0, fmt.Errorf("%w: %v; reopen the receiver", ErrBadFormat, err)
 	}
-	// Entries are never rewritten. A cached head that fell behind (a commit
-	// reported as failed that reached the disk anyway) must stop writes, not
-	// overwrite the entry it missed.
-	b := w.tx.Bucket(bucketAudit)
-	// Entries are only ever appended in key order, so pages may be filled
-	// before they split instead of bbolt's half: the chain, every denial
-	// included, takes about half the pages.
-	b.FillPercent = auditFillPercent
-	if b.Get(audit.SeqKey(e.Seq)) != nil {
-		return 0, fmt.Errorf("%w: audit entry %d already exists; reopen the receiver", ErrBadFormat, e.Seq)
-	}
-	if err := b.Put(audit.SeqKey(e.Seq), raw); err != nil {
-		return 0, err
-	}
-	return e.Seq, nil
+	return seq, err
 }
 
 // auditFillPercent is how full the audit bucket's pages are when they

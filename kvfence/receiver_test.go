@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"github.com/kvfence/kvfence/engine"
 	"math"
 	"os"
 	"os/exec"
@@ -178,7 +179,7 @@ func TestHold_EpochExhausted(t *testing.T) {
 	if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
-	err := f.r.db.Update(func(tx *bolt.Tx) error {
+	err := f.r.rawUpdate(func(tx engine.Tx) error {
 		c, err := getControl(tx, fixScope)
 		if err != nil {
 			return err
@@ -188,7 +189,7 @@ func TestHold_EpochExhausted(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return tx.Bucket(bucketControl).Put([]byte(fixScope), raw)
+		return tx.Put(bucketControl, []byte(fixScope), raw)
 	})
 	if err != nil {
 		t.Fatal(err)

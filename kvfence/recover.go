@@ -2,16 +2,18 @@ package kvfence
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/kvfence/kvfence/internal/defect"
 	"iter"
 	"math"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // KindRecovered is the audit kind of an ordinary recovery admission's
@@ -63,6 +65,22 @@ func Inspect(path string, anchor audit.AnchorStore) (Questioned, error) {
 		return Questioned{}, err
 	}
 	defer r.Close()
+	return r.inspectAnchored(path, anchor)
+}
+
+// InspectEngine is Inspect for a receiver kept in e (OpenEngine), which it
+// closes when it returns.
+func InspectEngine(e engine.Engine, anchor audit.AnchorStore) (Questioned, error) {
+	r, err := openWith(e, "engine store", false, &Options{ReadOnly: true, anchorUnchecked: true}, defect.Variant{})
+	if err != nil {
+		return Questioned{}, err
+	}
+	defer r.Close()
+	return r.inspectAnchored(r.path, anchor)
+}
+
+// inspectAnchored is Inspect on an open, read-only receiver.
+func (r *Receiver) inspectAnchored(path string, anchor audit.AnchorStore) (Questioned, error) {
 	q, err := r.inspect()
 	if err != nil {
 		return Questioned{}, err
@@ -99,8 +117,11 @@ func (r *Receiver) inspect() (Questioned, error) {
 		return q, err
 	}
 	q.State = state.Sum()
-	err = r.view(func(tx *bolt.Tx) error {
-		q.DatabaseEpochHighWater = epochHighWater(tx)
+	err = r.view(func(tx engine.Tx) error {
+		var err error
+		if q.DatabaseEpochHighWater, err = epochHighWater(tx); err != nil {
+			return err
+		}
 		scopes, err := scopeNames(tx)
 		if err != nil {
 			return err
@@ -120,16 +141,13 @@ func (r *Receiver) inspect() (Questioned, error) {
 // scopeNames returns every scope's name. They are read before any control
 // record is rewritten, because a bbolt cursor may skip or repeat keys when
 // its bucket changes under it.
-func scopeNames(tx *bolt.Tx) ([]string, error) {
+func scopeNames(tx engine.Tx) ([]string, error) {
 	var names []string
-	c := tx.Bucket(bucketControl).Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if v == nil {
-			return nil, fmt.Errorf("%w: control %q is a bucket, not a record", ErrBadFormat, k)
-		}
+	err := tx.Scan(bucketControl, nil, func(k, _ []byte) error {
 		names = append(names, string(k))
-	}
-	return names, nil
+		return nil
+	})
+	return names, err
 }
 
 // RecoverOptions configures Recover.
@@ -199,6 +217,20 @@ type RecoverResult struct {
 // anchorless database: a restored copy of a recovered one would otherwise
 // slip back in.
 func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult, error) {
+	return recoverWith(path, admission, opts, func(o *Options) (*Receiver, error) { return Open(path, o) })
+}
+
+// RecoverEngine is Recover for a receiver kept in e (OpenEngine), which it
+// closes when it returns.
+func RecoverEngine(e engine.Engine, admission []byte, opts RecoverOptions) (RecoverResult, error) {
+	return recoverWith("engine store", admission, opts, func(o *Options) (*Receiver, error) {
+		return openWith(e, "engine store", false, o, defect.Variant{})
+	})
+}
+
+// recoverWith runs Recover on the receiver that open opens; path names it
+// in messages.
+func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*Options) (*Receiver, error)) (RecoverResult, error) {
 	if len(opts.RecoveryKey) != ed25519.PublicKeySize {
 		return RecoverResult{}, fmt.Errorf("%w: the recovery public key is required", ErrInvalidArgument)
 	}
@@ -212,7 +244,7 @@ func Recover(path string, admission []byte, opts RecoverOptions) (RecoverResult,
 	if err := sa.Verify(opts.RecoveryKey); err != nil {
 		return RecoverResult{}, err
 	}
-	r, err := Open(path, &Options{Key: opts.Key, Now: opts.Now, LockTimeout: opts.LockTimeout, anchorUnchecked: true})
+	r, err := open(&Options{Key: opts.Key, Now: opts.Now, LockTimeout: opts.LockTimeout, anchorUnchecked: true})
 	if err != nil {
 		return RecoverResult{}, err
 	}
@@ -299,16 +331,24 @@ type recovery struct {
 func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverResult, audit.SignedCheckpoint, error) {
 	var res RecoverResult
 	var sc audit.SignedCheckpoint
-	err := r.db.Update(func(tx *bolt.Tx) error {
-		w := &wtx{tx: tx, chain: audit.NewChain(r.head), now: r.opts.Now(), state: r.state, stateSum: r.stateSum}
+	err := r.eng.Update(context.Background(), func(tx engine.Tx) error {
+		w, err := r.newWtx(tx)
+		if err != nil {
+			return err
+		}
+		w.now = r.opts.Now()
 		res = RecoverResult{}
 		// The recovery's entry is the next one; the revoked grants name it.
-		seq := r.head.Seq + 1
+		seq := w.chain.Head().Seq + 1
 		scopes, err := scopeNames(tx)
 		if err != nil {
 			return err
 		}
-		floor := max(rc.floor, epochHighWater(tx))
+		hw, err := epochHighWater(tx)
+		if err != nil {
+			return err
+		}
+		floor := max(rc.floor, hw)
 		for _, scope := range scopes {
 			ctl, err := w.control(scope)
 			if err != nil {
@@ -338,7 +378,10 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 		if res.GrantsRevoked, err = w.revokeGrants(seq); err != nil {
 			return err
 		}
-		got, err := w.appendAudit(&audit.Entry{Kind: rc.kind, Epoch: epochHighWater(tx),
+		if hw, err = epochHighWater(tx); err != nil {
+			return err
+		}
+		got, err := w.appendAudit(&audit.Entry{Kind: rc.kind, Epoch: hw,
 			Note: fmt.Sprintf("%s; scopes held %d, grants revoked %d; reason: %s",
 				rc.detail, len(res.Scopes), res.GrantsRevoked, rc.reason)})
 		if err != nil {
@@ -351,7 +394,7 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 		sc, err = w.checkpoint(r.id, key)
 		return err
 	})
-	return res, sc, err
+	return res, sc, engineErr(err)
 }
 
 // revokeGrants marks every grant record not yet revoked as revoked by the
@@ -359,9 +402,11 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 // history that receipts and audit entries refer to.
 func (w *wtx) revokeGrants(seq uint64) (int, error) {
 	var ids [][]byte
-	c := w.tx.Bucket(bucketGrants).Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+	if err := w.tx.Scan(bucketGrants, nil, func(k, _ []byte) error {
 		ids = append(ids, bytes.Clone(k))
+		return nil
+	}); err != nil {
+		return 0, err
 	}
 	n := 0
 	for _, id := range ids {
@@ -424,28 +469,67 @@ func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
 		return audit.Report{}, err
 	}
 	defer r.Close()
+	return r.verifyChain(opts)
+}
+
+// VerifyChainEngine is VerifyChain for a receiver kept in e (OpenEngine),
+// which it closes when it returns.
+func VerifyChainEngine(e engine.Engine, opts VerifyOptions) (audit.Report, error) {
+	r, err := openWith(e, "engine store", false, &Options{ReadOnly: true, anchorUnchecked: true}, defect.Variant{})
+	if err != nil {
+		return audit.Report{}, err
+	}
+	defer r.Close()
+	return r.verifyChain(opts)
+}
+
+// verifyChain is VerifyChain on an open, read-only receiver.
+func (r *Receiver) verifyChain(opts VerifyOptions) (audit.Report, error) {
+	if !r.file && opts.Anchor != nil {
+		// Other processes may write a shared store (etcd) meanwhile: the
+		// anchor is read once, before the chain, so that the chain read
+		// after it is at or past it unless the store was rolled back.
+		if a, err := opts.Anchor.Load(); err == nil {
+			opts.Anchor = &fixedAnchor{sc: a}
+		}
+	}
 	var rep audit.Report
-	err = r.view(func(tx *bolt.Tx) error {
+	err := r.view(func(tx engine.Tx) error {
+		var scanErr error
 		entries := func(yield func(k, v []byte) bool) {
-			c := tx.Bucket(bucketAudit).Cursor()
 			var n uint64
-			for k, v := c.First(); k != nil; k, v = c.Next() {
+			scanErr = tx.Scan(bucketAudit, nil, func(k, v []byte) error {
 				if !yield(k, v) {
-					return
+					return engine.StopScan
 				}
 				if n++; opts.Progress != nil && n%ProgressEvery == 0 {
 					opts.Progress(n)
 				}
-			}
+				return nil
+			})
 		}
 		// The base record is passed as found, decoding included: Verify
 		// reports a record the chain does not confirm as base_mismatch.
-		base := bytes.Clone(tx.Bucket(bucketCheckpoints).Get(checkpointBase))
-		var err error
+		base, err := tx.Get(bucketCheckpoints, checkpointBase)
+		if err != nil {
+			return err
+		}
 		rep, err = audit.Verify(audit.VerifyOptions{Entries: iter.Seq2[[]byte, []byte](entries), Anchor: opts.Anchor,
 			PublicKey: opts.PublicKey, Receiver: r.id, MaxAge: opts.MaxAge, BaseRecord: base, Archives: opts.Archives})
+		if err == nil {
+			err = scanErr
+		}
 		return err
 	})
+	if err == nil && errors.Is(rep.Err(), audit.ErrAnchorArchived) {
+		// A base past the anchor is an old anchor put back only if the
+		// database itself is whole; one whose newest signed checkpoint
+		// does not cover its chain was changed by whoever wrote it.
+		r.pub = opts.PublicKey
+		if _, serr := r.checkState(nil); errors.Is(serr, audit.ErrStateMismatch) {
+			rep.Reattribute(audit.ProblemStateMismatch, serr)
+		}
+	}
 	if err != nil || !rep.OK() {
 		return rep, err
 	}
@@ -465,4 +549,18 @@ func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// fixedAnchor is an anchor read once, for a check that must not read it
+// again. It cannot be written.
+type fixedAnchor struct{ sc audit.SignedCheckpoint }
+
+func (a *fixedAnchor) Load() (audit.SignedCheckpoint, error) { return a.sc, nil }
+
+func (a *fixedAnchor) Store(*audit.SignedCheckpoint, audit.SignedCheckpoint) error {
+	return fmt.Errorf("%w: a verification does not write the anchor", ErrReadOnly)
+}
+
+func (a *fixedAnchor) Supersede(audit.SignedCheckpoint, audit.SignedCheckpoint) error {
+	return fmt.Errorf("%w: a verification does not write the anchor", ErrReadOnly)
 }

@@ -3,6 +3,7 @@ package kvfence
 import (
 	"crypto/ed25519"
 	"errors"
+	"github.com/kvfence/kvfence/engine"
 	"path/filepath"
 	"testing"
 
@@ -48,7 +49,7 @@ func TestRecover_StateEditedAfterAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(seam(func(tx engine.Tx) error {
 		tg, err := getTarget(tx, fixTarget)
 		if err != nil {
 			return err
@@ -58,11 +59,11 @@ func TestRecover_StateEditedAfterAdmission(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketTargets).Put([]byte(fixTarget), raw); err != nil {
+		if err := tx.Put(bucketTargets, []byte(fixTarget), raw); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketReceipts).Delete(receiptKey(fixScope, "raise-retention"))
-	})
+		return tx.Delete(bucketReceipts, receiptKey(fixScope, "raise-retention"))
+	}))
 	db.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvfence/kvfence/engine"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
-	bolt "go.etcd.io/bbolt"
 )
 
 // floodOutcome is what a denial flood against a small volume came to.
@@ -259,9 +259,10 @@ func eventAt(t *testing.T, r *Receiver, seq uint64) Event {
 func entrySize(t *testing.T, r *Receiver, seq uint64) int {
 	t.Helper()
 	var n int
-	err := r.view(func(tx *bolt.Tx) error {
-		n = len(tx.Bucket(bucketAudit).Get(audit.SeqKey(seq)))
-		return nil
+	err := r.view(func(tx engine.Tx) error {
+		v, err := tx.Get(bucketAudit, audit.SeqKey(seq))
+		n = len(v)
+		return err
 	})
 	if err != nil || n == 0 {
 		t.Fatalf("entry %d: %d bytes, %v", seq, n, err)

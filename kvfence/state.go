@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // The state accessors below are the only code that knows the bucket layout.
@@ -15,11 +15,16 @@ func (w *wtx) control(scope string) (*controlRecord, error) {
 	return getControl(w.tx, scope)
 }
 
-func getControl(tx *bolt.Tx, scope string) (*controlRecord, error) {
-	raw := tx.Bucket(bucketControl).Get([]byte(scope))
-	if raw == nil {
-		return nil, nil
+func getControl(tx engine.Tx, scope string) (*controlRecord, error) {
+	raw, err := tx.Get(bucketControl, []byte(scope))
+	if err != nil || raw == nil {
+		return nil, err
 	}
+	return parseControl(scope, raw)
+}
+
+// parseControl decodes and checks a stored control record.
+func parseControl(scope string, raw []byte) (*controlRecord, error) {
 	var c controlRecord
 	if err := decodeRecord(bucketControl, []byte(scope), raw, &c); err != nil {
 		return nil, err
@@ -36,10 +41,10 @@ func (w *wtx) putControl(scope string, c *controlRecord) error {
 
 func (w *wtx) grant(id string) (*grantRecord, error) { return getGrant(w.tx, id) }
 
-func getGrant(tx *bolt.Tx, id string) (*grantRecord, error) {
-	raw := tx.Bucket(bucketGrants).Get([]byte(id))
-	if raw == nil {
-		return nil, nil
+func getGrant(tx engine.Tx, id string) (*grantRecord, error) {
+	raw, err := tx.Get(bucketGrants, []byte(id))
+	if err != nil || raw == nil {
+		return nil, err
 	}
 	var g grantRecord
 	if err := decodeRecord(bucketGrants, []byte(id), raw, &g); err != nil {
@@ -50,11 +55,16 @@ func getGrant(tx *bolt.Tx, id string) (*grantRecord, error) {
 
 func (w *wtx) target(name string) (*targetRecord, error) { return getTarget(w.tx, name) }
 
-func getTarget(tx *bolt.Tx, name string) (*targetRecord, error) {
-	raw := tx.Bucket(bucketTargets).Get([]byte(name))
-	if raw == nil {
-		return nil, nil
+func getTarget(tx engine.Tx, name string) (*targetRecord, error) {
+	raw, err := tx.Get(bucketTargets, []byte(name))
+	if err != nil || raw == nil {
+		return nil, err
 	}
+	return parseTarget(name, raw)
+}
+
+// parseTarget decodes a stored target record.
+func parseTarget(name string, raw []byte) (*targetRecord, error) {
 	var t targetRecord
 	if err := decodeRecord(bucketTargets, []byte(name), raw, &t); err != nil {
 		return nil, err
@@ -69,11 +79,11 @@ func (w *wtx) receipt(scope, action string) (*receiptRecord, error) {
 	return getReceipt(w.tx, scope, action)
 }
 
-func getReceipt(tx *bolt.Tx, scope, action string) (*receiptRecord, error) {
+func getReceipt(tx engine.Tx, scope, action string) (*receiptRecord, error) {
 	key := receiptKey(scope, action)
-	raw := tx.Bucket(bucketReceipts).Get(key)
-	if raw == nil {
-		return nil, nil
+	raw, err := tx.Get(bucketReceipts, key)
+	if err != nil || raw == nil {
+		return nil, err
 	}
 	var rc receiptRecord
 	if err := decodeRecord(bucketReceipts, key, raw, &rc); err != nil {
@@ -99,7 +109,7 @@ func (w *wtx) put(bucket, key []byte, v any) error {
 	if isStateBucket(bucket) {
 		return w.putState(bucket, key, raw)
 	}
-	return w.tx.Bucket(bucket).Put(key, raw)
+	return w.tx.Put(bucket, key, raw)
 }
 
 // newGrantID returns 128 random bits as 32 lowercase hex digits.

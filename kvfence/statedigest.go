@@ -2,11 +2,13 @@ package kvfence
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"github.com/kvfence/kvfence/internal/chain"
 	"sync"
 
 	"github.com/kvfence/kvfence/audit"
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // The fence state is the records of these buckets: what a decision reads.
@@ -34,13 +36,16 @@ func isStateBucket(bucket []byte) bool {
 // putState stores raw under key in a state bucket and moves the
 // transaction's state digest from the old record to the new one.
 func (w *wtx) putState(bucket, key, raw []byte) error {
-	b := w.tx.Bucket(bucket)
-	if old := b.Get(key); old != nil {
+	old, err := w.tx.Get(bucket, key)
+	if err != nil {
+		return err
+	}
+	if old != nil {
 		w.state.Remove(string(bucket), key, old)
 	}
 	w.state.Add(string(bucket), key, raw)
 	w.stateDirty = true
-	return b.Put(key, raw)
+	return w.tx.Put(bucket, key, raw)
 }
 
 // storeState writes the transaction's state digest to the database if a
@@ -53,13 +58,16 @@ func (w *wtx) storeState() (audit.Hash, error) {
 	}
 	w.stateSum = w.state.Sum()
 	raw, _ := w.state.AppendBinary(make([]byte, 0, audit.StateHashSize))
-	return w.stateSum, w.tx.Bucket(bucketCheckpoints).Put(checkpointState, raw)
+	return w.stateSum, w.tx.Put(bucketCheckpoints, checkpointState, raw)
 }
 
 // storedState reads the digest kept in the checkpoints bucket.
-func storedState(tx *bolt.Tx) (audit.StateHash, error) {
+func storedState(tx engine.Tx) (audit.StateHash, error) {
 	var s audit.StateHash
-	raw := tx.Bucket(bucketCheckpoints).Get(checkpointState)
+	raw, err := tx.Get(bucketCheckpoints, checkpointState)
+	if err != nil {
+		return s, err
+	}
 	if raw == nil {
 		return s, fmt.Errorf("%w: no state digest", ErrBadFormat)
 	}
@@ -73,24 +81,34 @@ func storedState(tx *bolt.Tx) (audit.StateHash, error) {
 // goroutine, each in a read transaction of its own: the work is the SHAKE
 // expansion of each record, which spreads across cores.
 func (r *Receiver) computeState() (audit.StateHash, error) {
+	if !r.file {
+		// On a store that other processes may write (etcd), the four
+		// buckets must be read at one revision: one transaction.
+		var s audit.StateHash
+		err := r.view(func(tx engine.Tx) (err error) {
+			s, err = r.computeStateTx(tx)
+			return err
+		})
+		return s, err
+	}
 	parts := make([]audit.StateHash, len(stateBuckets))
 	errs := make([]error, len(stateBuckets))
 	var wg sync.WaitGroup
 	for i, name := range stateBuckets {
 		wg.Go(func() {
-			errs[i] = r.view(func(tx *bolt.Tx) error {
-				b := tx.Bucket(name)
-				if b == nil {
+			errs[i] = r.view(func(tx engine.Tx) error {
+				parts[i] = audit.StateHash{} // the function may run more than once
+				err := tx.Scan(name, nil, func(k, v []byte) error {
+					parts[i].Add(string(name), k, v)
+					return nil
+				})
+				if errors.Is(err, engine.ErrBucketNotFound) {
 					return fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, r.path, name)
 				}
-				c := b.Cursor()
-				for k, v := c.First(); k != nil; k, v = c.Next() {
-					if v == nil {
-						return fmt.Errorf("%w: %s: nested bucket %q in %q", ErrBadFormat, r.path, k, name)
-					}
-					parts[i].Add(string(name), k, v)
+				if errors.Is(err, engine.ErrCorrupt) {
+					return fmt.Errorf("%w: %s: %v", ErrBadFormat, r.path, err)
 				}
-				return nil
+				return err
 			})
 		})
 	}
@@ -105,13 +123,31 @@ func (r *Receiver) computeState() (audit.StateHash, error) {
 	return s, nil
 }
 
-// latestCheckpoint reads the database's own newest signed checkpoint.
-func latestCheckpoint(tx *bolt.Tx) (audit.SignedCheckpoint, error) {
-	raw := tx.Bucket(bucketCheckpoints).Get(checkpointLatest)
-	if raw == nil {
-		return audit.SignedCheckpoint{}, fmt.Errorf("%w: no checkpoint", ErrBadFormat)
+// computeStateTx hashes every record of the state buckets in tx.
+func (r *Receiver) computeStateTx(tx engine.Tx) (audit.StateHash, error) {
+	var s audit.StateHash
+	for _, name := range stateBuckets {
+		err := tx.Scan(name, nil, func(k, v []byte) error {
+			s.Add(string(name), k, v)
+			return nil
+		})
+		if errors.Is(err, engine.ErrBucketNotFound) {
+			return s, fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, r.path, name)
+		}
+		if err != nil {
+			return s, err
+		}
 	}
-	return audit.ParseSignedCheckpoint(raw)
+	return s, nil
+}
+
+// latestCheckpoint reads the database's own newest signed checkpoint.
+func latestCheckpoint(tx engine.Tx) (audit.SignedCheckpoint, error) {
+	sc, err := auditChain.LatestCheckpoint(tx)
+	if errors.Is(err, chain.ErrBadChain) {
+		return sc, fmt.Errorf("%w: no checkpoint", ErrBadFormat)
+	}
+	return sc, err
 }
 
 // StateCheck is what checking the fence state against the checkpoints
@@ -139,28 +175,46 @@ type StateCheck struct {
 // It sets r.state on success, the digest writers then keep current.
 func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error) {
 	var latest audit.SignedCheckpoint
-	var stored audit.StateHash
+	var stored, computed audit.StateHash
 	var hw uint64
-	err := r.view(func(tx *bolt.Tx) error {
+	err := r.view(func(tx engine.Tx) error {
 		var err error
+		if !r.file {
+			// Another process may commit between two transactions on
+			// a shared store (etcd): the head, the checkpoint and the
+			// records are read in one, the head again, at or past the
+			// anchor that was loaded before it.
+			head, mismatch, err := auditChain.LoadHead(tx)
+			if err != nil {
+				return chainErr(r.path, err)
+			}
+			r.head, r.headMismatch = head, mismatch
+			if computed, err = r.computeStateTx(tx); err != nil {
+				return err
+			}
+		}
 		if latest, err = latestCheckpoint(tx); err != nil {
 			return fmt.Errorf("%w: the database's newest checkpoint: %w", audit.ErrStateMismatch, err)
 		}
 		if stored, err = storedState(tx); err != nil {
 			return fmt.Errorf("%w: %w", audit.ErrStateMismatch, err)
 		}
-		hw = epochHighWater(tx)
-		return nil
+		hw, err = epochHighWater(tx)
+		return err
 	})
 	if err != nil {
 		return StateCheck{}, err
 	}
-	computed, err := r.computeState()
+	if r.file {
+		computed, err = r.computeState()
+	}
 	if err != nil {
 		return StateCheck{}, err
 	}
 	sc := StateCheck{Computed: computed.Sum(), Signed: latest.State, EpochHighWater: hw}
 	switch {
+	case r.headMismatch != nil:
+		return sc, fmt.Errorf("%w: %w: history was copied in without the state it describes", audit.ErrStateMismatch, r.headMismatch)
 	case latest.Verify(r.pub) != nil || latest.Receiver != r.id:
 		return sc, fmt.Errorf("%w: the database's newest checkpoint is not signed by this receiver's key", audit.ErrStateMismatch)
 	case latest.Seq != r.head.Seq || latest.Head != r.head.Hash:

@@ -3,6 +3,7 @@ package kvfence
 import (
 	"crypto/ed25519"
 	"errors"
+	"github.com/kvfence/kvfence/engine"
 	"testing"
 
 	"github.com/kvfence/kvfence/audit"
@@ -75,9 +76,9 @@ func TestOpen_SplicedBackupIsStateMismatch(t *testing.T) {
 		{"history only", map[string][]string{"audit": nil}},
 		{"history and high-water", map[string][]string{"audit": nil, "meta": {"epoch_high_water"}}},
 		{"history, high-water and checkpoint", map[string][]string{"audit": nil, "meta": {"epoch_high_water"},
-			"checkpoints": {"latest"}}},
+			"checkpoints": {"latest", "head"}}},
 		{"history, high-water, checkpoint and digest", map[string][]string{"audit": nil, "meta": {"epoch_high_water"},
-			"checkpoints": {"latest", "state"}}},
+			"checkpoints": {"latest", "state", "head"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, a := splicedFixture(t, tc.what)
@@ -125,7 +126,7 @@ func TestOpen_StateEditIsStateMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(seam(func(tx engine.Tx) error {
 		c, err := getControl(tx, fixScope)
 		if err != nil {
 			return err
@@ -135,8 +136,8 @@ func TestOpen_StateEditIsStateMismatch(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return tx.Bucket(bucketControl).Put([]byte(fixScope), raw)
-	})
+		return tx.Put(bucketControl, []byte(fixScope), raw)
+	}))
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -190,22 +191,24 @@ func TestSubmit_AnchorRulesBeforeCommit(t *testing.T) {
 // Ensure that every kind of write keeps the stored digest equal to the one
 // recomputed from the records: what Open checks after every test.
 func TestStateDigest_KeptCurrent(t *testing.T) {
-	f := newFixture(t, defect.Variant{})
-	a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
-	f.submit("worker-a", a.envelope)
-	f.submit("worker-a", a.envelope)   // already applied
-	f.submit("worker-x", a.envelope)   // denied: executor
-	f.submit("worker-a", []byte{0xff}) // denied: malformed
-	f.hold("done")
-	f.submit("worker-a", a.envelope) // denied: held
-	for i := 0; i < 3; i++ {
-		f.reopen()
-	}
-	sc, err := f.r.checkState(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sc.Computed != sc.Signed {
-		t.Fatalf("computed %x, signed %x", sc.Computed, sc.Signed)
-	}
+	forEngines(t, func(t *testing.T, s *store) {
+		f := newFixtureOn(t, s, defect.Variant{})
+		a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
+		f.submit("worker-a", a.envelope)
+		f.submit("worker-a", a.envelope)   // already applied
+		f.submit("worker-x", a.envelope)   // denied: executor
+		f.submit("worker-a", []byte{0xff}) // denied: malformed
+		f.hold("done")
+		f.submit("worker-a", a.envelope) // denied: held
+		for i := 0; i < 3; i++ {
+			f.reopen()
+		}
+		sc, err := f.r.checkState(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.Computed != sc.Signed {
+			t.Fatalf("computed %x, signed %x", sc.Computed, sc.Signed)
+		}
+	})
 }

@@ -1,20 +1,36 @@
 package kvfence
 
 import (
+	"context"
+
+	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/engine/boltengine"
 	bolt "go.etcd.io/bbolt"
 )
 
 func ptr[T any](v T) *T { return &v }
 
-func deleteKey(bucket []byte, key string) func(*bolt.Tx) error {
-	return func(tx *bolt.Tx) error { return tx.Bucket(bucket).Delete([]byte(key)) }
+func deleteKey(bucket []byte, key string) func(engine.Tx) error {
+	return func(tx engine.Tx) error { return tx.Delete(bucket, []byte(key)) }
+}
+
+// rawUpdate writes to the receiver's store directly, around the fence, as
+// an attacker with write access to the store would.
+func (r *Receiver) rawUpdate(fn func(engine.Tx) error) error {
+	return r.eng.Update(context.Background(), fn)
+}
+
+// seam runs fn through the seam in a bbolt transaction of a file opened
+// apart from a receiver.
+func seam(fn func(engine.Tx) error) func(*bolt.Tx) error {
+	return func(btx *bolt.Tx) error { return boltengine.InTx(btx, nil, fn) }
 }
 
 // forgeActiveGrant writes grant id into the fixture scope's control record
 // directly, to reach checks past 2-4 with a grant of another scope.
 func forgeActiveGrant(f *fixture, id string) {
 	f.t.Helper()
-	err := f.r.db.Update(func(tx *bolt.Tx) error {
+	err := f.r.rawUpdate(func(tx engine.Tx) error {
 		c, err := getControl(tx, fixScope)
 		if err != nil {
 			return err
@@ -24,7 +40,7 @@ func forgeActiveGrant(f *fixture, id string) {
 		if err != nil {
 			return err
 		}
-		return tx.Bucket(bucketControl).Put([]byte(fixScope), raw)
+		return tx.Put(bucketControl, []byte(fixScope), raw)
 	})
 	if err != nil {
 		f.t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // ErrTTLTooLong means an activation asked for a grant that would stay valid
@@ -94,8 +94,11 @@ func (a *Admin) CreateScopeWith(ctx context.Context, scope string, opts ScopeOpt
 
 // maxGrantTTL reads the receiver-wide maximum recorded at Init, or
 // DefaultMaxGrantTTL for a database that predates it.
-func maxGrantTTL(tx *bolt.Tx) (time.Duration, error) {
-	raw := tx.Bucket(bucketMeta).Get(metaMaxGrantTTL)
+func maxGrantTTL(tx engine.Tx) (time.Duration, error) {
+	raw, err := tx.Get(bucketMeta, metaMaxGrantTTL)
+	if err != nil {
+		return 0, err
+	}
 	if raw == nil {
 		return DefaultMaxGrantTTL, nil
 	}
@@ -125,7 +128,7 @@ func (c *controlRecord) maxGrantTTL() time.Duration {
 // maximum a new scope may have.
 func (r *Receiver) MaxGrantTTL() (time.Duration, error) {
 	var d time.Duration
-	err := r.view(func(tx *bolt.Tx) error {
+	err := r.view(func(tx engine.Tx) error {
 		var err error
 		d, err = maxGrantTTL(tx)
 		return err

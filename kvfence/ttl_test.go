@@ -3,6 +3,7 @@ package kvfence
 import (
 	"context"
 	"errors"
+	"github.com/kvfence/kvfence/engine"
 	"path/filepath"
 	"testing"
 	"time"
@@ -142,7 +143,7 @@ func TestMaxGrantTTL_CoveredByStateDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(seam(func(tx engine.Tx) error {
 		c, err := getControl(tx, fixScope)
 		if err != nil {
 			return err
@@ -152,8 +153,8 @@ func TestMaxGrantTTL_CoveredByStateDigest(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return tx.Bucket(bucketControl).Put([]byte(fixScope), raw)
-	})
+		return tx.Put(bucketControl, []byte(fixScope), raw)
+	}))
 	db.Close()
 	if err != nil {
 		t.Fatal(err)

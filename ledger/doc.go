@@ -1,9 +1,12 @@
 // Package ledger is the execution ledger: which actions were approved, and
-// which worker claimed each one. It lives in its own bbolt file, apart from
-// the receiver, and it never authorises an effect: a claim is bookkeeping
-// for the workers and the operator, and no call of this package activates a
-// receiver grant. The receiver's fence, not the ledger, decides what
-// commits.
+// which worker claimed each one. It lives in its own bbolt file (or, with
+// InitEngine and OpenEngine, in any engine of package engine, such as a
+// prefix of an etcd cluster), apart from the receiver, and keeps its audit
+// chain, checkpoints and anchor by the same protocol as the receiver (one
+// implementation, internal/chain). It never authorises an effect: a claim
+// is bookkeeping for the workers and the operator, and no call of this
+// package activates a receiver grant. The receiver's fence, not the
+// ledger, decides what commits.
 //
 // # Model
 //

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // Event is one entry of the ledger's audit chain.
@@ -25,18 +25,21 @@ type Event struct {
 // that does not decode is ErrBadFormat; Events does not verify the links
 // (VerifyChain does).
 func (l *Ledger) Events(since uint64, fn func(Event) bool) error {
-	return l.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketAudit).Cursor()
-		for k, v := c.Seek(audit.SeqKey(since)); k != nil; k, v = c.Next() {
+	// A read transaction may run again (on etcd, after a compaction): it
+	// goes on after the last entry handed to fn, which sees each once.
+	from := audit.SeqKey(since)
+	return l.view(func(tx engine.Tx) error {
+		return tx.Scan(bucketAudit, from, func(k, v []byte) error {
 			e, err := audit.DecodeEntry(v)
 			if err != nil {
 				return fmt.Errorf("%w: %s: audit entry %x: %v", ErrBadFormat, l.path, k, err)
 			}
+			from = audit.SeqKey(e.Seq + 1)
 			if !fn(Event{Entry: e, Hash: audit.HashEntry(v)}) {
-				return nil
+				return engine.StopScan
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 }
 
@@ -72,18 +75,22 @@ func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
 	}
 	defer l.Close()
 	var rep audit.Report
-	err = l.view(func(tx *bolt.Tx) error {
+	err = l.view(func(tx engine.Tx) error {
+		var scanErr error
 		entries := func(yield func(k, v []byte) bool) {
-			c := tx.Bucket(bucketAudit).Cursor()
-			for k, v := c.First(); k != nil; k, v = c.Next() {
+			scanErr = tx.Scan(bucketAudit, nil, func(k, v []byte) error {
 				if !yield(k, v) {
-					return
+					return engine.StopScan
 				}
-			}
+				return nil
+			})
 		}
 		var err error
 		rep, err = audit.Verify(audit.VerifyOptions{Entries: iter.Seq2[[]byte, []byte](entries), Anchor: opts.Anchor,
 			PublicKey: opts.PublicKey, Receiver: l.id, MaxAge: opts.MaxAge, NoFenceReplay: true})
+		if err == nil {
+			err = scanErr
+		}
 		return err
 	})
 	return rep, err

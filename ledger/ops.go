@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/internal/ident"
 	"github.com/kvfence/kvfence/internal/reqwire"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Approve records an approval of req.Action for the request whose exact
@@ -303,7 +303,7 @@ func (l *Ledger) Reconcile(ctx context.Context, ref, operator string, outcome St
 // Action returns everything the ledger holds about action, or ErrNotFound.
 func (l *Ledger) Action(action string) (ActionView, error) {
 	var v ActionView
-	err := l.view(func(tx *bolt.Tx) error {
+	err := l.view(func(tx engine.Tx) error {
 		var err error
 		v, err = actionView(tx, action)
 		return err
@@ -314,17 +314,30 @@ func (l *Ledger) Action(action string) (ActionView, error) {
 // Actions returns every action the ledger knows, in name order.
 func (l *Ledger) Actions() ([]ActionView, error) {
 	var out []ActionView
-	err := l.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketApprovals).ForEach(func(k, _ []byte) error {
-			v, err := actionView(tx, string(k))
-			out = append(out, v)
+	err := l.view(func(tx engine.Tx) error {
+		out = out[:0] // the function may run more than once
+		// The names are collected first: reads during a scan cost a round
+		// trip each on etcd, and are simplest kept apart from it.
+		var names []string
+		if err := tx.Scan(bucketApprovals, nil, func(k, _ []byte) error {
+			names = append(names, string(k))
+			return nil
+		}); err != nil {
 			return err
-		})
+		}
+		for _, name := range names {
+			v, err := actionView(tx, name)
+			out = append(out, v)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return out, err
 }
 
-func actionView(tx *bolt.Tx, action string) (ActionView, error) {
+func actionView(tx engine.Tx, action string) (ActionView, error) {
 	v := ActionView{Action: action}
 	var appr approvalRecord
 	ok, err := get(tx, bucketApprovals, []byte(action), &appr)
@@ -383,7 +396,11 @@ func (w *wtx) newClaim(act *actionRecord, action, worker string, lease time.Dura
 // newClaimRef stores a new live claim of action for worker, makes it the
 // action's live claim and records entry e for it.
 func (w *wtx) newClaimRef(act *actionRecord, ref, action, worker string, lease time.Duration, e audit.Entry) (*claimRecord, error) {
-	n := claimCount(w.tx) + 1
+	n, err := claimCount(w.tx)
+	if err != nil {
+		return nil, err
+	}
+	n++
 	if err := setClaimCount(w.tx, n); err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
-	bolt "go.etcd.io/bbolt"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // Bucket names and meta keys. Keys: approvals and actions by action name,
@@ -132,10 +132,10 @@ func init() {
 
 // get decodes the record under key in bucket into v. It reports false if
 // there is none; a record that does not decode is corruption.
-func get(tx *bolt.Tx, bucket, key []byte, v any) (bool, error) {
-	raw := tx.Bucket(bucket).Get(key)
-	if raw == nil {
-		return false, nil
+func get(tx engine.Tx, bucket, key []byte, v any) (bool, error) {
+	raw, err := tx.Get(bucket, key)
+	if err != nil || raw == nil {
+		return false, err
 	}
 	if err := recordDec.Unmarshal(raw, v); err != nil {
 		return false, fmt.Errorf("%w: record %s/%q: %v", ErrBadFormat, bucket, key, err)
@@ -143,26 +143,26 @@ func get(tx *bolt.Tx, bucket, key []byte, v any) (bool, error) {
 	return true, nil
 }
 
-func put(tx *bolt.Tx, bucket, key []byte, v any) error {
+func put(tx engine.Tx, bucket, key []byte, v any) error {
 	raw, err := recordEnc.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return tx.Bucket(bucket).Put(key, raw)
+	return tx.Put(bucket, key, raw)
 }
 
-func claimCount(tx *bolt.Tx) uint64 {
-	v := tx.Bucket(bucketMeta).Get(metaClaimCount)
-	if len(v) != 8 {
-		return 0
+func claimCount(tx engine.Tx) (uint64, error) {
+	v, err := tx.Get(bucketMeta, metaClaimCount)
+	if err != nil || len(v) != 8 {
+		return 0, err
 	}
-	return binary.BigEndian.Uint64(v)
+	return binary.BigEndian.Uint64(v), nil
 }
 
-func setClaimCount(tx *bolt.Tx, n uint64) error {
+func setClaimCount(tx engine.Tx, n uint64) error {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], n)
-	return tx.Bucket(bucketMeta).Put(metaClaimCount, b[:])
+	return tx.Put(bucketMeta, metaClaimCount, b[:])
 }
 
 func unixTime(ns int64) time.Time {

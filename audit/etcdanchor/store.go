@@ -144,6 +144,10 @@ func New(client *clientv3.Client, key string, opts *Options) (*Store, error) {
 // Key returns the etcd key that holds the anchor.
 func (s *Store) Key() string { return s.key }
 
+// Location names the anchor by its etcd key (audit.Locator). The endpoints
+// are left out: any member of the anchor's cluster serves the same key.
+func (s *Store) Location() string { return "etcd:" + s.key }
+
 // Close closes the connection if Open made it.
 func (s *Store) Close() error {
 	if !s.owned {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -68,6 +69,21 @@ func TestAuditArchive(t *testing.T) {
 		if r := c.run(append([]string{"verify-chain", "--pub", pub, "--archive"}, args...)...); !strings.Contains(r.stderr, "Try: the database's base") {
 			t.Fatalf("verify-chain --archive %v: no hint about archives:\n%s", args, r.stderr)
 		}
+	}
+	// A FIFO given as an archive is refused before it is opened: opening
+	// one with no writer would block for ever.
+	if err := syscall.Mkfifo(c.path("fifo.kva"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifoDone := make(chan result, 1)
+	go func() { fifoDone <- c.run("verify-chain", "--pub", pub, "--archive", c.path("fifo.kva")) }()
+	select {
+	case r := <-fifoDone:
+		if r.code != ExitUsage || !strings.Contains(r.stderr, "not a regular file") {
+			t.Fatalf("verify-chain --archive FIFO: %s", r)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("verify-chain --archive FIFO blocked")
 	}
 	// The archive's format is checked before anything is trusted.
 	c.write("junk.kva", "not an archive")

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/keyfile"
@@ -568,16 +567,7 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }
 
-// printable reports whether b is valid UTF-8 text without control
-// characters other than tab and newline, safe to print to a terminal.
-func printable(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, r := range string(b) {
-		if (r < 0x20 && r != '\t' && r != '\n') || (r >= 0x7f && r < 0xa0) {
-			return false
-		}
-	}
-	return true
-}
+// printable reports whether b is UTF-8 text that prints as itself (see
+// reviewable): no control characters but tab and newline, and no format
+// characters such as bidirectional overrides.
+func printable(b []byte) bool { return reviewable(b) }

@@ -272,6 +272,13 @@ func openArchives(paths []string) ([]audit.ArchiveSource, func(), error) {
 		}
 	}
 	for _, p := range paths {
+		// Opening a FIFO blocks until a writer comes: look before opening,
+		// then check the opened file again below.
+		if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() {
+			closeAll()
+			return nil, nil, &usageError{msg: fmt.Sprintf("kvfence verify-chain: --archive %s is not a regular file", p),
+				hint: "pass the files kvfence audit archive wrote"}
+		}
 		f, err := os.Open(p)
 		if err != nil {
 			closeAll()

@@ -50,6 +50,12 @@ func New(db *bolt.DB, opts *Options) *Engine {
 // path, its statistics).
 func (e *Engine) DB() *bolt.DB { return e.db }
 
+// FreeSpace returns the bytes the database file can still grow by: the
+// free space of its volume available to this process, no more than the
+// process's file-size limit leaves (see freeSpace). A caller keeps a
+// reserve against it; on a platform without statfs it is unbounded.
+func (e *Engine) FreeSpace() (int64, error) { return freeSpace(e.db.Path()) }
+
 // Limits returns the limits given in Options.
 func (e *Engine) Limits() engine.Limits { return e.lim }
 
@@ -85,6 +91,18 @@ func (e *Engine) View(ctx context.Context, fn func(engine.Tx) error) error {
 func mapErr(err error) error {
 	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
 		return fmt.Errorf("%w: %w", engine.ErrClosed, err)
+	}
+	return err
+}
+
+// InTx runs fn through the seam inside btx, a bbolt write transaction that
+// the caller runs and commits (a file's first transaction, made before any
+// engine exists over it). opts may be nil; its limits apply.
+func InTx(btx *bolt.Tx, opts *Options, fn func(engine.Tx) error) error {
+	t := &tx{e: New(nil, opts), btx: btx, writable: btx.Writable()}
+	err := fn(t)
+	if t.tooLarge != nil {
+		return t.tooLarge
 	}
 	return err
 }

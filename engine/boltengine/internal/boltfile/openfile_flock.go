@@ -1,10 +1,11 @@
 //go:build darwin || dragonfly || freebsd || linux || netbsd || openbsd
 
-package kvfence
+package boltfile
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"syscall"
 	"time"
@@ -15,14 +16,15 @@ import (
 // flockRetry is how often a busy lock is tried again, as bbolt does.
 const flockRetry = 50 * time.Millisecond
 
-// checkedOpenFile returns bbolt's Options.OpenFile for the database file.
+// CheckedOpenFile returns bbolt's Options.OpenFile for the database file.
 // It never creates the file. It takes the lock bbolt is about to take (an
 // exclusive one unless the file is opened read-only) on the new
 // descriptor, and with the lock held, so that no writer is changing the
-// file, checks its pages (checkPages) before bbolt reads any of them.
-// bbolt's own lock call on the same descriptor then succeeds at once. A
-// lock not obtained within timeout is bbolt's ErrTimeout, as from bbolt.
-func checkedOpenFile(timeout time.Duration) func(string, int, os.FileMode) (*os.File, error) {
+// file, checks its pages (check) before bbolt reads any of them; a file
+// check refuses is badFormat. bbolt's own lock call on the same descriptor
+// then succeeds at once. A lock not obtained within timeout is bbolt's
+// ErrTimeout, as from bbolt.
+func CheckedOpenFile(timeout time.Duration, check func(r io.ReaderAt, size int64) error, badFormat error) func(string, int, os.FileMode) (*os.File, error) {
 	return func(name string, flag int, perm os.FileMode) (*os.File, error) {
 		f, err := os.OpenFile(name, flag&^os.O_CREATE, perm)
 		if err != nil {
@@ -41,9 +43,9 @@ func checkedOpenFile(timeout time.Duration) func(string, int, os.FileMode) (*os.
 			f.Close() // releases the lock
 			return nil, err
 		}
-		if err := checkPages(f, fi.Size()); err != nil {
+		if err := check(f, fi.Size()); err != nil {
 			f.Close()
-			return nil, fmt.Errorf("%w: %s: %w", ErrBadFormat, name, err)
+			return nil, fmt.Errorf("%w: %s: %w", badFormat, name, err)
 		}
 		return f, nil
 	}
@@ -69,10 +71,10 @@ func flock(f *os.File, how int, timeout time.Duration) error {
 	}
 }
 
-// releaseFile unlocks and closes a database file that bbolt opened but did
+// ReleaseFile unlocks and closes a database file that bbolt opened but did
 // not return, as when it panicked inside Open. Closing alone would not
 // release the lock: bbolt's memory map keeps the open file alive.
-func releaseFile(f *os.File) {
+func ReleaseFile(f *os.File) {
 	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 	f.Close()
 }

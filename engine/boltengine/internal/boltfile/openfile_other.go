@@ -1,23 +1,24 @@
 //go:build !(darwin || dragonfly || freebsd || linux || netbsd || openbsd)
 
-package kvfence
+package boltfile
 
 import (
+	"io"
 	"os"
 	"time"
 )
 
-// checkedOpenFile returns bbolt's Options.OpenFile for the database file.
+// CheckedOpenFile returns bbolt's Options.OpenFile for the database file.
 // It never creates the file. On this platform the pages are not checked
 // before bbolt reads them: without flock, the check cannot be made while
 // holding the lock that bbolt takes next, and a check without it could
 // race a writer and refuse a healthy file.
-func checkedOpenFile(time.Duration) func(string, int, os.FileMode) (*os.File, error) {
+func CheckedOpenFile(time.Duration, func(io.ReaderAt, int64) error, error) func(string, int, os.FileMode) (*os.File, error) {
 	return func(name string, flag int, perm os.FileMode) (*os.File, error) {
 		return os.OpenFile(name, flag&^os.O_CREATE, perm)
 	}
 }
 
-// releaseFile closes a database file that bbolt opened but did not return,
+// ReleaseFile closes a database file that bbolt opened but did not return,
 // as when it panicked inside Open.
-func releaseFile(f *os.File) { f.Close() }
+func ReleaseFile(f *os.File) { f.Close() }

@@ -1,12 +1,12 @@
 // Package boltfile creates and opens the bbolt files of the receiver and the
 // ledger with the rules both share: create only with O_EXCL, never create on
 // open, refuse what is not a regular non-empty file, map bbolt's failures
-// onto the caller's sentinel errors, and turn a panic on a corrupt page into
-// an error. It also reads an audit chain stored in a bucket.
+// onto the caller's sentinel errors, turn a panic on a corrupt page into an
+// error, and take the file's lock to check its pages before bbolt reads
+// them. Package boltengine's OpenFile and CreateFile reach it.
 package boltfile
 
 import (
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,7 +14,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/kvfence/kvfence/audit"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
@@ -145,50 +144,4 @@ func View(db *bolt.DB, path string, badFormat error, fn func(tx *bolt.Tx) error)
 		}
 	}()
 	return db.View(fn)
-}
-
-// Head returns the position of the newest entry in an audit bucket.
-func Head(b *bolt.Bucket) (audit.Head, error) {
-	k, raw := b.Cursor().Last()
-	if k == nil {
-		return audit.Head{}, errors.New("empty audit chain")
-	}
-	e, err := audit.DecodeEntry(raw)
-	if err != nil {
-		return audit.Head{}, fmt.Errorf("newest audit entry: %w", err)
-	}
-	if string(k) != string(audit.SeqKey(e.Seq)) {
-		return audit.Head{}, fmt.Errorf("newest audit entry has seq %d under another key", e.Seq)
-	}
-	return audit.Head{Seq: e.Seq, Hash: audit.HashEntry(raw)}, nil
-}
-
-// HashAt returns the hash of the entry at seq in an audit bucket.
-func HashAt(b *bolt.Bucket, seq uint64) (audit.Hash, error) {
-	raw := b.Get(audit.SeqKey(seq))
-	if raw == nil {
-		return audit.Hash{}, fmt.Errorf("%w: no entry %d", audit.ErrSeqGap, seq)
-	}
-	return audit.HashEntry(raw), nil
-}
-
-// InitCheckpoint returns the signed checkpoint stored under key in bucket b
-// if it is the init checkpoint of a chain whose only entry is head: signed
-// by pub for id, at seq 1, with head's hash. Init commits the file and then
-// writes the first anchor; a crash in between leaves a file that holds only
-// its init entry and no anchor, and this checkpoint is what the anchor
-// would have been. With any later entry there is history for a missing
-// anchor to hide, and it returns an error wrapping audit.ErrAnchorMissing.
-func InitCheckpoint(b *bolt.Bucket, key []byte, pub ed25519.PublicKey, id string, head audit.Head) (audit.SignedCheckpoint, error) {
-	if head.Seq != 1 {
-		return audit.SignedCheckpoint{}, audit.ErrAnchorMissing
-	}
-	sc, err := audit.ParseSignedCheckpoint(b.Get(key))
-	if err != nil {
-		return sc, fmt.Errorf("%w (and the file's own init checkpoint is unusable: %v)", audit.ErrAnchorMissing, err)
-	}
-	if err := sc.Verify(pub); err != nil || sc.Receiver != id || sc.Seq != head.Seq || sc.Head != head.Hash {
-		return sc, fmt.Errorf("%w (and the file's own init checkpoint does not match it)", audit.ErrAnchorMissing)
-	}
-	return sc, nil
 }

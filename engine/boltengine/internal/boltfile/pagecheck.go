@@ -1,4 +1,4 @@
-package kvfence
+package boltfile
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"io"
 )
 
-// checkPages checks the page structure of the bbolt file r (size bytes)
+// CheckPages checks the page structure of the bbolt file r (size bytes)
 // before bbolt maps it.
 //
 // bbolt keeps no checksum except on its two meta pages and trusts every
@@ -23,7 +23,7 @@ import (
 // write overwrite live data, and a key out of order hides a record (a
 // missing receipt would let an action apply twice).
 //
-// checkPages walks every reachable page iteratively and refuses the file
+// CheckPages walks every reachable page iteratively and refuses the file
 // unless: the meta page bbolt will use is valid; every page id is inside
 // the high-water mark and the file; every page is reachable once only and
 // is not also free; every page has the type its parent expects and names
@@ -32,7 +32,7 @@ import (
 // inline buckets are leaf pages without sub-buckets; the tree is at most
 // maxTreeDepth deep; and the freelist is synced, in range and without
 // duplicates. Its cost is one read of every reachable page.
-func checkPages(r io.ReaderAt, size int64) error {
+func CheckPages(r io.ReaderAt, size int64) error {
 	c := &pageChecker{r: r, size: size}
 	if err := c.meta(); err != nil {
 		return err
@@ -72,9 +72,9 @@ const (
 
 var ne = binary.NativeEndian
 
-// errPages is the error of a file whose pages are damaged; the caller
-// wraps it in ErrBadFormat.
-var errPages = errors.New("damaged bbolt page structure")
+// ErrPages is the error of a file whose pages are damaged; the caller
+// wraps it in its BadFormat.
+var ErrPages = errors.New("damaged bbolt page structure")
 
 type boltMeta struct {
 	pageSize uint32
@@ -96,7 +96,7 @@ type pageChecker struct {
 }
 
 func (c *pageChecker) fail(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errPages, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", ErrPages, fmt.Sprintf(format, args...))
 }
 
 // readMeta parses the meta page at off. ok is false when it does not
@@ -438,4 +438,15 @@ func (c *pageChecker) leaf(p []byte, lo, hi []byte, level int, where fmt.Stringe
 		}
 	}
 	return out, nil
+}
+
+// Meta reads the meta page bbolt will use, as CheckPages does: the page
+// size, the root bucket's page, the freelist's page and the high-water
+// mark (the number of pages in use).
+func Meta(r io.ReaderAt, size int64) (pageSize int64, root, freelist, pgid uint64, err error) {
+	c := &pageChecker{r: r, size: size}
+	if err := c.meta(); err != nil {
+		return 0, 0, 0, 0, err
+	}
+	return c.pageSize, c.m.root, c.m.freelist, c.m.pgid, nil
 }

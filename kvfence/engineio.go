@@ -1,0 +1,99 @@
+package kvfence
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/internal/chain"
+)
+
+// ErrOutcomeUnknown means a write was sent to the store and no answer says
+// whether it applied (a timeout, a lost leader): it is never a verdict,
+// neither applied nor denied. Retrying the same envelope is safe: if the
+// first attempt applied, its receipt answers already_applied. It wraps
+// engine.ErrOutcomeUnknown too.
+var ErrOutcomeUnknown = errors.New("kvfence: outcome unknown: the write may or may not have been applied; retry the same envelope")
+
+// ErrTooLarge means one call needs a transaction larger than the store
+// accepts in one commit (etcd's request size or operation count). Nothing
+// was written.
+var ErrTooLarge = errors.New("kvfence: the call is too large for one transaction of the store; nothing written")
+
+// engineErr maps the engine's failures of a transaction onto this
+// package's errors: a conflict that outlasted the engine's retries is
+// ErrStorageBusy, an unknown outcome ErrOutcomeUnknown, a closed engine
+// ErrClosed. Each also still wraps the engine's sentinel.
+func engineErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrOutcomeUnknown), errors.Is(err, ErrStorageBusy), errors.Is(err, ErrClosed):
+		return err
+	case errors.Is(err, engine.ErrOutcomeUnknown):
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	case errors.Is(err, engine.ErrConflict):
+		return fmt.Errorf("%w: concurrent writers kept conflicting: %w", ErrStorageBusy, err)
+	case errors.Is(err, engine.ErrClosed):
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
+}
+
+// writeErr is engineErr for a write transaction of the receiver.
+func (r *Receiver) writeErr(err error) error {
+	if errors.Is(err, engine.ErrClosed) {
+		return ErrClosed
+	}
+	return engineErr(err)
+}
+
+// newWtx starts one run of a write transaction from the head the store
+// holds. If it is not the head this process last committed, another
+// writer moved the chain: another receiver process on the same store (the
+// head key, read and written by every commit, makes the two take turns),
+// or a commit of this process whose outcome was unknown and which
+// applied. The cached state digest then describes an older state, and the
+// run starts from the digest stored with that head, which every writer
+// keeps current, instead of forking the chain or the digest.
+func (r *Receiver) newWtx(tx engine.Tx) (*wtx, error) {
+	read := auditChain.ReadHead
+	if r.headMismatch != nil {
+		read = auditChain.LastHead
+	}
+	head, err := read(tx)
+	if err != nil {
+		return nil, chainErr(r.path, err)
+	}
+	state, sum := r.state, r.stateSum
+	if head != r.head {
+		if state, err = storedState(tx); err != nil {
+			return nil, err
+		}
+		sum = state.Sum()
+	}
+	return &wtx{tx: tx, chain: auditChain.NewWriter(tx, head), faults: &r.faults, state: state, stateSum: sum}, nil
+}
+
+// advanceAnchor moves the anchor to sc after its commit. An anchor moved
+// by another writer of this store, or by a write of this process whose
+// outcome was unknown, is adopted if it is signed by this receiver and in
+// its chain; one at or past sc already covers the commit.
+func (r *Receiver) advanceAnchor(sc audit.SignedCheckpoint) error {
+	return chain.Advance(r.opts.Anchor, &r.anchor, sc, func(got audit.SignedCheckpoint) error {
+		if err := got.Verify(r.pub); err != nil {
+			return err
+		}
+		return r.view(func(tx engine.Tx) error {
+			h, err := auditChain.HashAt(tx, got.Seq)
+			if err != nil {
+				return err
+			}
+			if h != got.Head {
+				return fmt.Errorf("%w: the anchor's seq %d has another hash in the store", audit.ErrForkDetected, got.Seq)
+			}
+			return nil
+		})
+	})
+}
