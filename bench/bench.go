@@ -27,6 +27,7 @@ const (
 	RowSQLite         = "sqlite_fenced"
 	RowSQLiteRollback = "sqlite_fenced_rollback_journal"
 	RowEtcdTxn        = "etcd_txn"
+	RowSubmitEtcd     = "kvfence_submit_etcd"
 )
 
 // RecordSize is the size of the value every row writes: the appended
@@ -68,11 +69,12 @@ type Options struct {
 	// Progress, if set, receives one line as each measurement starts and
 	// ends.
 	Progress io.Writer
-	// Etcd, if set, is a client of the etcd cluster that the etcd rows
-	// measure, each under a fresh prefix below EtcdPrefixRoot that is
-	// deleted afterwards. Without it the etcd rows are left out, and
-	// naming one in Rows is an error.
-	Etcd *clientv3.Client
+	// NewEtcdClient, if set, connects to the etcd cluster that the etcd
+	// rows measure, each under a fresh prefix below EtcdPrefixRoot that is
+	// deleted afterwards; each cell closes the client it was given.
+	// Without it the etcd rows are left out, and naming one in Rows is an
+	// error.
+	NewEtcdClient func() (*clientv3.Client, error)
 }
 
 // Result is one row measured at one writer count. The JSON keys are
@@ -155,8 +157,9 @@ type row struct {
 	// open creates the row's files in dir and returns a cell ready for
 	// writers concurrent writers.
 	open func(ctx context.Context, dir string, writers int) (cell, error)
-	// openEtcd, for a row on etcd instead, returns a cell on the cluster.
-	openEtcd func(ctx context.Context, cli *clientv3.Client) (cell, error)
+	// openEtcd, for a row on etcd instead, returns a cell on the cluster
+	// that newClient connects to, with its files, if any, in dir.
+	openEtcd func(ctx context.Context, dir string, newClient func() (*clientv3.Client, error)) (cell, error)
 }
 
 var rows = []row{
@@ -181,6 +184,7 @@ var rows = []row{
 		return openSQLite(ctx, dir, sqliteRollback)
 	}, nil},
 	{name: RowEtcdTxn, durable: true, openEtcd: openEtcdTxn},
+	{name: RowSubmitEtcd, durable: true, openEtcd: openSubmitEtcd},
 }
 
 func lookupRow(name string) (row, bool) {
@@ -214,7 +218,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 					return nil, err
 				}
 				progressf(o.Progress, "bench: %s, %d writers, %v (pass %d of %d)\n", rw.name, w, o.Duration, pass+1, o.Repeat)
-				res, err := measureRow(ctx, rw, dir, o.Etcd, w, o.Duration)
+				res, err := measureRow(ctx, rw, dir, o.NewEtcdClient, w, o.Duration)
 				if err != nil {
 					mem.stop()
 					return nil, fmt.Errorf("bench: %s with %d writers: %w", rw.name, w, err)
@@ -279,12 +283,12 @@ func (opts Options) resolve() (Options, []row, error) {
 		if !ok {
 			return o, nil, fmt.Errorf("%w: %q (rows: %s)", ErrUnknownRow, name, strings.Join(Rows(), ", "))
 		}
-		if r.openEtcd != nil && o.Etcd == nil {
+		if r.openEtcd != nil && o.NewEtcdClient == nil {
 			return o, nil, fmt.Errorf("%w: row %s %v", ErrInvalidOptions, name, errNoEtcd)
 		}
 	}
 	for _, r := range rows {
-		if r.openEtcd != nil && o.Etcd == nil {
+		if r.openEtcd != nil && o.NewEtcdClient == nil {
 			continue
 		}
 		if o.Rows == nil || slices.Contains(o.Rows, r.name) {
@@ -296,7 +300,7 @@ func (opts Options) resolve() (Options, []row, error) {
 
 // measureRow opens a fresh cell of rw in a new directory below dir,
 // measures it, and removes the directory.
-func measureRow(ctx context.Context, rw row, dir string, etcd *clientv3.Client, writers int, d time.Duration) (res Result, err error) {
+func measureRow(ctx context.Context, rw row, dir string, etcd func() (*clientv3.Client, error), writers int, d time.Duration) (res Result, err error) {
 	sub, err := os.MkdirTemp(dir, "kvfence-bench-")
 	if err != nil {
 		return Result{}, err
@@ -304,7 +308,7 @@ func measureRow(ctx context.Context, rw row, dir string, etcd *clientv3.Client, 
 	defer os.RemoveAll(sub)
 	var c cell
 	if rw.openEtcd != nil {
-		c, err = rw.openEtcd(ctx, etcd)
+		c, err = rw.openEtcd(ctx, sub, etcd)
 	} else {
 		c, err = rw.open(ctx, sub, writers)
 	}

@@ -160,8 +160,13 @@ const holdChunk = 4096
 
 // holdScopes holds scopes from to to-1, a chunk per transaction.
 func holdScopes(ctx context.Context, a *kvfence.Admin, from, to int) error {
-	for lo := from; lo < to; lo += holdChunk {
-		hi := min(lo+holdChunk, to)
+	return holdScopesChunk(ctx, a, from, to, holdChunk)
+}
+
+// holdScopesChunk holds scopes from to to-1, chunk per transaction.
+func holdScopesChunk(ctx context.Context, a *kvfence.Admin, from, to, chunk int) error {
+	for lo := from; lo < to; lo += chunk {
+		hi := min(lo+chunk, to)
 		names := make([]string, 0, hi-lo)
 		for i := lo; i < hi; i++ {
 			names = append(names, scopeName(i))

@@ -20,7 +20,7 @@ const EtcdPrefixRoot = "/kvfence-bench/"
 const etcdCleanupTimeout = 30 * time.Second
 
 // errNoEtcd means an etcd row was selected without a cluster.
-var errNoEtcd = errors.New("needs an etcd cluster (Options.Etcd)")
+var errNoEtcd = errors.New("needs an etcd cluster (Options.NewEtcdClient)")
 
 // etcdCell is the engine's own limit: one RecordSize Put per Txn, under an
 // 8-byte key, the operation's number, below a fresh prefix. A Txn is
@@ -28,7 +28,7 @@ var errNoEtcd = errors.New("needs an etcd cluster (Options.Etcd)")
 // write-ahead logs, synced, so the row is durable; their syncs are not
 // counted here (FsyncsPerOp is 0).
 type etcdCell struct {
-	cli    *clientv3.Client
+	cli    *clientv3.Client // the cell's own
 	prefix string
 	record []byte
 }
@@ -43,8 +43,12 @@ func freshPrefix() (string, error) {
 	return EtcdPrefixRoot + hex.EncodeToString(b[:]) + "/", nil
 }
 
-func openEtcdTxn(ctx context.Context, cli *clientv3.Client) (cell, error) {
+func openEtcdTxn(_ context.Context, _ string, newClient func() (*clientv3.Client, error)) (cell, error) {
 	p, err := freshPrefix()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := newClient()
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +71,7 @@ func (c *etcdCell) op(ctx context.Context, _ int, i int64) error {
 func (c *etcdCell) syncs() (float64, error) { return 0, nil }
 
 // close deletes everything the cell wrote.
-func (c *etcdCell) close() error { return deletePrefix(c.cli, c.prefix) }
+func (c *etcdCell) close() error { return errors.Join(deletePrefix(c.cli, c.prefix), c.cli.Close()) }
 
 // deletePrefix deletes every key below prefix.
 func deletePrefix(cli *clientv3.Client, prefix string) error {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/kvfence/kvfence/bench"
 )
 
@@ -51,10 +53,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		opts.Rows = strings.Split(*rowsFlag, ",")
 	}
 	if ef.on() {
-		if opts.Etcd, err = ef.client("bench"); err != nil {
-			return err
-		}
-		defer opts.Etcd.Close()
+		opts.NewEtcdClient = func() (*clientv3.Client, error) { return ef.client("bench") }
 	}
 	rep, err := bench.Run(ctx, opts)
 	if errors.Is(err, bench.ErrUnknownRow) || errors.Is(err, bench.ErrInvalidOptions) {
@@ -169,6 +168,8 @@ at each writer count for --duration, after its setup and a warm-up:
 	sqlite_fenced_rollback_journal  the same with journal_mode=DELETE, synchronous=FULL
 	etcd_txn                        with --etcd: one 256-byte Put per Txn, the cluster's own
 	                                limit (fsyncs/op 0: the members' syncs are not counted)
+	kvfence_submit_etcd             with --etcd: kvfence_submit on the etcd engine, file anchor
+	                                (fsyncs/op: the anchor's only)
 
 Prints a table of ops/s, latency percentiles, fsync-like calls and heap
 allocations per operation. fsyncs/op is computed from the commits counted
