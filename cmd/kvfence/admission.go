@@ -70,7 +70,7 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
-	if cf.db == "" {
+	if cf.db == "" && !cf.etcd.on() {
 		return missingFlag(cf.name, "db", envDB)
 	}
 	if cf.anchor == "" && !*lostAnchor {
@@ -90,6 +90,10 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	if err := cf.checkAnchorPath(); err != nil {
 		return err
 	}
+	if *lostAnchor && cf.etcd.on() {
+		return &usageError{msg: "kvfence admission new: --lost-anchor is not available with --etcd: it reads the database without an anchor, which only a --db file offers",
+			hint: "sign an ordinary admission against the anchor"}
+	}
 	if len(*reason) > audit.MaxReasonLen || !utf8.ValidString(*reason) {
 		return &usageError{msg: fmt.Sprintf("kvfence admission new: --reason must be UTF-8 text of at most %d bytes",
 			audit.MaxReasonLen), hint: "kvfence admission new -h"}
@@ -98,7 +102,7 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkRecoveryKey(cf.db, ed25519PublicOf(priv)); err != nil {
+	if err := checkRecoveryKey(&cf, ed25519PublicOf(priv)); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -116,7 +120,15 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 		if aerr != nil {
 			return aerr
 		}
-		q, err = kvfence.Inspect(cf.db, anchor)
+		if cf.etcd.on() {
+			e, eerr := cf.openEngine()
+			if eerr != nil {
+				return eerr
+			}
+			q, err = kvfence.InspectEngine(e, anchor) // closes e
+		} else {
+			q, err = kvfence.Inspect(cf.db, anchor)
+		}
 	}
 	if err != nil {
 		return err
@@ -218,8 +230,8 @@ func lostAnchorState(cf *commonFlags) (string, error) {
 // recorded at init, or a receiver initialised without one. The database is
 // only asked, not trusted: recover checks the admission again against the
 // operator's copy of the recovery public key.
-func checkRecoveryKey(db string, pub ed25519.PublicKey) error {
-	r, err := kvfence.Open(db, &kvfence.Options{ReadOnly: true})
+func checkRecoveryKey(cf *commonFlags, pub ed25519.PublicKey) error {
+	r, err := cf.openReceiver(&kvfence.Options{ReadOnly: true})
 	if err != nil {
 		return err
 	}
@@ -313,5 +325,5 @@ Arguments:
 	--anchor FILE
 	    The receiver's anchor file. Defaults to $KVFENCE_ANCHOR. Required
 	    without --lost-anchor.
-`+usageAnchorEtcd+usageJSON)
+`+usageAnchorEtcd+usageEtcd+usageJSON)
 }

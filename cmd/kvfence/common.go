@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/engine/etcdengine"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
@@ -44,14 +45,18 @@ const (
 
 // commonFlags holds the flags shared by commands (docs/design.md §9).
 type commonFlags struct {
-	name        string // the command, for messages: "scope create"
-	db          string
-	anchor      string // the anchor file or etcd key, kept apart from the database (docs/design.md §7.3, §13)
-	anchorEtcd  anchorEtcdFlags
-	key         string
-	pub         string
-	lockTimeout time.Duration
-	json        bool
+	name       string // the command, for messages: "scope create"
+	db         string
+	anchor     string // the anchor file or etcd key, kept apart from the database (docs/design.md §7.3, §13)
+	anchorEtcd anchorEtcdFlags
+	etcd       etcdFlags // --etcd instead of --db (docs/design.md §13)
+	etcdPrefix string
+	// etcdPrefixSet says --etcd-prefix or its variable was given.
+	etcdPrefixSet bool
+	key           string
+	pub           string
+	lockTimeout   time.Duration
+	json          bool
 }
 
 // register adds the selected common flags, and always --json, to fs.
@@ -60,6 +65,8 @@ func (c *commonFlags) register(fs *flag.FlagSet, g flagGroup) {
 		fs.StringVar(&c.db, "db", "", "")
 		fs.StringVar(&c.anchor, "anchor", "", "")
 		c.anchorEtcd.register(fs)
+		c.etcd.register(fs)
+		fs.StringVar(&c.etcdPrefix, "etcd-prefix", etcdengine.DefaultPrefix, "")
 		if g&withoutPub == 0 {
 			fs.StringVar(&c.pub, "pub", "", "")
 		}
@@ -79,9 +86,15 @@ func (c *commonFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 	for _, f := range []struct {
 		name, env string
 		dst       *string
-	}{{"db", envDB, &c.db}, {"anchor", envAnchor, &c.anchor}, {"key", envKey, &c.key}} {
+	}{{"db", envDB, &c.db}, {"anchor", envAnchor, &c.anchor}, {"key", envKey, &c.key}, {"etcd", envEtcd, &c.etcd.urls}} {
 		if fs.Lookup(f.name) != nil && !isSet(fs, f.name) {
 			*f.dst = getenv(f.env)
+		}
+	}
+	if fs.Lookup("etcd-prefix") != nil {
+		c.etcdPrefixSet = isSet(fs, "etcd-prefix")
+		if p := getenv(envEtcdPrefix); !c.etcdPrefixSet && p != "" {
+			c.etcdPrefix, c.etcdPrefixSet = p, true
 		}
 	}
 }
@@ -97,7 +110,7 @@ const usageDB = `	--db FILE
 	    restored or rewritten database exits with code 4), and it is moved
 	    forward, durably, before the command returns. A missing anchor is
 	    never recreated.
-` + usageAnchorEtcd + usagePubLock
+` + usageAnchorEtcd + usageEtcd + usagePubLock
 
 // usageDBRead documents the common flags of an observation command: the
 // anchor is optional.
@@ -108,7 +121,7 @@ const usageDBRead = `	--db FILE
 	    a database that is older than its anchor or disagrees with it is
 	    refused (exit code 4); without it nothing is checked against the
 	    anchor and the output may describe a restored copy.
-` + usageAnchorEtcd + usagePubLock
+` + usageAnchorEtcd + usageEtcd + usagePubLock
 
 const usagePubLock = `	--pub FILE
 	    If set, refuse a receiver whose public key recorded at init
@@ -274,7 +287,7 @@ func require(cmd string, flags ...[2]string) error {
 // anchor at the database's own path. Commands call it before they read
 // any input, so that a usage error comes first.
 func (c *commonFlags) requireWriter() error {
-	if c.db == "" {
+	if c.db == "" && !c.etcd.on() {
 		return missingFlag(c.name, "db", envDB)
 	}
 	if c.anchor == "" {
@@ -287,8 +300,12 @@ func (c *commonFlags) requireWriter() error {
 }
 
 // checkAnchorPath refuses an anchor that is the database file itself (the
-// anchor exists to be kept apart from it) and a bad etcd anchor.
+// anchor exists to be kept apart from it), a bad etcd anchor, and a store
+// that checkStore refuses.
 func (c *commonFlags) checkAnchorPath() error {
+	if err := c.checkStore(); err != nil {
+		return err
+	}
 	if err := c.checkEtcdAnchor(); err != nil {
 		return err
 	}
@@ -322,7 +339,7 @@ func checkPub(r *kvfence.Receiver, pub ed25519.PublicKey) error {
 // nothing is checked. With --pub, it refuses a receiver whose recorded key
 // differs. warn receives a damaged anchor slot's warning.
 func (c *commonFlags) openObserver(warn func(string)) (*kvfence.Receiver, error) {
-	if c.db == "" {
+	if c.db == "" && !c.etcd.on() {
 		return nil, missingFlag(c.name, "db", envDB)
 	}
 	if err := c.checkAnchorPath(); err != nil {
@@ -338,7 +355,7 @@ func (c *commonFlags) openObserver(warn func(string)) (*kvfence.Receiver, error)
 			return nil, err
 		}
 	}
-	r, err := kvfence.Open(c.db, opts)
+	r, err := c.openReceiver(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +390,7 @@ func (c *commonFlags) openWriter(warn func(string)) (*kvfence.Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := kvfence.Open(c.db, &kvfence.Options{LockTimeout: c.lockTimeout, Key: priv, Anchor: anchor, Warn: warn})
+	r, err := c.openReceiver(&kvfence.Options{LockTimeout: c.lockTimeout, Key: priv, Anchor: anchor, Warn: warn})
 	if err != nil {
 		return nil, err
 	}

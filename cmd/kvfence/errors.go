@@ -177,8 +177,12 @@ func hint(err error) string {
 	case errors.Is(err, audit.ErrWriteConflict):
 		return "the anchor file already holds a checkpoint (init never replaces one), or another process moved it " +
 			"meanwhile; for a new receiver choose a new --anchor path, otherwise run kvfence verify-chain"
+	case errors.Is(err, kvfence.ErrOutcomeUnknown):
+		return "the outcome is unknown, not refused: run the same command again; a submit is answered from its " +
+			"receipt (already_applied) if it was applied"
 	case errors.Is(err, kvfence.ErrStorageBusy):
-		return "wait for the other process to release the database, or raise --lock-timeout"
+		return "wait for the other process to release the database, or raise --lock-timeout; on etcd, other " +
+			"writers kept conflicting: retry"
 	case errors.Is(err, kvfence.ErrStorageReserve):
 		return "free space on the database's volume; holds and activations still commit meanwhile"
 	case errors.Is(err, kvfence.ErrBadFormat):

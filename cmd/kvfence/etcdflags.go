@@ -11,6 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvfence/kvfence/audit/etcdanchor"
+	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/engine/etcdengine"
+	"github.com/kvfence/kvfence/kvfence"
 )
 
 // Environment fallbacks of the etcd flags.
@@ -104,6 +107,7 @@ func (e *etcdFlags) client(cmd string) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvfence %s: --etcd: %w", cmd, err)
 	}
+	cli.KV = timeoutKV{KV: cli.KV, d: etcdRequestTimeout}
 	return cli, nil
 }
 
@@ -113,3 +117,113 @@ const usageEtcdTLS = `	--etcd-cert FILE, --etcd-key FILE, --etcd-ca FILE
 	    or neither; the key not readable by group or others), and the CA
 	    that the members' certificates chain to (default: the system's).
 `
+
+// maxEtcdPrefix bounds --etcd-prefix.
+const maxEtcdPrefix = 256
+
+// checkEtcdPrefix refuses a prefix that is not /SEGMENT/[SEGMENT/...] of
+// letters, digits, '.', '_' and '-': every key of the receiver goes below
+// it, and "/" alone would put them among everything else on the cluster.
+func checkEtcdPrefix(p string) error {
+	if len(p) > maxEtcdPrefix {
+		return fmt.Errorf("%d bytes, more than %d", len(p), maxEtcdPrefix)
+	}
+	if !strings.HasPrefix(p, "/") || !strings.HasSuffix(p, "/") || len(p) < 3 {
+		return fmt.Errorf("want /NAME/ or /NAME/NAME/..., e.g. %s", etcdengine.DefaultPrefix)
+	}
+	for seg := range strings.SplitSeq(p[1:len(p)-1], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("empty, . or .. segment")
+		}
+		for _, r := range seg {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+				return fmt.Errorf("%q is not allowed: letters, digits, '.', '_' and '-' only", r)
+			}
+		}
+	}
+	return nil
+}
+
+// checkStore checks how the receiver's store is named, before anything is
+// opened: --db or --etcd (not both), a good --etcd and --etcd-prefix, and
+// an etcd anchor on none of --etcd's endpoints, since the anchor must live
+// apart from what it guards (docs/design.md §13).
+func (c *commonFlags) checkStore() error {
+	if c.db != "" && c.etcd.on() {
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --db and --etcd both name the receiver's store (flags or %s, %s)", c.name, envDB, envEtcd),
+			hint: "give one of them"}
+	}
+	if err := c.etcd.check(c.name); err != nil {
+		return err
+	}
+	if !c.etcd.on() {
+		if c.etcdPrefixSet {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --etcd-prefix goes with --etcd", c.name), hint: "kvfence " + c.name + " -h"}
+		}
+		return nil
+	}
+	if err := checkEtcdPrefix(c.etcdPrefix); err != nil {
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --etcd-prefix %q: %v", c.name, c.etcdPrefix, err), hint: "kvfence " + c.name + " -h"}
+	}
+	if isEtcdAnchor(c.anchor) {
+		if a, err := etcdanchor.ParseAddress(c.anchor); err == nil {
+			for _, hp := range a.Endpoints {
+				for _, ep := range c.etcd.endpoints {
+					if strings.EqualFold(ep[strings.Index(ep, "://")+3:], hp) {
+						return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor is on %s, a member of --etcd: the anchor must be on a separate cluster", c.name, hp),
+							hint: "an anchor restored with the receiver's own cluster would vouch for the restored state"}
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// openEngine connects to --etcd and returns the engine on --etcd-prefix.
+func (c *commonFlags) openEngine() (engine.Engine, error) {
+	cli, err := c.etcd.client(c.name)
+	if err != nil {
+		return nil, err
+	}
+	e, err := etcdengine.New(cli, &etcdengine.Options{Prefix: c.etcdPrefix})
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("kvfence %s: %w", c.name, err)
+	}
+	return e, nil
+}
+
+// openReceiver opens the receiver in --db, or on --etcd.
+func (c *commonFlags) openReceiver(opts *kvfence.Options) (*kvfence.Receiver, error) {
+	if !c.etcd.on() {
+		return kvfence.Open(c.db, opts)
+	}
+	e, err := c.openEngine()
+	if err != nil {
+		return nil, err
+	}
+	return kvfence.OpenEngine(e, opts) // owns e, closes it on failure
+}
+
+// storeName names the receiver's store for output: the file, or the etcd
+// prefix and endpoints.
+func (c *commonFlags) storeName() string {
+	if !c.etcd.on() {
+		return c.db
+	}
+	return "etcd " + c.etcdPrefix + " on " + strings.Join(c.etcd.endpoints, ",")
+}
+
+// usageEtcd documents the flags that put the receiver on etcd.
+const usageEtcd = `	--etcd URL[,URL...]
+	    The receiver on an etcd cluster instead of --db (not both):
+	    http://HOST:PORT or https://HOST:PORT of its members. Defaults to
+	    $KVFENCE_ETCD. Each request is bounded by 10s. A commit whose
+	    outcome is unknown (a timeout, a lost leader) exits 1 saying so:
+	    retry the same command (a submit is answered from its receipt);
+	    writers that kept conflicting exit 5.
+	--etcd-prefix PREFIX
+	    The receiver's keys on that cluster (default /kvfence/; defaults
+	    to $KVFENCE_ETCD_PREFIX). Several receiver processes may share one.
+` + usageEtcdTLS

@@ -87,8 +87,20 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := kvfence.Init(cf.db, &kvfence.InitOptions{ReceiverID: *id, Key: priv, Anchor: anchor, RecoveryKey: recovery,
-		MaxGrantTTL: *maxTTL}); err != nil {
+	iopts := &kvfence.InitOptions{ReceiverID: *id, Key: priv, Anchor: anchor, RecoveryKey: recovery, MaxGrantTTL: *maxTTL}
+	if cf.etcd.on() {
+		e, err := cf.openEngine()
+		if err != nil {
+			return err
+		}
+		err = kvfence.InitEngine(e, iopts)
+		if cerr := e.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	} else if err := kvfence.Init(cf.db, iopts); err != nil {
 		return err
 	}
 	// Read the anchor back, so that the operator sees what it vouches for
@@ -98,7 +110,7 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("kvfence init: the receiver was created, but its anchor cannot be read back: %w", err)
 	}
 	head := audit.Head{Seq: sc.Seq, Hash: sc.Head}
-	res := initJSON{Receiver: *id, DB: cf.db, Anchor: cf.anchor, AnchorSeq: head.Seq, AnchorHead: headHex(head),
+	res := initJSON{Receiver: *id, DB: cf.storeName(), Anchor: cf.anchor, AnchorSeq: head.Seq, AnchorHead: headHex(head),
 		PublicKey: publicLine(pub), Fingerprint: audit.KeyFingerprint(pub).String()}
 	if recovery != nil {
 		s, f := publicLine(recovery), audit.KeyFingerprint(recovery).String()
@@ -164,7 +176,7 @@ Arguments:
 	    The database file to create. Defaults to $KVFENCE_DB.
 	--anchor FILE
 	    The anchor file to create (required). Defaults to $KVFENCE_ANCHOR.
-`+usageAnchorEtcd+`	--pub FILE
+`+usageAnchorEtcd+usageEtcd+`	--pub FILE
 	    If set, refuse unless it is the public half of --key.
 `+usageJSON)
 }

@@ -86,13 +86,15 @@ func (c *cli) json(want int, args ...string) map[string]any {
 
 // receiver sets up a receiver key, a separately held recovery key and an
 // initialised receiver with the fixture scope and target, and points
-// KVFENCE_DB, KVFENCE_ANCHOR (unless a test set it) and KVFENCE_KEY at
-// them.
+// KVFENCE_DB (unless a test set KVFENCE_ETCD), KVFENCE_ANCHOR (unless a
+// test set it) and KVFENCE_KEY at them.
 func (c *cli) receiver() {
 	c.t.Helper()
 	c.must(0, "keygen", "--out", c.path("receiver.key"))
 	c.must(0, "keygen", "--out", c.path("recovery.key"))
-	c.env[envDB] = c.path("receiver.db")
+	if c.env[envEtcd] == "" {
+		c.env[envDB] = c.path("receiver.db")
+	}
 	if c.env[envAnchor] == "" {
 		c.env[envAnchor] = c.path("receiver.anchor")
 	}

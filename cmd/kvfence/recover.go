@@ -75,8 +75,17 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := kvfence.Recover(cf.db, adm, kvfence.RecoverOptions{Key: priv, Anchor: anchor,
-		RecoveryKey: rpub, LockTimeout: cf.lockTimeout})
+	ropts := kvfence.RecoverOptions{Key: priv, Anchor: anchor, RecoveryKey: rpub, LockTimeout: cf.lockTimeout}
+	var res kvfence.RecoverResult
+	if cf.etcd.on() {
+		e, eerr := cf.openEngine()
+		if eerr != nil {
+			return eerr
+		}
+		res, err = kvfence.RecoverEngine(e, adm, ropts) // closes e
+	} else {
+		res, err = kvfence.Recover(cf.db, adm, ropts)
+	}
 	switch {
 	case errors.Is(err, kvfence.ErrAnchorPresent):
 		return withHint(err, "the anchor at --anchor loads, so it is not lost: if the database disagrees with it, "+
@@ -184,5 +193,5 @@ Arguments:
 	--anchor FILE
 	    The receiver's anchor file: superseded, or created after a
 	    lost-anchor admission. Defaults to $KVFENCE_ANCHOR.
-`+usageAnchorEtcd+usageLock+usageJSON)
+`+usageAnchorEtcd+usageEtcd+usageLock+usageJSON)
 }

@@ -248,7 +248,7 @@ func (c *ServeCommand) open(cf *commonFlags, obs *metrics.Metrics) (*kvfence.Rec
 	if obs != nil {
 		opts.Observer = obs
 	}
-	r, err := kvfence.Open(cf.db, opts)
+	r, err := cf.openReceiver(opts)
 	if err != nil {
 		return nil, err
 	}

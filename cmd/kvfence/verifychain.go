@@ -67,7 +67,7 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 		archives, args = append(archives, rest[0]), rest[1:]
 	}
 	cf.resolve(fs, c.m.Getenv)
-	if cf.db == "" {
+	if cf.db == "" && !cf.etcd.on() {
 		return missingFlag(cf.name, "db", envDB)
 	}
 	if cf.anchor == "" {
@@ -98,8 +98,18 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeAll()
-	rep, err := kvfence.VerifyChain(cf.db, kvfence.VerifyOptions{Anchor: anchor, PublicKey: pub, Progress: c.progress(),
-		MaxAge: *maxAge, LockTimeout: cf.lockTimeout, Archives: srcs})
+	vopts := kvfence.VerifyOptions{Anchor: anchor, PublicKey: pub, Progress: c.progress(),
+		MaxAge: *maxAge, LockTimeout: cf.lockTimeout, Archives: srcs}
+	var rep audit.Report
+	if cf.etcd.on() {
+		e, eerr := cf.openEngine()
+		if eerr != nil {
+			return eerr
+		}
+		rep, err = kvfence.VerifyChainEngine(e, vopts) // closes e
+	} else {
+		rep, err = kvfence.VerifyChain(cf.db, vopts)
+	}
 	if err != nil {
 		return notAReceiver(cf.name, cf.db, cf.lockTimeout, err, "kvfence ledger verify-chain")
 	}
@@ -233,7 +243,7 @@ Arguments:
 	    Receiver database. Defaults to $KVFENCE_DB.
 	--anchor FILE
 	    The receiver's anchor file. Defaults to $KVFENCE_ANCHOR.
-	--pub FILE
+`+usageAnchorEtcd+usageEtcd+`	--pub FILE
 	    The receiver's public key (an ssh-ed25519 line), from your own
 	    records: the one in the database is not trusted for this.
 	--max-age DURATION
