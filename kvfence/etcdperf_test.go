@@ -17,12 +17,61 @@ import (
 	"google.golang.org/grpc"
 )
 
+// Ensure that a Submit on etcd sends two requests, whatever it decides:
+// one that reads what the decision reads (the head, the state digest, the
+// high-water, the audit key, the scope's control record, the grant, the
+// receipt and the target) and the commit. Each read of its own would be a
+// request more.
+func TestSubmitEtcd_ReadsInOneRequest(t *testing.T) {
+	var n atomic.Int64
+	e, err := etcdengine.New(countingClient(t, sharedEtcd(t), &n), &etcdengine.Options{Prefix: fmt.Sprintf("/kvfence-test-%d/", prefixes.Add(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := newClock()
+	anchor := &audit.MemAnchor{}
+	if err := InitEngine(e, &InitOptions{ReceiverID: "rtt", Key: testKey, Anchor: anchor, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenEngine(e, &Options{Key: testKey, Anchor: anchor, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	f := &fixture{t: t, clock: clock, ctx: t.Context(), r: r, admin: r.Admin()}
+	if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+		t.Fatal(err)
+	}
+	a := f.activate("worker-a", "claim-1", f.patchRequest("act"))
+	for _, step := range []struct {
+		name string
+		hold bool
+		want Outcome
+	}{{"applied", false, Applied}, {"already applied", false, AlreadyApplied}, {"denied, held", true, Denied}} {
+		if step.hold {
+			f.hold("stale")
+		}
+		n.Store(0)
+		res := f.submit("worker-a", a.envelope)
+		if res.Outcome != step.want {
+			t.Fatalf("%s: %+v", step.name, res)
+		}
+		if got := n.Load(); got != 2 {
+			t.Errorf("%s: %d requests to etcd, want 2 (one read, one commit)", step.name, got)
+		}
+	}
+}
+
 // BenchmarkEtcdFsync compares an applied fenced Submit on the etcd engine
 // with the cluster's own limit, a raw Txn that puts one 256-byte key, on
 // one embedded member that syncs to disk, from 1, 8 and 64 writers. The
-// receiver keeps a file anchor. ops/s is over all writers; rtt/op counts
-// the requests sent to etcd per operation (the reads and the commits), and
-// calls/commit how many Submits shared one commit.
+// receiver keeps a file anchor, which syncs to the local disk too, or one
+// in memory, to show the engine's part. ops/s is over all writers; rtt/op
+// counts the requests sent to etcd per operation (the reads and the
+// commits), and calls/commit how many Submits shared one commit.
 func BenchmarkEtcdFsync(b *testing.B) {
 	c := etcdtest.NewCluster(b, etcdtest.Config{Fsync: true})
 	writers := []int{1, 8, 64}
@@ -40,23 +89,31 @@ func BenchmarkEtcdFsync(b *testing.B) {
 			b.ReportMetric(float64(rtt.Load())/float64(b.N), "rtt/op")
 		})
 	}
-	for _, n := range writers {
-		b.Run(fmt.Sprintf("kvfence_submit_etcd/writers=%d", n), func(b *testing.B) {
-			var rtt atomic.Int64
-			r, envs := etcdBenchFixture(b, c, &rtt, b.N)
-			commits := r.queue.commits.Load()
-			rtt.Store(0)
-			runWriters(b, n, func(i int64) error {
-				res, err := r.Submit(context.Background(), envs[i].caller, envs[i].envelope)
-				if err == nil && res.Outcome != Applied {
-					err = fmt.Errorf("call %d: %s/%s %s", i, res.Outcome, res.Reason, res.Detail)
-				}
-				return err
+	for _, anchor := range []string{"file", "memory"} {
+		for _, n := range writers {
+			b.Run(fmt.Sprintf("kvfence_submit_etcd/anchor=%s/writers=%d", anchor, n), func(b *testing.B) {
+				benchSubmitEtcd(b, c, anchor == "file", n)
 			})
-			b.ReportMetric(float64(rtt.Load())/float64(b.N), "rtt/op")
-			b.ReportMetric(float64(b.N)/float64(r.queue.commits.Load()-commits), "calls/commit")
-		})
+		}
 	}
+}
+
+// benchSubmitEtcd times applied submits from n writers on a receiver on c,
+// with a file anchor or one in memory (what the engine costs alone).
+func benchSubmitEtcd(b *testing.B, c *etcdtest.Cluster, file bool, n int) {
+	var rtt atomic.Int64
+	r, envs := etcdBenchFixture(b, c, &rtt, file, b.N)
+	commits := r.queue.commits.Load()
+	rtt.Store(0)
+	runWriters(b, n, func(i int64) error {
+		res, err := r.Submit(context.Background(), envs[i].caller, envs[i].envelope)
+		if err == nil && res.Outcome != Applied {
+			err = fmt.Errorf("call %d: %s/%s %s", i, res.Outcome, res.Reason, res.Detail)
+		}
+		return err
+	})
+	b.ReportMetric(float64(rtt.Load())/float64(b.N), "rtt/op")
+	b.ReportMetric(float64(b.N)/float64(r.queue.commits.Load()-commits), "calls/commit")
 }
 
 // runWriters times op for b.N indexes shared by n writers and reports
@@ -86,7 +143,7 @@ func runWriters(b *testing.B, n int, op func(i int64) error) {
 }
 
 // countingClient is a client of c that counts its requests in rtt.
-func countingClient(b *testing.B, c *etcdtest.Cluster, rtt *atomic.Int64) *clientv3.Client {
+func countingClient(b testing.TB, c *etcdtest.Cluster, rtt *atomic.Int64) *clientv3.Client {
 	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		rtt.Add(1)
 		return invoker(ctx, method, req, reply, cc, opts...)
@@ -101,17 +158,20 @@ func countingClient(b *testing.B, c *etcdtest.Cluster, rtt *atomic.Int64) *clien
 }
 
 // etcdBenchFixture returns a receiver on a fresh prefix of c, with a file
-// anchor, and n envelopes, each for its own scope, target and active
+// anchor or one in memory, and n envelopes, each for its own scope, target and active
 // grant, so that every one of them applies. The setup runs from many
 // writers at once, so that it shares commits.
-func etcdBenchFixture(b *testing.B, c *etcdtest.Cluster, rtt *atomic.Int64, n int) (*Receiver, []benchCall) {
+func etcdBenchFixture(b *testing.B, c *etcdtest.Cluster, rtt *atomic.Int64, file bool, n int) (*Receiver, []benchCall) {
 	b.Helper()
 	e, err := etcdengine.New(countingClient(b, c, rtt), &etcdengine.Options{Prefix: fmt.Sprintf("/bench-%d/", prefixes.Add(1))})
 	if err != nil {
 		b.Fatal(err)
 	}
 	clock := newClock()
-	anchor := audit.FileAnchor{Path: filepath.Join(b.TempDir(), "r.anchor")}
+	var anchor audit.AnchorStore = &audit.MemAnchor{}
+	if file {
+		anchor = audit.FileAnchor{Path: filepath.Join(b.TempDir(), "r.anchor")}
+	}
 	if err := InitEngine(e, &InitOptions{ReceiverID: "bench", Key: testKey, Anchor: anchor, Now: clock.Now}); err != nil {
 		b.Fatal(err)
 	}
