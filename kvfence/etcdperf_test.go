@@ -2,6 +2,7 @@ package kvfence
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine/etcdengine"
+	"github.com/kvfence/kvfence/internal/defect"
 	"github.com/kvfence/kvfence/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -62,6 +64,57 @@ func TestSubmitEtcd_ReadsInOneRequest(t *testing.T) {
 		if got := n.Load(); got != 2 {
 			t.Errorf("%s: %d requests to etcd, want 2 (one read, one commit)", step.name, got)
 		}
+	}
+}
+
+// Ensure that what a batch read ahead is compared at its commit: a hold
+// committed through another receiver process on the same prefix after the
+// Submit's transaction read the scope's records, and before it commits,
+// makes the commit fail and the decision run again on the held scope. The
+// worker is denied, the target keeps its value, and the chain verifies.
+func TestSubmitEtcd_ReadAheadChangedBeforeCommit(t *testing.T) {
+	s := engines[1].new(t)
+	anchor := &audit.MemAnchor{}
+	clock := newClock()
+	if err := s.init(t, &InitOptions{ReceiverID: "shared", Key: testKey, Anchor: anchor, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	open := func() *fixture {
+		r, err := s.open(t, &Options{Key: testKey, Anchor: anchor, Now: clock.Now}, defect.Variant{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return &fixture{t: t, clock: clock, ctx: t.Context(), r: r, admin: r.Admin(), store: s}
+	}
+	one, two := open(), open()
+	if err := one.admin.CreateScope(one.ctx, fixScope); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.admin.CreateTarget(one.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+		t.Fatal(err)
+	}
+	a := one.activate("worker-a", "claim-1", one.patchRequest("act"))
+	runs := 0
+	one.r.faults.beforeAudit = func(*audit.Entry) error {
+		// Inside the Submit's transaction, after its reads: the first
+		// run lets the other process hold the scope.
+		if runs++; runs == 1 {
+			two.hold("worker-a deposed")
+		}
+		return nil
+	}
+	res := one.submit("worker-a", a.envelope)
+	one.r.faults.beforeAudit = nil
+	wantDenied(t, res, ReasonReceiverHeld)
+	if runs != 2 {
+		t.Fatalf("the decision ran %d times, want 2: the commit did not see the hold", runs)
+	}
+	if tg, err := two.r.Target(fixTarget); err != nil || string(tg.Value) != fixValue {
+		t.Fatalf("target after the denied submit: %q, %v; want %q", tg.Value, err, fixValue)
+	}
+	if _, err := s.verify(t, VerifyOptions{Anchor: anchor, PublicKey: testKey.Public().(ed25519.PublicKey)}); err != nil {
+		t.Fatalf("verify-chain: %v", err)
 	}
 }
 
