@@ -17,6 +17,17 @@
 // run's values are the committed ones). A run that returns an error ends the
 // Update with that error and writes nothing.
 //
+// # Reading ahead
+//
+// A transaction of an engine whose reads are round trips may also be a
+// Prefetcher: the caller names the keys it will read, the engine reads
+// them in one request, and later Gets of them are answered from what it
+// read. A prefetched key is read exactly as by Get, compared at an
+// optimistic commit whether or not Get asks for it; so a prefetch changes
+// how many requests a transaction sends, never what it sees or commits.
+// Prefetch (the function) asks a transaction that is one and does nothing
+// for one that is not.
+//
 // # Lifetime of bytes
 //
 // One rule for every engine: keys and values that a Tx returns (Get, Scan,

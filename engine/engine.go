@@ -50,6 +50,38 @@ type Tx interface {
 	HasBucket(bucket []byte) (bool, error)
 }
 
+// Key names one key of a bucket.
+type Key struct {
+	// Bucket is the bucket's name.
+	Bucket []byte
+	// Key is the key in it.
+	Key []byte
+}
+
+// Prefetcher is a Tx that reads several keys in one request. An engine
+// whose reads are round trips (etcd) implements it; one whose reads are
+// local (bbolt) need not, and callers find out with a type assertion.
+//
+// Prefetch reads every named key that the transaction has neither read
+// nor written yet, at the transaction's one state (the first read of a
+// transaction fixes it, as a Get would), and keeps the values: a later Get
+// of such a key returns the kept value, with no request. A prefetched key
+// is read exactly as by Get: it joins the transaction's read set whether or
+// not Get asks for it later, so an optimistic engine compares it at the
+// commit (an absent key is compared as absent, a mod revision of 0 on
+// etcd) and a change of it by another writer after the read makes the
+// transaction run again, never commit on the old value. A key already
+// written by the transaction is skipped (Get answers from the write).
+//
+// Prefetch returns the errors Get would for an invalid or missing bucket
+// or an invalid key, and a failed read. Keys that would take the
+// transaction's compares past its Limits are not read and left to Get, so
+// a prefetch alone never makes an Update fail with ErrTxnTooLarge; the
+// keys it did read count against the limits like any read.
+type Prefetcher interface {
+	Prefetch(keys ...Key) error
+}
+
 // Limits bound one Update. A zero field means no bound. An engine checks
 // them while fn runs, so an Update that breaks them writes nothing.
 type Limits struct {
@@ -91,6 +123,15 @@ func CheckBucket(name []byte) error {
 func CheckKey(key []byte) error {
 	if len(key) == 0 || len(key) > MaxKeySize {
 		return fmt.Errorf("%w: key of %d bytes", ErrInvalid, len(key))
+	}
+	return nil
+}
+
+// Prefetch has tx read keys ahead (Prefetcher) if it can, and does nothing
+// otherwise: Get then reads each key when asked, with the same result.
+func Prefetch(tx Tx, keys ...Key) error {
+	if p, ok := tx.(Prefetcher); ok {
+		return p.Prefetch(keys...)
 	}
 	return nil
 }

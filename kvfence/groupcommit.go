@@ -47,6 +47,10 @@ type call struct {
 	// worker marks a worker's call (Submit), which may not write into the
 	// space reserved for administrators.
 	worker bool
+	// sub is the submission a Submit call decides, whose reads the leader
+	// names ahead to an engine that can fetch them in one request; nil
+	// for other calls.
+	sub *submission
 	// res and err are the call's outcome, set by the leader that ran it
 	// before it wakes the caller.
 	res any
@@ -81,7 +85,7 @@ type commitQueue struct {
 // runs: it returns its result, and only the result of a committed run
 // reaches the caller.
 func update[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, error) {
-	res, err := r.write(size, false, func(w *wtx) (any, error) { return fn(w) })
+	res, err := r.write(size, false, nil, func(w *wtx) (any, error) { return fn(w) })
 	if err != nil {
 		var zero T
 		return zero, err
@@ -91,14 +95,24 @@ func update[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, error)
 
 // exec is update for a call whose only outcome is an error.
 func (r *Receiver) exec(size int, fn func(w *wtx) error) error {
-	_, err := r.write(size, false, func(w *wtx) (any, error) { return nil, fn(w) })
+	_, err := r.write(size, false, nil, func(w *wtx) (any, error) { return nil, fn(w) })
 	return err
 }
 
 // submitCall is update for a worker's call, which is refused when the
 // volume is below the administrators' reserve.
 func submitCall(r *Receiver, size int, fn func(w *wtx) (Result, error)) (Result, error) {
-	res, err := r.write(size, true, func(w *wtx) (any, error) { return fn(w) })
+	res, err := r.write(size, true, nil, func(w *wtx) (any, error) { return fn(w) })
+	if err != nil {
+		return Result{}, err
+	}
+	return res.(Result), nil
+}
+
+// decideCall is submitCall for Submit's decision of s, whose reads the
+// leader of its batch may fetch ahead (prefetchKeys).
+func (r *Receiver) decideCall(s *submission, size int) (Result, error) {
+	res, err := r.write(size, true, s, func(w *wtx) (any, error) { return r.decide(w, s) })
 	if err != nil {
 		return Result{}, err
 	}
@@ -106,12 +120,13 @@ func submitCall(r *Receiver, size int, fn func(w *wtx) (Result, error)) (Result,
 }
 
 // write queues one call and waits for its outcome, leading a batch itself
-// when no commit is running.
-func (r *Receiver) write(size int, worker bool, fn func(w *wtx) (any, error)) (any, error) {
+// when no commit is running. sub is the submission of a Submit call, or
+// nil.
+func (r *Receiver) write(size int, worker bool, sub *submission, fn func(w *wtx) (any, error)) (any, error) {
 	if r.opts.ReadOnly {
 		return nil, ErrReadOnly
 	}
-	c := &call{fn: fn, size: size, worker: worker, wake: make(chan struct{}, 1)}
+	c := &call{fn: fn, size: size, worker: worker, sub: sub, wake: make(chan struct{}, 1)}
 	q := &r.queue
 	q.mu.Lock()
 	q.pending = append(q.pending, c)
@@ -304,6 +319,7 @@ func (r *Receiver) reserve(batch []*call) []*call {
 func (r *Receiver) run(batch []*call) (err error) {
 	var w *wtx
 	var sc audit.SignedCheckpoint
+	var ahead []engine.Key
 	committed := false
 	start := time.Now()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -329,6 +345,18 @@ func (r *Receiver) run(batch []*call) (err error) {
 		// that did not commit.
 		for _, c := range batch {
 			c.res = nil
+		}
+		// An engine whose reads are round trips (etcd) reads what the
+		// batch will read in one; the reads are compared at the commit as
+		// if each were made where the calls make them. bbolt reads its
+		// pages in place and is not asked.
+		if p, ok := tx.(engine.Prefetcher); ok {
+			if ahead == nil {
+				ahead = r.prefetchKeys(batch)
+			}
+			if err := p.Prefetch(ahead...); err != nil {
+				return err
+			}
 		}
 		var err error
 		if w, err = r.newWtx(tx); err != nil {

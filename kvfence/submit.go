@@ -80,7 +80,7 @@ func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (
 	if r.defect.CheckOutsideTransaction && defectsAllowed.Load() {
 		return r.submitCheckedBefore(s, len(envelope))
 	}
-	return submitCall(r, len(envelope), func(w *wtx) (Result, error) { return r.decide(w, s) })
+	return r.decideCall(s, len(envelope))
 }
 
 // decide runs checks 1-12 for one submission inside w.

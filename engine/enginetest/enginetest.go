@@ -44,6 +44,8 @@ func Run(t *testing.T, newEngine NewEngine) {
 		{"FailedUpdateWritesNothing", testFailedUpdate},
 		{"ConcurrentCounters", testCounters},
 		{"RerunHarmless", testRerun},
+		{"Prefetch", testPrefetch},
+		{"PrefetchConcurrentCounters", testPrefetchCounters},
 		{"Limits", testLimits},
 		{"Context", testContext},
 		{"Closed", testClosed},
@@ -664,6 +666,146 @@ func testRerun(t *testing.T, newEngine NewEngine) {
 		t.Fatalf("seq %d, %d entries stored (with seq), %d handed out", seq, len(entries), len(seen))
 	}
 	t.Logf("%d runs for %d commits", runs.Load(), len(seen))
+}
+
+// Ensure that a prefetch (engine.Prefetch: a Prefetcher's, or nothing)
+// changes no answer: Get returns after it what it returns without it, for a
+// present, an empty and an absent key and one of another bucket, a write of
+// the transaction wins over a prefetched value and a later prefetch, and a
+// bad key or bucket is refused as Get refuses it.
+func testPrefetch(t *testing.T, newEngine NewEngine) {
+	e := fresh(t, newEngine, engine.Limits{})
+	update(t, e, func(tx engine.Tx) error {
+		if err := tx.Put(bA, []byte("k"), []byte("1")); err != nil {
+			return err
+		}
+		if err := tx.Put(bA, []byte("empty"), nil); err != nil {
+			return err
+		}
+		return tx.Put(bB, []byte("k"), []byte("b"))
+	})
+	keys := []engine.Key{{Bucket: bA, Key: []byte("k")}, {Bucket: bA, Key: []byte("empty")},
+		{Bucket: bA, Key: []byte("absent")}, {Bucket: bB, Key: []byte("k")}, {Bucket: bA, Key: []byte("k")}}
+	check := func(tx engine.Tx) error {
+		for _, c := range []struct {
+			bucket []byte
+			key    string
+			want   []byte
+		}{{bA, "k", []byte("1")}, {bA, "empty", []byte{}}, {bA, "absent", nil}, {bB, "k", []byte("b")}} {
+			v, err := tx.Get(c.bucket, []byte(c.key))
+			if err != nil || !bytes.Equal(v, c.want) || (v == nil) != (c.want == nil) {
+				return fmt.Errorf("Get(%s, %s) after a prefetch = %#v, %v; want %#v", c.bucket, c.key, v, err, c.want)
+			}
+		}
+		return nil
+	}
+	if err := e.View(context.Background(), func(tx engine.Tx) error {
+		if err := engine.Prefetch(tx, keys...); err != nil {
+			return err
+		}
+		return check(tx)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	update(t, e, func(tx engine.Tx) error {
+		if err := tx.Put(bA, []byte("absent"), []byte("mine")); err != nil {
+			return err
+		}
+		if err := engine.Prefetch(tx, keys...); err != nil {
+			return err
+		}
+		if v, err := tx.Get(bA, []byte("absent")); err != nil || string(v) != "mine" {
+			return fmt.Errorf("Get of a key written before its prefetch = %q, %v", v, err)
+		}
+		if err := tx.Put(bA, []byte("k"), []byte("2")); err != nil {
+			return err
+		}
+		if err := engine.Prefetch(tx, keys...); err != nil {
+			return err
+		}
+		if v, err := tx.Get(bA, []byte("k")); err != nil || string(v) != "2" {
+			return fmt.Errorf("Get of a prefetched key written after its prefetch = %q, %v", v, err)
+		}
+		return nil
+	})
+	if v := get(t, e, bA, []byte("absent")); string(v) != "mine" {
+		t.Fatalf("committed absent = %q, want mine", v)
+	}
+	err := e.View(context.Background(), func(tx engine.Tx) error {
+		return engine.Prefetch(tx, engine.Key{Bucket: bA, Key: nil})
+	})
+	// Without a Prefetcher nothing is read ahead, and Get refuses later.
+	if isPrefetcher(t, e) && !errors.Is(err, engine.ErrInvalid) {
+		t.Errorf("Prefetch of an empty key = %v, want ErrInvalid", err)
+	}
+	err = e.View(context.Background(), func(tx engine.Tx) error {
+		return engine.Prefetch(tx, engine.Key{Bucket: []byte("nobucket"), Key: []byte("k")})
+	})
+	if isPrefetcher(t, e) && !errors.Is(err, engine.ErrBucketNotFound) {
+		t.Errorf("Prefetch in a missing bucket = %v, want ErrBucketNotFound", err)
+	}
+}
+
+// isPrefetcher reports whether e's transactions are Prefetchers.
+func isPrefetcher(t *testing.T, e engine.Engine) bool {
+	t.Helper()
+	var ok bool
+	if err := e.View(context.Background(), func(tx engine.Tx) error {
+		_, ok = tx.(engine.Prefetcher)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// Ensure that concurrent read-modify-write transactions that prefetch what
+// they read lose no update: a prefetched value is compared at the commit
+// like a Get's, so a transaction whose prefetched key another writer
+// changed runs again instead of committing on the old value.
+func testPrefetchCounters(t *testing.T, newEngine NewEngine) {
+	e := fresh(t, newEngine, engine.Limits{})
+	const workers, each = 4, 15
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			mine := fmt.Append(nil, "w", w)
+			for range each {
+				err := e.Update(context.Background(), func(tx engine.Tx) error {
+					if err := engine.Prefetch(tx, engine.Key{Bucket: bA, Key: []byte("n")}, engine.Key{Bucket: bA, Key: mine}); err != nil {
+						return err
+					}
+					for _, k := range [][]byte{[]byte("n"), mine} {
+						v, err := tx.Get(bA, k)
+						if err != nil {
+							return err
+						}
+						if err := tx.Put(bA, k, fmt.Append(nil, atoiOrZero(v)+1)); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case !errors.Is(err, engine.ErrConflict):
+					t.Errorf("Update = %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	n := atoiOrZero(get(t, e, bA, []byte("n")))
+	sum := 0
+	for w := range workers {
+		sum += atoiOrZero(get(t, e, bA, fmt.Append(nil, "w", w)))
+	}
+	if n != int(ok.Load()) || sum != n || n == 0 {
+		t.Fatalf("counter %d, per-worker sum %d, successful Updates %d", n, sum, ok.Load())
+	}
+	t.Logf("%d of %d increments succeeded; prefetcher: %v", n, workers*each, isPrefetcher(t, e))
 }
 
 func atoiOrZero(v []byte) int {

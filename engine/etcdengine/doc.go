@@ -19,9 +19,9 @@
 // consistent state, at least as new as every commit acknowledged before
 // the transaction began. The commit's Txn compares:
 //
-//   - every key read with Get (or found by Last): its mod revision equals
-//     the one seen at R, 0 for an absent key. A write, a delete or a
-//     creation of that key after R fails the commit;
+//   - every key read with Get or Prefetch (or found by Last): its mod
+//     revision equals the one seen at R, 0 for an absent key. A write, a
+//     delete or a creation of that key after R fails the commit;
 //   - every range a Scan walked, from its start to the last key handed to
 //     the scan function (to the bucket's end if the scan ran out): every
 //     key in it has a mod revision at most R. A key created or changed in
@@ -61,11 +61,17 @@
 //
 // # Caveats
 //
-// Every read is a range request of its own: the first linearizable, the
-// later ones serializable at the first one's revision (the same answer from
-// any member that has applied it, without a round of the leader). A
-// transaction costs a round trip per key it reads, so a caller that runs
-// many operations in one Update (a group-commit leader) saves more than the
+// Every Get of a key not read before is a range request of its own: the
+// first read linearizable, the later ones serializable at the first one's
+// revision (the same answer from any member that has applied it, without a
+// round of the leader). A transaction costs a round trip per key it reads,
+// unless the caller names the keys ahead: the transaction is an
+// engine.Prefetcher, whose Prefetch reads them all in one Txn of range
+// requests at that revision (one per --max-txn-ops keys), and its later
+// Gets of them send nothing. A prefetched key is compared at the commit
+// whether or not it is read again, so a prefetch of keys the function does
+// not need costs compares, never correctness. A caller that runs many
+// operations in one Update (a group-commit leader) saves more than the
 // commit. etcd has no reverse range: Last asks for the
 // bucket's keys in descending order, which etcd sorts in its index, so
 // Last costs time in the bucket's size; keep the newest position of an
