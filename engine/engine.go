@@ -79,6 +79,8 @@ type Key struct {
 // a prefetch alone never makes an Update fail with ErrTxnTooLarge; the
 // keys it did read count against the limits like any read.
 type Prefetcher interface {
+	// Prefetch reads keys into the transaction's read set, in one round
+	// trip where the engine can.
 	Prefetch(keys ...Key) error
 }
 
