@@ -20,9 +20,6 @@ import (
 	"github.com/kvfence/kvfence/engine/etcdengine"
 	"github.com/kvfence/kvfence/internal/etcdtest"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 )
 
 // The hold race on a 3-member etcd cluster whose members sync to disk:
@@ -44,61 +41,21 @@ const (
 	clusterRetryWait = 30 * time.Second
 )
 
-// txnGate stops the receiver's next commit that decides a submit on its
-// way to etcd, so that the test can cut the cluster's quorum while the
-// commit is known to be on its way: the commit is then sent to a cluster
-// that cannot commit it, and its outcome must be unknown. It is a gRPC
-// interceptor of the receiver's etcd client; it changes nothing it lets
-// through.
-type txnGate struct {
-	prefix string
-	mu     sync.Mutex
-	armed  bool
-	// held is closed when a commit is held; release lets it go; done
-	// gets its error.
-	held, release chan struct{}
-	done          chan error
-}
-
-// arm makes the gate hold the next commit that decides a submit.
-func (g *txnGate) arm() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.armed, g.held, g.release, g.done = true, make(chan struct{}), make(chan struct{}), make(chan error, 1)
-}
-
-func (g *txnGate) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
-	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	txn, ok := req.(*etcdserverpb.TxnRequest)
-	if !ok || method != "/etcdserverpb.KV/Txn" || !g.take(txn) {
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	close(g.held)
-	<-g.release
-	err := invoker(ctx, method, req, reply, cc, opts...)
-	g.done <- err
-	return err
-}
-
-// take reports whether txn is the commit to hold, and disarms the gate if
-// it is.
-func (g *txnGate) take(txn *etcdserverpb.TxnRequest) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.armed {
+// submitCommit reports whether a Txn of the receiver under prefix
+// decides a submit: it puts an audit entry of that kind.
+func submitCommit(prefix string) func(*etcdserverpb.TxnRequest) bool {
+	return func(txn *etcdserverpb.TxnRequest) bool {
+		for _, op := range txn.Success {
+			put := op.GetRequestPut()
+			if put == nil || !strings.HasPrefix(string(put.Key), prefix+string(bucketAudit)+"/") {
+				continue
+			}
+			if e, err := audit.DecodeEntry(put.Value); err == nil && e.Kind == KindSubmit {
+				return true
+			}
+		}
 		return false
 	}
-	for _, op := range txn.Success {
-		put := op.GetRequestPut()
-		if put == nil || !strings.HasPrefix(string(put.Key), g.prefix+string(bucketAudit)+"/") {
-			continue
-		}
-		if e, err := audit.DecodeEntry(put.Value); err == nil && e.Kind == KindSubmit {
-			g.armed = false
-			return true
-		}
-	}
-	return false
 }
 
 // clusterCall is one attempt of a call of the cluster race and what it was
@@ -450,14 +407,9 @@ func TestClusterHoldRace(t *testing.T) {
 	c := etcdtest.NewCluster(t, etcdtest.Config{Members: 3, Gates: true, Fsync: true})
 	t.Logf("3 members (fsync, gated) ready in %v", c.Ready.Round(time.Millisecond))
 	const prefix = "/kvfence-cluster-race/"
-	gate := &txnGate{prefix: prefix}
+	gate := &etcdtest.TxnGate{}
 	newEngine := func() engine.Engine {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-			DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(gate.intercept)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := etcdengine.New(cli, &etcdengine.Options{Prefix: prefix})
+		e, err := etcdengine.New(c.GatedClient(t, gate), &etcdengine.Options{Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -523,15 +475,13 @@ func TestClusterHoldRace(t *testing.T) {
 	// Hold a commit of a submit on its way, cut the new leader off, which
 	// leaves no quorum, and let the commit go: it cannot commit while the
 	// member is cut off. Heal once etcd answered it.
-	gate.arm()
-	bounded(t, "a commit of a submit to hold", gate.held, stopRace)
+	bounded(t, "a commit of a submit to hold", gate.Arm(submitCommit(prefix)), stopRace)
 	cut := c.Leader(t)
 	cutAt := time.Now()
 	c.Partition(cut)
-	close(gate.release)
 	var held error
 	select {
-	case held = <-gate.done:
+	case held = <-gate.Release():
 	case <-time.After(clusterPhaseWait):
 		stopRace()
 		t.Fatalf("the commit sent while m%d was cut off got no answer in %v", cut, clusterPhaseWait)
