@@ -92,16 +92,15 @@ type clusterRace struct {
 	calls []clusterCall
 	// since is the start of the current phase; acked and holds count the
 	// acknowledged calls and holds begun in it.
-	since         time.Time
-	acked, holds  int
-	chains        atomic.Int64
-	done          atomic.Bool
-	cur           atomic.Pointer[raceEnvelope]
-	poolMu        sync.Mutex
-	pool          []raceEnvelope
-	epoch         atomic.Uint64
-	adminErr      error
-	workersFailed atomic.Int64
+	since        time.Time
+	acked, holds int
+	chains       atomic.Int64
+	done         atomic.Bool
+	cur          atomic.Pointer[raceEnvelope]
+	poolMu       sync.Mutex
+	pool         []raceEnvelope
+	epoch        atomic.Uint64
+	adminErr     error
 }
 
 func (cr *clusterRace) record(c clusterCall) {
@@ -145,7 +144,6 @@ func (cr *clusterRace) submit(caller, grant, action string, env []byte) {
 		}
 		if time.Since(first) > clusterRetryWait {
 			// The checks report the call without a verdict.
-			cr.workersFailed.Add(1)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
