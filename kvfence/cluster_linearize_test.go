@@ -3,6 +3,7 @@ package kvfence_test
 import (
 	"bytes"
 	"crypto/ed25519"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,26 +138,32 @@ func TestLinearizable_EtcdClusterLeaderStopped(t *testing.T) {
 	if rep.Unknown == 0 {
 		t.Fatalf("the stop left no call of unknown outcome (the held commit's answer: %v): nothing was modelled as unknown", st.held)
 	}
-	// Doctored: an applied submit recorded again, applied, after it
-	// returned. The model answers already_applied (or a denial) there.
+	// Doctored: an applied submit (or, in a history that applied none, an
+	// acknowledged hold) recorded a second time, after it returned, with
+	// the same answer. The model answers already_applied or a denial to
+	// the submit there, and a hold to a newer epoch.
 	doctored := append([]porcupine.Operation(nil), h.Ops...)
-	for _, op := range h.Ops {
+	pick := slices.IndexFunc(h.Ops, func(op porcupine.Operation) bool {
 		in, out := op.Input.(fencecheck.Input), op.Output.(fencecheck.Output)
-		if in.Kind == fencecheck.Submit && !out.Unknown && out.Outcome == kvfence.Applied {
-			again := op
-			again.ClientId, again.Call, again.Return = 1<<30, op.Return+1, op.Return+2
-			doctored = append(doctored, again)
-			break
-		}
+		return in.Kind == fencecheck.Submit && !out.Unknown && out.Outcome == kvfence.Applied
+	})
+	if pick < 0 {
+		pick = slices.IndexFunc(h.Ops, func(op porcupine.Operation) bool {
+			in, out := op.Input.(fencecheck.Input), op.Output.(fencecheck.Output)
+			return in.Kind == fencecheck.Hold && !out.Unknown && out.Err == ""
+		})
 	}
-	if len(doctored) == len(h.Ops) {
-		t.Fatal("the history applied nothing")
+	if pick < 0 {
+		t.Fatal("the history has neither an applied submit nor an acknowledged hold")
 	}
+	again := h.Ops[pick]
+	again.ClientId, again.Call, again.Return = 1<<30, again.Return+1, again.Return+2
+	doctored = append(doctored, again)
 	drep, err := fencecheck.Check(fencecheck.Model(h.Setup), doctored, fencecheck.CheckOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("doctored history: %s", drep)
+	t.Logf("doctored history (%s call %d recorded twice): %s", kindName(again.Input.(fencecheck.Input).Kind), pick, drep)
 	if drep.Result != porcupine.Illegal {
 		t.Fatalf("a history with a submit applied twice: %s, want Illegal", drep)
 	}
@@ -176,4 +183,12 @@ func leaderOf(c *etcdtest.Cluster) int {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return -1
+}
+
+// kindName names the calls a doctored history repeats.
+func kindName(k fencecheck.Kind) string {
+	if k == fencecheck.Submit {
+		return "submit"
+	}
+	return "hold"
 }
