@@ -97,6 +97,19 @@ func NewCluster(t testing.TB, cfg Config) *Cluster {
 	return c
 }
 
+// NewClusterIn starts a cluster like NewCluster, with each member's data
+// in dir/NAME (m0, m1, …): a directory that already holds a member's data,
+// such as one restored from a snapshot, starts that member from it.
+func NewClusterIn(t testing.TB, dir string, cfg Config) *Cluster {
+	t.Helper()
+	c, err := Launch(dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
 // Launch starts a cluster with its data under dir, for a caller without a
 // test (TestMain), which must call Stop.
 func Launch(dir string, config Config) (_ *Cluster, err error) {
