@@ -191,6 +191,34 @@ func newFlagSet(name string) *flag.FlagSet {
 // parseFlags parses args into fs. It prints the command's usage for -h
 // (and returns flag.ErrHelp), turns a parse error into a usage error, and
 // refuses positional arguments beyond the first npos.
+// parseInterspersed parses flags that may come before, between and after
+// positional arguments, and hands each positional argument to keep in
+// command-line order, interleaved with the flags parsed around it (an
+// argument after "--" is taken as it is). keep may refuse one.
+func parseInterspersed(fs *flag.FlagSet, usage func(), args []string, keep func(arg string) error) error {
+	for {
+		if err := parseFlags(fs, usage, args, 1<<30); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			for _, arg := range rest {
+				if err := keep(arg); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err := keep(rest[0]); err != nil {
+			return err
+		}
+		args = rest[1:]
+	}
+}
+
 func parseFlags(fs *flag.FlagSet, usage func(), args []string, npos int) error {
 	err := fs.Parse(args)
 	switch {

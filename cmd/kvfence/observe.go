@@ -76,19 +76,8 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 	rf.register(fs)
 	// The target's name is positional and flags may follow it.
 	var names []string
-	for {
-		if err := parseFlags(fs, c.Usage, args, 1<<30); err != nil {
-			return err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			names = append(names, rest...)
-			break
-		}
-		names, args = append(names, rest[0]), rest[1:]
+	if err := parseInterspersed(fs, c.Usage, args, func(a string) error { names = append(names, a); return nil }); err != nil {
+		return err
 	}
 	if len(names) != 1 {
 		return &usageError{msg: "kvfence observe target: exactly one target name is required", hint: "kvfence observe -h"}

@@ -27,19 +27,8 @@ func (c *ObserveCommand) grant(ctx context.Context, args []string) (err error) {
 	rf.register(fs)
 	// The grant id is positional and flags may come before or after it.
 	var ids []string
-	for {
-		if err := parseFlags(fs, c.Usage, args, 1<<30); err != nil {
-			return err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			ids = append(ids, rest...)
-			break
-		}
-		ids, args = append(ids, rest[0]), rest[1:]
+	if err := parseInterspersed(fs, c.Usage, args, func(a string) error { ids = append(ids, a); return nil }); err != nil {
+		return err
 	}
 	if len(ids) != 1 || ids[0] == "" {
 		return &usageError{msg: "kvfence observe grant: exactly one grant id is required", hint: "kvfence status, to see each scope's active grant"}

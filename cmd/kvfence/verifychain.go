@@ -49,22 +49,15 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	fs.Var(&archives, "archive", "")
 	// "--archive A B C": the files after the flag are archives too, and
 	// flags may follow them.
-	for {
-		if err := parseFlags(fs, c.Usage, args, 1<<30); err != nil {
-			return err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
+	err := parseInterspersed(fs, c.Usage, args, func(arg string) error {
 		if len(archives) == 0 {
-			return &usageError{msg: fmt.Sprintf("kvfence verify-chain: unexpected argument %q", rest[0]), hint: "kvfence verify-chain -h"}
+			return &usageError{msg: fmt.Sprintf("kvfence verify-chain: unexpected argument %q", arg), hint: "kvfence verify-chain -h"}
 		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			archives = append(archives, rest...)
-			break
-		}
-		archives, args = append(archives, rest[0]), rest[1:]
+		archives = append(archives, arg)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
 	if cf.db == "" && !cf.etcd.on() {
