@@ -82,21 +82,7 @@ func (c *LedgerCommand) verifyChain(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if rep.OK() && rep.AnchorDamage != nil {
-		return &warningError{msg: fmt.Sprintf("kvfence ledger verify-chain: the chain verifies, but %v", rep.AnchorDamage),
-			hint: "a crash during an anchor write leaves a damaged slot, and the ledger's next write replaces it; " +
-				"if there was no crash, the anchor file was altered: keep a copy as evidence and find out by whom"}
-	}
-	if rep.OK() {
-		return nil
-	}
-	perr := rep.Err()
-	if perr == nil {
-		// Err is documented to be set for every problem; should it not
-		// be, the problem still must not exit 0.
-		perr = fmt.Errorf("%s: %w", rep.Detail, audit.ErrBadEntry)
-	}
-	return withHint(fmt.Errorf("kvfence ledger verify-chain: %s: %w", rep.Problem, perr), ledgerIntegrityHint(perr))
+	return verifyOutcome("kvfence ledger verify-chain", "ledger", rep, ledgerIntegrityHint)
 }
 
 // ledgerIntegrityHint says what a problem of the ledger's chain means. The

@@ -139,30 +139,38 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	return verifyOutcome("kvfence verify-chain", "receiver", rep, func(err error) string { return integrityHint(err, false) })
+}
+
+// verifyOutcome turns a verification report into the command's result: nil
+// for a sound chain; a warning (exit 6) for a sound chain beside a damaged
+// anchor slot, not 0 so that a monitor reading only the exit code notices,
+// not 4 because the chain verifies and opens (a crash during an anchor
+// write leaves exactly this); otherwise the problem as an integrity error
+// (exit 4) with hint's explanation. owner names whose next write replaces
+// a damaged slot.
+func verifyOutcome(cmd, owner string, rep audit.Report, hint func(error) string) error {
 	if rep.OK() && rep.AnchorDamage != nil {
-		// Not 0, so that a monitor that reads only the exit code notices;
-		// not 4, because the chain verifies and a receiver opens it: a
-		// crash during an anchor write leaves exactly this.
-		return &warningError{msg: fmt.Sprintf("kvfence verify-chain: the chain verifies, but %v", rep.AnchorDamage),
-			hint: "a crash during an anchor write leaves a damaged slot, and the receiver's next write replaces it; " +
+		return &warningError{msg: fmt.Sprintf("%s: the chain verifies, but %v", cmd, rep.AnchorDamage),
+			hint: "a crash during an anchor write leaves a damaged slot, and the " + owner + "'s next write replaces it; " +
 				"if there was no crash, the anchor file was altered: keep a copy as evidence and find out by whom"}
 	}
 	if rep.OK() {
 		return nil
 	}
-	perr := problemError(rep)
-	return withHint(perr, integrityHint(perr, false))
+	perr := problemError(cmd, rep)
+	return withHint(perr, hint(perr))
 }
 
 // problemError returns the error for a report's problem; it is an
 // integrity error, so the command exits with code 4.
-func problemError(rep audit.Report) error {
+func problemError(cmd string, rep audit.Report) error {
 	if err := rep.Err(); err != nil {
-		return fmt.Errorf("kvfence verify-chain: %s: %w", rep.Problem, err)
+		return fmt.Errorf("%s: %s: %w", cmd, rep.Problem, err)
 	}
 	// Err is documented to be set for every problem; should it not be, the
 	// problem still must not exit 0.
-	return fmt.Errorf("kvfence verify-chain: %s: %s: %w", rep.Problem, rep.Detail, audit.ErrBadEntry)
+	return fmt.Errorf("%s: %s: %s: %w", cmd, rep.Problem, rep.Detail, audit.ErrBadEntry)
 }
 
 // Usage prints the command's help.
