@@ -243,6 +243,64 @@ func (f FileAnchor) create(old *SignedCheckpoint, next SignedCheckpoint) error {
 		return err
 	}
 	data = append(data, make([]byte, AnchorSlotSize)...)
+	// The file is written whole under a temporary name and then linked to
+	// its path, which fails if the path exists: a reader or a concurrent
+	// creator never sees a created but still empty anchor file, which
+	// would read as damaged. Where the file system has no hard links, the
+	// file is created in place with O_EXCL instead.
+	if err := f.createLinked(data); !errors.Is(err, errNoLinks) {
+		if err != nil {
+			return err
+		}
+	} else if err := f.createInPlace(data); err != nil {
+		return err
+	}
+	// A new file's directory entry is durable only once the directory is.
+	dir, err := os.Open(filepath.Dir(f.Path))
+	if err != nil {
+		return fmt.Errorf("audit: anchor directory: %w", err)
+	}
+	defer dir.Close()
+	if err := dir.Sync(); err != nil {
+		return fmt.Errorf("audit: anchor directory: %w", err)
+	}
+	return nil
+}
+
+// errNoLinks means the anchor's file system refused a hard link for a
+// reason other than an existing path.
+var errNoLinks = errors.New("audit: anchor: no hard links here")
+
+// createLinked writes data to a new temporary file beside the anchor,
+// syncs it, and links it to the anchor's path, never replacing a file.
+func (f FileAnchor) createLinked(data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(f.Path), "."+filepath.Base(f.Path)+".new-*")
+	if err != nil {
+		return fmt.Errorf("audit: anchor: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	if err := tmp.Chmod(0o600); err != nil {
+		return fmt.Errorf("audit: anchor: %w", err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("audit: anchor: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("audit: anchor: %w", err)
+	}
+	err = os.Link(tmp.Name(), f.Path)
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("%w: expected no anchor, but %s was created meanwhile", ErrWriteConflict, f.Path)
+	case err != nil:
+		return fmt.Errorf("%w: %v", errNoLinks, err)
+	}
+	return nil
+}
+
+// createInPlace creates the anchor file with O_EXCL and writes data to it.
+func (f FileAnchor) createInPlace(data []byte) error {
 	file, err := os.OpenFile(f.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("%w: expected no anchor, but %s was created meanwhile", ErrWriteConflict, f.Path)
@@ -256,15 +314,6 @@ func (f FileAnchor) create(old *SignedCheckpoint, next SignedCheckpoint) error {
 	}
 	if err := file.Sync(); err != nil {
 		return fmt.Errorf("audit: anchor: %w", err)
-	}
-	// A new file's directory entry is durable only once the directory is.
-	dir, err := os.Open(filepath.Dir(f.Path))
-	if err != nil {
-		return fmt.Errorf("audit: anchor directory: %w", err)
-	}
-	defer dir.Close()
-	if err := dir.Sync(); err != nil {
-		return fmt.Errorf("audit: anchor directory: %w", err)
 	}
 	return nil
 }
