@@ -82,3 +82,58 @@ func TestRedteam_RecoverAppliesOnlyToTheAdmittedHead(t *testing.T) {
 		t.Fatalf("head after the refused recovery is seq %d, want %d (the other writer's commit, no recovery entry)", head.Seq, q.Head.Seq+1)
 	}
 }
+
+// Ensure that a receiver running on a shared store (etcd) that is put back
+// to an older state under it does not commit on it: here the prefix goes
+// back to exactly this process's own last commit, while another process
+// on the prefix had held the scope since and moved the anchor. The stale
+// worker's grant, active again in the restored records, must not change
+// the target: the anchor that covers the other process's commits is
+// checked before the commit, not only the one this process last wrote.
+func TestRedteam_RestoredPrefixUnderRunningReceiver(t *testing.T) {
+	s := engines[1].new(t)
+	anchor := &audit.MemAnchor{}
+	clock := newClock()
+	if err := s.init(t, &InitOptions{ReceiverID: "shared", Key: testKey, Anchor: anchor, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	opts := &Options{Key: testKey, Anchor: anchor, Now: clock.Now}
+	open := func() *fixture {
+		r, err := s.open(t, opts, defect.Variant{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return &fixture{t: t, clock: clock, ctx: t.Context(), r: r, admin: r.Admin(), store: s}
+	}
+	one, two := open(), open()
+	if err := one.admin.CreateScope(one.ctx, fixScope); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.admin.CreateTarget(one.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+		t.Fatal(err)
+	}
+	a := one.activate("worker-a", "claim-1", one.patchRequest("raise-retention"))
+	before := s.snapshot(t)
+	two.hold("worker-a deposed")
+	b := two.activate("worker-b", "claim-2", two.patchRequest("lower-retention"))
+	if res := two.submit("worker-b", b.envelope); res.Outcome != Applied {
+		t.Fatalf("worker B: %+v", res)
+	}
+	s.restore(t, before)
+
+	res, err := one.r.Submit(one.ctx, "worker-a", a.envelope)
+	if err == nil || errors.Is(err, ErrNotAcknowledged) {
+		t.Fatalf("stale worker on the restored prefix = %+v, %v; want an integrity error and nothing committed", res, err)
+	}
+	if !IsIntegrityError(err) {
+		t.Fatalf("stale worker on the restored prefix: %v, want an integrity error", err)
+	}
+	tgt, err := two.r.Target(fixTarget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tgt.Revision != 1 {
+		t.Fatalf("target at revision %d after the stale worker's call on the restored prefix, want 1 (unchanged)", tgt.Revision)
+	}
+}
