@@ -137,3 +137,70 @@ func TestRedteam_RestoredPrefixUnderRunningReceiver(t *testing.T) {
 		t.Fatalf("target at revision %d after the stale worker's call on the restored prefix, want 1 (unchanged)", tgt.Revision)
 	}
 }
+
+// Ensure that a running receiver on a shared store (etcd) signs over a head
+// that another writer left only if that writer signed it: a checkpoint of
+// this receiver's key for exactly that head and state. Someone who can
+// write the prefix but holds no key edits a target, keeps the stored state
+// digest in step, appends an entry linked to the chain and moves the head
+// key; the receiver's next write must refuse (state_mismatch), not take
+// the digest as found and sign the edit into a checkpoint that the next
+// Open accepts.
+func TestRedteam_ForeignHeadNeedsItsSignedCheckpoint(t *testing.T) {
+	f := newFixtureOn(t, engines[1].new(t), defect.Variant{})
+	before := f.store.snapshot(t)
+	err := f.r.rawUpdate(func(tx engine.Tx) error {
+		head, err := auditChain.ReadHead(tx)
+		if err != nil {
+			return err
+		}
+		state, err := storedState(tx)
+		if err != nil {
+			return err
+		}
+		old, err := tx.Get(bucketTargets, []byte(fixTarget))
+		if err != nil {
+			return err
+		}
+		tgt, err := parseTarget(fixTarget, old)
+		if err != nil {
+			return err
+		}
+		tgt.Value = []byte(`{"retention_days":1}`)
+		raw, err := encodeRecord(tgt)
+		if err != nil {
+			return err
+		}
+		state.Remove(string(bucketTargets), []byte(fixTarget), old)
+		state.Add(string(bucketTargets), []byte(fixTarget), raw)
+		if err := tx.Put(bucketTargets, []byte(fixTarget), raw); err != nil {
+			return err
+		}
+		digest, _ := state.AppendBinary(nil)
+		if err := tx.Put(bucketCheckpoints, checkpointState, digest); err != nil {
+			return err
+		}
+		w := auditChain.NewWriter(tx, head)
+		if _, err := w.Append(&audit.Entry{Kind: KindSubmit, Outcome: string(Denied), Reason: string(ReasonUnknownScope),
+			Executor: "nobody", At: f.clock.Now().UnixNano(), Note: "scope 1B sha256:00"}); err != nil {
+			return err
+		}
+		h := w.Head()
+		return tx.Put(bucketCheckpoints, []byte("head"), append(audit.SeqKey(h.Seq), h.Hash[:]...))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.admin.CreateScope(f.ctx, "after")
+	if err == nil {
+		f.reopen()
+		tgt := f.target()
+		t.Fatalf("the receiver signed over a head no key of its signed: the edited target %q passed the next Open", tgt.Value)
+	}
+	if !errors.Is(err, audit.ErrStateMismatch) {
+		t.Fatalf("write after a foreign, unsigned head = %v, want ErrStateMismatch", err)
+	}
+	// Put the store back as the receiver left it, for the cleanup's walk
+	// of its chain.
+	f.store.restore(t, before)
+}
