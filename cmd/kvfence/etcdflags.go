@@ -240,4 +240,7 @@ const usageEtcd = `	--etcd URL[,URL...]
 	--etcd-prefix PREFIX
 	    The receiver's keys on that cluster (default /kvfence/; defaults
 	    to $KVFENCE_ETCD_PREFIX). Several receiver processes may share one.
+	    No segment may be a bucket name (meta, control, grants, targets,
+	    receipts, audit, checkpoints, approvals, actions, claims): such a
+	    prefix could lie inside another receiver's bucket.
 ` + usageEtcdTLS
