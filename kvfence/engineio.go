@@ -72,8 +72,43 @@ func (r *Receiver) newWtx(tx engine.Tx) (*wtx, error) {
 			return nil, err
 		}
 		sum = state.Sum()
+		if err := r.checkForeignHead(tx, head, sum); err != nil {
+			return nil, err
+		}
 	}
 	return &wtx{tx: tx, chain: auditChain.NewWriter(tx, head), faults: &r.faults, state: state, stateSum: sum}, nil
+}
+
+// checkForeignHead accepts a head that this process did not commit, and
+// the state digest stored with it, only if the store's newest checkpoint
+// is this receiver's signature of exactly that head, that digest and the
+// stored epoch high-water, as every commit writes it in its own
+// transaction. Otherwise whoever can write the store without the key
+// (edited records with the digest kept in step, an entry linked to the
+// chain, the head key moved) would have the next commit sign it all, and
+// the next Open accept it.
+func (r *Receiver) checkForeignHead(tx engine.Tx, head audit.Head, sum audit.Hash) error {
+	latest, err := latestCheckpoint(tx)
+	if err != nil {
+		return fmt.Errorf("%w: %s: the store's newest checkpoint: %w", audit.ErrStateMismatch, r.path, err)
+	}
+	hw, err := epochHighWater(tx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case latest.Receiver != r.id || latest.Verify(r.pub) != nil:
+		return fmt.Errorf("%w: %s: the store's newest checkpoint is not signed by this receiver's key", audit.ErrStateMismatch, r.path)
+	case latest.Seq != head.Seq || latest.Head != head.Hash:
+		return fmt.Errorf("%w: %s: the chain's head moved to seq %d (%x), which no checkpoint of this receiver covers (the newest is seq %d)",
+			audit.ErrStateMismatch, r.path, head.Seq, head.Hash[:], latest.Seq)
+	case latest.State != sum:
+		return fmt.Errorf("%w: %s: the stored state digest is not the one the checkpoint of seq %d signs", audit.ErrStateMismatch, r.path, latest.Seq)
+	case latest.EpochHighWater != hw:
+		return fmt.Errorf("%w: %s: the epoch high-water is %d, the checkpoint of seq %d signs %d", audit.ErrStateMismatch, r.path, hw, latest.Seq,
+			latest.EpochHighWater)
+	}
+	return nil
 }
 
 // advanceAnchor moves the anchor to sc after its commit. An anchor moved

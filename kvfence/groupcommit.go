@@ -339,6 +339,10 @@ func (r *Receiver) run(batch []*call) (err error) {
 			}
 		}
 	}()
+	anchor, err := r.currentAnchor()
+	if err != nil {
+		return err
+	}
 	err = r.eng.Update(context.Background(), func(tx engine.Tx) error {
 		// The function may run more than once: every run starts from the
 		// head the store holds now, and no call keeps a result of a run
@@ -362,6 +366,15 @@ func (r *Receiver) run(batch []*call) (err error) {
 		if w, err = r.newWtx(tx); err != nil {
 			return err
 		}
+		if anchor != nil {
+			// A store put back under a running receiver (an etcd
+			// snapshot or the prefix's keys restored) ends before the
+			// anchor, or forks from it: nothing is decided on it.
+			err := anchor.CheckHead(w.chain.Started(), func(seq uint64) (audit.Hash, error) { return hashAt(tx, seq) })
+			if err != nil {
+				return fmt.Errorf("kvfence: %s: %w", r.path, err)
+			}
+		}
 		for _, c := range batch {
 			// Each call reads the clock, as it would alone: a grant's
 			// window is checked at the call's own decision.
@@ -378,15 +391,24 @@ func (r *Receiver) run(batch []*call) (err error) {
 		// The anchor's rules are checked before the commit, not after
 		// it: a checkpoint the anchor would refuse must not describe a
 		// committed state.
-		if r.opts.Anchor != nil {
-			return r.anchor.CheckAdvance(sc.Checkpoint)
+		if r.opts.Anchor == nil {
+			return nil
 		}
-		return nil
+		if anchor != nil {
+			if err := anchor.CheckAdvance(sc.Checkpoint); err != nil {
+				return err
+			}
+		}
+		return r.anchor.CheckAdvance(sc.Checkpoint)
 	})
 	if err != nil {
 		return r.writeErr(err)
 	}
 	committed = true
+	if anchor != nil && anchor.Seq > r.anchor.Seq {
+		// Another process moved the anchor, and this commit extends it.
+		r.anchor = *anchor
+	}
 	r.head, r.state, r.stateSum = w.chain.Head(), w.state, w.stateSum
 	r.queue.commits.Add(1)
 	stats := r.commitStats(batch)
@@ -405,6 +427,33 @@ func (r *Receiver) run(batch []*call) (err error) {
 	}
 	r.observe(stats, start, nil)
 	return nil
+}
+
+// currentAnchor reads the anchor before a write on a store that other
+// processes may write (etcd), or returns nil on a file that this process
+// alone writes. There the anchor this process last wrote can be far behind
+// the one that covers other processes' commits, and a store put back to a
+// state between the two would pass a check against it: the commit would
+// decide on records that a later hold superseded (a stale grant active
+// again). The anchor read here is signed by this receiver's key; the write
+// transaction then requires its head at or past it, in the same chain.
+func (r *Receiver) currentAnchor() (*audit.SignedCheckpoint, error) {
+	if r.file || r.opts.Anchor == nil {
+		return nil, nil
+	}
+	a, err := r.opts.Anchor.Load()
+	if err != nil {
+		return nil, fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
+	}
+	if a != r.anchor {
+		if err := a.Verify(r.pub); err != nil {
+			return nil, fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
+		}
+		if a.Receiver != r.id {
+			return nil, fmt.Errorf("kvfence: %s: anchor: %w: it is for receiver %q", r.path, audit.ErrReceiverMismatch, a.Receiver)
+		}
+	}
+	return &a, nil
 }
 
 // notAcknowledged gives every call of a committed batch ErrNotAcknowledged

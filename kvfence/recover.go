@@ -336,6 +336,16 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 		if err != nil {
 			return err
 		}
+		// The admission was checked against the head and state that Open
+		// read. On a store that other processes write (etcd) another
+		// commit may have landed since: the recovery then rests on a
+		// database the admission never named, with a state digest taken
+		// from the store unchecked, and must not be signed into a
+		// checkpoint. The head read here is compared at the commit.
+		if got := w.chain.Started(); got != r.head {
+			return fmt.Errorf("%w: the database head moved from %v to %v after the admission was checked",
+				audit.ErrAdmissionMismatch, r.head, got)
+		}
 		w.now = r.opts.Now()
 		res = RecoverResult{}
 		// The recovery's entry is the next one; the revoked grants name it.

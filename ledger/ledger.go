@@ -30,6 +30,9 @@ type Ledger struct {
 	wmu    sync.Mutex // serialises writes, so head and anchor follow commits
 	head   audit.Head
 	anchor audit.SignedCheckpoint
+	// shared says the store is not a file this process locks (etcd):
+	// other processes may write it, and it may be put back under this one.
+	shared bool
 }
 
 // defectsAllowed says whether a defect.Variant may take effect. It is set
@@ -146,7 +149,7 @@ func Open(path string, opts *Options) (*Ledger, error) { return open(path, opts,
 // same checks as Open. The ledger owns e from then on, even if OpenEngine
 // fails. LockTimeout does not apply.
 func OpenEngine(e engine.Engine, opts *Options) (*Ledger, error) {
-	return openWith(e, "engine store", opts, defect.Variant{})
+	return openWith(e, "engine store", true, opts, defect.Variant{})
 }
 
 // open opens the ledger as the given variant. Only the lab build and this
@@ -166,12 +169,12 @@ func open(path string, opts *Options, v defect.Variant) (l *Ledger, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return openWith(e, path, opts, v)
+	return openWith(e, path, false, opts, v)
 }
 
-// openWith opens the ledger in e; path names it in messages. e is closed
-// if it fails.
-func openWith(e engine.Engine, path string, opts *Options, v defect.Variant) (l *Ledger, err error) {
+// openWith opens the ledger in e; path names it in messages, and shared
+// says that other processes may write e. e is closed if it fails.
+func openWith(e engine.Engine, path string, shared bool, opts *Options, v defect.Variant) (l *Ledger, err error) {
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -190,7 +193,7 @@ func openWith(e engine.Engine, path string, opts *Options, v defect.Variant) (l 
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	l = &Ledger{eng: e, path: path, opts: o}
+	l = &Ledger{eng: e, path: path, opts: o, shared: shared}
 	if err := l.load(); err != nil {
 		return nil, err
 	}
@@ -354,20 +357,40 @@ func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 			err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, l.path, p)
 		}
 	}()
+	anchor, err := l.currentAnchor()
+	if err != nil {
+		return err
+	}
 	err = l.eng.Update(context.Background(), func(tx engine.Tx) error {
 		head, err := ledgerChain.ReadHead(tx)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrBadFormat, l.path, err)
 		}
+		if anchor != nil {
+			// A store put back under a running ledger ends before the
+			// anchor, or forks from it: nothing is written on it.
+			if err := anchor.CheckHead(head, func(seq uint64) (audit.Hash, error) { return ledgerChain.HashAt(tx, seq) }); err != nil {
+				return fmt.Errorf("ledger: %s: %w", l.path, err)
+			}
+		}
 		w = &wtx{tx: tx, chain: ledgerChain.NewWriter(tx, head), now: l.opts.Now()}
 		if err := fn(w); err != nil {
 			return err
 		}
-		sc, err = w.checkpoint(l.id, l.opts.Key)
-		return err
+		if sc, err = w.checkpoint(l.id, l.opts.Key); err != nil {
+			return err
+		}
+		if anchor != nil {
+			return anchor.CheckAdvance(sc.Checkpoint)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
+	}
+	if anchor != nil && anchor.Seq > l.anchor.Seq {
+		// Another process moved the anchor, and this commit extends it.
+		l.anchor = *anchor
 	}
 	l.head = w.chain.Head()
 	if l.opts.Anchor == nil {
@@ -389,6 +412,31 @@ func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, l.path, err)
 	}
 	return nil
+}
+
+// currentAnchor reads the anchor before a write on a shared store, or
+// returns nil on a file that this process alone writes. The anchor this
+// process last wrote can be far behind the one that covers other
+// processes' commits, and a store put back between the two would pass a
+// check against it: the ledger would hand out a claim that a later one
+// superseded.
+func (l *Ledger) currentAnchor() (*audit.SignedCheckpoint, error) {
+	if !l.shared || l.opts.Anchor == nil {
+		return nil, nil
+	}
+	a, err := l.opts.Anchor.Load()
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %s: anchor: %w", l.path, err)
+	}
+	if a != l.anchor {
+		if err := a.Verify(l.pub); err != nil {
+			return nil, fmt.Errorf("ledger: %s: anchor: %w", l.path, err)
+		}
+		if a.Receiver != l.id {
+			return nil, fmt.Errorf("ledger: %s: anchor: %w: it is for %q", l.path, audit.ErrReceiverMismatch, a.Receiver)
+		}
+	}
+	return &a, nil
 }
 
 // wtx is one run of a write transaction with the audit chain it extends.

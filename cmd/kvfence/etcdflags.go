@@ -121,9 +121,19 @@ const usageEtcdTLS = `	--etcd-cert FILE, --etcd-key FILE, --etcd-ca FILE
 // maxEtcdPrefix bounds --etcd-prefix.
 const maxEtcdPrefix = 256
 
+// storeBuckets are the bucket names of the receiver (kvfence/records.go)
+// and the ledger (ledger/records.go). The etcd engine keeps bucket b's key
+// k at PREFIX b "/" k, so a prefix that has one of them as a segment can lie
+// inside another receiver's bucket (/kvfence/control/ inside the control
+// bucket of /kvfence/), where each one's writes are the other's records.
+var storeBuckets = map[string]bool{"meta": true, "control": true, "grants": true, "targets": true, "receipts": true,
+	"audit": true, "checkpoints": true, "approvals": true, "actions": true, "claims": true}
+
 // checkEtcdPrefix refuses a prefix that is not /SEGMENT/[SEGMENT/...] of
 // letters, digits, '.', '_' and '-': every key of the receiver goes below
-// it, and "/" alone would put them among everything else on the cluster.
+// it, and "/" alone would put them among everything else on the cluster. A
+// segment may not be a bucket name (storeBuckets), so that no two prefixes
+// this command accepts overlap each other's records.
 func checkEtcdPrefix(p string) error {
 	if len(p) > maxEtcdPrefix {
 		return fmt.Errorf("%d bytes, more than %d", len(p), maxEtcdPrefix)
@@ -134,6 +144,10 @@ func checkEtcdPrefix(p string) error {
 	for seg := range strings.SplitSeq(p[1:len(p)-1], "/") {
 		if seg == "" || seg == "." || seg == ".." {
 			return fmt.Errorf("empty, . or .. segment")
+		}
+		if storeBuckets[seg] {
+			return fmt.Errorf("segment %q is the name of a bucket of the receiver or the ledger: under another receiver's prefix it would "+
+				"be that receiver's bucket, and its keys that receiver's records", seg)
 		}
 		for _, r := range seg {
 			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
@@ -226,4 +240,7 @@ const usageEtcd = `	--etcd URL[,URL...]
 	--etcd-prefix PREFIX
 	    The receiver's keys on that cluster (default /kvfence/; defaults
 	    to $KVFENCE_ETCD_PREFIX). Several receiver processes may share one.
+	    No segment may be a bucket name (meta, control, grants, targets,
+	    receipts, audit, checkpoints, approvals, actions, claims): such a
+	    prefix could lie inside another receiver's bucket.
 ` + usageEtcdTLS
