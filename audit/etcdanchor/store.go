@@ -290,7 +290,7 @@ func (s *Store) swap(ctx context.Context, old *audit.SignedCheckpoint, next audi
 				return fmt.Errorf("%w: etcd key %s: writing seq %d: %w (then %w)", ErrOutcomeUnknown, s.key, next.Seq, unknown, err)
 			}
 		}
-		resp, err := s.txn(ctx, v.rev, text)
+		resp, err := s.txn(ctx, v.rev, v.raw, text)
 		switch {
 		case err != nil && unknown == nil && notApplied(err):
 			return fmt.Errorf("etcdanchor: writing etcd key %s: %w", s.key, err)
@@ -340,12 +340,18 @@ func (s *Store) remember(v value) {
 }
 
 // txn puts text at the key if its mod revision is rev (0: the key is
-// absent), or else reads the key.
-func (s *Store) txn(ctx context.Context, rev int64, text []byte) (*clientv3.TxnResponse, error) {
+// absent) and it holds cur, or else reads the key. The value is compared
+// too: a revision remembered from an earlier read can recur with another
+// value once the anchor's own cluster was restored from a snapshot.
+func (s *Store) txn(ctx context.Context, rev int64, cur, text []byte) (*clientv3.TxnResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.key), "=", rev)}
+	if rev != 0 {
+		cmps = append(cmps, clientv3.Compare(clientv3.Value(s.key), "=", string(cur)))
+	}
 	return s.kv.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(s.key), "=", rev)).
+		If(cmps...).
 		Then(clientv3.OpPut(s.key, string(text))).
 		Else(clientv3.OpGet(s.key)).
 		Commit()

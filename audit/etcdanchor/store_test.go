@@ -267,3 +267,43 @@ func TestStaleHint(t *testing.T) {
 		t.Fatalf("LoadWithDamage = seq %d, %v, %v; want seq 11 and no damage", got.Seq, damage, err)
 	}
 }
+
+// Ensure that a remembered revision is not trusted alone: once the anchor's
+// own cluster is restored from a snapshot, the revision a Store remembers
+// can recur holding another anchor, and a compare on the revision alone
+// would overwrite that anchor from a stale hint. The recurrence is planted
+// in the hint, since a live cluster never repeats a revision.
+func TestHintRevisionRecursWithAnotherValue(t *testing.T) {
+	_, cl := startCluster(t)
+	key := testKey(t)
+	a, err := New(cl, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Store(nil, at(t, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Store(ptr(at(t, 5)), at(t, 9)); err != nil {
+		t.Fatal(err)
+	}
+	// The key holds seq 9 at a.last.rev; the hint is made to say seq 5
+	// at that same revision.
+	old := at(t, 5)
+	raw, err := old.MarshalAnchor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.last = value{cur: &old, raw: raw, rev: a.last.rev}
+	a.mu.Unlock()
+	if err := a.Store(ptr(at(t, 5)), at(t, 6)); !errors.Is(err, audit.ErrWriteConflict) {
+		t.Fatalf("Store(seq 5, seq 6) over seq 9 at the hinted revision: %v, want ErrWriteConflict", err)
+	}
+	b, err := New(cl, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Load(); err != nil || got != at(t, 9) {
+		t.Fatalf("Load = seq %d, %v; want 9", got.Seq, err)
+	}
+}
