@@ -203,6 +203,7 @@ func TestEtcdEngineUsage(t *testing.T) {
 		{"prefix without slash", "--etcd-prefix", nil, []string{"--etcd", ep, "--etcd-prefix", "/kvfence"}},
 		{"prefix with space", "--etcd-prefix", nil, []string{"--etcd", ep, "--etcd-prefix", "/a b/"}},
 		{"prefix dotdot", "--etcd-prefix", nil, []string{"--etcd", ep, "--etcd-prefix", "/a/../"}},
+		{"max txn ops below etcd's default", "--etcd-max-txn-ops 64", nil, []string{"--etcd", ep, "--etcd-max-txn-ops", "64"}},
 		{"anchor on the receiver's cluster", "separate cluster", nil,
 			[]string{"--etcd", ep + ",http://127.0.0.1:12379", "--anchor", "etcd://127.0.0.1:12379/kvfence/anchor"}},
 	} {
@@ -269,5 +270,38 @@ func TestEtcdEngineFailures(t *testing.T) {
 	}
 	if h := hint(fmt.Errorf("x: %w", kvfence.ErrOutcomeUnknown)); !strings.Contains(h, "outcome is unknown") {
 		t.Errorf("the unknown outcome's hint: %q", h)
+	}
+}
+
+// Ensure that --etcd-max-txn-ops lets the incident button cover more
+// scopes than one transaction of etcd's default size holds: with the
+// default, hold --all of 70 scopes is refused with nothing held; told the
+// cluster's larger --max-txn-ops, it holds them all at once.
+func TestEtcdEngineMaxTxnOps(t *testing.T) {
+	c := newCLI(t)
+	ec := etcdtest.NewCluster(t, etcdtest.Config{MaxTxnOps: 2048})
+	c.env[envEtcd] = strings.Join(ec.Endpoints(), ",")
+	c.env[envAnchor] = etcdAnchor(c.t, "/kvfence-test/anchor")
+	c.receiver()
+	for i := range 70 {
+		s := fmt.Sprintf("s%02d", i)
+		c.must(0, "scope", "create", "--scope", s)
+		c.must(0, "target", "create", "--scope", s, "--target", s+"/t", "--value-file", filepath.Join(fixtureDir, "value.json"))
+		c.must(0, "request", "build", "--action", "a", "--target", s+"/t",
+			"--patch-file", filepath.Join(fixtureDir, "patch.json"), "--out", c.path(s+".cbor"))
+		c.must(0, "activate", "--scope", s, "--executor", "w", "--claim", "c", "--request", c.path(s+".cbor"))
+	}
+	r := c.run("hold", "--all", "--reason", "incident")
+	if r.code == 0 {
+		t.Fatalf("hold --all of 70 scopes in etcd's default transaction size: %s", r)
+	}
+	if st := c.json(0, "status", "--scope", "s00"); st["scopes"].([]any)[0].(map[string]any)["mode"] != "open" {
+		t.Fatalf("a refused hold --all held a scope: %v", st)
+	}
+	c.must(0, "hold", "--all", "--reason", "incident", "--etcd-max-txn-ops", "2048")
+	for _, s := range []string{"s00", "s69"} {
+		if st := c.json(0, "status", "--scope", s); st["scopes"].([]any)[0].(map[string]any)["mode"] != "held" {
+			t.Fatalf("hold --all --etcd-max-txn-ops left %s open: %v", s, st)
+		}
 	}
 }

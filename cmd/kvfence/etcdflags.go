@@ -28,6 +28,7 @@ const etcdDialTimeout = 5 * time.Second
 // etcdFlags select an etcd cluster: --etcd URL[,URL…] and its TLS files.
 type etcdFlags struct {
 	urls, cert, key, ca string
+	maxTxnOps           int      // --etcd-max-txn-ops: the cluster's --max-txn-ops
 	endpoints           []string // checked URLs, set by check
 }
 
@@ -36,6 +37,7 @@ func (e *etcdFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.cert, "etcd-cert", "", "")
 	fs.StringVar(&e.key, "etcd-key", "", "")
 	fs.StringVar(&e.ca, "etcd-ca", "", "")
+	fs.IntVar(&e.maxTxnOps, "etcd-max-txn-ops", etcdengine.DefaultMaxTxnOps, "")
 }
 
 // on reports whether --etcd was given.
@@ -59,6 +61,10 @@ func (e *etcdFlags) check(cmd string) error {
 	}
 	if (e.cert == "") != (e.key == "") {
 		return usage("--etcd-cert and --etcd-key go together")
+	}
+	if e.maxTxnOps < etcdengine.DefaultMaxTxnOps || e.maxTxnOps > maxEtcdTxnOps {
+		return usage("--etcd-max-txn-ops %d: want the cluster's --max-txn-ops, from %d (etcd's default) to %d",
+			e.maxTxnOps, etcdengine.DefaultMaxTxnOps, maxEtcdTxnOps)
 	}
 	var hosts []string
 	scheme := ""
@@ -116,7 +122,16 @@ const usageEtcdTLS = `	--etcd-cert FILE, --etcd-key FILE, --etcd-ca FILE
 	    TLS for --etcd https://...: a client certificate and its key (both
 	    or neither; the key not readable by group or others), and the CA
 	    that the members' certificates chain to (default: the system's).
+	--etcd-max-txn-ops N
+	    The cluster's --max-txn-ops (default 128, etcd's): one transaction
+	    holds at most that many operations, which bounds how many scopes
+	    hold --all and a recovery cover at once. A value above the
+	    cluster's makes large transactions fail at etcd, with nothing
+	    written.
 `
+
+// maxEtcdTxnOps bounds --etcd-max-txn-ops.
+const maxEtcdTxnOps = 1 << 20
 
 // maxEtcdPrefix bounds --etcd-prefix.
 const maxEtcdPrefix = 256
@@ -200,7 +215,7 @@ func (c *commonFlags) openEngine() (engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := etcdengine.New(cli, &etcdengine.Options{Prefix: c.etcdPrefix})
+	e, err := etcdengine.New(cli, &etcdengine.Options{Prefix: c.etcdPrefix, MaxTxnOps: c.etcd.maxTxnOps})
 	if err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("kvfence %s: %w", c.name, err)

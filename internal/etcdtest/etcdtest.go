@@ -71,6 +71,8 @@ type Config struct {
 	// real member does; without it a test runs faster, and the process
 	// that holds the members does not crash under them.
 	Fsync bool
+	// MaxTxnOps is the members' --max-txn-ops; 0 means etcd's default.
+	MaxTxnOps uint
 }
 
 // Start starts a single-member cluster in t.TempDir and stops it when the
@@ -156,6 +158,9 @@ func Launch(dir string, config Config) (_ *Cluster, err error) {
 		// second, as a test needs.
 		cfg.TickMs, cfg.ElectionMs = 10, 100
 		cfg.UnsafeNoFsync = !config.Fsync
+		if config.MaxTxnOps > 0 {
+			cfg.MaxTxnOps = config.MaxTxnOps
+		}
 		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 		cfg.Logger = "zap"
 		e, err := startEtcd(cfg)
