@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/internal/defect"
 )
 
 // Event is one entry of the ledger's audit chain.
@@ -74,8 +75,49 @@ func VerifyChain(path string, opts VerifyOptions) (audit.Report, error) {
 		return audit.Report{}, err
 	}
 	defer l.Close()
+	return l.verifyChain(opts)
+}
+
+// VerifyChainEngine is VerifyChain for a ledger kept in e (OpenEngine). The
+// ledger owns e from then on and closes it.
+func VerifyChainEngine(e engine.Engine, opts VerifyOptions) (audit.Report, error) {
+	if opts.Anchor == nil {
+		e.Close()
+		return audit.Report{}, fmt.Errorf("%w: an anchor store is required", ErrInvalidArgument)
+	}
+	l, err := openWith(e, "engine store", true, &Options{ReadOnly: true}, defect.Variant{})
+	if err != nil {
+		return audit.Report{}, err
+	}
+	defer l.Close()
+	// Other processes may write a shared store meanwhile: the anchor is
+	// read once, before the chain, so that the chain read after it is at
+	// or past it unless the store was rolled back.
+	a, err := opts.Anchor.Load()
+	if err == nil {
+		opts.Anchor = fixedAnchor{a}
+	}
+	return l.verifyChain(opts)
+}
+
+// fixedAnchor is an anchor read once, for a check that must not read it
+// again. It cannot be written.
+type fixedAnchor struct{ sc audit.SignedCheckpoint }
+
+func (a fixedAnchor) Load() (audit.SignedCheckpoint, error) { return a.sc, nil }
+
+func (a fixedAnchor) Store(*audit.SignedCheckpoint, audit.SignedCheckpoint) error {
+	return fmt.Errorf("%w: a verification does not write the anchor", ErrInvalidArgument)
+}
+
+func (a fixedAnchor) Supersede(audit.SignedCheckpoint, audit.SignedCheckpoint) error {
+	return fmt.Errorf("%w: a verification does not write the anchor", ErrInvalidArgument)
+}
+
+// verifyChain is VerifyChain on an open, read-only ledger.
+func (l *Ledger) verifyChain(opts VerifyOptions) (audit.Report, error) {
 	var rep audit.Report
-	err = l.view(func(tx engine.Tx) error {
+	err := l.view(func(tx engine.Tx) error {
 		var scanErr error
 		entries := func(yield func(k, v []byte) bool) {
 			scanErr = tx.Scan(bucketAudit, nil, func(k, v []byte) error {

@@ -305,3 +305,45 @@ func TestEtcdEngineMaxTxnOps(t *testing.T) {
 		}
 	}
 }
+
+// Ensure that the ledger runs on etcd too (--etcd, here KVFENCE_LEDGER_ETCD)
+// with its anchor on another cluster: init, approve, claim, show, events and
+// verify-chain; that a prefix put back to its content from before the claim
+// is refused by the anchor (exit 4) and hands out no second claim; and that
+// --ledger with --etcd is a usage error.
+func TestEtcdEngineLedger(t *testing.T) {
+	c := newCLI(t)
+	ec := etcdtest.Start(t)
+	cli := ec.Client(t)
+	c.must(ExitOK, "keygen", "--out", c.path("ledger.key"))
+	c.env[envLedgerEtcd] = strings.Join(ec.Endpoints(), ",")
+	c.env[envLedgerAnchor] = etcdAnchor(t, "/kvfence-test/ledger-anchor-etcd")
+	c.env[envLedgerKey] = c.path("ledger.key")
+	r := c.must(ExitUsage, "ledger", "init", "--id", "ledger-1", "--ledger", c.path("ledger.db"))
+	if !strings.Contains(r.stderr, "--ledger and --etcd") {
+		t.Fatalf("ledger init with --ledger and --etcd: %s", r)
+	}
+	c.must(ExitOK, "ledger", "init", "--id", "ledger-1")
+	c.must(ExitOK, "request", "build", "--action", "act", "--target", "cm/backup", "--set", "45", "--out", c.path("req.cbor"))
+	c.must(ExitOK, "ledger", "approve", "--action", "act", "--request", c.path("req.cbor"), "--approver", "alice")
+	before := snapshot(t, cli, defaultLedgerPrefix)
+	if len(before) == 0 {
+		t.Fatalf("nothing under %s", defaultLedgerPrefix)
+	}
+	c.must(ExitOK, "ledger", "claim", "--action", "act", "--worker", "worker-a")
+	if show := c.json(ExitOK, "ledger", "show", "--action", "act"); !strings.Contains(fmt.Sprint(show), "worker-a") {
+		t.Fatalf("ledger show after the claim: %v", show)
+	}
+	if ev := c.json(ExitOK, "ledger", "events"); len(ev["events"].([]any)) < 3 {
+		t.Fatalf("ledger events: %v", ev)
+	}
+	c.must(ExitOK, "ledger", "verify-chain", "--pub", c.path("ledger.key.pub"))
+	restore(t, cli, defaultLedgerPrefix, before)
+	c.must(ExitIntegrity, "ledger", "claim", "--action", "act", "--worker", "worker-c")
+	if v := c.json(ExitIntegrity, "ledger", "verify-chain", "--pub", c.path("ledger.key.pub")); v["problem"] != "rollback_detected" {
+		t.Fatalf("ledger verify-chain of the restored prefix: %v", v)
+	}
+	if files, _ := filepath.Glob(c.path("ledger.db*")); len(files) != 0 {
+		t.Fatalf("the ledger on etcd wrote files: %v", files)
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/engine/etcdengine"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/internal/reqwire"
 	"github.com/kvfence/kvfence/kvfence"
@@ -24,7 +26,14 @@ const (
 	envLedger       = "KVFENCE_LEDGER"
 	envLedgerAnchor = "KVFENCE_LEDGER_ANCHOR"
 	envLedgerKey    = "KVFENCE_LEDGER_KEY"
+	// envLedgerEtcd and envLedgerEtcdPrefix put the ledger on etcd.
+	envLedgerEtcd       = "KVFENCE_LEDGER_ETCD"
+	envLedgerEtcdPrefix = "KVFENCE_LEDGER_ETCD_PREFIX"
 )
+
+// defaultLedgerPrefix is the ledger's etcd prefix unless --etcd-prefix
+// says otherwise: apart from the receiver's default, /kvfence/.
+const defaultLedgerPrefix = "/kvfence-ledger/"
 
 // LedgerCommand runs the execution ledger's subcommands: approvals and
 // claims, kept apart from the receiver. Nothing here authorises a write at
@@ -37,6 +46,8 @@ type ledgerFlags struct {
 	path        string
 	anchor      string
 	anchorEtcd  anchorEtcdFlags
+	etcd        etcdFlags // --etcd: the ledger on etcd instead of --ledger
+	etcdPrefix  string
 	key         string
 	lockTimeout time.Duration
 	json        bool
@@ -46,6 +57,8 @@ func (f *ledgerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.path, "ledger", "", "")
 	fs.StringVar(&f.anchor, "anchor", "", "")
 	f.anchorEtcd.register(fs)
+	f.etcd.register(fs)
+	fs.StringVar(&f.etcdPrefix, "etcd-prefix", defaultLedgerPrefix, "")
 	fs.StringVar(&f.key, "key", "", "")
 	lockTimeoutVar(fs, &f.lockTimeout, ledger.DefaultLockTimeout)
 	fs.BoolVar(&f.json, "json", false, "")
@@ -55,9 +68,12 @@ func (f *ledgerFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 	for _, v := range []struct {
 		name, env string
 		dst       *string
-	}{{"ledger", envLedger, &f.path}, {"anchor", envLedgerAnchor, &f.anchor}, {"key", envLedgerKey, &f.key}} {
+	}{{"ledger", envLedger, &f.path}, {"anchor", envLedgerAnchor, &f.anchor}, {"key", envLedgerKey, &f.key},
+		{"etcd", envLedgerEtcd, &f.etcd.urls}, {"etcd-prefix", envLedgerEtcdPrefix, &f.etcdPrefix}} {
 		if !isSet(fs, v.name) {
-			*v.dst = getenv(v.env)
+			if e := getenv(v.env); e != "" || v.name != "etcd-prefix" {
+				*v.dst = e
+			}
 		}
 	}
 }
@@ -65,7 +81,18 @@ func (f *ledgerFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 // require checks the flags that every write needs (and show without
 // --anchor does not).
 func (f *ledgerFlags) require(write bool) error {
-	if f.path == "" {
+	if f.path != "" && f.etcd.on() {
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --ledger and --etcd both name the ledger's store (flags or %s, %s)", f.name, envLedger, envLedgerEtcd),
+			hint: "give one of them"}
+	}
+	if err := f.etcd.check(f.name); err != nil {
+		return err
+	}
+	if f.etcd.on() {
+		if err := checkEtcdPrefix(f.etcdPrefix); err != nil {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --etcd-prefix %q: %v", f.name, f.etcdPrefix, err), hint: "kvfence " + f.name + " -h"}
+		}
+	} else if f.path == "" {
 		return missingFlag(f.name, "ledger", envLedger)
 	}
 	if err := f.anchorEtcd.check(f.name, f.anchor); err != nil {
@@ -101,7 +128,36 @@ func (f *ledgerFlags) open(write bool) (*ledger.Ledger, error) {
 		}
 		opts.Key = priv
 	}
+	if f.etcd.on() {
+		e, err := f.engine()
+		if err != nil {
+			return nil, err
+		}
+		return ledger.OpenEngine(e, opts)
+	}
 	return ledger.Open(f.path, opts)
+}
+
+// engine connects to --etcd and returns the engine on --etcd-prefix.
+func (f *ledgerFlags) engine() (engine.Engine, error) {
+	cli, err := f.etcd.client(f.name)
+	if err != nil {
+		return nil, err
+	}
+	e, err := etcdengine.New(cli, &etcdengine.Options{Prefix: f.etcdPrefix, MaxTxnOps: f.etcd.maxTxnOps})
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("kvfence %s: %w", f.name, err)
+	}
+	return e, nil
+}
+
+// store names the ledger's store in output: the file, or the etcd prefix.
+func (f *ledgerFlags) store() string {
+	if f.etcd.on() {
+		return "etcd " + f.etcdPrefix
+	}
+	return f.path
 }
 
 // ledgerSub is one ledger subcommand: its flags, whether it writes, and
@@ -175,7 +231,7 @@ func (c *LedgerCommand) Run(ctx context.Context, args []string) (err error) {
 // ledgerHint adds the ledger's own next step to an error from opening it.
 func ledgerHint(err error, lf ledgerFlags) error {
 	switch {
-	case errors.Is(err, ledger.ErrBadFormat) && isReceiverFile(lf.path, lf.lockTimeout):
+	case errors.Is(err, ledger.ErrBadFormat) && !lf.etcd.on() && isReceiverFile(lf.path, lf.lockTimeout):
 		return withHint(fmt.Errorf("kvfence %s: %s is a receiver database, not an execution ledger: %w", lf.name, lf.path, err),
 			"the ledger commands take the ledger file (kvfence ledger init --ledger FILE); for this database use "+
 				"the receiver's commands, e.g. kvfence verify-chain --db "+lf.path+" --anchor ANCHOR --pub RECEIVER.pub")
@@ -219,10 +275,21 @@ func (c *LedgerCommand) init(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := ledger.Init(lf.path, &ledger.InitOptions{LedgerID: *id, Key: priv, Anchor: anchor}); err != nil {
+	initOpts := &ledger.InitOptions{LedgerID: *id, Key: priv, Anchor: anchor}
+	if lf.etcd.on() {
+		e, eerr := lf.engine()
+		if eerr != nil {
+			return eerr
+		}
+		err = ledger.InitEngine(e, initOpts)
+		e.Close()
+	} else {
+		err = ledger.Init(lf.path, initOpts)
+	}
+	if err != nil {
 		return err
 	}
-	out := ledgerInitJSON{Ledger: *id, File: lf.path, Anchor: lf.anchor, PublicKey: publicLine(priv.Public().(ed25519.PublicKey))}
+	out := ledgerInitJSON{Ledger: *id, File: lf.store(), Anchor: lf.anchor, PublicKey: publicLine(priv.Public().(ed25519.PublicKey))}
 	if lf.json {
 		return writeJSON(c.m.Stdout, out)
 	}
@@ -607,7 +674,11 @@ Arguments of every subcommand:
 
 	--ledger FILE
 	    The ledger file. Defaults to $KVFENCE_LEDGER.
-	--anchor FILE
+	--etcd URL[,URL...]
+	    Keep the ledger on etcd instead of a file (not with --ledger;
+	    defaults to $KVFENCE_LEDGER_ETCD), under --etcd-prefix P (default
+	    /kvfence-ledger/, or $KVFENCE_LEDGER_ETCD_PREFIX).
+`+usageEtcdTLS+`	--anchor FILE
 	    The ledger's anchor file, kept apart from it (required to write;
 	    defaults to $KVFENCE_LEDGER_ANCHOR). A restored or rewritten ledger
 	    is refused with exit code 4.

@@ -51,8 +51,18 @@ func (c *LedgerCommand) verifyChain(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	rep, err := ledger.VerifyChain(lf.path, ledger.VerifyOptions{Anchor: anchor, PublicKey: pub,
-		MaxAge: *maxAge, LockTimeout: lf.lockTimeout})
+	vopts := ledger.VerifyOptions{Anchor: anchor, PublicKey: pub,
+		MaxAge: *maxAge, LockTimeout: lf.lockTimeout}
+	var rep audit.Report
+	if lf.etcd.on() {
+		e, eerr := lf.engine()
+		if eerr != nil {
+			return eerr
+		}
+		rep, err = ledger.VerifyChainEngine(e, vopts)
+	} else {
+		rep, err = ledger.VerifyChain(lf.path, vopts)
+	}
 	if err != nil {
 		return ledgerHint(err, lf)
 	}
