@@ -210,28 +210,7 @@ func TestSubmit_OutcomeUnknown(t *testing.T) {
 // with its state digest whole (a deposed handle that signed its stale
 // digest would make it ErrStateMismatch).
 func TestEtcd_TwoReceiversOnOnePrefix(t *testing.T) {
-	s := engines[1].new(t)
-	anchor := &audit.MemAnchor{}
-	clock := newClock()
-	if err := s.init(t, &InitOptions{ReceiverID: "shared", Key: testKey, Anchor: anchor, Now: clock.Now}); err != nil {
-		t.Fatal(err)
-	}
-	opts := &Options{Key: testKey, Anchor: anchor, Now: clock.Now}
-	open := func() *fixture {
-		r, err := s.open(t, opts, defect.Variant{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return &fixture{t: t, clock: clock, ctx: t.Context(), r: r, admin: r.Admin(), store: s}
-	}
-	one, two := open(), open()
-	if err := one.admin.CreateScope(one.ctx, fixScope); err != nil {
-		t.Fatal(err)
-	}
-	if err := one.admin.CreateTarget(one.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
-		t.Fatal(err)
-	}
+	s, anchor, opts, one, two := sharedPrefix(t)
 	a := one.activate("worker-a", "claim-1", one.patchRequest("raise-retention"))
 	two.hold("worker-a deposed")
 	wantDenied(t, one.submit("worker-a", a.envelope), ReasonReceiverHeld)
@@ -413,4 +392,35 @@ func BenchmarkSubmitEtcd(b *testing.B) {
 			b.ReportMetric(float64(b.N)/float64(f.r.queue.commits.Load()-commits), "calls/commit")
 		})
 	}
+}
+
+// sharedPrefix initialises a receiver on a fresh etcd prefix, opens it
+// twice as two processes would, and creates the fixture scope and target
+// through the first. It returns the store, its anchor and options, and
+// the two handles.
+func sharedPrefix(t *testing.T) (s *store, anchor *audit.MemAnchor, opts *Options, one, two *fixture) {
+	t.Helper()
+	s = engines[1].new(t)
+	anchor = &audit.MemAnchor{}
+	clock := newClock()
+	if err := s.init(t, &InitOptions{ReceiverID: "shared", Key: testKey, Anchor: anchor, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	opts = &Options{Key: testKey, Anchor: anchor, Now: clock.Now}
+	open := func() *fixture {
+		r, err := s.open(t, opts, defect.Variant{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return &fixture{t: t, clock: clock, ctx: t.Context(), r: r, admin: r.Admin(), store: s}
+	}
+	one, two = open(), open()
+	if err := one.admin.CreateScope(one.ctx, fixScope); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.admin.CreateTarget(one.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+		t.Fatal(err)
+	}
+	return s, anchor, opts, one, two
 }

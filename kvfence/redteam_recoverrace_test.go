@@ -91,28 +91,7 @@ func TestRedteam_RecoverAppliesOnlyToTheAdmittedHead(t *testing.T) {
 // the target: the anchor that covers the other process's commits is
 // checked before the commit, not only the one this process last wrote.
 func TestRedteam_RestoredPrefixUnderRunningReceiver(t *testing.T) {
-	s := engines[1].new(t)
-	anchor := &audit.MemAnchor{}
-	clock := newClock()
-	if err := s.init(t, &InitOptions{ReceiverID: "shared", Key: testKey, Anchor: anchor, Now: clock.Now}); err != nil {
-		t.Fatal(err)
-	}
-	opts := &Options{Key: testKey, Anchor: anchor, Now: clock.Now}
-	open := func() *fixture {
-		r, err := s.open(t, opts, defect.Variant{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return &fixture{t: t, clock: clock, ctx: t.Context(), r: r, admin: r.Admin(), store: s}
-	}
-	one, two := open(), open()
-	if err := one.admin.CreateScope(one.ctx, fixScope); err != nil {
-		t.Fatal(err)
-	}
-	if err := one.admin.CreateTarget(one.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
-		t.Fatal(err)
-	}
+	s, _, _, one, two := sharedPrefix(t)
 	a := one.activate("worker-a", "claim-1", one.patchRequest("raise-retention"))
 	before := s.snapshot(t)
 	two.hold("worker-a deposed")
