@@ -19,19 +19,8 @@ import (
 // restore gives it) is refused as a rollback. The member runs without
 // fsync: the test is about the ledger, not etcd's durability.
 func TestEngine_Etcd(t *testing.T) {
-	c := etcdtest.Start(t)
 	const prefix = "/ledger-test/"
-	newEngine := func() *etcdengine.Engine {
-		e, err := etcdengine.New(c.Client(t), &etcdengine.Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	anchor := &audit.MemAnchor{}
-	if err := InitEngine(newEngine(), &InitOptions{LedgerID: "ledger-etcd", Key: testKey, Anchor: anchor}); err != nil {
-		t.Fatal(err)
-	}
+	c, newEngine, anchor := etcdLedger(t, prefix)
 	if err := InitEngine(newEngine(), &InitOptions{LedgerID: "again", Key: testKey, Anchor: &audit.MemAnchor{}}); !errors.Is(err, ErrAlreadyInitialized) {
 		t.Fatalf("InitEngine over a ledger = %v, want ErrAlreadyInitialized", err)
 	}
@@ -73,4 +62,24 @@ func TestEngine_Etcd(t *testing.T) {
 	if _, err := OpenEngine(newEngine(), opts); !errors.Is(err, audit.ErrRollbackDetected) {
 		t.Fatalf("OpenEngine(restored prefix) = %v, want ErrRollbackDetected", err)
 	}
+}
+
+// etcdLedger starts an embedded etcd member and lays out a ledger under
+// prefix with a memory anchor. newEngine gives a fresh engine on the
+// prefix for each handle, as each process has its own.
+func etcdLedger(t *testing.T, prefix string) (c *etcdtest.Cluster, newEngine func() *etcdengine.Engine, anchor *audit.MemAnchor) {
+	t.Helper()
+	c = etcdtest.Start(t)
+	newEngine = func() *etcdengine.Engine {
+		e, err := etcdengine.New(c.Client(t), &etcdengine.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	anchor = &audit.MemAnchor{}
+	if err := InitEngine(newEngine(), &InitOptions{LedgerID: "ledger-etcd", Key: testKey, Anchor: anchor}); err != nil {
+		t.Fatal(err)
+	}
+	return c, newEngine, anchor
 }

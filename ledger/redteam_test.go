@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
-	"github.com/kvfence/kvfence/engine/etcdengine"
-	"github.com/kvfence/kvfence/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -20,19 +18,8 @@ import (
 // checked before each write, not only the one this process last wrote.
 // Otherwise the restored ledger hands out a second claim for one action.
 func TestRedteam_RestoredPrefixUnderRunningLedger(t *testing.T) {
-	c := etcdtest.Start(t)
 	const prefix = "/ledger-redteam/"
-	newEngine := func() *etcdengine.Engine {
-		e, err := etcdengine.New(c.Client(t), &etcdengine.Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	anchor := &audit.MemAnchor{}
-	if err := InitEngine(newEngine(), &InitOptions{LedgerID: "ledger-etcd", Key: testKey, Anchor: anchor}); err != nil {
-		t.Fatal(err)
-	}
+	c, newEngine, anchor := etcdLedger(t, prefix)
 	opts := &Options{Key: testKey, Anchor: anchor}
 	one, err := OpenEngine(newEngine(), opts)
 	if err != nil {
