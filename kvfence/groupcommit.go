@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/internal/chain"
 )
 
 // Group commit (docs/design.md §10). A durable write costs a bbolt commit (its
@@ -441,17 +442,9 @@ func (r *Receiver) currentAnchor() (*audit.SignedCheckpoint, error) {
 	if r.file || r.opts.Anchor == nil {
 		return nil, nil
 	}
-	a, err := r.opts.Anchor.Load()
+	a, err := chain.CurrentAnchor(r.opts.Anchor, r.anchor, r.pub, r.id)
 	if err != nil {
 		return nil, fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
-	}
-	if a != r.anchor {
-		if err := a.Verify(r.pub); err != nil {
-			return nil, fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
-		}
-		if a.Receiver != r.id {
-			return nil, fmt.Errorf("kvfence: %s: anchor: %w: it is for receiver %q", r.path, audit.ErrReceiverMismatch, a.Receiver)
-		}
 	}
 	return &a, nil
 }

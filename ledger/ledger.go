@@ -424,17 +424,9 @@ func (l *Ledger) currentAnchor() (*audit.SignedCheckpoint, error) {
 	if !l.shared || l.opts.Anchor == nil {
 		return nil, nil
 	}
-	a, err := l.opts.Anchor.Load()
+	a, err := chain.CurrentAnchor(l.opts.Anchor, l.anchor, l.pub, l.id)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: %s: anchor: %w", l.path, err)
-	}
-	if a != l.anchor {
-		if err := a.Verify(l.pub); err != nil {
-			return nil, fmt.Errorf("ledger: %s: anchor: %w", l.path, err)
-		}
-		if a.Receiver != l.id {
-			return nil, fmt.Errorf("ledger: %s: anchor: %w: it is for %q", l.path, audit.ErrReceiverMismatch, a.Receiver)
-		}
 	}
 	return &a, nil
 }

@@ -290,3 +290,25 @@ func Advance(store audit.AnchorStore, cur *audit.SignedCheckpoint, sc audit.Sign
 	}
 	return err
 }
+
+// CurrentAnchor reads store's anchor before a write on a store that other
+// processes write too (etcd). The anchor this process last wrote (last)
+// can be far behind the one that covers other processes' commits, and a
+// store put back between the two would pass a check against last: the
+// write would decide on records a later commit superseded. An anchor other
+// than last must be signed by pub and name id.
+func CurrentAnchor(store audit.AnchorStore, last audit.SignedCheckpoint, pub ed25519.PublicKey, id string) (audit.SignedCheckpoint, error) {
+	a, err := store.Load()
+	if err != nil {
+		return a, err
+	}
+	if a != last {
+		if err := a.Verify(pub); err != nil {
+			return a, err
+		}
+		if a.Receiver != id {
+			return a, fmt.Errorf("%w: it is for %q", audit.ErrReceiverMismatch, a.Receiver)
+		}
+	}
+	return a, nil
+}
