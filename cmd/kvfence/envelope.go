@@ -113,14 +113,7 @@ type EnvelopeShowCommand struct{ m *Main }
 
 // Run runs the command.
 func (c *EnvelopeShowCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("envelope show")
-	cf := commonFlags{name: "envelope show"}
-	cf.register(fs, 0)
-	path, err := parseFile(fs, c.Usage, args)
-	if err != nil {
-		return err
-	}
-	b, err := c.m.readArtefact(path)
+	path, b, asJSON, err := c.m.showInput("envelope show", c.Usage, args)
 	if err != nil {
 		return err
 	}
@@ -135,7 +128,7 @@ func (c *EnvelopeShowCommand) Run(ctx context.Context, args []string) error {
 	}
 	res := envelopeShowJSON{Kind: "envelope", Bytes: len(b), V: env.V, Scope: env.Scope, Epoch: env.Epoch,
 		Grant: env.Grant, Executor: env.Executor, Claim: env.Claim, Request: requestShowOf(req, env.Request)}
-	if cf.json {
+	if asJSON {
 		return writeJSON(c.m.Stdout, res)
 	}
 	tw := newTable(c.m.Stdout)

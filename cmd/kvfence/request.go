@@ -153,14 +153,7 @@ type RequestShowCommand struct{ m *Main }
 
 // Run runs the command.
 func (c *RequestShowCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("request show")
-	cf := commonFlags{name: "request show"}
-	cf.register(fs, 0)
-	path, err := parseFile(fs, c.Usage, args)
-	if err != nil {
-		return err
-	}
-	b, err := c.m.readArtefact(path)
+	path, b, asJSON, err := c.m.showInput("request show", c.Usage, args)
 	if err != nil {
 		return err
 	}
@@ -169,7 +162,7 @@ func (c *RequestShowCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	res := requestShowOf(req, b)
-	if cf.json {
+	if asJSON {
 		return writeJSON(c.m.Stdout, res)
 	}
 	fmt.Fprintf(c.m.Stdout, "request %s\n", path)
@@ -195,6 +188,21 @@ unless UTF-8, and patch is the patch as JSON (null for set).
 Arguments:
 
 `+usageJSON)
+}
+
+// showInput parses a show command's flags and reads the FILE it names: its
+// path, its bytes and whether --json was given.
+func (m *Main) showInput(name string, usage func(), args []string) (path string, b []byte, asJSON bool, err error) {
+	fs := newFlagSet(name)
+	cf := commonFlags{name: name}
+	cf.register(fs, 0)
+	if path, err = parseFile(fs, usage, args); err != nil {
+		return "", nil, false, err
+	}
+	if b, err = m.readArtefact(path); err != nil {
+		return "", nil, false, err
+	}
+	return path, b, cf.json, nil
 }
 
 // parseFile parses a show command's flags, which may come before or after
