@@ -144,13 +144,20 @@ const maxAnswer = 64 << 20
 // answer becomes an *Error; for submit, okStatus lists the statuses whose
 // body is a result (403 is a denial there).
 func (c *Client) call(ctx context.Context, method, path, ctype string, body []byte, out any, okStatus ...int) error {
+	_, err := c.callStatus(ctx, method, path, ctype, body, out, okStatus...)
+	return err
+}
+
+// callStatus is call that also returns the status of an answer decoded
+// into out.
+func (c *Client) callStatus(ctx context.Context, method, path, ctype string, body []byte, out any, okStatus ...int) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return fmt.Errorf("client: %w", err)
+		return 0, fmt.Errorf("client: %w", err)
 	}
 	// The headers are one of a few shared, never-modified maps instead of
 	// a map filled per request: a RoundTripper only reads them, and on a
@@ -168,16 +175,16 @@ func (c *Client) call(ctx context.Context, method, path, ctype string, body []by
 	}
 	resp, err := c.tr.RoundTrip(req)
 	if err != nil {
-		return fmt.Errorf("client: %s %s: %w", method, path, err)
+		return 0, fmt.Errorf("client: %s %s: %w", method, path, err)
 	}
 	// The whole body is read so that the connection can be reused.
 	raw, err := readAnswer(resp)
 	resp.Body.Close()
 	if err != nil {
-		return fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
+		return 0, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
 	}
 	if len(raw) > maxAnswer {
-		return fmt.Errorf("%w: %s %s: answer over %d bytes", ErrProtocol, method, path, maxAnswer)
+		return 0, fmt.Errorf("%w: %s %s: answer over %d bytes", ErrProtocol, method, path, maxAnswer)
 	}
 	ok := resp.StatusCode == http.StatusOK
 	for _, s := range okStatus {
@@ -192,26 +199,26 @@ func (c *Client) call(ctx context.Context, method, path, ctype string, body []by
 		// quotes are escaped), so an answer without them carries no error
 		// object and is not decoded twice.
 		if bytes.Contains(raw, errorKey) && json.Unmarshal(raw, &probe) == nil && probe.Error != nil {
-			return errorOf(resp.StatusCode, *probe.Error)
+			return 0, errorOf(resp.StatusCode, *probe.Error)
 		}
 		// A submit answer in the receiver's own canonical form is read
 		// without reflection; any other form goes to encoding/json.
 		if sub, isSubmit := out.(*api.Submit); isSubmit {
 			if v, ok := api.ParseSubmitJSON(raw); ok {
 				*sub = v
-				return nil
+				return resp.StatusCode, nil
 			}
 		}
 		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("%w: %s %s: %v", ErrProtocol, method, path, err)
+			return 0, fmt.Errorf("%w: %s %s: %v", ErrProtocol, method, path, err)
 		}
-		return nil
+		return resp.StatusCode, nil
 	}
 	var e api.Error
 	if err := json.Unmarshal(raw, &e); err != nil || e.Error.Code == "" {
-		return &Error{Status: resp.StatusCode, Code: "", Message: strings.TrimSpace(string(raw)), err: statusErr(resp.StatusCode)}
+		return 0, &Error{Status: resp.StatusCode, Code: "", Message: strings.TrimSpace(string(raw)), err: statusErr(resp.StatusCode)}
 	}
-	return errorOf(resp.StatusCode, e.Error)
+	return 0, errorOf(resp.StatusCode, e.Error)
 }
 
 // Request headers by body type, shared by every request and never
@@ -294,12 +301,19 @@ func (c *Client) postJSON(ctx context.Context, path string, in, out any) error {
 // either way, as an applied one answers already_applied.
 func (c *Client) Submit(ctx context.Context, envelope []byte) (kvfence.Result, error) {
 	var out api.Submit
-	if err := c.call(ctx, http.MethodPost, api.PathSubmit, api.ContentCBOR, envelope, &out, http.StatusForbidden); err != nil {
+	status, err := c.callStatus(ctx, http.MethodPost, api.PathSubmit, api.ContentCBOR, envelope, &out, http.StatusForbidden)
+	if err != nil {
 		return kvfence.Result{}, err
 	}
 	res, err := out.Result()
 	if err != nil {
 		return kvfence.Result{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	// The receiver answers a denial with 403 and a decision that applied
+	// with 200: an answer whose status and outcome disagree is not its
+	// decision, and a 403 is never taken for applied.
+	if (status == http.StatusForbidden) != (res.Outcome == kvfence.Denied) {
+		return kvfence.Result{}, fmt.Errorf("%w: HTTP %d with outcome %q", ErrProtocol, status, res.Outcome)
 	}
 	return res, nil
 }

@@ -218,8 +218,9 @@ func (l *Ledger) change(ctx context.Context, ref, worker, kind string, fn func(w
 }
 
 // Takeover supersedes req.Action's live claim: that claim becomes uncertain
-// (its worker may still have an effect in flight) and req.Worker gets a new
-// claim. It returns the new claim. Takeover is an operator's decision; the
+// (its worker may still have an effect in flight) and req.Worker, which
+// must not be the superseded claim's worker, gets a new claim. It returns
+// the new claim. Takeover is an operator's decision; the
 // ledger never takes over on its own.
 func (l *Ledger) Takeover(ctx context.Context, req TakeoverRequest) (Claim, error) {
 	if err := checkIdents("action", req.Action, "operator", req.Operator, "worker", req.Worker); err != nil {
@@ -247,6 +248,12 @@ func (l *Ledger) Takeover(ctx context.Context, req TakeoverRequest) (Claim, erro
 		old, err := w.liveClaim(req.Action, act.Live)
 		if err != nil {
 			return err
+		}
+		// Workers are known by name only: a new claim for the name it
+		// supersedes would be the superseded instance's to resume.
+		if old.Worker == req.Worker {
+			return fmt.Errorf("%w: %q holds the claim being superseded; a takeover gives the action to another worker",
+				ErrInvalidArgument, req.Worker)
 		}
 		ref := newRef()
 		old.SupersededBy, old.SupersededState, old.State = ref, old.State, StateUncertain
