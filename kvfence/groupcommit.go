@@ -367,6 +367,10 @@ func (r *Receiver) run(batch []*call) (err error) {
 		if w, err = r.newWtx(tx); err != nil {
 			return err
 		}
+		w.hasher = newStateHasher()
+		// The hasher reads the engine's bytes, which are valid only
+		// until this function returns.
+		defer w.hasher.finish(&w.state)
 		if anchor != nil {
 			// A store put back under a running receiver (an etcd
 			// snapshot or the prefix's keys restored) ends before the

@@ -549,6 +549,9 @@ type wtx struct {
 	state      audit.StateHash
 	stateDirty bool
 	stateSum   audit.Hash
+	// hasher, when set, moves state on a second goroutine; whoever sets
+	// it finishes it before the transaction's function returns.
+	hasher *stateHasher
 }
 
 // appendAudit fills in e's time, links it into the chain and stores it. It

@@ -40,12 +40,98 @@ func (w *wtx) putState(bucket, key, raw []byte) error {
 	if err != nil {
 		return err
 	}
-	if old != nil {
-		w.state.Remove(string(bucket), key, old)
-	}
-	w.state.Add(string(bucket), key, raw)
 	w.stateDirty = true
+	c := stateChange{bucket: string(bucket), key: key, old: old, raw: raw}
+	if w.hasher == nil || !w.hasher.offer(c) {
+		c.apply(&w.state)
+	}
 	return w.tx.Put(bucket, key, raw)
+}
+
+// stateChange is one record's move in the state digest: the old bytes
+// out, if there were any, and the new ones in.
+type stateChange struct {
+	bucket        string
+	key, old, raw []byte
+}
+
+func (c *stateChange) apply(s *audit.StateHash) {
+	if c.old != nil {
+		s.Remove(c.bucket, c.key, c.old)
+	}
+	s.Add(c.bucket, c.key, c.raw)
+}
+
+// stateHasher moves a write transaction's digest on a second goroutine
+// while the transaction goes on deciding. A record's two SHAKE128
+// expansions are most of the CPU an applied Submit costs inside the
+// commit leader's transaction, which runs one call after another, while
+// the other cores wait for it; the digest is a sum, so the order in which
+// its terms are added does not matter. A change the goroutine has no room
+// for is hashed in place, so the leader never waits for it.
+//
+// The bytes a change names (old is the engine's) are valid only until
+// the transaction's function returns: finish must run before it does, on
+// every path.
+type stateHasher struct {
+	jobs chan stateChange
+	done chan struct{}
+	// part is the goroutine's share of the digest, added to the
+	// transaction's by finish.
+	part     audit.StateHash
+	started  bool
+	finished bool
+}
+
+// hasherQueue is how many changes may wait for the hashing goroutine: a
+// few calls' worth, enough to keep it busy while the leader decides.
+const hasherQueue = 16
+
+func newStateHasher() *stateHasher {
+	return &stateHasher{jobs: make(chan stateChange, hasherQueue), done: make(chan struct{})}
+}
+
+// offer queues c for the hashing goroutine, starting it on first use, and
+// reports whether it was queued.
+func (h *stateHasher) offer(c stateChange) bool {
+	if h.finished {
+		return false
+	}
+	if !h.started {
+		h.started = true
+		go h.run()
+	}
+	select {
+	case h.jobs <- c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (h *stateHasher) run() {
+	defer close(h.done)
+	for c := range h.jobs {
+		c.apply(&h.part)
+	}
+}
+
+// finish hashes what is still queued, beside the goroutine, waits for it
+// and adds its share to s. It may be called more than once.
+func (h *stateHasher) finish(s *audit.StateHash) {
+	if h.finished {
+		return
+	}
+	h.finished = true
+	if !h.started {
+		return
+	}
+	close(h.jobs)
+	for c := range h.jobs {
+		c.apply(s)
+	}
+	<-h.done
+	s.Merge(&h.part)
 }
 
 // storeState writes the transaction's state digest to the database if a
@@ -53,6 +139,9 @@ func (w *wtx) putState(bucket, key, raw []byte) error {
 // state keeps the sum it had, which spares a decision that changed no
 // record (an identical retry) the 2 KiB hash.
 func (w *wtx) storeState() (audit.Hash, error) {
+	if w.hasher != nil {
+		w.hasher.finish(&w.state)
+	}
 	if !w.stateDirty {
 		return w.stateSum, nil
 	}
