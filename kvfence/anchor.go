@@ -208,7 +208,7 @@ func (r *Receiver) checkAnchor() error {
 	if _, err := r.checkState(&a); err != nil {
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}
-	r.anchor = a
+	r.setAnchor(a)
 	if damage != nil {
 		r.anchorDamage = damage
 		r.opts.Warn(fmt.Sprintf("kvfence: %s: %v; %s", r.path, damage, damageVerdict(damage, a, r.head)))

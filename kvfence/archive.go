@@ -112,9 +112,7 @@ func (a *Admin) prepareArchive(ctx context.Context, req ArchiveRequest) (*archiv
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r.wmu.Lock()
-	anchored := r.anchor.Seq
-	r.wmu.Unlock()
+	anchored := r.anchorNow().Seq
 	if req.Before > anchored {
 		return nil, fmt.Errorf("%w: seq %d is past the anchored seq %d; only entries the anchor covers are archived",
 			ErrInvalidArgument, req.Before, anchored)

@@ -116,7 +116,9 @@ func (r *Receiver) checkForeignHead(tx engine.Tx, head audit.Head, sum audit.Has
 // outcome was unknown, is adopted if it is signed by this receiver and in
 // its chain; one at or past sc already covers the commit.
 func (r *Receiver) advanceAnchor(sc audit.SignedCheckpoint) error {
-	return chain.Advance(r.opts.Anchor, &r.anchor, sc, func(got audit.SignedCheckpoint) error {
+	cur := r.anchorNow()
+	defer func() { r.setAnchor(cur) }()
+	return chain.Advance(r.opts.Anchor, &cur, sc, func(got audit.SignedCheckpoint) error {
 		if err := got.Verify(r.pub); err != nil {
 			return err
 		}
@@ -131,4 +133,17 @@ func (r *Receiver) advanceAnchor(sc audit.SignedCheckpoint) error {
 			return nil
 		})
 	})
+}
+
+// anchorNow returns the anchor as last read or written.
+func (r *Receiver) anchorNow() audit.SignedCheckpoint {
+	r.anchorMu.Lock()
+	defer r.anchorMu.Unlock()
+	return r.anchor
+}
+
+func (r *Receiver) setAnchor(a audit.SignedCheckpoint) {
+	r.anchorMu.Lock()
+	r.anchor = a
+	r.anchorMu.Unlock()
 }

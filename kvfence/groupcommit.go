@@ -71,9 +71,8 @@ type commitQueue struct {
 	// leading is true from the moment a caller takes the lead until a
 	// leader finds the queue empty; while it is true, new calls wait.
 	leading bool
-	// batch is the leader's copy of the calls it runs; only the current
-	// leader touches it.
-	batch []*call
+	// buffers holds the leaders' batch slices for reuse.
+	buffers sync.Pool
 	// commits counts committed write transactions, so that tests and
 	// benchmarks can see how many calls shared each one.
 	commits atomic.Uint64
@@ -146,25 +145,52 @@ func (r *Receiver) write(size int, worker bool, sub *submission, fn func(w *wtx)
 }
 
 // lead runs one batch from the head of the queue, whose first call is
-// self's, wakes the batch's other callers, and then passes the lead to the
-// oldest waiting call, if any.
+// self's, writes the anchor for it, wakes the batch's other callers, and
+// passes the lead to the oldest waiting call, if any.
+//
+// On a database file, which this process alone writes, the next leader
+// starts its transaction while this one writes the anchor: the anchor's
+// fdatasync then overlaps the next batch's decisions instead of adding to
+// them. Nothing is acknowledged earlier for it: a caller is woken only
+// once the anchor covers its commit. The anchor writes stay in commit
+// order because a leader takes amu before it lets go of wmu, and the next
+// transaction checks its checkpoint against an anchor that is at most one
+// commit older, which the rules of CheckAdvance make no weaker (seqs and
+// high-waters only grow along the chain). A store that other processes
+// write (etcd) reads the anchor before each batch (currentAnchor), so
+// there the lead passes only after the anchor write.
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
-	batch := q.take(q.batch, r.batchCalls, r.batchBytes)
-	r.commit(batch)
-
+	batch := q.take(q.buffer(), r.batchCalls, r.batchBytes)
+	r.wmu.Lock()
+	work := r.commit(batch)
+	if work != nil {
+		r.amu.Lock()
+	}
+	r.wmu.Unlock()
+	if r.file {
+		q.handOff()
+	}
+	if work != nil {
+		r.anchorCommits(work)
+		r.amu.Unlock()
+	}
 	for _, c := range batch {
 		if c != self {
 			c.wake <- struct{}{}
 		}
 	}
-	// The buffer goes back before the lead does: the next leader reuses it.
-	clear(batch)
-	q.batch = batch[:0]
+	q.release(batch)
+	if !r.file {
+		q.handOff()
+	}
+}
+
+// handOff passes the lead to the oldest waiting call, so the queue stays
+// in arrival order, or ends the leading if no call waits.
+func (q *commitQueue) handOff() {
 	q.mu.Lock()
 	if len(q.pending) > 0 {
-		// The next leader is the oldest waiting call, so the queue stays
-		// in arrival order. It is woken last, which lets it run first.
 		next := q.pending[0]
 		next.lead = true
 		next.wake <- struct{}{}
@@ -172,6 +198,61 @@ func (r *Receiver) lead(self *call) {
 		q.leading = false
 	}
 	q.mu.Unlock()
+}
+
+// buffer returns a slice for a leader's batch. Two leaders may hold a
+// batch at once (one writing its anchor, the next deciding), so each
+// takes a buffer of its own and gives it back with release.
+func (q *commitQueue) buffer() []*call {
+	if b, ok := q.buffers.Get().(*[]*call); ok {
+		return (*b)[:0]
+	}
+	return nil
+}
+
+func (q *commitQueue) release(batch []*call) {
+	clear(batch)
+	batch = batch[:0]
+	q.buffers.Put(&batch)
+}
+
+// anchorWork is what a leader's commits leave to do once they are
+// committed: write the anchor for the newest of them, then acknowledge
+// their calls.
+type anchorWork struct {
+	sc    audit.SignedCheckpoint
+	calls []*call
+	// commits are the commits' reports for the Observer, each with the
+	// time its transaction started.
+	commits []commitReport
+}
+
+type commitReport struct {
+	stats *CommitStats
+	start time.Time
+}
+
+// anchorCommits moves the anchor to the newest commit of work and, if
+// that fails, gives each of its calls ErrNotAcknowledged: the database is
+// then ahead of its anchor, which Open accepts as a crash window; the
+// callers see an error and may retry (an applied request then answers
+// already_applied).
+func (r *Receiver) anchorCommits(work *anchorWork) {
+	var err error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("anchor store panicked: %v", p)
+			}
+		}()
+		err = r.advanceAnchor(work.sc)
+	}()
+	if err != nil {
+		r.notAcknowledged(work.calls, err)
+	}
+	for _, c := range work.commits {
+		r.observe(c.stats, c.start, err)
+	}
 }
 
 // take moves the next batch from the head of the queue into buf, within
@@ -196,14 +277,19 @@ func (q *commitQueue) take(buf []*call, maxCalls, maxBytes int) []*call {
 
 // commit runs a batch in one transaction, or, if that transaction does not
 // commit, each of its calls in a transaction of its own. It sets every
-// call's outcome.
-func (r *Receiver) commit(batch []*call) {
-	r.wmu.Lock()
-	defer r.wmu.Unlock()
+// call's outcome, and returns the anchor write the commits still need
+// (nil if none committed, or the receiver has no anchor). The caller holds
+// wmu.
+func (r *Receiver) commit(batch []*call) *anchorWork {
 	if batch = r.reserve(batch); len(batch) == 0 {
-		return
+		return nil
 	}
-	r.commitSplit(batch)
+	var work anchorWork
+	r.commitSplit(batch, &work)
+	if len(work.calls) == 0 {
+		return nil
+	}
+	return &work
 }
 
 // commitSplit runs a batch in one transaction. A batch larger than the
@@ -212,16 +298,17 @@ func (r *Receiver) commit(batch []*call) {
 // was written. An outcome that is unknown is every call's outcome: its
 // calls may have been applied, and a call retried alone here would answer
 // already_applied, a verdict the caller must not get for it. Any other
-// failure makes every call run again alone.
-func (r *Receiver) commitSplit(batch []*call) {
-	err := r.run(batch)
+// failure makes every call run again alone. Commits that need an anchor
+// write are added to work.
+func (r *Receiver) commitSplit(batch []*call, work *anchorWork) {
+	err := r.run(batch, work)
 	switch {
 	case err == nil:
 		return
 	case errors.Is(err, engine.ErrTxnTooLarge) && len(batch) > 1:
 		mid := len(batch) / 2
-		r.commitSplit(batch[:mid])
-		r.commitSplit(batch[mid:])
+		r.commitSplit(batch[:mid], work)
+		r.commitSplit(batch[mid:], work)
 		return
 	case errors.Is(err, engine.ErrTxnTooLarge):
 		batch[0].err = fmt.Errorf("%w: %w", ErrTooLarge, err)
@@ -239,7 +326,7 @@ func (r *Receiver) commitSplit(batch []*call) {
 		if len(r.reserve(batch[i:i+1])) == 0 {
 			continue
 		}
-		if err := r.run(batch[i : i+1]); err != nil {
+		if err := r.run(batch[i:i+1], work); err != nil {
 			if errors.Is(err, engine.ErrTxnTooLarge) {
 				err = fmt.Errorf("%w: %w", ErrTooLarge, err)
 			}
@@ -314,10 +401,10 @@ func (r *Receiver) reserve(batch []*call) []*call {
 }
 
 // run executes the calls in one write transaction and, if it commits,
-// moves the cached head and the anchor. The error reports a transaction
-// that did not commit: then no call has a result. After a commit each call
-// has its result, or ErrNotAcknowledged if the anchor was not moved.
-func (r *Receiver) run(batch []*call) (err error) {
+// moves the cached head and adds the commit to work, whose anchor write
+// acknowledges it. The error reports a transaction that did not commit:
+// then no call has a result.
+func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 	var w *wtx
 	var sc audit.SignedCheckpoint
 	var ahead []engine.Key
@@ -329,7 +416,7 @@ func (r *Receiver) run(batch []*call) (err error) {
 			if !committed {
 				err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, r.path, p)
 			} else {
-				r.notAcknowledged(batch, fmt.Errorf("anchor store panicked: %v", p))
+				r.notAcknowledged(batch, fmt.Errorf("after the commit: %v", p))
 			}
 		}
 		if err != nil {
@@ -404,15 +491,20 @@ func (r *Receiver) run(batch []*call) (err error) {
 				return err
 			}
 		}
-		return r.anchor.CheckAdvance(sc.Checkpoint)
+		cur := r.anchorNow()
+		return cur.CheckAdvance(sc.Checkpoint)
 	})
 	if err != nil {
 		return r.writeErr(err)
 	}
 	committed = true
-	if anchor != nil && anchor.Seq > r.anchor.Seq {
-		// Another process moved the anchor, and this commit extends it.
-		r.anchor = *anchor
+	if anchor != nil {
+		r.anchorMu.Lock()
+		if anchor.Seq > r.anchor.Seq {
+			// Another process moved the anchor, and this commit extends it.
+			r.anchor = *anchor
+		}
+		r.anchorMu.Unlock()
 	}
 	r.head, r.state, r.stateSum = w.chain.Head(), w.state, w.stateSum
 	r.queue.commits.Add(1)
@@ -421,16 +513,12 @@ func (r *Receiver) run(batch []*call) (err error) {
 		r.observe(stats, start, nil)
 		return nil
 	}
-	// Acknowledge only once the anchor covers the commit. If this write
-	// fails the database is ahead of its anchor, which Open accepts as a
-	// crash window; the callers see an error and may retry (an applied
-	// request then answers already_applied).
-	if err := r.advanceAnchor(sc); err != nil {
-		r.observe(stats, start, err)
-		r.notAcknowledged(batch, err)
-		return nil
+	// Acknowledged only once the anchor covers the commit (lead).
+	work.sc = sc
+	work.calls = append(work.calls, batch...)
+	if stats != nil {
+		work.commits = append(work.commits, commitReport{stats, start})
 	}
-	r.observe(stats, start, nil)
 	return nil
 }
 
@@ -446,7 +534,7 @@ func (r *Receiver) currentAnchor() (*audit.SignedCheckpoint, error) {
 	if r.file || r.opts.Anchor == nil {
 		return nil, nil
 	}
-	a, err := chain.CurrentAnchor(r.opts.Anchor, r.anchor, r.pub, r.id)
+	a, err := chain.CurrentAnchor(r.opts.Anchor, r.anchorNow(), r.pub, r.id)
 	if err != nil {
 		return nil, fmt.Errorf("kvfence: %s: anchor: %w", r.path, err)
 	}

@@ -113,10 +113,14 @@ type Receiver struct {
 	queue                  commitQueue
 	batchCalls, batchBytes int
 	// wmu is held by the leader of a batch while it runs the batch's write
-	// transaction and anchor write. It guards head, the audit chain's newest
-	// entry, which a write transaction reads at its start and which is
-	// replaced only after its commit succeeded.
-	wmu  sync.Mutex
+	// transaction. It guards head, the audit chain's newest entry, which a
+	// write transaction reads at its start and which is replaced only after
+	// its commit succeeded.
+	wmu sync.Mutex
+	// amu is held by a leader while it writes the anchor for its commits.
+	// A leader takes it before it lets go of wmu, so anchor writes happen
+	// in commit order (groupcommit.go).
+	amu  sync.Mutex
 	head audit.Head
 	// headMismatch is set when Open found a head key that disagrees with
 	// the newest entry (chain.ErrHeadMismatch): the state check refuses
@@ -127,8 +131,11 @@ type Receiver struct {
 	// records at Open, and stateSum its sum; guarded by wmu like head.
 	state    audit.StateHash
 	stateSum audit.Hash
-	// anchor is the anchor as last read or written; guarded by wmu.
-	anchor audit.SignedCheckpoint
+	// anchor is the anchor as last read or written; guarded by anchorMu,
+	// since the anchor write of one batch runs beside the transaction of
+	// the next.
+	anchorMu sync.Mutex
+	anchor   audit.SignedCheckpoint
 	// anchorDamage is the damaged anchor slot Open found, or nil. It is
 	// set before Open returns and never changed.
 	anchorDamage *audit.SlotDamage
