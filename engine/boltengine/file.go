@@ -47,10 +47,12 @@ type FileOptions struct {
 	OpenFile func(name string, flag int, perm os.FileMode) (*os.File, error)
 	// FillPercent is the engine's per-bucket page fill (Options).
 	FillPercent map[string]float64
-	// NoFreelistSync has bbolt write no freelist at each commit (one page
-	// write fewer per commit) and instead find the free pages at each
-	// writable open by walking every bucket's tree, which makes that open
-	// slower on a large file. With CheckPages the check accepts a file
+	// NoFreelistSync has bbolt write no freelist at each commit and
+	// instead find the free pages at each writable open by walking every
+	// bucket's tree: one page write fewer per commit (of about eleven for
+	// a receiver's write, with a few microseconds of CPU), against a
+	// slower open of a large file (a checked open of 100,000 records takes
+	// about twice as long, 29 ms against 15). With CheckPages the check accepts a file
 	// without a synced freelist (CheckPagesUnsynced), having walked the
 	// trees before bbolt. Either kind of file opens either way: a file with
 	// a freelist drops it at its next commit, and a writable open without
