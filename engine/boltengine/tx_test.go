@@ -62,6 +62,12 @@ func TestGetSeesOwnWrites(t *testing.T) {
 		{op: "put", bucket: b, key: 11, val: "eleven"},
 		{op: "get", bucket: b, key: 11, val: "eleven"},
 		{op: "get", bucket: c, key: 1, val: "c1"},
+		// c is small enough that bbolt keeps it inline in its parent.
+		{op: "get", bucket: c, key: 3, absent: true},
+		{op: "put", bucket: c, key: 3, val: "c3"},
+		{op: "get", bucket: c, key: 3, val: "c3"},
+		{op: "del", bucket: c, key: 1},
+		{op: "get", bucket: c, key: 1, absent: true},
 		{op: "get", bucket: b, key: 11, val: "eleven"},
 		{op: "del", bucket: b, key: 11},
 		{op: "get", bucket: b, key: 11, absent: true},
