@@ -69,7 +69,7 @@ func (e *Engine) Update(ctx context.Context, fn func(engine.Tx) error) error {
 		return err
 	}
 	err := e.db.Update(func(btx *bolt.Tx) error {
-		t := &tx{e: e, btx: btx, writable: true}
+		t := newTx(e, btx, true)
 		err := fn(t)
 		if t.tooLarge != nil {
 			return t.tooLarge
@@ -84,7 +84,7 @@ func (e *Engine) View(ctx context.Context, fn func(engine.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return mapErr(e.db.View(func(btx *bolt.Tx) error { return fn(&tx{e: e, btx: btx}) }))
+	return mapErr(e.db.View(func(btx *bolt.Tx) error { return fn(newTx(e, btx, false)) }))
 }
 
 // mapErr turns bbolt's closed-database error into the seam's.
@@ -99,7 +99,7 @@ func mapErr(err error) error {
 // the caller runs and commits (a file's first transaction, made before any
 // engine exists over it). opts may be nil; its limits apply.
 func InTx(btx *bolt.Tx, opts *Options, fn func(engine.Tx) error) error {
-	t := &tx{e: New(nil, opts), btx: btx, writable: btx.Writable()}
+	t := newTx(New(nil, opts), btx, btx.Writable())
 	err := fn(t)
 	if t.tooLarge != nil {
 		return t.tooLarge

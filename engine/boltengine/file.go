@@ -47,6 +47,18 @@ type FileOptions struct {
 	OpenFile func(name string, flag int, perm os.FileMode) (*os.File, error)
 	// FillPercent is the engine's per-bucket page fill (Options).
 	FillPercent map[string]float64
+	// NoFreelistSync has bbolt write no freelist at each commit and
+	// instead find the free pages at each writable open by walking every
+	// bucket's tree: one page write fewer per commit (of about eleven for
+	// a receiver's write, with a few microseconds of CPU), against a
+	// slower open of a large file (a checked open of 100,000 records takes
+	// about twice as long, 29 ms against 15). With CheckPages the check accepts a file
+	// without a synced freelist (CheckPagesUnsynced), having walked the
+	// trees before bbolt. Either kind of file opens either way: a file with
+	// a freelist drops it at its next commit, and a writable open without
+	// this option writes the freelist of a file that has none (but a
+	// checked open without it refuses that file, as CheckPages does).
+	NoFreelistSync bool
 }
 
 func (fo *FileOptions) errors() boltfile.Errors {
@@ -57,6 +69,10 @@ func (fo *FileOptions) errors() boltfile.Errors {
 
 // ErrDamagedPages is what CheckPages's errors wrap.
 var ErrDamagedPages = boltfile.ErrPages
+
+// CheckPagesUnsynced is CheckPages that also accepts a file without a
+// synced freelist, as FileOptions.NoFreelistSync writes them.
+func CheckPagesUnsynced(r io.ReaderAt, size int64) error { return boltfile.CheckPagesUnsynced(r, size) }
 
 // CheckPages checks the page structure of the bbolt file r of size bytes
 // as bbolt will read it, without bbolt, which trusts its pages: a damaged
@@ -101,9 +117,14 @@ func OpenFile(path string, fo FileOptions) (*Engine, error) {
 	}
 	openFile := fo.OpenFile
 	if openFile == nil && fo.CheckPages {
-		openFile = boltfile.CheckedOpenFile(timeout, boltfile.CheckPages, fo.Errors.BadFormat)
+		check := boltfile.CheckPages
+		if fo.NoFreelistSync {
+			check = boltfile.CheckPagesUnsynced
+		}
+		openFile = boltfile.CheckedOpenFile(timeout, check, fo.Errors.BadFormat)
 	}
-	db, err := boltfile.Open(path, bolt.Options{Timeout: timeout, ReadOnly: fo.ReadOnly, NoSync: fo.NoSync, OpenFile: openFile},
+	db, err := boltfile.Open(path, bolt.Options{Timeout: timeout, ReadOnly: fo.ReadOnly, NoSync: fo.NoSync,
+		NoFreelistSync: fo.NoFreelistSync, OpenFile: openFile},
 		fo.errors(), boltfile.ReleaseFile)
 	if err != nil {
 		return nil, err
@@ -119,7 +140,7 @@ func CreateFile(path string, fo FileOptions, fn func(tx engine.Tx) error) error 
 	if timeout < 0 {
 		timeout = time.Nanosecond
 	}
-	return boltfile.Create(path, timeout, fo.errors(), func(btx *bolt.Tx) error {
+	return boltfile.Create(path, bolt.Options{Timeout: timeout, NoFreelistSync: fo.NoFreelistSync}, fo.errors(), func(btx *bolt.Tx) error {
 		return InTx(btx, &Options{FillPercent: fo.FillPercent}, fn)
 	})
 }

@@ -1,6 +1,7 @@
 package boltengine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -18,32 +19,95 @@ type tx struct {
 	// is set once they are broken and fails the Update whatever fn does.
 	ops, bytes int
 	tooLarge   error
+	// open holds the buckets this transaction has resolved, so that each
+	// is looked up once (a read-only bbolt transaction opens a bucket
+	// anew on every lookup) and its fill percent set once. It starts on
+	// inline, which holds as many buckets as a receiver has.
+	open   []openBucket
+	inline [8]openBucket
 }
 
-// bucket returns the named bucket or ErrBucketNotFound.
-func (t *tx) bucket(name []byte) (*bolt.Bucket, error) {
+// openBucket is one bucket resolved in a transaction.
+type openBucket struct {
+	// name is a copy of the bucket's name, which is at most
+	// engine.MaxBucketName bytes long, so that no allocation is needed.
+	name [engine.MaxBucketName]byte
+	n    int
+	b    *bolt.Bucket
+	// c is the cursor Get and Last reuse, once cur is set: bbolt's
+	// Bucket.Get makes a new cursor and grows its stack on every call.
+	// Seek and Last rebuild the cursor's position from the bucket's root
+	// each time, so a Put or Delete in the bucket since its last use is
+	// seen. It is held by value, inside the transaction's one allocation.
+	c   bolt.Cursor
+	cur bool
+}
+
+// cursor returns the bucket's reused cursor.
+func (o *openBucket) cursor() *bolt.Cursor {
+	if !o.cur {
+		o.c, o.cur = *o.b.Cursor(), true
+	}
+	return &o.c
+}
+
+// newTx returns the seam's view of btx.
+func newTx(e *Engine, btx *bolt.Tx, writable bool) *tx {
+	t := &tx{e: e, btx: btx, writable: writable}
+	t.open = t.inline[:0]
+	return t
+}
+
+// lookup returns the bucket's entry, resolving and remembering it on its
+// first use, or ErrBucketNotFound.
+func (t *tx) lookup(name []byte) (*openBucket, error) {
+	for i := range t.open {
+		if o := &t.open[i]; o.n == len(name) && string(o.name[:o.n]) == string(name) {
+			return o, nil
+		}
+	}
 	b := t.btx.Bucket(name)
 	if b == nil {
 		return nil, fmt.Errorf("%w: %q", engine.ErrBucketNotFound, name)
 	}
-	return b, nil
+	if f, ok := t.e.fill[string(name)]; ok && t.writable {
+		b.FillPercent = f
+	}
+	if len(name) > engine.MaxBucketName {
+		// Not a name the seam creates; resolved, not remembered.
+		return &openBucket{b: b}, nil
+	}
+	t.open = append(t.open, openBucket{n: len(name), b: b})
+	o := &t.open[len(t.open)-1]
+	copy(o.name[:], name)
+	return o, nil
 }
 
-// Get returns bbolt's own slice.
+// bucket returns the named bucket or ErrBucketNotFound.
+func (t *tx) bucket(name []byte) (*bolt.Bucket, error) {
+	o, err := t.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return o.b, nil
+}
+
+// Get returns bbolt's own slice. It is bbolt's Bucket.Get on the bucket's
+// reused cursor: an exact match that is not a nested bucket (for which
+// Seek returns a nil value; a stored value, even an empty one, is never
+// nil).
 func (t *tx) Get(bucket, key []byte) ([]byte, error) {
 	if err := engine.CheckKey(key); err != nil {
 		return nil, err
 	}
-	b, err := t.bucket(bucket)
+	o, err := t.lookup(bucket)
 	if err != nil {
 		return nil, err
 	}
-	v := b.Get(key)
-	if v == nil {
+	k, v := o.cursor().Seek(key)
+	if v == nil || !bytes.Equal(k, key) {
 		return nil, nil
 	}
-	// bbolt may return a nil-length slice for an empty value; the seam's
-	// present-but-empty value is non-nil.
 	return v, nil
 }
 
@@ -79,11 +143,6 @@ func (t *tx) Put(bucket, key, value []byte) error {
 	b, err := t.bucket(bucket)
 	if err != nil {
 		return err
-	}
-	if t.e.fill != nil {
-		if f, ok := t.e.fill[string(bucket)]; ok {
-			b.FillPercent = f
-		}
 	}
 	if value == nil {
 		// bbolt stores nil as empty; say so explicitly.
@@ -150,11 +209,11 @@ func (t *tx) Scan(bucket, from []byte, fn func(key, value []byte) error) error {
 }
 
 func (t *tx) Last(bucket []byte) ([]byte, []byte, error) {
-	b, err := t.bucket(bucket)
+	o, err := t.lookup(bucket)
 	if err != nil {
 		return nil, nil, err
 	}
-	k, v := b.Cursor().Last()
+	k, v := o.cursor().Last()
 	if k != nil && v == nil {
 		return nil, nil, fmt.Errorf("%w: nested bucket %q in %q", engine.ErrCorrupt, k, bucket)
 	}
@@ -182,5 +241,7 @@ func (t *tx) HasBucket(bucket []byte) (bool, error) {
 	if err := engine.CheckBucket(bucket); err != nil {
 		return false, err
 	}
-	return t.btx.Bucket(bucket) != nil, nil
+	// lookup fails only with ErrBucketNotFound.
+	_, err := t.lookup(bucket)
+	return err == nil, nil
 }

@@ -29,8 +29,9 @@ type Errors struct {
 
 // Create makes a new file at path with mode 0600 and runs fn in its first
 // write transaction. It refuses an existing file, and removes the file if
-// anything fails.
-func Create(path string, timeout time.Duration, e Errors, fn func(tx *bolt.Tx) error) (err error) {
+// anything fails. bbolt opens it with bo (its Timeout and NoFreelistSync
+// matter here; its OpenFile is not used).
+func Create(path string, bo bolt.Options, e Errors, fn func(tx *bolt.Tx) error) (err error) {
 	// O_EXCL makes "refuse an existing file" atomic; bbolt then lays out an
 	// empty file itself.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -46,7 +47,7 @@ func Create(path string, timeout time.Duration, e Errors, fn func(tx *bolt.Tx) e
 			os.Remove(path)
 		}
 	}()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: bo.Timeout, NoFreelistSync: bo.NoFreelistSync})
 	if err != nil {
 		return fmt.Errorf("%s: init: %w", e.Prefix, err)
 	}

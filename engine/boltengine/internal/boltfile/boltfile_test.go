@@ -24,14 +24,14 @@ var (
 func TestCreateAndOpen(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.db")
-	if err := Create(good, time.Second, testErrors, func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("b")); return err }); err != nil {
+	if err := Create(good, bolt.Options{Timeout: time.Second}, testErrors, func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("b")); return err }); err != nil {
 		t.Fatal(err)
 	}
-	if err := Create(good, time.Second, testErrors, func(*bolt.Tx) error { return nil }); !errors.Is(err, errExists) {
+	if err := Create(good, bolt.Options{Timeout: time.Second}, testErrors, func(*bolt.Tx) error { return nil }); !errors.Is(err, errExists) {
 		t.Fatalf("Create over an existing file = %v, want AlreadyInitialized", err)
 	}
 	failed := filepath.Join(dir, "failed.db")
-	if err := Create(failed, time.Second, testErrors, func(*bolt.Tx) error { return errors.New("boom") }); err == nil {
+	if err := Create(failed, bolt.Options{Timeout: time.Second}, testErrors, func(*bolt.Tx) error { return errors.New("boom") }); err == nil {
 		t.Fatal("Create with a failing transaction succeeded")
 	}
 	if _, err := os.Stat(failed); !errors.Is(err, os.ErrNotExist) {

@@ -32,8 +32,20 @@ import (
 // inline buckets are leaf pages without sub-buckets; the tree is at most
 // maxTreeDepth deep; and the freelist is synced, in range and without
 // duplicates. Its cost is one read of every reachable page.
-func CheckPages(r io.ReaderAt, size int64) error {
-	c := &pageChecker{r: r, size: size}
+func CheckPages(r io.ReaderAt, size int64) error { return checkPages(r, size, false) }
+
+// CheckPagesUnsynced is CheckPages for a file that bbolt writes without a
+// freelist (its NoFreelistSync): it also accepts a meta page that names no
+// freelist. bbolt then finds the free pages at open by walking every
+// bucket's tree in a goroutine of its own, where a fault or an endless
+// descent could not be recovered. This check walks the same trees first
+// and refuses every page that walk could fault or loop on (outside the
+// high-water mark or the file, of the wrong type, reached twice, with
+// elements outside it): on a file it accepts, that walk ends.
+func CheckPagesUnsynced(r io.ReaderAt, size int64) error { return checkPages(r, size, true) }
+
+func checkPages(r io.ReaderAt, size int64, unsynced bool) error {
+	c := &pageChecker{r: r, size: size, unsynced: unsynced}
 	if err := c.meta(); err != nil {
 		return err
 	}
@@ -93,6 +105,8 @@ type pageChecker struct {
 	// reachable or free.
 	seen []uint64
 	buf  []byte // the page last read
+	// unsynced accepts a file without a synced freelist.
+	unsynced bool
 }
 
 func (c *pageChecker) fail(format string, args ...any) error {
@@ -228,9 +242,14 @@ func (c *pageChecker) page(id uint64, what string) ([]byte, uint16, error) {
 // freelist checks the freelist page and marks every free page.
 func (c *pageChecker) freelist() error {
 	if c.m.freelist == boltNoFreelist {
+		if c.unsynced {
+			// Every page that the tree walk does not reach is free.
+			return nil
+		}
 		// bbolt would rebuild the list by walking the tree in a goroutine
-		// of its own, where a panic cannot be recovered; kvfence always
-		// syncs the freelist.
+		// of its own, where a panic cannot be recovered: accepted only
+		// from a caller that writes files so (CheckPagesUnsynced), since
+		// the tree walk below must then run before bbolt's.
 		return c.fail("no synced freelist")
 	}
 	p, flags, err := c.page(c.m.freelist, "freelist")
