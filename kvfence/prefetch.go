@@ -44,11 +44,11 @@ func (s *submission) reads(keys []engine.Key) []engine.Key {
 			keys = append(keys, engine.Key{Bucket: bucket, Key: key})
 		}
 	}
-	add(bucketControl, []byte(s.env.Scope))
+	add(bucketControl, s.keys.scope)
 	if s.req != nil {
-		add(bucketGrants, []byte(s.env.Grant))
-		add(bucketReceipts, receiptKey(s.env.Scope, s.req.Action))
-		add(bucketTargets, []byte(s.req.Target))
+		add(bucketGrants, s.keys.grant)
+		add(bucketReceipts, s.keys.receipt)
+		add(bucketTargets, s.keys.target)
 	}
 	return keys
 }

@@ -15,6 +15,15 @@ func (w *wtx) control(scope string) (*controlRecord, error) {
 	return getControl(w.tx, scope)
 }
 
+// controlAt is control for a scope whose key (its bytes) the caller has.
+func (w *wtx) controlAt(scope string, key []byte) (*controlRecord, error) {
+	raw, err := w.tx.Get(bucketControl, key)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	return parseControlKey(key, raw)
+}
+
 func getControl(tx engine.Tx, scope string) (*controlRecord, error) {
 	raw, err := tx.Get(bucketControl, []byte(scope))
 	if err != nil || raw == nil {
@@ -25,12 +34,16 @@ func getControl(tx engine.Tx, scope string) (*controlRecord, error) {
 
 // parseControl decodes and checks a stored control record.
 func parseControl(scope string, raw []byte) (*controlRecord, error) {
+	return parseControlKey([]byte(scope), raw)
+}
+
+func parseControlKey(key, raw []byte) (*controlRecord, error) {
 	var c controlRecord
-	if err := decodeRecord(bucketControl, []byte(scope), raw, &c); err != nil {
+	if err := decodeRecord(bucketControl, key, raw, &c); err != nil {
 		return nil, err
 	}
 	if c.Epoch == 0 || (c.Mode != ModeHeld && c.Mode != ModeOpen) {
-		return nil, fmt.Errorf("%w: control record %q: epoch %d mode %q", ErrBadFormat, scope, c.Epoch, c.Mode)
+		return nil, fmt.Errorf("%w: control record %q: epoch %d mode %q", ErrBadFormat, key, c.Epoch, c.Mode)
 	}
 	return &c, nil
 }
@@ -41,19 +54,33 @@ func (w *wtx) putControl(scope string, c *controlRecord) error {
 
 func (w *wtx) grant(id string) (*grantRecord, error) { return getGrant(w.tx, id) }
 
-func getGrant(tx engine.Tx, id string) (*grantRecord, error) {
-	raw, err := tx.Get(bucketGrants, []byte(id))
+// grantAt is grant for an id given as its key.
+func (w *wtx) grantAt(key []byte) (*grantRecord, error) { return getGrantKey(w.tx, key) }
+
+func getGrant(tx engine.Tx, id string) (*grantRecord, error) { return getGrantKey(tx, []byte(id)) }
+
+func getGrantKey(tx engine.Tx, key []byte) (*grantRecord, error) {
+	raw, err := tx.Get(bucketGrants, key)
 	if err != nil || raw == nil {
 		return nil, err
 	}
 	var g grantRecord
-	if err := decodeRecord(bucketGrants, []byte(id), raw, &g); err != nil {
+	if err := decodeRecord(bucketGrants, key, raw, &g); err != nil {
 		return nil, err
 	}
 	return &g, nil
 }
 
 func (w *wtx) target(name string) (*targetRecord, error) { return getTarget(w.tx, name) }
+
+// targetAt is target for a name whose key the caller has.
+func (w *wtx) targetAt(name string, key []byte) (*targetRecord, error) {
+	raw, err := w.tx.Get(bucketTargets, key)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	return parseTargetKey(key, raw)
+}
 
 func getTarget(tx engine.Tx, name string) (*targetRecord, error) {
 	raw, err := tx.Get(bucketTargets, []byte(name))
@@ -65,8 +92,12 @@ func getTarget(tx engine.Tx, name string) (*targetRecord, error) {
 
 // parseTarget decodes a stored target record.
 func parseTarget(name string, raw []byte) (*targetRecord, error) {
+	return parseTargetKey([]byte(name), raw)
+}
+
+func parseTargetKey(key, raw []byte) (*targetRecord, error) {
 	var t targetRecord
-	if err := decodeRecord(bucketTargets, []byte(name), raw, &t); err != nil {
+	if err := decodeRecord(bucketTargets, key, raw, &t); err != nil {
 		return nil, err
 	}
 	// Values read inside a transaction live in the mmap; callers may keep
@@ -79,8 +110,14 @@ func (w *wtx) receipt(scope, action string) (*receiptRecord, error) {
 	return getReceipt(w.tx, scope, action)
 }
 
+// receiptAt is receipt for a receipt key (receiptKey).
+func (w *wtx) receiptAt(key []byte) (*receiptRecord, error) { return getReceiptKey(w.tx, key) }
+
 func getReceipt(tx engine.Tx, scope, action string) (*receiptRecord, error) {
-	key := receiptKey(scope, action)
+	return getReceiptKey(tx, receiptKey(scope, action))
+}
+
+func getReceiptKey(tx engine.Tx, key []byte) (*receiptRecord, error) {
 	raw, err := tx.Get(bucketReceipts, key)
 	if err != nil || raw == nil {
 		return nil, err
@@ -93,12 +130,17 @@ func getReceipt(tx engine.Tx, scope, action string) (*receiptRecord, error) {
 }
 
 func (w *wtx) putReceipt(scope, action string, rc *receiptRecord) error {
+	return w.putReceiptAt(scope, action, receiptKey(scope, action), rc)
+}
+
+// putReceiptAt is putReceipt with the receipt's key made by the caller.
+func (w *wtx) putReceiptAt(scope, action string, key []byte, rc *receiptRecord) error {
 	if w.faults != nil && w.faults.beforeReceipt != nil {
 		if err := w.faults.beforeReceipt(scope, action); err != nil {
 			return err
 		}
 	}
-	return w.put(bucketReceipts, receiptKey(scope, action), rc)
+	return w.put(bucketReceipts, key, rc)
 }
 
 func (w *wtx) put(bucket, key []byte, v any) error {

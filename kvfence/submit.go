@@ -33,6 +33,39 @@ type submission struct {
 	target bool
 	// scope is whether the envelope's scope exists, set by deny.
 	scope bool
+	// keys are the store keys decide reads and writes, made once, outside
+	// the transaction, in one buffer.
+	keys submissionKeys
+}
+
+// submissionKeys are a submission's keys: its scope's control record,
+// its grant, its target and its receipt. Fields the envelope or request
+// does not give are nil.
+type submissionKeys struct {
+	scope, grant, target, receipt []byte
+}
+
+// makeKeys fills s.keys from its envelope and request.
+func (s *submission) makeKeys() {
+	env := s.env
+	n := 2*len(env.Scope) + len(env.Grant)
+	if s.req != nil {
+		n += len(s.req.Target) + 1 + len(s.req.Action)
+	}
+	buf := make([]byte, 0, n)
+	cut := func(parts ...string) []byte {
+		start := len(buf)
+		for _, p := range parts {
+			buf = append(buf, p...)
+		}
+		return buf[start:len(buf):len(buf)]
+	}
+	s.keys.scope = cut(env.Scope)
+	s.keys.grant = cut(env.Grant)
+	if s.req != nil {
+		s.keys.target = cut(s.req.Target)
+		s.keys.receipt = cut(env.Scope, "\x00", s.req.Action)
+	}
 }
 
 // prepare runs check 0 outside the transaction.
@@ -48,9 +81,10 @@ func (r *Receiver) prepare(caller string, envelope []byte) *submission {
 	req, err := DecodeRequest(env.Request, r.opts.MaxEnvelopeSize)
 	if err != nil {
 		s.denial, s.detail = ReasonMalformedRequest, err.Error()
-		return s
+	} else {
+		s.req = req
 	}
-	s.req = req
+	s.makeKeys()
 	return s
 }
 
@@ -90,7 +124,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 		return w.deny(nil, s, s.denial, s.detail)
 	}
 	env, req := s.env, s.req
-	ctl, err := w.control(env.Scope)
+	ctl, err := w.controlAt(env.Scope, s.keys.scope)
 	if err != nil {
 		return Result{}, err
 	}
@@ -117,7 +151,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 		}
 	}
 	// 5
-	g, err := w.grant(env.Grant)
+	g, err := w.grantAt(s.keys.grant)
 	if err != nil {
 		return Result{}, err
 	}
@@ -154,7 +188,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 		return w.deny(ctl, s, ReasonGrantExpired, "expired at "+fromNanos(g.NotAfter).Format(time.RFC3339Nano))
 	}
 	// 10
-	rc, err := w.receipt(env.Scope, req.Action)
+	rc, err := w.receiptAt(s.keys.receipt)
 	if err != nil {
 		return Result{}, err
 	}
@@ -171,7 +205,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 		return res, nil
 	}
 	// 11
-	t, err := w.target(req.Target)
+	t, err := w.targetAt(req.Target, s.keys.target)
 	if err != nil {
 		return Result{}, err
 	}
@@ -201,7 +235,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	before := t.Revision
 	t.Revision++
 	t.Value = value
-	if err := w.put(bucketTargets, []byte(req.Target), t); err != nil {
+	if err := w.put(bucketTargets, s.keys.target, t); err != nil {
 		return Result{}, err
 	}
 	e := s.entry(Applied, "", "")
@@ -210,7 +244,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	e.ValueSHA256 = sum[:]
 	// The receipt names the audit seq, which is the chain's next one.
 	seq := w.chain.Head().Seq + 1
-	if err := w.putReceipt(env.Scope, req.Action, &receiptRecord{Grant: env.Grant, RequestSHA256: s.digest[:],
+	if err := w.putReceiptAt(env.Scope, req.Action, s.keys.receipt, &receiptRecord{Grant: env.Grant, RequestSHA256: s.digest[:],
 		Target: req.Target, RevBefore: before, RevAfter: t.Revision, AuditSeq: seq, At: now}); err != nil {
 		return Result{}, err
 	}
@@ -243,7 +277,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 // so a prober cannot learn which actions were applied.
 func (w *wtx) denyStale(ctl *controlRecord, s *submission, reason Reason, detail string) (Result, error) {
 	if isGrantID(s.env.Grant) {
-		g, err := w.grant(s.env.Grant)
+		g, err := w.grantAt(s.keys.grant)
 		if err != nil {
 			return Result{}, err
 		}
@@ -251,7 +285,7 @@ func (w *wtx) denyStale(ctl *controlRecord, s *submission, reason Reason, detail
 			s.grant = g
 		}
 	}
-	rc, err := w.receipt(s.env.Scope, s.req.Action)
+	rc, err := w.receiptAt(s.keys.receipt)
 	if err != nil {
 		return Result{}, err
 	}
@@ -278,7 +312,7 @@ func (w *wtx) deny(ctl *controlRecord, s *submission, reason Reason, detail stri
 			ctl.LastStaleRejectionAt = w.now.UnixNano()
 			ctl.StaleRejections++
 		}
-		if err := w.putControl(s.env.Scope, ctl); err != nil {
+		if err := w.put(bucketControl, s.keys.scope, ctl); err != nil {
 			return Result{}, err
 		}
 	}
