@@ -241,7 +241,10 @@ func TestFastEncodeMatchesReflection(t *testing.T) {
 }
 
 // FuzzFastEncode builds random values of every encoded type and requires
-// the fast encoders to write the reflection encoder's bytes.
+// the fast encoders to write the reflection encoder's bytes, and the
+// decoders to read those bytes back as the reflection decoders do (which
+// covers canonical layouts carrying invalid UTF-8, nulls and every head
+// width).
 func FuzzFastEncode(f *testing.F) {
 	for kind := range uint8(6) {
 		f.Add(kind, []byte{})
@@ -251,7 +254,13 @@ func FuzzFastEncode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
 		g := &codecGen{b: data}
-		checkSameEncoding(t, g.value(kind))
+		b := checkSameEncoding(t, g.value(kind%6))
+		switch {
+		case kind%6 < 4:
+			checkRecordDecode(t, kind%6, b)
+		case len(b) <= DefaultMaxEnvelopeSize:
+			checkWireDecode(t, kind%6-4, b)
+		}
 	})
 }
 
