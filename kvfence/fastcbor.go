@@ -540,10 +540,6 @@ var knownReasons = func() map[string]Reason {
 	return m
 }()
 
-// recordMaxMapPairs is recordDec's MaxMapPairs: a map with more pairs is
-// the reflection decoder's to refuse.
-const recordMaxMapPairs = 64
-
 func scanControl(in []byte) (controlRecord, bool) {
 	var c controlRecord
 	r := cborReader{b: in}

@@ -106,6 +106,10 @@ type receiptRecord struct {
 
 var recordDec cbor.DecMode
 
+// recordMaxMapPairs bounds the pairs of any map in a stored record; the
+// fast decoder leaves a larger map to recordDec to refuse.
+const recordMaxMapPairs = 64
+
 func init() {
 	var err error
 	recordDec, err = cbor.DecOptions{
@@ -115,7 +119,7 @@ func init() {
 		ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
 		FieldNameMatching: cbor.FieldNameMatchingCaseSensitive,
 		MaxNestedLevels:   4,
-		MaxMapPairs:       64,
+		MaxMapPairs:       recordMaxMapPairs,
 		UTF8:              cbor.UTF8RejectInvalid,
 	}.DecMode()
 	if err != nil {
