@@ -659,3 +659,16 @@ func BenchmarkRecordCodec(b *testing.B) {
 		})
 	}
 }
+
+// Ensure that a refused record is still reported with its bucket and key
+// quoted as bytes, whatever bytes the key holds.
+func TestDecodeRecordErrorNamesKey(t *testing.T) {
+	for _, key := range [][]byte{[]byte("scope/a"), []byte("a\x00\"b\xff"), receiptKey("s", "é")} {
+		err := decodeRecord(bucketReceipts, key, []byte{0xff}, new(receiptRecord))
+		inner := recordDec.Unmarshal([]byte{0xff}, new(receiptRecord))
+		want := fmt.Sprintf("%v: record %q/%q: %v", ErrBadFormat, bucketReceipts, key, inner)
+		if err == nil || err.Error() != want || !errors.Is(err, ErrBadFormat) {
+			t.Fatalf("key %q: error %v, want %s", key, err, want)
+		}
+	}
+}

@@ -139,7 +139,10 @@ func decodeRecord(bucket, key, raw []byte, v any) error {
 		return nil
 	}
 	if err := recordDec.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("%w: record %q/%q: %v", ErrBadFormat, bucket, key, err)
+		// The conversions keep bucket and key from escaping, so that a
+		// caller's []byte(name) for the key can live on its stack; %q
+		// quotes a string exactly as it quotes the same bytes.
+		return fmt.Errorf("%w: record %q/%q: %v", ErrBadFormat, string(bucket), string(key), err)
 	}
 	return nil
 }
