@@ -672,3 +672,25 @@ func TestDecodeRecordErrorNamesKey(t *testing.T) {
 		}
 	}
 }
+
+// Ensure that a decoded envelope or request shares no bytes with its
+// input, which the caller may reuse.
+func TestFastDecodeWireCopies(t *testing.T) {
+	for i, v := range codecCases()[13:] {
+		b, _ := encodeFast(v)
+		got := reflect.New(reflect.TypeOf(v).Elem()).Interface()
+		if !decodeWireFast(b, got) {
+			continue // a null optional: not canonical, see TestFastDecodeWire
+		}
+		want := reflect.New(reflect.TypeOf(v).Elem()).Interface()
+		if err := decodeCanonicalReflect(bytes.Clone(b), want); err != nil {
+			t.Fatal(err)
+		}
+		for j := range b {
+			b[j] = 0xee
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("case %d: overwriting the input changed the value: %+v, want %+v", i, got, want)
+		}
+	}
+}
