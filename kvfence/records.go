@@ -106,6 +106,10 @@ type receiptRecord struct {
 
 var recordDec cbor.DecMode
 
+// recordMaxMapPairs bounds the pairs of any map in a stored record; the
+// fast decoder leaves a larger map to recordDec to refuse.
+const recordMaxMapPairs = 64
+
 func init() {
 	var err error
 	recordDec, err = cbor.DecOptions{
@@ -115,7 +119,7 @@ func init() {
 		ExtraReturnErrors: cbor.ExtraDecErrorUnknownField,
 		FieldNameMatching: cbor.FieldNameMatchingCaseSensitive,
 		MaxNestedLevels:   4,
-		MaxMapPairs:       64,
+		MaxMapPairs:       recordMaxMapPairs,
 		UTF8:              cbor.UTF8RejectInvalid,
 	}.DecMode()
 	if err != nil {
@@ -125,15 +129,33 @@ func init() {
 
 // decodeRecord decodes a stored record. A record that does not decode is
 // corruption, reported as an error that names the bucket and key; the
-// transaction that met it then changes nothing.
+// transaction that met it then changes nothing. A record in canonical form,
+// as this package writes them, takes the fast path (fastcbor.go); any other
+// goes to the reflection decoder, which decides as it always has. Either
+// way the decoded strings and slices are copies, never the input's bytes,
+// which may live in the store's mmap.
 func decodeRecord(bucket, key, raw []byte, v any) error {
+	if decodeRecordFast(raw, v) {
+		return nil
+	}
 	if err := recordDec.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("%w: record %q/%q: %v", ErrBadFormat, bucket, key, err)
+		// The conversions keep bucket and key from escaping, so that a
+		// caller's []byte(name) for the key can live on its stack; %q
+		// quotes a string exactly as it quotes the same bytes.
+		return fmt.Errorf("%w: record %q/%q: %v", ErrBadFormat, string(bucket), string(key), err)
 	}
 	return nil
 }
 
-func encodeRecord(v any) ([]byte, error) { return wireEnc.Marshal(v) }
+// encodeRecord returns the canonical encoding of a record in a new slice,
+// the bytes wireEnc.Marshal gives, from the hand-written encoders for the
+// records they cover.
+func encodeRecord(v any) ([]byte, error) {
+	if b, ok := encodeFast(v); ok {
+		return b, nil
+	}
+	return wireEnc.Marshal(v)
+}
 
 func receiptKey(scope, action string) []byte {
 	k := make([]byte, 0, len(scope)+1+len(action))

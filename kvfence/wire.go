@@ -104,7 +104,8 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 	if err := e.check(); err != nil {
 		return nil, err
 	}
-	return wireEnc.Marshal(e)
+	b, _ := encodeFast(e)
+	return b, nil
 }
 
 // EncodeRequest returns the canonical encoding of r after checking its
@@ -113,7 +114,8 @@ func EncodeRequest(r *Request) ([]byte, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	return wireEnc.Marshal(r)
+	b, _ := encodeFast(r)
+	return b, nil
 }
 
 // DecodeEnvelope decodes b strictly: it must be the canonical encoding of an
@@ -165,6 +167,19 @@ func decodeCanonical(b []byte, limit int, v any) error {
 	if b[0]&0xe0 != 0xa0 {
 		return fmt.Errorf("not a CBOR map")
 	}
+	// The fast path accepts only an input that is the canonical encoding
+	// of the value it returns, which the reflection path below accepts
+	// with the same value; all else, every refusal included, is decided
+	// there.
+	if decodeWireFast(b, v) {
+		return nil
+	}
+	return decodeCanonicalReflect(b, v)
+}
+
+// decodeCanonicalReflect is decodeCanonical's reflection path, after the
+// size and type checks.
+func decodeCanonicalReflect(b []byte, v any) error {
 	if err := wireDec.Unmarshal(b, v); err != nil {
 		return err
 	}
