@@ -454,7 +454,7 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 		if w, err = r.newWtx(tx); err != nil {
 			return err
 		}
-		w.hasher = newStateHasher()
+		w.hasher = r.hasher.reset()
 		// The hasher reads the engine's bytes, which are valid only
 		// until this function returns.
 		defer w.hasher.finish(&w.state)

@@ -117,6 +117,8 @@ type Receiver struct {
 	// write transaction reads at its start and which is replaced only after
 	// its commit succeeded.
 	wmu sync.Mutex
+	// hasher is the state hasher of the write transaction that holds wmu.
+	hasher stateHasher
 	// amu is held by a leader while it writes the anchor for its commits.
 	// A leader takes it before it lets go of wmu, so anchor writes happen
 	// in commit order (groupcommit.go).

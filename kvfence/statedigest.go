@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/kvfence/kvfence/internal/chain"
+	"runtime"
 	"sync"
 
 	"github.com/kvfence/kvfence/audit"
@@ -67,14 +68,21 @@ func (c *stateChange) apply(s *audit.StateHash) {
 // expansions are most of the CPU an applied Submit costs inside the
 // commit leader's transaction, which runs one call after another, while
 // the other cores wait for it; the digest is a sum, so the order in which
-// its terms are added does not matter. A change the goroutine has no room
-// for is hashed in place, so the leader never waits for it.
+// its terms are added does not matter, and whoever takes a change adds it
+// to a sum of its own. The goroutine takes changes as they come; at the
+// end the leader takes what is left beside it.
 //
 // The bytes a change names (old is the engine's) are valid only until
 // the transaction's function returns: finish must run before it does, on
 // every path.
 type stateHasher struct {
-	jobs chan stateChange
+	mu sync.Mutex
+	// jobs are the changes offered, of which the first next are taken.
+	jobs []stateChange
+	next int
+	// closed says no more changes come.
+	closed bool
+	// done is closed when the goroutine ends.
 	done chan struct{}
 	// part is the goroutine's share of the digest, added to the
 	// transaction's by finish.
@@ -83,36 +91,62 @@ type stateHasher struct {
 	finished bool
 }
 
-// hasherQueue is how many changes may wait for the hashing goroutine: a
-// few calls' worth, enough to keep it busy while the leader decides.
-const hasherQueue = 16
-
-func newStateHasher() *stateHasher {
-	return &stateHasher{jobs: make(chan stateChange, hasherQueue), done: make(chan struct{})}
+// reset readies h, whose previous transaction finished, for the next one,
+// keeping its job buffer.
+func (h *stateHasher) reset() *stateHasher {
+	clear(h.jobs)
+	*h = stateHasher{jobs: h.jobs[:0]}
+	return h
 }
 
-// offer queues c for the hashing goroutine, starting it on first use, and
-// reports whether it was queued.
+// offer queues c for the hashing goroutine, starting it on first use.
 func (h *stateHasher) offer(c stateChange) bool {
 	if h.finished {
 		return false
 	}
+	h.mu.Lock()
+	h.jobs = append(h.jobs, c)
+	h.mu.Unlock()
 	if !h.started {
 		h.started = true
+		h.done = make(chan struct{})
 		go h.run()
+		// A goroutine started here waits in this thread's queue until
+		// this one blocks; yielding once lets another thread take one
+		// of the two.
+		runtime.Gosched()
 	}
-	select {
-	case h.jobs <- c:
-		return true
-	default:
-		return false
+	return true
+}
+
+// take returns the next change not yet taken, if any, and whether the
+// hasher is closed.
+func (h *stateHasher) take() (c stateChange, ok, closed bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.next < len(h.jobs) {
+		c = h.jobs[h.next]
+		h.next++
+		return c, true, h.closed
 	}
+	return c, false, h.closed
 }
 
 func (h *stateHasher) run() {
 	defer close(h.done)
-	for c := range h.jobs {
-		c.apply(&h.part)
+	for {
+		c, ok, closed := h.take()
+		switch {
+		case ok:
+			c.apply(&h.part)
+		case closed:
+			return
+		default:
+			// The next change is a call's decision away, far less than
+			// it takes to wake a sleeping thread, and the transaction
+			// ends soon: yield until it comes or finish closes.
+			runtime.Gosched()
+		}
 	}
 }
 
@@ -126,12 +160,19 @@ func (h *stateHasher) finish(s *audit.StateHash) {
 	if !h.started {
 		return
 	}
-	close(h.jobs)
-	for c := range h.jobs {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	for {
+		c, ok, _ := h.take()
+		if !ok {
+			break
+		}
 		c.apply(s)
 	}
 	<-h.done
 	s.Merge(&h.part)
+	clear(h.jobs)
 }
 
 // storeState writes the transaction's state digest to the database if a
