@@ -490,15 +490,24 @@ func TestFileAnchor_ConcurrentCreate(t *testing.T) {
 }
 
 // TestHelperAnchorWriter is not a test: run by
-// TestFileAnchor_ConcurrentProcesses in a child process, it moves the
-// anchor forward by one seq at a time, from whatever it loads, and prints
-// how many of its writes won.
+// TestFileAnchor_ConcurrentProcesses and others in a child process, it
+// moves the anchor forward by one seq at a time, from whatever it loads,
+// KVFENCE_TEST_ANCHOR_TRIES times (100 if unset), and prints how many of
+// its writes won.
 func TestHelperAnchorWriter(t *testing.T) {
 	path := os.Getenv("KVFENCE_TEST_ANCHOR_WRITER")
 	if path == "" {
 		return
 	}
-	n, err := anchorRace(FileAnchor{Path: path}, 100)
+	tries := 100
+	if s := os.Getenv("KVFENCE_TEST_ANCHOR_TRIES"); s != "" {
+		var err error
+		if tries, err = strconv.Atoi(s); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+	}
+	n, err := anchorRace(FileAnchor{Path: path}, tries)
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
