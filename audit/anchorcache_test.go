@@ -233,7 +233,7 @@ func TestFileAnchor_ReadIgnoresStaleSize(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, _, _, data, err := fa.readSlots(file, new(anchorBuf), size)
+			_, _, _, data, err := fa.readSlots(file, new(anchorBuf), size, new(parsedAnchor))
 			file.close()
 			if len(content) != AnchorFileSize {
 				// Refused, so the bytes read are not returned; the

@@ -42,6 +42,19 @@ import (
 // end in a torn record after a crash; the slots keep the file at 8192
 // bytes and turn a torn write into a checksum mismatch in the slot that is
 // not needed.
+//
+// Every write opens the file, locks it and reads both slots under the
+// lock, so that the compare-and-swap sees what any other writer left. What
+// a process keeps between writes is only the last file it wrote or read at
+// each path, byte for byte, with its parse: a file read that holds exactly
+// those bytes is not parsed and checked again, and one that holds any
+// other bytes is. A write then takes nine system calls (lstat, open,
+// fstat, flock, lstat, pread, pwrite, fdatasync, close) and three small
+// allocations; with an *os.File, two reads and a parse of both slots it
+// took eighteen and 47. In runs of the old and new code taken in turn,
+// BenchmarkAnchorStore on tmpfs, where fdatasync costs almost nothing,
+// went from 17.5 to 9.5 µs per write, of which user time from about 9.5
+// to 1 to 3 µs.
 type FileAnchor struct {
 	// Path is the anchor file. It comes from the operator's configuration,
 	// never from the database it anchors.
@@ -81,7 +94,7 @@ func (f FileAnchor) Inspect() (AnchorFileReport, error) {
 	defer file.close()
 	buf := anchorBufs.Get().(*anchorBuf)
 	defer anchorBufs.Put(buf)
-	i, cur, damage, _, err := f.readSlots(file, buf, st.size)
+	i, cur, damage, _, err := f.readSlots(file, buf, st.size, parsedFor(f.Path))
 	if err != nil {
 		return AnchorFileReport{}, err
 	}
@@ -129,12 +142,13 @@ func (f FileAnchor) checkSame(st, ost anchorStat) error {
 }
 
 // readSlots reads the whole file into buf and returns its current slot,
-// the damage of the other one, if any, and the bytes read. size is the
+// the damage of the other one, if any, and the bytes read; parsed
+// remembers the file's last parse. size is the
 // size of the open file as last seen, just before the read: a read that
 // ends short at that size has reached the end of the file, which saves
 // the read that would find it; a file that changed size in between is
 // read until a read returns nothing, as before.
-func (f FileAnchor) readSlots(file anchorFD, buf *anchorBuf, size int64) (int, anchorSlot, *SlotDamage, []byte, error) {
+func (f FileAnchor) readSlots(file anchorFD, buf *anchorBuf, size int64, parsed *parsedAnchor) (int, anchorSlot, *SlotDamage, []byte, error) {
 	n := 0
 	for n < len(buf.file) {
 		m, err := file.readAt(f.Path, buf.file[n:], int64(n))
@@ -150,7 +164,6 @@ func (f FileAnchor) readSlots(file anchorFD, buf *anchorBuf, size int64) (int, a
 		}
 	}
 	data := buf.file[:n]
-	parsed := parsedFor(f.Path)
 	if i, cur, ok := parsed.lookup(data); ok {
 		return i, cur, nil, data, nil
 	}
@@ -226,7 +239,8 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	// A file without a valid slot is evidence; it is never overwritten.
 	buf := anchorBufs.Get().(*anchorBuf)
 	defer anchorBufs.Put(buf)
-	i, cur, damage, data, err := f.readSlots(file, buf, st.size)
+	parsed := parsedFor(f.Path)
+	i, cur, damage, data, err := f.readSlots(file, buf, st.size, parsed)
 	if err != nil {
 		return err
 	}
@@ -258,7 +272,7 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	if err := file.datasync(); err != nil {
 		return fmt.Errorf("audit: anchor: %w", err)
 	}
-	parsedFor(f.Path).rememberWrite(data, 1-i, slot, cur.gen+1, next)
+	parsed.rememberWrite(data, 1-i, slot, cur.gen+1, next)
 	return nil
 }
 
