@@ -111,23 +111,20 @@ func (a anchorFD) writeAt(path string, b []byte, off int64) error {
 
 // lock takes an exclusive flock on the open file. flock locks belong to
 // the open file description, so this excludes other processes and other
-// calls in this one alike. Closing the descriptor, the only one of its
-// description, releases the lock, so unlock does nothing and the
-// LOCK_UN call is saved.
-func (a anchorFD) lock() (unlock func(), err error) {
+// calls in this one alike.
+func (a anchorFD) lock() error {
 	for {
-		err = syscall.Flock(a.fd, syscall.LOCK_EX)
+		err := syscall.Flock(a.fd, syscall.LOCK_EX)
 		if err != syscall.EINTR {
-			break
+			return err
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return releasedByClose, nil
 }
 
-func releasedByClose() {}
+// unlock releases lock's lock. Closing the descriptor would release it
+// too, but not while a child process forked meanwhile still holds a copy
+// of the descriptor; unlock releases it for every holder at once.
+func (a anchorFD) unlock() { syscall.Flock(a.fd, syscall.LOCK_UN) }
 
 // datasync makes the file's data durable with fdatasync(2), which skips
 // the metadata that reading the data does not need, such as the
@@ -142,7 +139,7 @@ func (a anchorFD) datasync() error {
 	}
 }
 
-// close closes the descriptor, which also releases its lock.
+// close closes the descriptor.
 func (a anchorFD) close() { syscall.Close(a.fd) }
 
 // statOf converts st as os.Lstat does, so that messages name the same

@@ -63,7 +63,9 @@ func (a anchorFD) writeAt(_ string, b []byte, off int64) error {
 	return err
 }
 
-func (a anchorFD) lock() (unlock func(), err error) { return lockFile(a.f) }
+func (a anchorFD) lock() error { return lockFile(a.f) }
+
+func (a anchorFD) unlock() { unlockFile(a.f) }
 
 func (a anchorFD) datasync() error { return datasync(a.f) }
 

@@ -62,7 +62,8 @@ func appendSlot(b []byte, gen uint64, sc *SignedCheckpoint) ([]byte, error) {
 	return append(b, zeroSlot[:AnchorSlotSize-(len(b)-start)]...), nil
 }
 
-// zeroSlot is the padding of a slot.
+// zeroSlot supplies a slot's zero bytes: room for its header, and its
+// padding.
 var zeroSlot [AnchorSlotSize]byte
 
 // appendSlotHeader appends the header of a slot holding text at generation
