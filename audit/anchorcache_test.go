@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -238,7 +239,7 @@ func TestFileAnchor_ReadIgnoresStaleSize(t *testing.T) {
 			if len(content) != AnchorFileSize {
 				// Refused, so the bytes read are not returned; the
 				// error names how many there were.
-				if !errors.Is(err, ErrBadAnchor) || !strings.Contains(err.Error(), ": "+itoa(len(want))+" bytes") {
+				if !errors.Is(err, ErrBadAnchor) || !strings.Contains(err.Error(), ": "+strconv.Itoa(len(want))+" bytes") {
 					t.Fatalf("%d-byte file, size %d: %v", len(content), size, err)
 				}
 				continue
@@ -249,5 +250,3 @@ func TestFileAnchor_ReadIgnoresStaleSize(t *testing.T) {
 		}
 	}
 }
-
-func itoa(n int) string { return string(appendPadded(nil, uint64(n), 1)) }
