@@ -738,6 +738,33 @@ func BenchmarkAnchorStore(b *testing.B) {
 	b.ReportMetric(float64(user)/float64(b.N), "user-ns/op")
 }
 
+// BenchmarkAnchorStoreAlternating is BenchmarkAnchorStore with two
+// writers taking turns, as two processes sharing an anchor would: each
+// write finds the file the other one wrote, so nothing it remembers
+// matches and both slots are parsed. The writers name the file by two
+// spellings of its path, which a process remembers apart.
+func BenchmarkAnchorStoreAlternating(b *testing.B) {
+	signed, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: 1, Head: Hash{1}, At: t0})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	fas := [2]FileAnchor{{Path: filepath.Join(dir, "anchor")}, {Path: dir + "/./anchor"}}
+	if err := fas[0].Store(nil, signed); err != nil {
+		b.Fatal(err)
+	}
+	old := signed
+	for b.Loop() {
+		next := old
+		next.Seq++
+		next.Head = Hash{byte(next.Seq), byte(next.Seq >> 8)}
+		if err := fas[next.Seq%2].Store(&old, next); err != nil {
+			b.Fatal(err)
+		}
+		old = next
+	}
+}
+
 // replaceFile durably replaces path by a file holding data: temporary
 // file, fsync, rename, directory fsync.
 func replaceFile(dir, path string, data []byte) error {
