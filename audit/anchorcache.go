@@ -1,5 +1,3 @@
-//go:build !windows
-
 package audit
 
 import (
@@ -18,89 +16,84 @@ type anchorBuf struct {
 
 var anchorBufs = sync.Pool{New: func() any { return new(anchorBuf) }}
 
-// parsedAnchor remembers one anchor file's bytes, exactly, with what
-// parseAnchorFile returns for them: the index and content of the current
-// slot, of a file whose other slot is not damaged. parseAnchorFile depends
-// on nothing but those bytes, so a file read later that holds the same
-// bytes parses to the same result whoever wrote it, and one that holds
-// other bytes, such as a write by another process or a damaged slot, is
-// parsed. What it saves is parsing and checking, never reading: the
-// compare-and-swap always compares against the file as read under the
-// lock.
-type parsedAnchor struct {
-	mu   sync.Mutex
-	ok   bool
-	data [AnchorFileSize]byte
-	cur  int
-	slot anchorSlot
+// slotMemo remembers, for each slot of one anchor file, the last bytes
+// this process read or wrote there that parseSlot accepts, with what
+// parseSlot returns for them. parseSlot depends on nothing but those
+// bytes, so a slot read later that holds the same bytes parses to the same
+// result whoever wrote it, and one that holds other bytes, such as a write
+// by another process or damage, is parsed. What it saves is parsing and
+// checking, never reading: the compare-and-swap always compares against
+// the file as read under the lock.
+type slotMemo struct {
+	mu    sync.Mutex
+	ok    [AnchorSlots]bool
+	data  [AnchorSlots][AnchorSlotSize]byte
+	slots [AnchorSlots]anchorSlot
 }
 
-// lookup returns the parse of data if it is the remembered file.
-func (p *parsedAnchor) lookup(data []byte) (int, anchorSlot, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.ok || !bytes.Equal(data, p.data[:]) {
-		return 0, anchorSlot{}, false
+// parse returns parseSlot(s) for s read from slot i.
+func (m *slotMemo) parse(i int, s []byte) (anchorSlot, error) {
+	if slot, ok := m.lookup(i, s); ok {
+		return slot, nil
 	}
-	return p.cur, p.slot, true
+	slot, err := parseSlot(s)
+	if err == nil {
+		m.remember(i, s, slot)
+	}
+	return slot, err
 }
 
-// remember records that data parses to the current slot cur holding slot
-// and another slot that is not damaged.
-func (p *parsedAnchor) remember(data []byte, cur int, slot anchorSlot) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.ok = len(data) == AnchorFileSize
-	copy(p.data[:], data)
-	p.cur, p.slot = cur, slot
+func (m *slotMemo) lookup(i int, s []byte) (anchorSlot, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.ok[i] || !bytes.Equal(s, m.data[i][:]) {
+		return anchorSlot{}, false
+	}
+	return m.slots[i], true
 }
 
-// rememberWrite records the file that writing slot, which holds next at
-// generation gen, over slot i of data leaves: its current slot is i,
-// holding next, and its other slot is data's current slot, not damaged.
-// appendSlot and parseSlot are inverses (TestAnchorSlot_RoundTrip and
-// FuzzAnchorSlotRoundTrip), so this is what parseAnchorFile returns for
-// that file.
-func (p *parsedAnchor) rememberWrite(data []byte, i int, slot []byte, gen uint64, next SignedCheckpoint) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.ok = len(data) == AnchorFileSize && len(slot) == AnchorSlotSize
-	copy(p.data[:], data)
-	copy(p.data[i*AnchorSlotSize:], slot)
-	p.cur, p.slot = i, anchorSlot{gen: gen, sc: next}
+// remember records that slot i holds s, which parses to slot. After a
+// write, s is what appendSlot wrote for slot; appendSlot and parseSlot
+// are inverses (TestAnchorSlot_RoundTrip, FuzzAnchorSlotRoundTrip), so
+// that is what parseSlot returns for s.
+func (m *slotMemo) remember(i int, s []byte, slot anchorSlot) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ok[i] = len(s) == AnchorSlotSize
+	copy(m.data[i][:], s)
+	m.slots[i] = slot
 }
 
-// maxParsedAnchors bounds the anchor files remembered, each about 8 KiB;
-// a process writes one anchor per receiver or ledger it has open.
-const maxParsedAnchors = 16
+// maxSlotMemos bounds the anchor files remembered, each about 8 KiB; a
+// process writes one anchor per receiver or ledger it has open.
+const maxSlotMemos = 16
 
-// parsedAnchors remembers the last file read or written at each anchor
-// path. The path is only where to look: what is remembered is keyed on
-// the file's bytes.
-var parsedAnchors struct {
+// slotMemos holds the slotMemo of each anchor path. The path is only
+// where to look: what is remembered is keyed on the slots' bytes.
+var slotMemos struct {
 	mu sync.Mutex
-	m  map[string]*parsedAnchor
+	m  map[string]*slotMemo
 }
 
-// parsedFor returns the parsedAnchor for path, making one if needed.
-func parsedFor(path string) *parsedAnchor {
-	parsedAnchors.mu.Lock()
-	defer parsedAnchors.mu.Unlock()
-	if p, ok := parsedAnchors.m[path]; ok {
-		return p
+// slotMemoFor returns the slotMemo for path, making one if needed.
+func slotMemoFor(path string) *slotMemo {
+	slotMemos.mu.Lock()
+	defer slotMemos.mu.Unlock()
+	if m, ok := slotMemos.m[path]; ok {
+		return m
 	}
-	if parsedAnchors.m == nil {
-		parsedAnchors.m = make(map[string]*parsedAnchor)
+	if slotMemos.m == nil {
+		slotMemos.m = make(map[string]*slotMemo)
 	}
-	if len(parsedAnchors.m) >= maxParsedAnchors {
-		// Forget any one; an entry still in use by a write in progress
-		// stays correct, since it is keyed on bytes.
-		for k := range parsedAnchors.m {
-			delete(parsedAnchors.m, k)
+	if len(slotMemos.m) >= maxSlotMemos {
+		// Forget any one; a write in progress that still uses it stays
+		// correct, since it is keyed on bytes.
+		for k := range slotMemos.m {
+			delete(slotMemos.m, k)
 			break
 		}
 	}
-	p := new(parsedAnchor)
-	parsedAnchors.m[path] = p
-	return p
+	m := new(slotMemo)
+	slotMemos.m[path] = m
+	return m
 }

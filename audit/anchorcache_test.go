@@ -94,28 +94,30 @@ func TestFileAnchor_StoreSeesOtherWriters(t *testing.T) {
 	}
 }
 
-// checkRemembered fails unless what is remembered for fa is the file, byte
-// for byte, with what parseAnchorFile makes of it.
+// checkRemembered fails unless every slot of fa's file that parses is
+// remembered, and what is remembered of each slot is the file's bytes
+// there with what parseSlot makes of them.
 func checkRemembered(t *testing.T, fa FileAnchor, step string) {
 	t.Helper()
-	p := parsedFor(fa.Path)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.ok {
-		t.Fatalf("%s: nothing remembered", step)
-	}
-	if !bytes.Equal(p.data[:], readAnchor(t, fa)) {
-		t.Fatalf("%s: the remembered bytes are not the file's", step)
-	}
-	i, cur, damage, err := parseAnchorFile(p.data[:])
-	if err != nil || damage != nil || i != p.cur || cur != p.slot {
-		t.Fatalf("%s: remembered slot %d %+v; the bytes parse to slot %d %+v, damage %v, %v", step, p.cur, p.slot, i, cur, damage, err)
+	data := readAnchor(t, fa)
+	m := slotMemoFor(fa.Path)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range AnchorSlots {
+		s := data[i*AnchorSlotSize : (i+1)*AnchorSlotSize]
+		want, err := parseSlot(s)
+		if err != nil {
+			continue
+		}
+		if !m.ok[i] || !bytes.Equal(m.data[i][:], s) || m.slots[i] != want {
+			t.Fatalf("%s: slot %d: remembered %v %+v; the file's slot parses to %+v", step, i, m.ok[i], m.slots[i], want)
+		}
 	}
 }
 
 // Ensure that after every kind of write, and a read, what a FileAnchor
-// remembers is the file and its parse, for ordinary checkpoints and for
-// ones at the limits of every field.
+// remembers is the file's slots and their parse, for ordinary checkpoints
+// and for ones at the limits of every field.
 func TestFileAnchor_RemembersWhatItParses(t *testing.T) {
 	recs, _ := testChain(t, 6)
 	at := func(seq uint64) SignedCheckpoint { return checkpointOf(t, receiverKey, testReceiver, recs, seq) }
@@ -224,7 +226,8 @@ func FuzzAnchorSlotRoundTrip(f *testing.F) {
 // one byte past the format's size.
 func TestFileAnchor_ReadIgnoresStaleSize(t *testing.T) {
 	recs, _ := testChain(t, 3)
-	good := readAnchor(t, storeAll(t, checkpointOf(t, receiverKey, testReceiver, recs, 2), checkpointOf(t, receiverKey, testReceiver, recs, 3)))
+	b := checkpointOf(t, receiverKey, testReceiver, recs, 3)
+	good := readAnchor(t, storeAll(t, checkpointOf(t, receiverKey, testReceiver, recs, 2), b))
 	for _, content := range [][]byte{good[:AnchorSlotSize], good[:AnchorFileSize-1], good, append(bytes.Clone(good), 1, 2)} {
 		fa := FileAnchor{Path: filepath.Join(t.TempDir(), "anchor")}
 		writeAnchor(t, fa, content)
@@ -234,18 +237,17 @@ func TestFileAnchor_ReadIgnoresStaleSize(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, _, _, data, err := fa.readSlots(file, new(anchorBuf), size, new(parsedAnchor))
+			_, cur, _, err := fa.readSlots(file, new(anchorBuf), size, new(slotMemo))
 			file.close()
 			if len(content) != AnchorFileSize {
-				// Refused, so the bytes read are not returned; the
-				// error names how many there were.
+				// The error names how many bytes were read.
 				if !errors.Is(err, ErrBadAnchor) || !strings.Contains(err.Error(), ": "+strconv.Itoa(len(want))+" bytes") {
 					t.Fatalf("%d-byte file, size %d: %v", len(content), size, err)
 				}
 				continue
 			}
-			if err != nil || !bytes.Equal(data, want) {
-				t.Fatalf("%d-byte file, size %d: read %d bytes, %v", len(content), size, len(data), err)
+			if err != nil || cur.sc != b {
+				t.Fatalf("%d-byte file, size %d: read seq %d, %v", len(content), size, cur.sc.Seq, err)
 			}
 		}
 	}

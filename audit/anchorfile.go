@@ -45,10 +45,10 @@ import (
 //
 // Every write opens the file, locks it and reads both slots under the
 // lock, so that the compare-and-swap sees what any other writer left. What
-// a process keeps between writes is only the last file it wrote or read at
-// each path, byte for byte, with its parse: a file read that holds exactly
-// those bytes is not parsed and checked again, and one that holds any
-// other bytes is. A write then takes ten system calls (lstat, open,
+// a process keeps between writes is only the bytes it last wrote or read
+// in each slot of the file at each path, with their parse: a slot that
+// holds exactly those bytes is not parsed and checked again, and one that
+// holds any other bytes is. A write then takes ten system calls (lstat, open,
 // fstat, flock, lstat, pread, pwrite, fdatasync, flock, close) and three
 // small allocations; with an *os.File, two reads and a parse of both
 // slots it took seventeen and 47. In runs of the old and new code taken in turn,
@@ -94,7 +94,7 @@ func (f FileAnchor) Inspect() (AnchorFileReport, error) {
 	defer file.close()
 	buf := anchorBufs.Get().(*anchorBuf)
 	defer anchorBufs.Put(buf)
-	i, cur, damage, _, err := f.readSlots(file, buf, st.size, parsedFor(f.Path))
+	i, cur, damage, err := f.readSlots(file, buf, st.size, slotMemoFor(f.Path))
 	if err != nil {
 		return AnchorFileReport{}, err
 	}
@@ -141,19 +141,19 @@ func (f FileAnchor) checkSame(st, ost anchorStat) error {
 	return nil
 }
 
-// readSlots reads the whole file into buf and returns its current slot,
-// the damage of the other one, if any, and the bytes read; parsed
-// remembers the file's last parse. size is the size of the open file as
+// readSlots reads the whole file into buf and returns its current slot
+// and the damage of the other one, if any; memo holds the slots last
+// parsed. size is the size of the open file as
 // last seen, just before the read: a read that ends short at that size
 // has reached the end of the file, which saves the read that would find
 // it; a file that changed size in between is read until a read returns
 // nothing, as before.
-func (f FileAnchor) readSlots(file anchorFD, buf *anchorBuf, size int64, parsed *parsedAnchor) (int, anchorSlot, *SlotDamage, []byte, error) {
+func (f FileAnchor) readSlots(file anchorFD, buf *anchorBuf, size int64, memo *slotMemo) (int, anchorSlot, *SlotDamage, error) {
 	n := 0
 	for n < len(buf.file) {
 		m, err := file.readAt(f.Path, buf.file[n:], int64(n))
 		if err != nil {
-			return 0, anchorSlot{}, nil, nil, fmt.Errorf("audit: anchor: %w", err)
+			return 0, anchorSlot{}, nil, fmt.Errorf("audit: anchor: %w", err)
 		}
 		if m == 0 {
 			break
@@ -163,18 +163,11 @@ func (f FileAnchor) readSlots(file anchorFD, buf *anchorBuf, size int64, parsed 
 			break
 		}
 	}
-	data := buf.file[:n]
-	if i, cur, ok := parsed.lookup(data); ok {
-		return i, cur, nil, data, nil
-	}
-	i, cur, damage, err := parseAnchorFile(data)
+	i, cur, damage, err := parseAnchorFileMemo(buf.file[:n], memo)
 	if err != nil {
-		return 0, anchorSlot{}, nil, nil, fmt.Errorf("%s: %w", f.Path, err)
+		return 0, anchorSlot{}, nil, fmt.Errorf("%s: %w", f.Path, err)
 	}
-	if damage == nil {
-		parsed.remember(data, i, cur)
-	}
-	return i, cur, damage, data, nil
+	return i, cur, damage, nil
 }
 
 func (f FileAnchor) statError(err error) error {
@@ -238,8 +231,8 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	// A file without a valid slot is evidence; it is never overwritten.
 	buf := anchorBufs.Get().(*anchorBuf)
 	defer anchorBufs.Put(buf)
-	parsed := parsedFor(f.Path)
-	i, cur, damage, data, err := f.readSlots(file, buf, st.size, parsed)
+	memo := slotMemoFor(f.Path)
+	i, cur, damage, err := f.readSlots(file, buf, st.size, memo)
 	if err != nil {
 		return err
 	}
@@ -271,7 +264,7 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	if err := file.datasync(); err != nil {
 		return fmt.Errorf("audit: anchor: %w", err)
 	}
-	parsed.rememberWrite(data, 1-i, slot, cur.gen+1, next)
+	memo.remember(1-i, slot, anchorSlot{gen: cur.gen + 1, sc: next})
 	return nil
 }
 

@@ -173,6 +173,12 @@ func parseSlot(s []byte) (anchorSlot, error) {
 // written, so it does not stop the file from being read; a file without a
 // valid slot, or with two of the same generation, is ErrBadAnchor.
 func parseAnchorFile(data []byte) (int, anchorSlot, *SlotDamage, error) {
+	return parseAnchorFileMemo(data, nil)
+}
+
+// parseAnchorFileMemo is parseAnchorFile with the slots parsed through
+// memo, if it is not nil.
+func parseAnchorFileMemo(data []byte, memo *slotMemo) (int, anchorSlot, *SlotDamage, error) {
 	if len(data) != AnchorFileSize {
 		return 0, anchorSlot{}, nil, fmt.Errorf("%w: the file is damaged: %d bytes, want %d", ErrBadAnchor, len(data), AnchorFileSize)
 	}
@@ -180,7 +186,11 @@ func parseAnchorFile(data []byte) (int, anchorSlot, *SlotDamage, error) {
 	var slots [AnchorSlots]anchorSlot
 	var errs [AnchorSlots]error
 	for i := range slots {
-		slots[i], errs[i] = parseSlot(data[i*AnchorSlotSize : (i+1)*AnchorSlotSize])
+		if s := data[i*AnchorSlotSize : (i+1)*AnchorSlotSize]; memo != nil {
+			slots[i], errs[i] = memo.parse(i, s)
+		} else {
+			slots[i], errs[i] = parseSlot(s)
+		}
 		if errs[i] != nil {
 			continue
 		}
