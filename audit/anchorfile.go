@@ -5,7 +5,6 @@ package audit
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -43,6 +42,20 @@ import (
 // end in a torn record after a crash; the slots keep the file at 8192
 // bytes and turn a torn write into a checksum mismatch in the slot that is
 // not needed.
+//
+// Every write opens the file, locks it and reads both slots under the
+// lock, so that the compare-and-swap sees what any other writer left. What
+// a process keeps between writes is only the bytes it last wrote or read
+// in each slot of the file at each path, with their parse: a slot that
+// holds exactly those bytes is not parsed and checked again, and one that
+// holds any other bytes is. A write then takes ten system calls (lstat,
+// open, fstat, flock, lstat, pread, pwrite, fdatasync, flock, close) and
+// three small allocations; with an *os.File, two reads and a parse of
+// both slots it took seventeen and 47. In runs of the old and new code
+// taken in turn on tmpfs, where fdatasync costs almost nothing,
+// BenchmarkAnchorStore went from 18 to 22 µs per write to 10 to 12 µs, and
+// BenchmarkAnchorStoreAlternating, where every write finds a slot another
+// writer changed, from 20 to 21 µs to 13.5 to 14 µs (19 allocations).
 type FileAnchor struct {
 	// Path is the anchor file. It comes from the operator's configuration,
 	// never from the database it anchors.
@@ -75,12 +88,14 @@ func (f FileAnchor) Load() (SignedCheckpoint, error) {
 // report the damage, and judge it (SlotDamage.Check), before its next
 // write overwrites it. Inspect never creates or changes the file.
 func (f FileAnchor) Inspect() (AnchorFileReport, error) {
-	file, err := f.open(os.O_RDONLY)
+	file, st, err := f.open(os.O_RDONLY)
 	if err != nil {
 		return AnchorFileReport{}, err
 	}
-	defer file.Close()
-	i, cur, damage, err := f.readSlots(file)
+	defer file.close()
+	buf := anchorBufs.Get().(*anchorBuf)
+	defer anchorBufs.Put(buf)
+	i, cur, damage, err := f.readSlots(file, buf, st.size, slotMemoFor(f.Path))
 	if err != nil {
 		return AnchorFileReport{}, err
 	}
@@ -88,53 +103,68 @@ func (f FileAnchor) Inspect() (AnchorFileReport, error) {
 }
 
 // open opens the anchor file with flag after checking that it is a regular
-// file that only its owner may write.
-func (f FileAnchor) open(flag int) (*os.File, error) {
+// file that only its owner may write, and returns it with its identity.
+func (f FileAnchor) open(flag int) (anchorFD, anchorStat, error) {
 	if f.Path == "" {
-		return nil, errors.New("audit: anchor path is empty")
+		return anchorFD{}, anchorStat{}, errors.New("audit: anchor path is empty")
 	}
-	fi, err := os.Lstat(f.Path)
+	st, err := lstatAnchor(f.Path)
 	if err != nil {
-		return nil, f.statError(err)
+		return anchorFD{}, anchorStat{}, f.statError(err)
 	}
-	if err := checkAnchorInfo(f.Path, fi); err != nil {
-		return nil, err
+	if err := checkAnchorMode(f.Path, st.mode); err != nil {
+		return anchorFD{}, anchorStat{}, err
 	}
-	file, err := os.OpenFile(f.Path, flag, 0)
+	file, err := openAnchorFD(f.Path, flag)
 	if err != nil {
-		return nil, f.statError(err)
+		return anchorFD{}, anchorStat{}, f.statError(err)
 	}
 	// The path was checked before it was opened; make sure it is still the
 	// same file, not a symbolic link swapped in between.
-	if err := f.checkSame(fi, file); err != nil {
-		file.Close()
-		return nil, err
+	ost, err := file.stat(f.Path)
+	if err != nil {
+		file.close()
+		return anchorFD{}, anchorStat{}, fmt.Errorf("audit: anchor: %w", err)
 	}
-	return file, nil
+	if err := f.checkSame(st, ost); err != nil {
+		file.close()
+		return anchorFD{}, anchorStat{}, err
+	}
+	return file, ost, nil
 }
 
-// checkSame reports whether file is the one fi describes.
-func (f FileAnchor) checkSame(fi fs.FileInfo, file *os.File) error {
-	ofi, err := file.Stat()
-	if err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
-	}
-	if !os.SameFile(fi, ofi) {
+// checkSame reports whether the open file, which ost describes, is the
+// one st describes.
+func (f FileAnchor) checkSame(st, ost anchorStat) error {
+	if !sameFile(st, ost) {
 		return fmt.Errorf("%w: %s changed while it was being opened", ErrAnchorNotRegular, f.Path)
 	}
 	return nil
 }
 
-// readSlots reads and parses the whole file and returns its current slot
-// and the damage of the other one, if any.
-func (f FileAnchor) readSlots(file *os.File) (int, anchorSlot, *SlotDamage, error) {
-	// One byte more than the format allows tells a longer file apart.
-	data := make([]byte, AnchorFileSize+1)
-	n, err := file.ReadAt(data, 0)
-	if err != nil && err != io.EOF {
-		return 0, anchorSlot{}, nil, fmt.Errorf("audit: anchor: %w", err)
+// readSlots reads the whole file into buf and returns its current slot
+// and the damage of the other one, if any; memo holds the slots last
+// parsed. size is the size of the open file as
+// last seen, just before the read: a read that ends short at that size
+// has reached the end of the file, which saves the read that would find
+// it; a file that changed size in between is read until a read returns
+// nothing, as before.
+func (f FileAnchor) readSlots(file anchorFD, buf *anchorBuf, size int64, memo *slotMemo) (int, anchorSlot, *SlotDamage, error) {
+	n := 0
+	for n < len(buf.file) {
+		m, err := file.readAt(f.Path, buf.file[n:], int64(n))
+		if err != nil {
+			return 0, anchorSlot{}, nil, fmt.Errorf("audit: anchor: %w", err)
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+		if int64(n) == size {
+			break
+		}
 	}
-	i, cur, damage, err := parseAnchorFile(data[:n])
+	i, cur, damage, err := parseAnchorFileMemo(buf.file[:n], memo)
 	if err != nil {
 		return 0, anchorSlot{}, nil, fmt.Errorf("%s: %w", f.Path, err)
 	}
@@ -148,8 +178,8 @@ func (f FileAnchor) statError(err error) error {
 	return fmt.Errorf("audit: anchor: %w", err)
 }
 
-func checkAnchorInfo(path string, fi fs.FileInfo) error {
-	switch m := fi.Mode(); {
+func checkAnchorMode(path string, m fs.FileMode) error {
+	switch {
 	case m&fs.ModeSymlink != 0:
 		return fmt.Errorf("%w: %s is a symbolic link", ErrAnchorNotRegular, path)
 	case m.IsDir():
@@ -173,32 +203,37 @@ func (f FileAnchor) Supersede(old, next SignedCheckpoint) error {
 }
 
 func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede bool) error {
-	file, err := f.open(os.O_RDWR)
+	file, ost, err := f.open(os.O_RDWR)
 	if errors.Is(err, ErrAnchorMissing) {
 		return f.create(old, next)
 	}
 	if err != nil {
 		return err
 	}
-	defer file.Close()
+	defer file.close()
 	// The file is never replaced, so a lock on it makes read-compare-write
 	// one step for every FileAnchor on it, across processes where the
 	// platform allows.
-	unlock, err := lockFile(file)
-	if err != nil {
+	if err := file.lock(); err != nil {
 		return fmt.Errorf("audit: locking anchor: %w", err)
 	}
-	defer unlock()
+	defer file.unlock()
 	// Whoever held the lock before may have been an operator's tool that
 	// put another file at the path; write only to the file the path names.
-	if fi, err := os.Lstat(f.Path); err != nil {
+	// The open file's identity cannot have changed since open took it.
+	st, err := lstatAnchor(f.Path)
+	if err != nil {
 		return f.statError(err)
-	} else if err := f.checkSame(fi, file); err != nil {
+	}
+	if err := f.checkSame(st, ost); err != nil {
 		return err
 	}
 
 	// A file without a valid slot is evidence; it is never overwritten.
-	i, cur, damage, err := f.readSlots(file)
+	buf := anchorBufs.Get().(*anchorBuf)
+	defer anchorBufs.Put(buf)
+	memo := slotMemoFor(f.Path)
+	i, cur, damage, err := f.readSlots(file, buf, st.size, memo)
 	if err != nil {
 		return err
 	}
@@ -217,19 +252,20 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	if cur.gen == ^uint64(0) {
 		return fmt.Errorf("%w: %s: generation counter exhausted", ErrBadAnchor, f.Path)
 	}
-	slot, err := appendSlot(make([]byte, 0, AnchorSlotSize), cur.gen+1, &next)
+	slot, err := appendSlot(buf.slot[:0], cur.gen+1, &next)
 	if err != nil {
 		return err
 	}
 	// The other slot is the previous anchor or damage from an interrupted
 	// write, which the caller has seen through Inspect when it opened; the
 	// current one is not touched until the next write.
-	if _, err := file.WriteAt(slot, int64(1-i)*AnchorSlotSize); err != nil {
+	if err := file.writeAt(f.Path, slot, int64(1-i)*AnchorSlotSize); err != nil {
 		return fmt.Errorf("audit: anchor: %w", err)
 	}
-	if err := datasync(file); err != nil {
+	if err := file.datasync(); err != nil {
 		return fmt.Errorf("audit: anchor: %w", err)
 	}
+	memo.remember(1-i, slot, anchorSlot{gen: cur.gen + 1, sc: next})
 	return nil
 }
 

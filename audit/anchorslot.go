@@ -44,20 +44,27 @@ type anchorSlot struct {
 }
 
 // appendSlot appends the AnchorSlotSize bytes of a slot holding sc at
-// generation gen.
+// generation gen. It allocates nothing if b has room for them.
 func appendSlot(b []byte, gen uint64, sc *SignedCheckpoint) ([]byte, error) {
-	text, err := sc.MarshalAnchor()
-	if err != nil {
+	if err := checkCheckpoint(&sc.Checkpoint); err != nil {
 		return nil, err
 	}
 	if gen == 0 {
 		return nil, errors.New("audit: anchor slot generation 0")
 	}
+	// The anchor text goes after room for the header, which the text's
+	// length and checksum complete.
 	start := len(b)
-	b = appendSlotHeader(b, gen, text)
-	b = append(b, text...)
-	return append(b, make([]byte, AnchorSlotSize-(len(b)-start))...), nil
+	b = append(b, zeroSlot[:slotHeaderLen]...)
+	b = appendAnchor(b, sc)
+	var header [slotHeaderLen]byte
+	copy(b[start:], appendSlotHeader(header[:0], gen, b[start+slotHeaderLen:]))
+	return append(b, zeroSlot[:AnchorSlotSize-(len(b)-start)]...), nil
 }
+
+// zeroSlot supplies a slot's zero bytes: room for its header, and its
+// padding.
+var zeroSlot [AnchorSlotSize]byte
 
 // appendSlotHeader appends the header of a slot holding text at generation
 // gen, checksum included.
@@ -67,12 +74,26 @@ func appendSlotHeader(b []byte, gen uint64, text []byte) []byte {
 	b = appendPadded(b, gen, 20)
 	b = append(b, " len="...)
 	b = appendPadded(b, uint64(len(text)), 4)
-	h := sha256.New()
-	h.Write(b[start:])
-	h.Write(text)
+	sum := slotSum(b[start:], text)
 	b = append(b, " sha256="...)
-	b = hex.AppendEncode(b, h.Sum(nil))
+	b = hex.AppendEncode(b, sum[:])
 	return append(b, '\n')
+}
+
+// slotSum returns the SHA-256 of a slot header's beginning followed by
+// its text, hashed from one array on the stack rather than a heap-allocated
+// digest.
+func slotSum(prefix, text []byte) [sha256.Size]byte {
+	var buf [slotLenEnd + MaxCheckpointSize]byte
+	if len(prefix)+len(text) > len(buf) {
+		h := sha256.New()
+		h.Write(prefix)
+		h.Write(text)
+		return [sha256.Size]byte(h.Sum(nil))
+	}
+	n := copy(buf[:], prefix)
+	n += copy(buf[n:], text)
+	return sha256.Sum256(buf[:n])
 }
 
 // appendPadded appends v in decimal, zero-padded to width digits.
@@ -152,6 +173,12 @@ func parseSlot(s []byte) (anchorSlot, error) {
 // written, so it does not stop the file from being read; a file without a
 // valid slot, or with two of the same generation, is ErrBadAnchor.
 func parseAnchorFile(data []byte) (int, anchorSlot, *SlotDamage, error) {
+	return parseAnchorFileMemo(data, nil)
+}
+
+// parseAnchorFileMemo is parseAnchorFile with the slots parsed through
+// memo, if it is not nil.
+func parseAnchorFileMemo(data []byte, memo *slotMemo) (int, anchorSlot, *SlotDamage, error) {
 	if len(data) != AnchorFileSize {
 		return 0, anchorSlot{}, nil, fmt.Errorf("%w: the file is damaged: %d bytes, want %d", ErrBadAnchor, len(data), AnchorFileSize)
 	}
@@ -159,7 +186,11 @@ func parseAnchorFile(data []byte) (int, anchorSlot, *SlotDamage, error) {
 	var slots [AnchorSlots]anchorSlot
 	var errs [AnchorSlots]error
 	for i := range slots {
-		slots[i], errs[i] = parseSlot(data[i*AnchorSlotSize : (i+1)*AnchorSlotSize])
+		if s := data[i*AnchorSlotSize : (i+1)*AnchorSlotSize]; memo != nil {
+			slots[i], errs[i] = memo.parse(i, s)
+		} else {
+			slots[i], errs[i] = parseSlot(s)
+		}
 		if errs[i] != nil {
 			continue
 		}

@@ -1,3 +1,5 @@
+//go:build kvfenceosfile
+
 package audit
 
 import (

@@ -1,4 +1,4 @@
-//go:build darwin || dragonfly || freebsd || linux || netbsd || openbsd
+//go:build darwin || dragonfly || freebsd || netbsd || openbsd || (linux && kvfenceosfile)
 
 package audit
 
@@ -10,16 +10,15 @@ import (
 // lockFile takes an exclusive flock on the open file. flock locks belong
 // to the open file description, so this excludes other processes and
 // other calls in this one alike.
-func lockFile(f *os.File) (unlock func(), err error) {
+func lockFile(f *os.File) error {
 	fd := int(f.Fd())
 	for {
-		err = syscall.Flock(fd, syscall.LOCK_EX)
+		err := syscall.Flock(fd, syscall.LOCK_EX)
 		if err != syscall.EINTR {
-			break
+			return err
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return func() { syscall.Flock(fd, syscall.LOCK_UN) }, nil
 }
+
+// unlockFile releases lockFile's lock.
+func unlockFile(f *os.File) { syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }

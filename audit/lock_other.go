@@ -11,7 +11,9 @@ import (
 // without flock; writers in other processes are not excluded there.
 var fileLock sync.Mutex
 
-func lockFile(*os.File) (unlock func(), err error) {
+func lockFile(*os.File) error {
 	fileLock.Lock()
-	return fileLock.Unlock, nil
+	return nil
 }
+
+func unlockFile(*os.File) { fileLock.Unlock() }
