@@ -454,6 +454,7 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 		if w, err = r.newWtx(tx); err != nil {
 			return err
 		}
+		w.terms = &r.terms
 		if len(batch) > 1 {
 			// A lone call has nothing to decide while its digest is
 			// hashed: a second goroutine would cost it more than it

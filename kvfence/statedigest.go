@@ -42,7 +42,7 @@ func (w *wtx) putState(bucket, key, raw []byte) error {
 		return err
 	}
 	w.stateDirty = true
-	c := stateChange{bucket: string(bucket), key: key, old: old, raw: raw}
+	c := stateChange{bucket: string(bucket), key: key, old: old, raw: raw, terms: w.terms}
 	if w.hasher == nil || !w.hasher.offer(c) {
 		c.apply(&w.state)
 	}
@@ -50,17 +50,118 @@ func (w *wtx) putState(bucket, key, raw []byte) error {
 }
 
 // stateChange is one record's move in the state digest: the old bytes
-// out, if there were any, and the new ones in.
+// out, if there were any, and the new ones in. terms, if set, keeps the
+// terms of records the receiver wrote.
 type stateChange struct {
 	bucket        string
 	key, old, raw []byte
+	terms         *termCache
 }
 
 func (c *stateChange) apply(s *audit.StateHash) {
-	if c.old != nil {
+	if c.old != nil && !c.terms.remove(s, c.bucket, c.key, c.old) {
 		s.Remove(c.bucket, c.key, c.old)
 	}
-	s.Add(c.bucket, c.key, c.raw)
+	if !c.terms.add(s, c.bucket, c.key, c.raw) {
+		s.Add(c.bucket, c.key, c.raw)
+	}
+}
+
+// termCache keeps the digest terms (audit.StateElement) of the control
+// and target records this receiver wrote last, so that replacing one
+// removes its old version without hashing it again. A scope's control
+// record is rewritten by every denial, activation and hold in it, and a
+// target by every applied write: a stale worker retrying in a loop then
+// costs one expansion per denial instead of two. A term is used only for
+// exactly the bytes it was computed from, so the cache can make a digest
+// neither wrong nor stale; it only saves work. It holds at most
+// maxCachedTerms records (about 2.3 KiB each), replacing an arbitrary one
+// when full. It is safe for concurrent use: the leader and its hashing
+// goroutine share it.
+type termCache struct {
+	mu sync.Mutex
+	// control and targets map a record's key to its term.
+	control, targets map[string]*cachedTerm
+}
+
+type cachedTerm struct {
+	raw  []byte
+	term audit.StateElement
+}
+
+// maxCachedTerms bounds the records whose terms a receiver keeps.
+const maxCachedTerms = 1024
+
+// bucket returns the map of bucket's terms (created if create), or nil
+// for a bucket whose terms are not kept: grants and receipts are written
+// once and rarely replaced.
+func (t *termCache) bucket(name string, create bool) map[string]*cachedTerm {
+	var m *map[string]*cachedTerm
+	switch name {
+	case string(bucketControl):
+		m = &t.control
+	case string(bucketTargets):
+		m = &t.targets
+	default:
+		return nil
+	}
+	if *m == nil && create {
+		*m = make(map[string]*cachedTerm)
+	}
+	return *m
+}
+
+// remove removes the record (bucket, key, raw) from s by its kept term, if
+// the cache holds one for exactly these bytes, and reports whether it did.
+func (t *termCache) remove(s *audit.StateHash, bucket string, key, raw []byte) bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.bucket(bucket, false)[string(key)]
+	if c == nil || !bytes.Equal(c.raw, raw) {
+		return false
+	}
+	s.RemoveElement(&c.term)
+	return true
+}
+
+// add adds the record (bucket, key, raw) to s and keeps its term. It
+// reports false for a bucket whose terms are not kept, which the caller
+// adds itself.
+func (t *termCache) add(s *audit.StateHash, bucket string, key, raw []byte) bool {
+	if t == nil || (bucket != string(bucketControl) && bucket != string(bucketTargets)) {
+		return false
+	}
+	var term audit.StateElement
+	term.SetRecord(bucket, key, raw)
+	s.AddElement(&term)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.bucket(bucket, true)
+	c := m[string(key)]
+	if c == nil {
+		// Full: reuse an arbitrary entry of either bucket.
+		if len(t.control)+len(t.targets) >= maxCachedTerms {
+			for _, from := range []map[string]*cachedTerm{t.control, t.targets} {
+				for old, v := range from {
+					delete(from, old)
+					c = v
+					break
+				}
+				if c != nil {
+					break
+				}
+			}
+		} else {
+			c = new(cachedTerm)
+		}
+		m[string(key)] = c
+	}
+	c.raw = append(c.raw[:0], raw...)
+	c.term = term
+	return true
 }
 
 // stateHasher moves a write transaction's digest on a second goroutine
