@@ -461,7 +461,7 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 			// saves. The hasher reads the engine's bytes, which are
 			// valid only until this function returns.
 			w.hasher = r.hasher.reset()
-			defer w.hasher.finish(&w.state)
+			defer func() { _ = w.hasher.finish(&w.state) }()
 		}
 		if anchor != nil {
 			// A store put back under a running receiver (an etcd

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/kvfence/kvfence/internal/chain"
 	"runtime"
+	"runtime/debug"
 	"sync"
 
 	"github.com/kvfence/kvfence/audit"
@@ -190,6 +191,8 @@ type stateHasher struct {
 	part     audit.StateHash
 	started  bool
 	finished bool
+	// err is a fault the goroutine met, set before done closes.
+	err error
 }
 
 // reset readies h, whose previous transaction finished, for the next one,
@@ -235,6 +238,15 @@ func (h *stateHasher) take() (c stateChange, ok, closed bool) {
 
 func (h *stateHasher) run() {
 	defer close(h.done)
+	// The old bytes may be a database file's pages, read in place: a
+	// damaged page faults here as it would in the leader, which turns
+	// the fault into an error (Receiver.run); so does this goroutine.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			h.err = fmt.Errorf("%w: hashing a record: %v", ErrBadFormat, p)
+		}
+	}()
 	for {
 		c, ok, closed := h.take()
 		switch {
@@ -252,14 +264,16 @@ func (h *stateHasher) run() {
 }
 
 // finish hashes what is still queued, beside the goroutine, waits for it
-// and adds its share to s. It may be called more than once.
-func (h *stateHasher) finish(s *audit.StateHash) {
+// and adds its share to s. It may be called more than once. An error is a
+// fault the goroutine met: the digest is then incomplete, and the
+// transaction must not commit.
+func (h *stateHasher) finish(s *audit.StateHash) error {
 	if h.finished {
-		return
+		return h.err
 	}
 	h.finished = true
 	if !h.started {
-		return
+		return nil
 	}
 	h.mu.Lock()
 	h.closed = true
@@ -274,6 +288,7 @@ func (h *stateHasher) finish(s *audit.StateHash) {
 	<-h.done
 	s.Merge(&h.part)
 	clear(h.jobs)
+	return h.err
 }
 
 // storeState writes the transaction's state digest to the database if a
@@ -282,7 +297,9 @@ func (h *stateHasher) finish(s *audit.StateHash) {
 // record (an identical retry) the 2 KiB hash.
 func (w *wtx) storeState() (audit.Hash, error) {
 	if w.hasher != nil {
-		w.hasher.finish(&w.state)
+		if err := w.hasher.finish(&w.state); err != nil {
+			return audit.Hash{}, err
+		}
 	}
 	if !w.stateDirty {
 		return w.stateSum, nil
