@@ -247,6 +247,14 @@ func (r *Receiver) anchorCommits(work *anchorWork) {
 		}()
 		err = r.advanceAnchor(work.sc)
 	}()
+	// An Observer that panics must not leave amu held, which would stop
+	// every later write; its batch is then not acknowledged, as a panic
+	// anywhere after a commit.
+	defer func() {
+		if p := recover(); p != nil {
+			r.notAcknowledged(work.calls, fmt.Errorf("after the commit: observer panicked: %v", p))
+		}
+	}()
 	if err != nil {
 		r.notAcknowledged(work.calls, err)
 	}
