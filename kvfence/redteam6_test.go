@@ -63,3 +63,72 @@ func TestRedteam6_ObserverPanicDoesNotWedgeWrites(t *testing.T) {
 		t.Fatal("a write after the observer's panic hung: the anchor lock was never released")
 	}
 }
+
+// Guard: the state digest moved on the hasher goroutine counts every
+// change of a committed run exactly once and nothing of a run that rolled
+// back. A batch whose third call changes a state record and then fails
+// rolls back; its calls run again alone, the failing one failing again.
+// The receiver's running digest must then equal the digest recomputed
+// from the records, and the signed checkpoint's.
+func TestRedteam6_HasherDigestAfterRolledBackBatch(t *testing.T) {
+	f := gcFixture(t, gcSeed)
+	a, b := twoWorkers(t, f)
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	blocked := make(chan error, 1)
+	go func() {
+		blocked <- f.r.exec(0, func(*wtx) error { close(entered); <-release; return nil })
+	}()
+	<-entered
+	injected := errors.New("injected call failure")
+	calls := []func() error{
+		func() error { _, err := f.r.Submit(f.ctx, "worker-a", a.envelope); return err },
+		func() error {
+			return f.r.exec(0, func(w *wtx) error {
+				ctl, err := w.control(gcScope)
+				if err != nil {
+					return err
+				}
+				ctl.StaleRejections += 7
+				if err := w.putControl(gcScope, ctl); err != nil {
+					return err
+				}
+				return injected
+			})
+		},
+		func() error { _, err := f.r.Submit(f.ctx, "worker-b", b.envelope); return err },
+	}
+	errs := make([]chan error, len(calls))
+	for i, c := range calls {
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- c() }()
+		if !queued(f.r, i+1) {
+			t.Fatalf("%d calls did not queue", i+1)
+		}
+	}
+	close(release)
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	for i := range calls {
+		err := <-errs[i]
+		if i == 1 != errors.Is(err, injected) {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	computed, err := f.r.computeState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.r.state.Sum(), computed.Sum(); got != want {
+		t.Fatalf("running digest %x, records give %x", got, want)
+	}
+	f.reopen()
+	sc, err := f.r.checkState(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Computed != sc.Signed {
+		t.Fatalf("computed %x, signed %x", sc.Computed, sc.Signed)
+	}
+}
