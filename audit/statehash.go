@@ -104,6 +104,39 @@ func (s *StateHash) update(bucket string, key, value []byte, remove bool) {
 	shakePool.Put(sc)
 }
 
+// StateElement is one record's term in a StateHash: its 2048-byte
+// SHAKE128 expansion. A writer that replaces the same records often keeps
+// the terms of the versions it wrote, and removes a version by its term
+// instead of hashing it again. The zero value is no record's term; use
+// SetRecord.
+type StateElement struct {
+	w [stateWords]uint64
+}
+
+// SetRecord sets e to the term of the record (bucket, key, value).
+func (e *StateElement) SetRecord(bucket string, key, value []byte) {
+	sc := shakePool.Get().(*stateScratch)
+	sc.element(bucket, key, value)
+	for i := range e.w {
+		e.w[i] = binary.LittleEndian.Uint64(sc.out[8*i:])
+	}
+	shakePool.Put(sc)
+}
+
+// AddElement adds the record whose term is e, as Add would.
+func (s *StateHash) AddElement(e *StateElement) {
+	for i := range s.w {
+		s.w[i] = addLanes(s.w[i], e.w[i])
+	}
+}
+
+// RemoveElement removes the record whose term is e, as Remove would.
+func (s *StateHash) RemoveElement(e *StateElement) {
+	for i := range s.w {
+		s.w[i] = addLanes(s.w[i], negLanes(e.w[i]))
+	}
+}
+
 // Merge adds every record of o to s, as if each had been added to s: the
 // digest of a union of disjoint sets, for computing one in parts.
 func (s *StateHash) Merge(o *StateHash) {

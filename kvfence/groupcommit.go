@@ -454,10 +454,15 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 		if w, err = r.newWtx(tx); err != nil {
 			return err
 		}
-		w.hasher = r.hasher.reset()
-		// The hasher reads the engine's bytes, which are valid only
-		// until this function returns.
-		defer w.hasher.finish(&w.state)
+		w.terms = &r.terms
+		if len(batch) > 1 {
+			// A lone call has nothing to decide while its digest is
+			// hashed: a second goroutine would cost it more than it
+			// saves. The hasher reads the engine's bytes, which are
+			// valid only until this function returns.
+			w.hasher = r.hasher.reset()
+			defer func() { _ = w.hasher.finish(&w.state) }()
+		}
 		if anchor != nil {
 			// A store put back under a running receiver (an etcd
 			// snapshot or the prefix's keys restored) ends before the

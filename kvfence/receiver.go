@@ -119,6 +119,8 @@ type Receiver struct {
 	wmu sync.Mutex
 	// hasher is the state hasher of the write transaction that holds wmu.
 	hasher stateHasher
+	// terms keeps the digest terms of the records it writes most often.
+	terms termCache
 	// amu is held by a leader while it writes the anchor for its commits.
 	// A leader takes it before it lets go of wmu, so anchor writes happen
 	// in commit order (groupcommit.go).
@@ -561,6 +563,8 @@ type wtx struct {
 	// hasher, when set, moves state on a second goroutine; whoever sets
 	// it finishes it before the transaction's function returns.
 	hasher *stateHasher
+	// terms, when set, keeps the digest terms of records written.
+	terms *termCache
 }
 
 // appendAudit fills in e's time, links it into the chain and stores it. It

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/kvfence/kvfence/internal/chain"
 	"runtime"
+	"runtime/debug"
 	"sync"
 
 	"github.com/kvfence/kvfence/audit"
@@ -42,7 +43,7 @@ func (w *wtx) putState(bucket, key, raw []byte) error {
 		return err
 	}
 	w.stateDirty = true
-	c := stateChange{bucket: string(bucket), key: key, old: old, raw: raw}
+	c := stateChange{bucket: string(bucket), key: key, old: old, raw: raw, terms: w.terms}
 	if w.hasher == nil || !w.hasher.offer(c) {
 		c.apply(&w.state)
 	}
@@ -50,17 +51,118 @@ func (w *wtx) putState(bucket, key, raw []byte) error {
 }
 
 // stateChange is one record's move in the state digest: the old bytes
-// out, if there were any, and the new ones in.
+// out, if there were any, and the new ones in. terms, if set, keeps the
+// terms of records the receiver wrote.
 type stateChange struct {
 	bucket        string
 	key, old, raw []byte
+	terms         *termCache
 }
 
 func (c *stateChange) apply(s *audit.StateHash) {
-	if c.old != nil {
+	if c.old != nil && !c.terms.remove(s, c.bucket, c.key, c.old) {
 		s.Remove(c.bucket, c.key, c.old)
 	}
-	s.Add(c.bucket, c.key, c.raw)
+	if !c.terms.add(s, c.bucket, c.key, c.raw) {
+		s.Add(c.bucket, c.key, c.raw)
+	}
+}
+
+// termCache keeps the digest terms (audit.StateElement) of the control
+// and target records this receiver wrote last, so that replacing one
+// removes its old version without hashing it again. A scope's control
+// record is rewritten by every denial, activation and hold in it, and a
+// target by every applied write: a stale worker retrying in a loop then
+// costs one expansion per denial instead of two. A term is used only for
+// exactly the bytes it was computed from, so the cache can make a digest
+// neither wrong nor stale; it only saves work. It holds at most
+// maxCachedTerms records (about 2.3 KiB each), replacing an arbitrary one
+// when full. It is safe for concurrent use: the leader and its hashing
+// goroutine share it.
+type termCache struct {
+	mu sync.Mutex
+	// control and targets map a record's key to its term.
+	control, targets map[string]*cachedTerm
+}
+
+type cachedTerm struct {
+	raw  []byte
+	term audit.StateElement
+}
+
+// maxCachedTerms bounds the records whose terms a receiver keeps.
+const maxCachedTerms = 1024
+
+// bucket returns the map of bucket's terms (created if create), or nil
+// for a bucket whose terms are not kept: grants and receipts are written
+// once and rarely replaced.
+func (t *termCache) bucket(name string, create bool) map[string]*cachedTerm {
+	var m *map[string]*cachedTerm
+	switch name {
+	case string(bucketControl):
+		m = &t.control
+	case string(bucketTargets):
+		m = &t.targets
+	default:
+		return nil
+	}
+	if *m == nil && create {
+		*m = make(map[string]*cachedTerm)
+	}
+	return *m
+}
+
+// remove removes the record (bucket, key, raw) from s by its kept term, if
+// the cache holds one for exactly these bytes, and reports whether it did.
+func (t *termCache) remove(s *audit.StateHash, bucket string, key, raw []byte) bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.bucket(bucket, false)[string(key)]
+	if c == nil || !bytes.Equal(c.raw, raw) {
+		return false
+	}
+	s.RemoveElement(&c.term)
+	return true
+}
+
+// add adds the record (bucket, key, raw) to s and keeps its term. It
+// reports false for a bucket whose terms are not kept, which the caller
+// adds itself.
+func (t *termCache) add(s *audit.StateHash, bucket string, key, raw []byte) bool {
+	if t == nil || (bucket != string(bucketControl) && bucket != string(bucketTargets)) {
+		return false
+	}
+	var term audit.StateElement
+	term.SetRecord(bucket, key, raw)
+	s.AddElement(&term)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.bucket(bucket, true)
+	c := m[string(key)]
+	if c == nil {
+		// Full: reuse an arbitrary entry of either bucket.
+		if len(t.control)+len(t.targets) >= maxCachedTerms {
+			for _, from := range []map[string]*cachedTerm{t.control, t.targets} {
+				for old, v := range from {
+					delete(from, old)
+					c = v
+					break
+				}
+				if c != nil {
+					break
+				}
+			}
+		} else {
+			c = new(cachedTerm)
+		}
+		m[string(key)] = c
+	}
+	c.raw = append(c.raw[:0], raw...)
+	c.term = term
+	return true
 }
 
 // stateHasher moves a write transaction's digest on a second goroutine
@@ -89,6 +191,8 @@ type stateHasher struct {
 	part     audit.StateHash
 	started  bool
 	finished bool
+	// err is a fault the goroutine met, set before done closes.
+	err error
 }
 
 // reset readies h, whose previous transaction finished, for the next one,
@@ -134,6 +238,15 @@ func (h *stateHasher) take() (c stateChange, ok, closed bool) {
 
 func (h *stateHasher) run() {
 	defer close(h.done)
+	// The old bytes may be a database file's pages, read in place: a
+	// damaged page faults here as it would in the leader, which turns
+	// the fault into an error (Receiver.run); so does this goroutine.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			h.err = fmt.Errorf("%w: hashing a record: %v", ErrBadFormat, p)
+		}
+	}()
 	for {
 		c, ok, closed := h.take()
 		switch {
@@ -151,14 +264,16 @@ func (h *stateHasher) run() {
 }
 
 // finish hashes what is still queued, beside the goroutine, waits for it
-// and adds its share to s. It may be called more than once.
-func (h *stateHasher) finish(s *audit.StateHash) {
+// and adds its share to s. It may be called more than once. An error is a
+// fault the goroutine met: the digest is then incomplete, and the
+// transaction must not commit.
+func (h *stateHasher) finish(s *audit.StateHash) error {
 	if h.finished {
-		return
+		return h.err
 	}
 	h.finished = true
 	if !h.started {
-		return
+		return nil
 	}
 	h.mu.Lock()
 	h.closed = true
@@ -173,6 +288,7 @@ func (h *stateHasher) finish(s *audit.StateHash) {
 	<-h.done
 	s.Merge(&h.part)
 	clear(h.jobs)
+	return h.err
 }
 
 // storeState writes the transaction's state digest to the database if a
@@ -181,7 +297,9 @@ func (h *stateHasher) finish(s *audit.StateHash) {
 // record (an identical retry) the 2 KiB hash.
 func (w *wtx) storeState() (audit.Hash, error) {
 	if w.hasher != nil {
-		w.hasher.finish(&w.state)
+		if err := w.hasher.finish(&w.state); err != nil {
+			return audit.Hash{}, err
+		}
 	}
 	if !w.stateDirty {
 		return w.stateSum, nil
