@@ -14,6 +14,17 @@ import (
 	"testing"
 )
 
+// signedAt is a checkpoint of testReceiver at seq, signed, as the anchor
+// tests' child process makes them.
+func signedAt(t testing.TB, seq uint64) SignedCheckpoint {
+	t.Helper()
+	sc, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: seq, Head: Hash{byte(seq)}, At: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
 // Ensure that a write compares against the file as it is, whoever wrote it
 // last: after this process stored a and then b, another writer (another
 // FileAnchor on the same file, another process, an operator putting back
@@ -21,15 +32,7 @@ import (
 // ErrWriteConflict and change nothing, and a Store that names the anchor
 // now in the file succeed.
 func TestFileAnchor_StoreSeesOtherWriters(t *testing.T) {
-	// Checkpoints as anchorRace, the child process's writer, makes them.
-	at := func(seq uint64) SignedCheckpoint {
-		sc, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: seq, Head: Hash{byte(seq)}, At: t0})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sc
-	}
-	a, b, d := at(2), at(3), at(9)
+	a, b, d := signedAt(t, 2), signedAt(t, 3), signedAt(t, 9)
 	for _, tc := range []struct {
 		name string
 		// other changes the file after a and b were stored; afterA is the
@@ -39,7 +42,7 @@ func TestFileAnchor_StoreSeesOtherWriters(t *testing.T) {
 		damaged bool
 	}{
 		{"another FileAnchor on the same file", func(t *testing.T, fa FileAnchor, _ []byte) SignedCheckpoint {
-			c := at(4)
+			c := signedAt(t, 4)
 			other := FileAnchor{Path: filepath.Dir(fa.Path) + "/./" + filepath.Base(fa.Path)}
 			if err := other.Store(&b, c); err != nil {
 				t.Fatal(err)
@@ -52,7 +55,7 @@ func TestFileAnchor_StoreSeesOtherWriters(t *testing.T) {
 			if out, err := cmd.Output(); err != nil || !bytes.HasPrefix(out, []byte("1\n")) {
 				t.Fatalf("child writer: %v: %s", err, out)
 			}
-			return at(b.Seq + 1)
+			return signedAt(t, b.Seq+1)
 		}, false},
 		{"an old copy put back", func(t *testing.T, fa FileAnchor, afterA []byte) SignedCheckpoint {
 			writeAnchor(t, fa, afterA)

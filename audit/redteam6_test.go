@@ -19,14 +19,7 @@ import (
 // anchor this process last wrote must see the old copy and conflict,
 // whatever the per-path slot memo remembers.
 func TestRedteam6_StoreRefusesFileReplacedWhileWaitingForLock(t *testing.T) {
-	at := func(seq uint64) SignedCheckpoint {
-		sc, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: seq, Head: Hash{byte(seq)}, At: t0})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sc
-	}
-	a, b, d := at(2), at(3), at(9)
+	a, b, d := signedAt(t, 2), signedAt(t, 3), signedAt(t, 9)
 	dir := t.TempDir()
 	fa := FileAnchor{Path: filepath.Join(dir, "anchor")}
 	if err := fa.Store(nil, a); err != nil {
