@@ -268,7 +268,7 @@ func BenchmarkComputeState(b *testing.B) {
 					{bucketReceipts, receiptKey(scope, "act"), &receiptRecord{Grant: grant, RequestSHA256: sum, Target: scope,
 						RevBefore: 1, RevAfter: 2, AuditSeq: uint64(i), At: 3}},
 				} {
-					raw, err := encodeRecord(rec.v)
+					raw, err := encodeCanonical(rec.v)
 					if err != nil {
 						return err
 					}

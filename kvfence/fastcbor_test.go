@@ -223,19 +223,19 @@ func codecCases() []any {
 var recordKinds = []uint8{0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 3, 3}
 
 // Ensure that the hand-written encoders write the reflection encoder's
-// bytes, and that encodeRecord and the exported encoders use them.
+// bytes, and that encodeCanonical and the exported encoders use them.
 func TestFastEncodeMatchesReflection(t *testing.T) {
 	for i, v := range codecCases() {
 		t.Run(fmt.Sprintf("%d/%T", i, v), func(t *testing.T) {
 			want := checkSameEncoding(t, v)
-			got, err := encodeRecord(v)
+			got, err := encodeCanonical(v)
 			if err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("encodeRecord: %x, %v; want %x", got, err, want)
+				t.Fatalf("encodeCanonical: %x, %v; want %x", got, err, want)
 			}
 		})
 	}
 	// A type without a fast encoder still encodes, reflectively.
-	if b, err := encodeRecord(&struct{ A int }{1}); err != nil || !bytes.Equal(b, []byte{0xa1, 0x61, 'A', 1}) {
+	if b, err := encodeCanonical(&struct{ A int }{1}); err != nil || !bytes.Equal(b, []byte{0xa1, 0x61, 'A', 1}) {
 		t.Fatalf("fallback encoding: %x, %v", b, err)
 	}
 }
@@ -367,7 +367,7 @@ func TestFastDecodeRecord(t *testing.T) {
 		if !ok {
 			continue
 		}
-		raw, err := encodeRecord(v)
+		raw, err := encodeCanonical(v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -388,7 +388,7 @@ func TestFastDecodeRecord(t *testing.T) {
 // value by the fast path (the reflection decoder merges into it).
 func TestFastDecodeRecordCopies(t *testing.T) {
 	for i, v := range codecCases()[:13] {
-		raw, _ := encodeRecord(v)
+		raw, _ := encodeCanonical(v)
 		kind := recordKinds[i]
 		got := freshRecord(kind)
 		if err := decodeRecord(bucketControl, []byte("k"), raw, got); err != nil {
@@ -405,7 +405,7 @@ func TestFastDecodeRecordCopies(t *testing.T) {
 			t.Fatalf("case %d: overwriting the input changed the record: %+v, want %+v", i, got, want)
 		}
 	}
-	raw, _ := encodeRecord(&targetRecord{Scope: "s", Revision: 1, Value: codecValue})
+	raw, _ := encodeCanonical(&targetRecord{Scope: "s", Revision: 1, Value: codecValue})
 	prior := &targetRecord{Value: []byte("x")}
 	if decodeRecordFast(raw, prior) {
 		t.Fatal("fast path decoded over a non-zero record")
@@ -415,7 +415,7 @@ func TestFastDecodeRecordCopies(t *testing.T) {
 // Ensure that the fast path is fast: decoding a canonical record allocates
 // its strings in one block.
 func TestFastDecodeRecordAllocs(t *testing.T) {
-	raw, _ := encodeRecord(&grantRecord{ID: "0123456789abcdef0123456789abcdef", Scope: "s", Epoch: 1, Executor: "w", Claim: "c",
+	raw, _ := encodeCanonical(&grantRecord{ID: "0123456789abcdef0123456789abcdef", Scope: "s", Epoch: 1, Executor: "w", Claim: "c",
 		Action: "a", RequestSHA256: codecSum, NotBefore: 1, NotAfter: 2, Decision: "d"})
 	var g grantRecord
 	key := []byte("k")
@@ -435,7 +435,7 @@ func TestFastDecodeRecordAllocs(t *testing.T) {
 // exactly what the reflection decoder gives for any input.
 func FuzzFastDecodeRecord(f *testing.F) {
 	for i, v := range codecCases()[:13] {
-		raw, err := encodeRecord(v)
+		raw, err := encodeCanonical(v)
 		if err != nil {
 			f.Fatal(err)
 		}

@@ -194,7 +194,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		&receiptRecord{Grant: "g", RequestSHA256: make([]byte, 32), Target: "t", RevBefore: 1, RevAfter: 2, AuditSeq: 9, At: 5},
 	}
 	for i, v := range seeds {
-		raw, err := encodeRecord(v)
+		raw, err := encodeCanonical(v)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -215,7 +215,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 			return
 		}
-		again, err := encodeRecord(v)
+		again, err := encodeCanonical(v)
 		if err != nil {
 			t.Fatalf("accepted %x does not encode: %v", raw, err)
 		}

@@ -42,7 +42,7 @@ func TestGrant_AuditSeq(t *testing.T) {
 func TestGrantRecord_WithoutAuditSeq(t *testing.T) {
 	old := grantRecord{ID: "g", Scope: "s", Epoch: 1, Executor: "w", Claim: "c", Action: "a",
 		RequestSHA256: make([]byte, 32), NotBefore: 1, NotAfter: 2, CreatedAt: 1}
-	raw, err := encodeRecord(&old)
+	raw, err := encodeCanonical(&old)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestGrantRecord_WithoutAuditSeq(t *testing.T) {
 	}
 	withSeq := old
 	withSeq.AuditSeq = 9
-	raw2, _ := encodeRecord(&withSeq)
+	raw2, _ := encodeCanonical(&withSeq)
 	if err := decodeRecord(bucketGrants, []byte("g"), raw2, &got); err != nil || got.AuditSeq != 9 {
 		t.Fatalf("decode = %+v, %v", got, err)
 	}

@@ -40,7 +40,7 @@ func TestScopeIsolation(t *testing.T) {
 			return err
 		}
 		rec.RequestSHA256 = digest[:]
-		raw, err := encodeRecord(rec)
+		raw, err := encodeCanonical(rec)
 		if err != nil {
 			return err
 		}

@@ -185,7 +185,7 @@ func TestHold_EpochExhausted(t *testing.T) {
 			return err
 		}
 		c.Epoch = math.MaxUint64
-		raw, err := encodeRecord(c)
+		raw, err := encodeCanonical(c)
 		if err != nil {
 			return err
 		}

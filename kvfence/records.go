@@ -147,10 +147,11 @@ func decodeRecord(bucket, key, raw []byte, v any) error {
 	return nil
 }
 
-// encodeRecord returns the canonical encoding of a record in a new slice,
-// the bytes wireEnc.Marshal gives, from the hand-written encoders for the
-// records they cover.
-func encodeRecord(v any) ([]byte, error) {
+// encodeCanonical returns the canonical encoding of v in a new slice, the
+// bytes wireEnc.Marshal gives: from the hand-written encoders for the
+// records and wire messages they cover (fastcbor.go), from wireEnc for
+// anything else.
+func encodeCanonical(v any) ([]byte, error) {
 	if b, ok := encodeFast(v); ok {
 		return b, nil
 	}

@@ -55,7 +55,7 @@ func TestRecover_StateEditedAfterAdmission(t *testing.T) {
 			return err
 		}
 		tg.Value = []byte(`{"retention_days":0,"planted":"by the file's writer"}`)
-		raw, err := encodeRecord(tg)
+		raw, err := encodeCanonical(tg)
 		if err != nil {
 			return err
 		}

@@ -146,7 +146,7 @@ func TestRedteam_ForeignHeadNeedsItsSignedCheckpoint(t *testing.T) {
 			return err
 		}
 		tgt.Value = []byte(`{"retention_days":1}`)
-		raw, err := encodeRecord(tgt)
+		raw, err := encodeCanonical(tgt)
 		if err != nil {
 			return err
 		}

@@ -15,21 +15,19 @@ func (w *wtx) control(scope string) (*controlRecord, error) {
 	return getControl(w.tx, scope)
 }
 
-// controlAt is control for a scope whose key (its bytes) the caller has.
-func (w *wtx) controlAt(scope string, key []byte) (*controlRecord, error) {
-	raw, err := w.tx.Get(bucketControl, key)
+// controlAt is control for a scope given as its key (its bytes).
+func (w *wtx) controlAt(key []byte) (*controlRecord, error) { return getControlKey(w.tx, key) }
+
+func getControl(tx engine.Tx, scope string) (*controlRecord, error) {
+	return getControlKey(tx, []byte(scope))
+}
+
+func getControlKey(tx engine.Tx, key []byte) (*controlRecord, error) {
+	raw, err := tx.Get(bucketControl, key)
 	if err != nil || raw == nil {
 		return nil, err
 	}
 	return parseControlKey(key, raw)
-}
-
-func getControl(tx engine.Tx, scope string) (*controlRecord, error) {
-	raw, err := tx.Get(bucketControl, []byte(scope))
-	if err != nil || raw == nil {
-		return nil, err
-	}
-	return parseControl(scope, raw)
 }
 
 // parseControl decodes and checks a stored control record.
@@ -73,21 +71,19 @@ func getGrantKey(tx engine.Tx, key []byte) (*grantRecord, error) {
 
 func (w *wtx) target(name string) (*targetRecord, error) { return getTarget(w.tx, name) }
 
-// targetAt is target for a name whose key the caller has.
-func (w *wtx) targetAt(name string, key []byte) (*targetRecord, error) {
-	raw, err := w.tx.Get(bucketTargets, key)
+// targetAt is target for a name given as its key.
+func (w *wtx) targetAt(key []byte) (*targetRecord, error) { return getTargetKey(w.tx, key) }
+
+func getTarget(tx engine.Tx, name string) (*targetRecord, error) {
+	return getTargetKey(tx, []byte(name))
+}
+
+func getTargetKey(tx engine.Tx, key []byte) (*targetRecord, error) {
+	raw, err := tx.Get(bucketTargets, key)
 	if err != nil || raw == nil {
 		return nil, err
 	}
 	return parseTargetKey(key, raw)
-}
-
-func getTarget(tx engine.Tx, name string) (*targetRecord, error) {
-	raw, err := tx.Get(bucketTargets, []byte(name))
-	if err != nil || raw == nil {
-		return nil, err
-	}
-	return parseTarget(name, raw)
 }
 
 // parseTarget decodes a stored target record.
@@ -144,7 +140,7 @@ func (w *wtx) putReceiptAt(scope, action string, key []byte, rc *receiptRecord) 
 }
 
 func (w *wtx) put(bucket, key []byte, v any) error {
-	raw, err := encodeRecord(v)
+	raw, err := encodeCanonical(v)
 	if err != nil {
 		return err
 	}

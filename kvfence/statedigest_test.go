@@ -132,7 +132,7 @@ func TestOpen_StateEditIsStateMismatch(t *testing.T) {
 			return err
 		}
 		c.Mode, c.Epoch, c.ActiveGrant = ModeOpen, a.grant.Epoch, a.grant.ID
-		raw, err := encodeRecord(c)
+		raw, err := encodeCanonical(c)
 		if err != nil {
 			return err
 		}

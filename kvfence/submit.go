@@ -124,7 +124,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 		return w.deny(nil, s, s.denial, s.detail)
 	}
 	env, req := s.env, s.req
-	ctl, err := w.controlAt(env.Scope, s.keys.scope)
+	ctl, err := w.controlAt(s.keys.scope)
 	if err != nil {
 		return Result{}, err
 	}
@@ -205,7 +205,7 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 		return res, nil
 	}
 	// 11
-	t, err := w.targetAt(req.Target, s.keys.target)
+	t, err := w.targetAt(s.keys.target)
 	if err != nil {
 		return Result{}, err
 	}

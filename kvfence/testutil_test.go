@@ -36,7 +36,7 @@ func forgeActiveGrant(f *fixture, id string) {
 			return err
 		}
 		c.ActiveGrant = id
-		raw, err := encodeRecord(c)
+		raw, err := encodeCanonical(c)
 		if err != nil {
 			return err
 		}

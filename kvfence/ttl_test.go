@@ -149,7 +149,7 @@ func TestMaxGrantTTL_CoveredByStateDigest(t *testing.T) {
 			return err
 		}
 		c.MaxGrantTTL = int64(365 * 24 * time.Hour)
-		raw, err := encodeRecord(c)
+		raw, err := encodeCanonical(c)
 		if err != nil {
 			return err
 		}

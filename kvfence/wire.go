@@ -104,8 +104,7 @@ func EncodeEnvelope(e *Envelope) ([]byte, error) {
 	if err := e.check(); err != nil {
 		return nil, err
 	}
-	b, _ := encodeFast(e)
-	return b, nil
+	return encodeCanonical(e)
 }
 
 // EncodeRequest returns the canonical encoding of r after checking its
@@ -114,8 +113,7 @@ func EncodeRequest(r *Request) ([]byte, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	b, _ := encodeFast(r)
-	return b, nil
+	return encodeCanonical(r)
 }
 
 // DecodeEnvelope decodes b strictly: it must be the canonical encoding of an
