@@ -19,6 +19,27 @@ import (
 // when its chain is whole (docs/design.md §7.4).
 var stateBuckets = [][]byte{bucketControl, bucketGrants, bucketTargets, bucketReceipts}
 
+// stateBucketNames are stateBuckets as strings, made once: a digest
+// change names its bucket as a string, and converting on every put would
+// allocate.
+var stateBucketNames = func() []string {
+	names := make([]string, len(stateBuckets))
+	for i, b := range stateBuckets {
+		names[i] = string(b)
+	}
+	return names
+}()
+
+// stateBucketName returns bucket's name as a string.
+func stateBucketName(bucket []byte) string {
+	for i, b := range stateBuckets {
+		if bytes.Equal(b, bucket) {
+			return stateBucketNames[i]
+		}
+	}
+	return string(bucket)
+}
+
 // checkpointState is where the checkpoints bucket keeps the state digest's
 // 2048-byte binary form, beside the latest checkpoint: a writer updates it
 // record by record instead of rehashing the state. It is a cache; Open
@@ -43,7 +64,7 @@ func (w *wtx) putState(bucket, key, raw []byte) error {
 		return err
 	}
 	w.stateDirty = true
-	c := stateChange{bucket: string(bucket), key: key, old: old, raw: raw, terms: w.terms}
+	c := stateChange{bucket: stateBucketName(bucket), key: key, old: old, raw: raw, terms: w.terms}
 	if w.hasher == nil || !w.hasher.offer(c) {
 		c.apply(&w.state)
 	}
