@@ -1,0 +1,97 @@
+package kvfence
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/kvfence/kvfence/internal/defect"
+)
+
+// Attack 7 (identity confusion): hand-made inputs aimed at the
+// hand-written decoders: non-shortest heads, huge lengths, invalid UTF-8,
+// duplicate and reordered keys, integer overflow at the int64 edge, null
+// optionals. For each, the fast path must either decline or give exactly
+// the reflection decoder's value (checkWireDecode / checkRecordDecode).
+func TestAttack7_FastDecodeAdversarial(t *testing.T) {
+	env := func(executor string) []byte {
+		b, _ := encodeFast(&Envelope{V: 1, Claim: "c", Epoch: 1, Grant: "g", Scope: "s", Request: []byte{0xa0}, Executor: executor})
+		return b
+	}
+	base := env("worker-a")
+	cases := [][]byte{}
+	add := func(b []byte) { cases = append(cases, b) }
+	add(base)
+	// Executor with invalid UTF-8 and with an overlong encoding of '/'.
+	add(env("worker-\xff"))
+	add(env("worker-\xc0\xaf"))
+	// Non-shortest head for the executor text (0x68 "worker-a" -> 0x78 08).
+	i := len(base) - 9
+	ns := append(append(append([]byte{}, base[:i]...), 0x78, 0x08), base[i+1:]...)
+	add(ns)
+	// Huge lengths on the executor string.
+	for _, h := range [][]byte{{0x7b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {0x7b, 0x80, 0, 0, 0, 0, 0, 0, 8}, {0x7a, 0xff, 0xff, 0xff, 0xff}} {
+		add(append(append(append([]byte{}, base[:i]...), h...), base[i+1:]...))
+	}
+	// Duplicate executor key appended, with the map count raised.
+	dup := append([]byte{0xa8}, base[1:]...)
+	dup = append(dup, append([]byte(kExecutor), 0x68)...)
+	dup = append(dup, "worker-b"...)
+	add(dup)
+	// Map count 2^64-1.
+	add(append([]byte{0xbb, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, base[1:]...))
+	for _, b := range cases {
+		checkWireDecode(t, 0, b)
+	}
+
+	// Records: int64 edges, a denials map with an invalid-UTF-8 key,
+	// duplicate denial keys spelt with non-shortest heads.
+	ctl := &controlRecord{Mode: ModeOpen, Epoch: 3, CreatedAt: -1 << 63, ActiveGrant: "g1",
+		Denials: map[Reason]uint64{ReasonStaleEpoch: 5, "x": 1}}
+	raw, _ := encodeFast(ctl)
+	recs := [][]byte{raw}
+	for _, m := range mutations(raw, 2000) {
+		recs = append(recs, m)
+	}
+	for _, b := range recs {
+		checkRecordDecode(t, 0, b)
+	}
+	g := &grantRecord{ID: "g1", Claim: "c", Epoch: 1, Scope: "s", Action: "a", Executor: "worker-a", NotAfter: 1<<63 - 1, NotBefore: -1 << 63, RequestSHA256: []byte{}}
+	rawG, _ := encodeFast(g)
+	for _, b := range append(mutations(rawG, 3000), rawG) {
+		checkRecordDecode(t, 1, b)
+	}
+}
+
+// Attack 7 (stale grant + fault): the hold's anchor write fails after the
+// anchor file took it (ErrNotAcknowledged for the hold, which committed).
+// With the anchor write now overlapping the next batch, the superseded
+// worker's envelope submitted right after must still be denied, and the
+// store must reopen and verify.
+func TestAttack7_HoldWithFailedAnchorStillFencesStale(t *testing.T) {
+	for _, after := range []bool{false, true} {
+		f := newFixture(t, defect.Variant{})
+		w := f.activate("worker-a", "claim-1", f.patchRequest("act"))
+		fa := &faultyAnchor{AnchorStore: f.anchor, after: after, fails: 1}
+		f.r.Close()
+		r, err := Open(f.path, &Options{Now: f.clock.Now, Key: testKey, Anchor: fa})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.r, f.admin = r, r.Admin()
+		_, err = f.admin.Hold(f.ctx, HoldRequest{Scopes: []string{fixScope}, Reason: "stop"})
+		if !errors.Is(err, ErrNotAcknowledged) {
+			t.Fatalf("hold with failing anchor: %v", err)
+		}
+		res, err := f.r.Submit(f.ctx, "worker-a", w.envelope)
+		if err == nil && res.Outcome != Denied {
+			t.Fatalf("after=%v: stale worker's envelope after a committed hold: %+v", after, res)
+		}
+		f.reopen()
+		res, err = f.r.Submit(f.ctx, "worker-a", w.envelope)
+		if err == nil && res.Outcome != Denied {
+			t.Fatalf("after=%v: after reopen, stale worker applied: %+v", after, res)
+		}
+		m := replayChain(t, f.r)
+		checkState(t, f.r, m)
+	}
+}
