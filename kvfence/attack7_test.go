@@ -95,3 +95,83 @@ func TestAttack7_HoldWithFailedAnchorStillFencesStale(t *testing.T) {
 		checkState(t, f.r, m)
 	}
 }
+
+// Attack 7 (stale grant under load): a superseded worker floods Submit
+// from many goroutines, so that batches overlap their anchor writes with
+// the next batch's transaction, while an admin holds the scope or
+// re-activates it for another worker. No Applied result may carry an
+// audit seq after the hold's or the new activation's, and nothing started
+// after the admin call returned may be applied.
+func TestAttack7_FloodDuringHoldAndReactivation(t *testing.T) {
+	for round := 0; round < 8; round++ {
+		f := newFixture(t, defect.Variant{})
+		a := f.activate("worker-a", "claim-a", f.patchRequest("act-a"))
+		stop := make(chan struct{})
+		type rec struct {
+			res     Result
+			err     error
+			started bool // started after the admin call returned
+		}
+		results := make(chan rec, 1<<16)
+		var adminDone = make(chan struct{})
+		done := make(chan struct{})
+		const workers = 12
+		for i := 0; i < workers; i++ {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					after := false
+					select {
+					case <-adminDone:
+						after = true
+					default:
+					}
+					res, err := f.r.Submit(f.ctx, "worker-a", a.envelope)
+					results <- rec{res, err, after}
+				}
+			}()
+		}
+		h, err := f.admin.Hold(f.ctx, HoldRequest{Scopes: []string{fixScope}, Reason: "flood"})
+		if err != nil {
+			close(stop)
+			t.Fatal(err)
+		}
+		fence := h.AuditSeq
+		if round%2 == 1 {
+			// Re-activation for another worker: A must stay fenced.
+			if _, err := f.admin.Activate(f.ctx, ActivateRequest{Scope: fixScope, Executor: "worker-b", Claim: "claim-b",
+				Request: f.patchRequest("act-b"), Decision: "change-9"}); err != nil {
+				close(stop)
+				t.Fatal(err)
+			}
+		}
+		close(adminDone)
+		// Let the flood run on past the admin call.
+		for n := 0; n < 200; n++ {
+			<-results
+		}
+		close(stop)
+		for i := 0; i < workers; i++ {
+			<-done
+		}
+		close(results)
+		for r := range results {
+			if r.err != nil {
+				continue
+			}
+			if r.res.Outcome == Applied && r.res.AuditSeq > fence {
+				t.Fatalf("round %d: stale worker applied at seq %d after the fence at %d", round, r.res.AuditSeq, fence)
+			}
+			if r.started && r.res.Outcome == Applied {
+				t.Fatalf("round %d: a submit started after the admin call returned was applied: %+v", round, r.res)
+			}
+		}
+		f.reopen()
+		checkState(t, f.r, replayChain(t, f.r))
+	}
+}
