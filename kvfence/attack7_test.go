@@ -2,7 +2,14 @@ package kvfence
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
+
+	"github.com/kvfence/kvfence/audit"
 
 	"github.com/kvfence/kvfence/internal/defect"
 )
@@ -174,4 +181,85 @@ func TestAttack7_FloodDuringHoldAndReactivation(t *testing.T) {
 		f.reopen()
 		checkState(t, f.r, replayChain(t, f.r))
 	}
+}
+
+// flakyAnchor fails every third Store, alternately before and after the
+// write took effect. Safe for concurrent use.
+type flakyAnchor struct {
+	audit.AnchorStore
+	mu sync.Mutex
+	n  int
+}
+
+func (a *flakyAnchor) Store(old *audit.SignedCheckpoint, next audit.SignedCheckpoint) error {
+	a.mu.Lock()
+	a.n++
+	n := a.n
+	a.mu.Unlock()
+	if n%3 != 0 {
+		return a.AnchorStore.Store(old, next)
+	}
+	if n%2 == 0 {
+		if err := a.AnchorStore.Store(old, next); err != nil {
+			return err
+		}
+	}
+	return &os.PathError{Op: "sync", Path: "anchor", Err: syscall.EIO}
+}
+
+// Attack 7 (fault into yes): with anchor writes overlapping the next
+// batch and failing now and then, every decision returned without an
+// error must be covered by the anchor by the time its caller sees it.
+func TestAttack7_AckedMeansAnchoredUnderFlakyAnchor(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	a := f.activate("worker-a", "claim-a", f.patchRequest("act-a"))
+	fa := &flakyAnchor{AnchorStore: f.anchor}
+	f.r.Close()
+	r, err := Open(f.path, &Options{Now: f.clock.Now, Key: testKey, Anchor: fa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.r, f.admin = r, r.Admin()
+	stale := f.envelope(&Envelope{V: 1, Scope: fixScope, Epoch: a.grant.Epoch + 7, Grant: a.grant.ID,
+		Executor: "worker-a", Claim: "claim-a", Request: f.patchRequest("act-a")})
+	var wg sync.WaitGroup
+	var bad atomic.Value
+	var acked, unacked atomic.Int64
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 60; j++ {
+				env := stale
+				if j%10 == 0 {
+					env = a.envelope
+				}
+				res, err := f.r.Submit(f.ctx, "worker-a", env)
+				if err != nil {
+					unacked.Add(1)
+					continue
+				}
+				acked.Add(1)
+				got, lerr := f.anchor.Load()
+				if lerr != nil || got.Seq < res.AuditSeq {
+					bad.Store(fmt.Sprintf("acknowledged %s at seq %d, anchor at %d (%v)", res.Outcome, res.AuditSeq, got.Seq, lerr))
+				}
+			}
+		}()
+	}
+	for k := 0; k < 5; k++ {
+		h, err := f.admin.Hold(f.ctx, HoldRequest{Scopes: []string{fixScope}, Reason: "x"})
+		if err == nil {
+			if got, _ := f.anchor.Load(); got.Seq < h.AuditSeq {
+				bad.Store(fmt.Sprintf("hold acknowledged at %d, anchor at %d", h.AuditSeq, got.Seq))
+			}
+		}
+	}
+	wg.Wait()
+	if v := bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+	t.Logf("acked %d, not acknowledged %d", acked.Load(), unacked.Load())
+	f.reopen()
+	checkState(t, f.r, replayChain(t, f.r))
 }
