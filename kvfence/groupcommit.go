@@ -162,12 +162,15 @@ func (r *Receiver) write(size int, worker bool, sub *submission, fn func(w *wtx)
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
 	batch := q.take(q.buffer(), r.batchCalls, r.batchBytes)
-	r.wmu.Lock()
-	work := r.commit(batch)
-	if work != nil {
-		r.amu.Lock()
-	}
-	r.wmu.Unlock()
+	work := func() *anchorWork {
+		r.wmu.Lock()
+		defer r.wmu.Unlock()
+		work := r.commit(batch)
+		if work != nil {
+			r.amu.Lock()
+		}
+		return work
+	}()
 	if r.file {
 		q.handOff()
 	}
@@ -463,11 +466,13 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 			return err
 		}
 		w.terms = &r.terms
-		if len(batch) > 1 {
+		if len(batch) > 1 && r.file {
 			// A lone call has nothing to decide while its digest is
 			// hashed: a second goroutine would cost it more than it
-			// saves. The hasher reads the engine's bytes, which are
-			// valid only until this function returns.
+			// saves. On etcd a read can wait for a round trip, during
+			// which the goroutine would only spin. The hasher reads the
+			// engine's bytes, which are valid only until this function
+			// returns.
 			w.hasher = r.hasher.reset()
 			defer func() { _ = w.hasher.finish(&w.state) }()
 		}
