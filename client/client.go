@@ -27,56 +27,18 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/kvfence"
 )
-
-// Errors for answers that are not one of kvfence's sentinels. A *Error
-// unwraps to one of these or to a kvfence sentinel.
-var (
-	// ErrUnauthenticated means the receiver found no usable identity on the
-	// channel (401): no SPIFFE ID, or more than one.
-	ErrUnauthenticated = errors.New("client: the receiver found no usable identity on the connection")
-	// ErrForbidden means the identity may not make this call (403): a
-	// worker at an administrative endpoint, or a uid not on the socket's
-	// allow-list.
-	ErrForbidden = errors.New("client: the receiver refused this identity for this call")
-	// ErrTooLarge means the request was over the receiver's size limit
-	// (413); nothing was decided or recorded.
-	ErrTooLarge = errors.New("client: request over the receiver's size limit")
-	// ErrBadRequest means the receiver could not parse the request (400,
-	// 404, 405, 415).
-	ErrBadRequest = errors.New("client: the receiver could not parse the request")
-	// ErrIntegrity means the receiver met an integrity problem (a rollback,
-	// a fork, a moved anchor) while serving the call.
-	ErrIntegrity = errors.New("client: integrity problem at the receiver")
-	// ErrServer means the receiver failed (500); its log has the detail.
-	// A fault is never a decision: nothing was applied on its account.
-	ErrServer = errors.New("client: receiver fault")
-	// ErrProtocol means the answer was not what the API defines.
-	ErrProtocol = errors.New("client: unexpected answer from the receiver")
-)
-
-// Error is an error answer from the receiver.
-type Error struct {
-	Status  int    // the HTTP status
-	Code    string // the stable error code
-	Message string // for people
-	err     error
-}
-
-// Error returns the receiver's message with the HTTP status and the code.
-func (e *Error) Error() string {
-	return fmt.Sprintf("%s (HTTP %d %s)", e.Message, e.Status, e.Code)
-}
-
-// Unwrap returns the sentinel the answer's code stands for.
-func (e *Error) Unwrap() error { return e.err }
 
 // Client talks to one served receiver. It keeps connections open between
 // calls and is safe for concurrent use.
@@ -90,12 +52,33 @@ type Client struct {
 	tr *http.Transport
 }
 
+// Options configures NewWith.
+type Options struct {
+	// TLS carries the client certificate and the CA that issued the
+	// receiver's certificate, for an https receiver; it is ignored for a
+	// unix socket.
+	TLS *tls.Config
+	// ServerUIDs are the uids trusted to serve a unix socket: before any
+	// request is sent on a new connection, the uid of the process that
+	// listens on it (its peer credentials) and the uid that owns the socket
+	// file must both be one of them, or the call fails with
+	// ErrUntrustedServer. Empty means the caller's own uid and root. It is
+	// ignored for an https receiver, which its certificate identifies.
+	ServerUIDs []uint32
+}
+
 // New returns a client for the receiver at rawURL: "https://HOST:PORT",
 // with tlsConfig carrying the client certificate and the CA that issued
 // the receiver's certificate, or "unix:///PATH" for the local admin socket
-// (tlsConfig is then ignored). Plain http is refused: the receiver takes
-// the caller's identity from the channel, and plain TCP carries none.
+// (tlsConfig is then ignored), served by the caller's own uid or root. Plain
+// http is refused: the receiver takes the caller's identity from the
+// channel, and plain TCP carries none.
 func New(rawURL string, tlsConfig *tls.Config) (*Client, error) {
+	return NewWith(rawURL, Options{TLS: tlsConfig})
+}
+
+// NewWith is New with options.
+func NewWith(rawURL string, opts Options) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
@@ -110,21 +93,25 @@ func New(rawURL string, tlsConfig *tls.Config) (*Client, error) {
 	c := &Client{tr: tr}
 	switch u.Scheme {
 	case "https":
-		if tlsConfig == nil {
+		if opts.TLS == nil {
 			return nil, errors.New("client: an https receiver needs a TLS configuration with a client certificate")
 		}
 		if u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 			return nil, fmt.Errorf("client: %q: want https://HOST:PORT", rawURL)
 		}
-		tr.TLSClientConfig = tlsConfig.Clone()
+		tr.TLSClientConfig = opts.TLS.Clone()
 		c.base = "https://" + u.Host
 	case "unix":
 		if u.Host != "" || u.Path == "" {
 			return nil, fmt.Errorf("client: %q: want unix:///PATH", rawURL)
 		}
 		path := u.Path
+		uids := slices.Clone(opts.ServerUIDs)
+		if len(uids) == 0 {
+			uids = []uint32{uint32(os.Getuid()), 0}
+		}
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+			return dialUnix(ctx, path, uids)
 		}
 		// The host is a placeholder: every connection goes to the socket.
 		c.base = "http://kvfence-admin"
@@ -173,14 +160,30 @@ func (c *Client) callStatus(ctx context.Context, method, path, ctype string, bod
 		req.Header.Set("Content-Type", ctype)
 		req.Header.Set("Accept", api.ContentJSON)
 	}
+	// A change whose request was written and whose answer was then lost
+	// may have been applied: the receiver decides a request it has read
+	// whether or not its answer gets back. Only a change that was never
+	// written (no connection, a refused server) failed with nothing done.
+	change := method != http.MethodGet && method != http.MethodHead
+	var wrote *atomic.Bool
+	if change {
+		wrote = new(atomic.Bool)
+		req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}))
+	}
 	resp, err := c.tr.RoundTrip(req)
 	if err != nil {
+		if change && wrote.Load() && !errors.Is(err, ErrUntrustedServer) {
+			return 0, fmt.Errorf("%w: %s %s: the connection failed after the request was sent: %w", ErrOutcomeUnknown, method, path, err)
+		}
 		return 0, fmt.Errorf("client: %s %s: %w", method, path, err)
 	}
 	// The whole body is read so that the connection can be reused.
 	raw, err := readAnswer(resp)
 	resp.Body.Close()
 	if err != nil {
+		if change {
+			return 0, fmt.Errorf("%w: %s %s: reading the answer: %w", ErrOutcomeUnknown, method, path, err)
+		}
 		return 0, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
 	}
 	if len(raw) > maxAnswer {
@@ -216,7 +219,14 @@ func (c *Client) callStatus(ctx context.Context, method, path, ctype string, bod
 	}
 	var e api.Error
 	if err := json.Unmarshal(raw, &e); err != nil || e.Error.Code == "" {
-		return 0, &Error{Status: resp.StatusCode, Code: "", Message: strings.TrimSpace(string(raw)), err: statusErr(resp.StatusCode)}
+		cause := statusErr(resp.StatusCode)
+		// The receiver answers every error with its error object: a
+		// server error without one came from something between (a proxy
+		// that gave up waiting), after which a change may have applied.
+		if change && resp.StatusCode >= 500 {
+			cause = ErrOutcomeUnknown
+		}
+		return 0, &Error{Status: resp.StatusCode, Code: "", Message: strings.TrimSpace(string(raw)), err: cause}
 	}
 	return 0, errorOf(resp.StatusCode, e.Error)
 }
@@ -249,6 +259,11 @@ func readAnswer(resp *http.Response) ([]byte, error) {
 // errorOf maps an error answer to its sentinel.
 func errorOf(status int, b api.ErrorBody) error {
 	e := &Error{Status: status, Code: b.Code, Message: b.Message}
+	if b.Code == api.CodeOutcomeUnknown {
+		// The client's own sentinel, which also matches kvfence's.
+		e.err = ErrOutcomeUnknown
+		return e
+	}
 	if s, ok := api.SentinelByCode(b.Code); ok {
 		e.err = s.Err
 		return e
@@ -297,8 +312,9 @@ func (c *Client) postJSON(ctx context.Context, path string, in, out any) error {
 // Submit sends an envelope and returns the receiver's decision: a denial
 // is a Result with Outcome Denied, not an error. An error means nothing
 // was decided on this call's account, or (ErrNotAcknowledged) that the
-// decision committed unacknowledged; retrying the same envelope is safe
-// either way, as an applied one answers already_applied.
+// decision committed unacknowledged, or (ErrOutcomeUnknown) that it may or
+// may not have been applied; retrying the same envelope is safe in every
+// case, as an applied one answers already_applied.
 func (c *Client) Submit(ctx context.Context, envelope []byte) (kvfence.Result, error) {
 	var out api.Submit
 	status, err := c.callStatus(ctx, http.MethodPost, api.PathSubmit, api.ContentCBOR, envelope, &out, http.StatusForbidden)

@@ -48,6 +48,14 @@ type served struct {
 
 func serve(t *testing.T) *served {
 	t.Helper()
+	return serveOn(t, func(path string, opts *kvfence.Options) (*kvfence.Receiver, error) { return kvfence.Open(path, opts) }, nil)
+}
+
+// serveOn is serve with the receiver opened by open, and the handler
+// wrapped by wrap unless it is nil.
+func serveOn(t *testing.T, open func(path string, opts *kvfence.Options) (*kvfence.Receiver, error),
+	wrap func(http.Handler) http.Handler) *served {
+	t.Helper()
 	s := &served{t: t, dir: t.TempDir()}
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	path, anchor := filepath.Join(s.dir, "r.db"), audit.FileAnchor{Path: filepath.Join(s.dir, "r.anchor")}
@@ -55,7 +63,7 @@ func serve(t *testing.T) *served {
 		t.Fatal(err)
 	}
 	var err error
-	if s.r, err = kvfence.Open(path, &kvfence.Options{Key: key, Anchor: anchor}); err != nil {
+	if s.r, err = open(path, &kvfence.Options{Key: key, Anchor: anchor}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.r.Close() })
@@ -71,7 +79,11 @@ func serve(t *testing.T) *served {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.srv = httptest.NewUnstartedServer(h)
+	var hh http.Handler = h
+	if wrap != nil {
+		hh = wrap(h)
+	}
+	s.srv = httptest.NewUnstartedServer(hh)
 	s.srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert.TLS()},
 		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: s.ca.Pool()}
 	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
@@ -292,7 +304,11 @@ func TestClient_ErrorMapping(t *testing.T) {
 		{413, `{"error":{"code":"too_large","message":"x"}}`, client.ErrTooLarge},
 		{500, `{"error":{"code":"integrity","message":"x"}}`, client.ErrIntegrity},
 		{500, `{"error":{"code":"internal","message":"x"}}`, client.ErrServer},
-		{502, `bad gateway`, client.ErrServer},
+		{503, `{"error":{"code":"outcome_unknown","message":"x"}}`, client.ErrOutcomeUnknown},
+		{503, `{"error":{"code":"outcome_unknown","message":"x"}}`, kvfence.ErrOutcomeUnknown},
+		// A submit answered 5xx by something other than the receiver
+		// (a proxy that gave up waiting) may have been applied.
+		{502, `bad gateway`, client.ErrOutcomeUnknown},
 		{200, `{"outcome":"maybe"}`, client.ErrProtocol},
 		{200, `{"error":{"code":"storage_busy","message":"busy"}}`, kvfence.ErrStorageBusy},
 		{200, `{"outcome": "applied", "error": {"code":"unknown_scope","message":"x"}}`, kvfence.ErrUnknownScope},

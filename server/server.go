@@ -362,6 +362,14 @@ var answerPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &
 
 const maxPooledAnswer = 4 << 10
 
+// afterCommit is the answer when reading back what a committed change
+// made fails: the change took effect, so the caller must not be told that
+// nothing happened (a fault, or the read's own error such as "closed"); it
+// is told the outcome is unknown, and checks the state before repeating.
+func afterCommit(what string, err error) error {
+	return fmt.Errorf("%w: %s, and reading it back failed: %w", kvfence.ErrOutcomeUnknown, what, err)
+}
+
 func (h *Handler) createScope(w http.ResponseWriter, r *http.Request, caller string) error {
 	var req api.ScopeCreateRequest
 	if err := h.decodeJSON(r, &req); err != nil {
@@ -380,7 +388,7 @@ func (h *Handler) createScope(w http.ResponseWriter, r *http.Request, caller str
 	}
 	st, err := h.r.Status(req.Scope)
 	if err != nil {
-		return err
+		return afterCommit("the scope was created", err)
 	}
 	writeJSON(w, http.StatusOK, api.ScopeCreate{Scope: st.Scope, Epoch: st.Epoch, Mode: string(st.Mode),
 		CreatedAt: api.Time(st.CreatedAt), MaxGrantTTL: st.MaxGrantTTL.String()})
@@ -400,7 +408,7 @@ func (h *Handler) createTarget(w http.ResponseWriter, r *http.Request, caller st
 	}
 	t, err := h.r.Target(req.Target)
 	if err != nil {
-		return err
+		return afterCommit("the target was created", err)
 	}
 	sum := sha256.Sum256(t.Value)
 	writeJSON(w, http.StatusOK, api.TargetCreate{Target: t.Name, Scope: t.Scope, Revision: t.Revision,

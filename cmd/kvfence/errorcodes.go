@@ -66,7 +66,6 @@ var integrityCodes = []errorCodeEntry{
 var cliCodes = []errorCodeEntry{
 	{"not_initialized", kvfence.ErrNotInitialized},
 	{"already_initialized", kvfence.ErrAlreadyInitialized},
-	{"outcome_unknown", kvfence.ErrOutcomeUnknown},
 	{"bad_format", kvfence.ErrBadFormat},
 	{"key_mismatch", kvfence.ErrKeyMismatch},
 	{"no_anchor", kvfence.ErrNoAnchor},

@@ -34,6 +34,9 @@ const (
 	CodeCanceled        = "canceled"
 	CodeIntegrity       = "integrity"
 	CodeInternal        = "internal"
+	// CodeOutcomeUnknown is kvfence.ErrOutcomeUnknown's code: the store
+	// may or may not have committed the call (a lost commit answer).
+	CodeOutcomeUnknown = "outcome_unknown"
 )
 
 // Sentinel is one of kvfence's errors as it crosses the wire: its code and
@@ -51,9 +54,12 @@ type Sentinel struct {
 
 // Sentinels lists kvfence's errors in the order they are matched. A change
 // that committed but was not acknowledged comes first: whatever caused it,
-// the caller must check the state before repeating the call.
+// the caller must check the state before repeating the call. A change that
+// may or may not have committed comes next, before every error that says
+// nothing was written (a busy or closed store), since it may wrap one.
 var Sentinels = []Sentinel{
 	{"not_acknowledged", http.StatusInternalServerError, kvfence.ErrNotAcknowledged},
+	{CodeOutcomeUnknown, http.StatusServiceUnavailable, kvfence.ErrOutcomeUnknown},
 	{"storage_busy", http.StatusServiceUnavailable, kvfence.ErrStorageBusy},
 	{"storage_reserve", http.StatusServiceUnavailable, kvfence.ErrStorageReserve},
 	{"closed", http.StatusServiceUnavailable, kvfence.ErrClosed},
