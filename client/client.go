@@ -201,7 +201,7 @@ func (c *Client) callStatus(ctx context.Context, method, path, ctype string, bod
 		// a key or as that exact string value (inside a longer string the
 		// quotes are escaped), so an answer without them carries no error
 		// object and is not decoded twice.
-		if bytes.Contains(raw, errorKey) && json.Unmarshal(raw, &probe) == nil && probe.Error != nil {
+		if bytes.Contains(raw, errorKey) && api.DecodeAnswer(raw, &probe) == nil && probe.Error != nil {
 			return 0, errorOf(resp.StatusCode, *probe.Error)
 		}
 		// A submit answer in the receiver's own canonical form is read
@@ -212,13 +212,16 @@ func (c *Client) callStatus(ctx context.Context, method, path, ctype string, bod
 				return resp.StatusCode, nil
 			}
 		}
-		if err := json.Unmarshal(raw, out); err != nil {
+		// Strictly, but for members a newer receiver may add: a member
+		// given twice, or in another case, is read one way here and
+		// another way by encoding/json, a proxy or a log.
+		if err := api.DecodeAnswer(raw, out); err != nil {
 			return 0, fmt.Errorf("%w: %s %s: %v", ErrProtocol, method, path, err)
 		}
 		return resp.StatusCode, nil
 	}
 	var e api.Error
-	if err := json.Unmarshal(raw, &e); err != nil || e.Error.Code == "" {
+	if err := api.DecodeAnswer(raw, &e); err != nil || e.Error.Code == "" {
 		cause := statusErr(resp.StatusCode)
 		// The receiver answers every error with its error object: a
 		// server error without one came from something between (a proxy

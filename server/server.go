@@ -272,8 +272,11 @@ func readBody(r *http.Request, limit int) ([]byte, error) {
 	return b, nil
 }
 
-// decodeJSON reads a JSON body into v strictly: one object, no unknown
-// keys, nothing after it.
+// decodeJSON reads a JSON body into v strictly (api.DecodeStrict): one
+// object, every member named exactly, once, and known, nothing after it.
+// encoding/json alone would match {"Scopes":...} to scopes and let the
+// last of two members win, so that what the receiver acts on could differ
+// from what the caller, a proxy or a log read in the same bytes.
 func (h *Handler) decodeJSON(r *http.Request, v any) error {
 	if err := checkMediaType(r, api.ContentJSON); err != nil {
 		return err
@@ -282,13 +285,8 @@ func (h *Handler) decodeJSON(r *http.Request, v any) error {
 	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return errorf(http.StatusBadRequest, api.CodeBadRequest, "the body is not the expected JSON: %v", err)
-	}
-	if dec.More() {
-		return errorf(http.StatusBadRequest, api.CodeBadRequest, "the body has data after its JSON object")
+	if err := api.DecodeStrict(b, v); err != nil {
+		return errorf(http.StatusBadRequest, api.CodeBadRequest, "%v", err)
 	}
 	return nil
 }

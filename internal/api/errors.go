@@ -7,6 +7,10 @@ import (
 	"github.com/kvfence/kvfence/kvfence"
 )
 
+// ErrJSON means a JSON body is not the JSON its type defines, read
+// strictly (DecodeStrict, DecodeAnswer).
+var ErrJSON = errors.New("api: not the expected JSON")
+
 // Error is the body of every response that is not a result: {"error":
 // {"code","message"}}. Code is stable; Message is for people.
 type Error struct {
