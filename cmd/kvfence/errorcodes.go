@@ -109,6 +109,7 @@ var cliCodes = []errorCodeEntry{
 	{api.CodeBadRequest, client.ErrBadRequest},
 	{api.CodeInternal, client.ErrServer},
 	{"protocol", client.ErrProtocol},
+	{"untrusted_server", client.ErrUntrustedServer},
 	{api.CodeCanceled, context.Canceled},
 	{"deadline_exceeded", context.DeadlineExceeded},
 	{"file_exists", fs.ErrExist},

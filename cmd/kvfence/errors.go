@@ -177,6 +177,9 @@ func hint(err error) string {
 	case errors.Is(err, audit.ErrWriteConflict):
 		return "the anchor file already holds a checkpoint (init never replaces one), or another process moved it " +
 			"meanwhile; for a new receiver choose a new --anchor path, otherwise run kvfence verify-chain"
+	case errors.Is(err, client.ErrUntrustedServer):
+		return "the socket is not served by the receiver's uid: check --server; if the receiver runs as another " +
+			"user, pass --server-uid UID (nothing was sent)"
 	case errors.Is(err, kvfence.ErrOutcomeUnknown):
 		return "the outcome is unknown, not refused: run the same command again; a submit is answered from its " +
 			"receipt (already_applied) if it was applied"

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/kvfence/kvfence/client"
@@ -16,6 +17,9 @@ import (
 // receiver instead of opening its file (docs/design.md §12).
 type remoteFlags struct {
 	server, tlsCert, tlsKey, tlsCA string
+	// serverUID is --server-uid as given; serverUIDs is it parsed.
+	serverUID  string
+	serverUIDs []uint32
 }
 
 func (rf *remoteFlags) register(fs *flag.FlagSet) {
@@ -23,6 +27,7 @@ func (rf *remoteFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.tlsCert, "tls-cert", "", "")
 	fs.StringVar(&rf.tlsKey, "tls-key", "", "")
 	fs.StringVar(&rf.tlsCA, "tls-ca", "", "")
+	fs.StringVar(&rf.serverUID, "server-uid", "", "")
 }
 
 // on reports whether --server was given.
@@ -34,7 +39,7 @@ func (rf *remoteFlags) on() bool { return rf.server != "" }
 // flags. Their environment fallbacks are ignored with --server.
 func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string) error {
 	if !rf.on() {
-		for _, f := range []string{"tls-cert", "tls-key", "tls-ca"} {
+		for _, f := range []string{"tls-cert", "tls-key", "tls-ca", "server-uid"} {
 			if isSet(fs, f) {
 				return &usageError{msg: fmt.Sprintf("kvfence %s: --%s goes with --server", cmd, f), hint: "kvfence " + cmd + " -h"}
 			}
@@ -53,9 +58,20 @@ func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string) error {
 			return &usageError{msg: fmt.Sprintf("kvfence %s: --server https://... needs --tls-cert, --tls-key and --tls-ca", cmd),
 				hint: "kvfence cert -h, to make them"}
 		}
+		if isSet(fs, "server-uid") {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --server-uid goes with --server unix://...: an https receiver is identified by its certificate", cmd)}
+		}
 	case strings.HasPrefix(rf.server, "unix://"):
 		if rf.tlsCert != "" || rf.tlsKey != "" || rf.tlsCA != "" {
 			return &usageError{msg: fmt.Sprintf("kvfence %s: --server unix://... takes no TLS flags: the socket identifies you by uid", cmd)}
+		}
+		if isSet(fs, "server-uid") {
+			uid, err := strconv.ParseUint(rf.serverUID, 10, 32)
+			if err != nil {
+				return &usageError{msg: fmt.Sprintf("kvfence %s: --server-uid %q is not a uid", cmd, rf.serverUID),
+					hint: "give the numeric uid the receiver runs as: id -u USER"}
+			}
+			rf.serverUIDs = []uint32{uint32(uid)}
 		}
 	default:
 		return &usageError{msg: fmt.Sprintf("kvfence %s: --server %q: want https://HOST:PORT or unix:///PATH", cmd, rf.server)}
@@ -81,7 +97,7 @@ func (rf *remoteFlags) dial() (*client.Client, error) {
 		}
 		cfg = &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Certificates: []tls.Certificate{cert}}
 	}
-	return client.New(rf.server, cfg)
+	return client.NewWith(rf.server, client.Options{TLS: cfg, ServerUIDs: rf.serverUIDs})
 }
 
 const usageServer = `	--server URL
@@ -92,6 +108,10 @@ const usageServer = `	--server URL
 	--tls-cert F, --tls-key F, --tls-ca F
 	    Your client certificate and key, and the CA of the server's
 	    certificate, for --server https://.
+	--server-uid UID
+	    For --server unix://: the uid the receiver runs as. Nothing is
+	    sent unless the process serving the socket, and the socket
+	    file's owner, have this uid (default: your own uid or root).
 `
 
 // either runs remote against --server when it is given, and otherwise

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,4 +121,33 @@ func TestRemote_OutcomeUnknown(t *testing.T) {
 	wantUnknown("target", "create", "--scope", "other", "--target", "other", "--value", "v")
 	wantUnknown("activate", "--scope", fixtureScope, "--executor", uid, "--claim", "claim-b", "--request", c.path("req.cbor"))
 	wantUnknown("hold", "--all", "--reason", "incident")
+}
+
+// Ensure that --server unix:// refuses a socket not served by --server-uid
+// (exit 1, untrusted_server, with a hint), accepts one served by it and,
+// without the flag, one served by the caller's own uid; and that
+// --server-uid goes only with a unix socket and takes a numeric uid.
+func TestRemote_ServerUID(t *testing.T) {
+	c := newCLI(t)
+	c.receiver()
+	url, _ := c.serveLostAnswers()
+	c.env = map[string]string{}
+	me := uint32(os.Getuid())
+
+	out := c.json(ExitError, "status", "--server", url, "--server-uid", fmt.Sprint(me+1))
+	if e, _ := out["error"].(map[string]any); e["code"] != "untrusted_server" ||
+		!strings.Contains(fmt.Sprint(e["message"]), fmt.Sprintf("served by a process of uid %d", me)) ||
+		!strings.Contains(fmt.Sprint(e["hint"]), "--server-uid") {
+		t.Fatalf("status over a socket served by uid %d with --server-uid %d: %v", me, me+1, out)
+	}
+	c.must(ExitError, "hold", "--scope", fixtureScope, "--reason", "r", "--server", url, "--server-uid", "65534")
+	if st := c.json(ExitOK, "status", "--server", url, "--scope", fixtureScope); jsonNum(st["scopes"].([]any)[0].(map[string]any)["epoch"]) != "1" {
+		t.Fatalf("the refused hold reached the receiver: %v", st)
+	}
+	c.must(ExitOK, "status", "--server", url, "--server-uid", fmt.Sprint(me))
+	c.must(ExitUsage, "status", "--server", url, "--server-uid", "root")
+	c.must(ExitUsage, "status", "--server", url, "--server-uid", "-1")
+	c.must(ExitUsage, "status", "--server", "https://127.0.0.1:1", "--tls-cert", "c", "--tls-key", "k", "--tls-ca", "a",
+		"--server-uid", "0")
+	c.must(ExitUsage, "status", "--db", "x", "--server-uid", "0")
 }
