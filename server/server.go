@@ -364,8 +364,10 @@ const maxPooledAnswer = 4 << 10
 // made fails: the change took effect, so the caller must not be told that
 // nothing happened (a fault, or the read's own error such as "closed"); it
 // is told the outcome is unknown, and checks the state before repeating.
-func afterCommit(what string, err error) error {
-	return fmt.Errorf("%w: %s, and reading it back failed: %w", kvfence.ErrOutcomeUnknown, what, err)
+// The read's error is logged, not answered, as a fault's would be.
+func (h *Handler) afterCommit(r *http.Request, caller, what string, err error) error {
+	h.log.Error("reading back a committed change", "path", r.URL.Path, "caller", caller, "error", err)
+	return fmt.Errorf("%w: %s, and reading it back for the answer failed; see the server's log", kvfence.ErrOutcomeUnknown, what)
 }
 
 func (h *Handler) createScope(w http.ResponseWriter, r *http.Request, caller string) error {
@@ -386,7 +388,7 @@ func (h *Handler) createScope(w http.ResponseWriter, r *http.Request, caller str
 	}
 	st, err := h.r.Status(req.Scope)
 	if err != nil {
-		return afterCommit("the scope was created", err)
+		return h.afterCommit(r, caller, "the scope was created", err)
 	}
 	writeJSON(w, http.StatusOK, api.ScopeCreate{Scope: st.Scope, Epoch: st.Epoch, Mode: string(st.Mode),
 		CreatedAt: api.Time(st.CreatedAt), MaxGrantTTL: st.MaxGrantTTL.String()})
@@ -406,7 +408,7 @@ func (h *Handler) createTarget(w http.ResponseWriter, r *http.Request, caller st
 	}
 	t, err := h.r.Target(req.Target)
 	if err != nil {
-		return afterCommit("the target was created", err)
+		return h.afterCommit(r, caller, "the target was created", err)
 	}
 	sum := sha256.Sum256(t.Value)
 	writeJSON(w, http.StatusOK, api.TargetCreate{Target: t.Name, Scope: t.Scope, Revision: t.Revision,

@@ -115,7 +115,7 @@ func (w *walker) object(s *schema, at string, depth int) error {
 		}
 		name, _ := tok.(string)
 		if seen[name] {
-			return fmt.Errorf("%w: member %q of %s is given twice", ErrJSON, name, at)
+			return fmt.Errorf("%w: member %s of %s is given twice", ErrJSON, quoteName(name), at)
 		}
 		seen[name] = true
 		var child *schema
@@ -130,10 +130,11 @@ func (w *walker) object(s *schema, at string, depth int) error {
 				break
 			}
 			if exact, ok := s.folded[foldName(name)]; ok {
-				return fmt.Errorf("%w: member %q of %s: member names are case-sensitive, and this one is %q", ErrJSON, name, at, exact)
+				return fmt.Errorf("%w: member %s of %s: member names are case-sensitive, and this one is %q", ErrJSON, quoteName(name), at,
+					exact)
 			}
 			if !w.allowUnknown {
-				return fmt.Errorf("%w: %s has no member %q (it has %s)", ErrJSON, at, name, s.names)
+				return fmt.Errorf("%w: %s has no member %s (it has %s)", ErrJSON, at, quoteName(name), s.names)
 			}
 		}
 		// A value of the wrong kind is walked as anything, and refused
@@ -168,9 +169,26 @@ func (w *walker) array(s *schema, at string, depth int) error {
 
 func memberPath(at, name string) string {
 	if at == "the body" {
+		return quoteName(name)
+	}
+	return at + "." + quoteName(name)
+}
+
+// maxQuotedName bounds a member name quoted in an error, which goes back
+// to the caller: a megabyte-long name is not echoed whole.
+const maxQuotedName = 64
+
+// quoteName quotes a member name for an error, cut to maxQuotedName bytes
+// on a rune boundary.
+func quoteName(name string) string {
+	if len(name) <= maxQuotedName {
 		return fmt.Sprintf("%q", name)
 	}
-	return fmt.Sprintf("%s.%q", at, name)
+	cut := maxQuotedName
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q… (%d bytes)", name[:cut], len(name))
 }
 
 // foldName is the key under which encoding/json would match name: its

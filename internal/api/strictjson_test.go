@@ -191,3 +191,15 @@ func FuzzDecodeStrict(f *testing.F) {
 		}
 	})
 }
+
+// Ensure that an error quotes a long member name cut short, so that a
+// body's megabyte-long name is not echoed back whole.
+func TestDecodeStrict_LongNameCut(t *testing.T) {
+	name := strings.Repeat("é", 1<<16)
+	for _, body := range []string{`{"` + name + `":1}`, `{"scope":"s","` + name + `":1,"` + name + `":2}`} {
+		err := DecodeStrict([]byte(body), new(ScopeCreateRequest))
+		if !errors.Is(err, ErrJSON) || len(err.Error()) > 400 || !strings.Contains(err.Error(), "(131072 bytes)") {
+			t.Fatalf("error for a long member name: %.500v (%d bytes)", err, len(err.Error()))
+		}
+	}
+}
