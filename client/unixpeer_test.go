@@ -8,10 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
@@ -144,5 +147,95 @@ func TestUnix_ServerUID(t *testing.T) {
 	}
 	if read.Load() != before {
 		t.Fatal("a request was sent to a socket file owned by an untrusted uid")
+	}
+}
+
+// listenEnv, when set, makes TestHelperUnixListener a server for the
+// test that starts it in a child process under another uid.
+const listenEnv = "KVFENCE_TEST_UNIX_LISTEN"
+
+// TestHelperUnixListener is not a test: run by TestUnix_ServerOfAnotherUID
+// in a child process as another uid, it serves "held" on the socket that
+// listenEnv names until it is killed.
+func TestHelperUnixListener(t *testing.T) {
+	path := os.Getenv(listenEnv)
+	if path == "" {
+		return
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"scopes":[{"scope":"s","epoch":9,"mode":"held"}],"audit_seq":1,"anchor_checked":true}`)
+	}))
+}
+
+// Ensure that the uid the client checks is the listening process's, not
+// its own: a socket served by a child process running as uid 65534 is
+// refused by a root client by default, and accepted when 65534 is the
+// expected uid. Starting a process as another uid needs root.
+func TestUnix_ServerOfAnotherUID(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Log("not root: no process of another uid can be started; TestUnix_ServerUID covers the refusal")
+		return
+	}
+	dir, err := os.MkdirTemp("", "kvf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s.sock")
+	// The test binary's own directory is root's alone: a copy the other
+	// uid can run.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "listener.test")
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestHelperUnixListener$")
+	cmd.Env = append(os.Environ(), listenEnv+"="+sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for i := 0; ; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if i == 500 {
+			t.Fatal("the listener of uid 65534 did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx := context.Background()
+	c, err := client.New("unix://"+sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Status(ctx, ""); !errors.Is(err, client.ErrUntrustedServer) ||
+		!strings.Contains(err.Error(), "served by a process of uid 65534") {
+		t.Fatalf("a root client, by default, on a socket served by uid 65534: %v, want ErrUntrustedServer", err)
+	}
+	c2, err := client.NewWith("unix://"+sock, client.Options{ServerUIDs: []uint32{65534}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	st, err := c2.Status(ctx, "")
+	if err != nil || len(st.Scopes) != 1 || st.Scopes[0].Epoch != 9 {
+		t.Fatalf("expecting uid 65534 from the socket it serves: %+v %v", st, err)
 	}
 }
