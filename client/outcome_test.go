@@ -22,16 +22,21 @@ import (
 // fails the first read after a commit.
 type lossyEngine struct {
 	engine.Engine
-	// lose makes the next Update commit and report an unknown outcome.
-	lose atomic.Bool
+	// lose makes the next Update commit and report an unknown outcome;
+	// loseCanceled does too, with the context's cancellation as the
+	// cause, as etcd's client reports a commit whose caller went away.
+	lose, loseCanceled atomic.Bool
 	// failView makes the first View after the next Update fail.
 	failView, viewArmed atomic.Bool
 }
 
 func (l *lossyEngine) Update(ctx context.Context, fn func(engine.Tx) error) error {
-	lose := l.lose.Swap(false)
+	lose, canceled := l.lose.Swap(false), l.loseCanceled.Swap(false)
 	if err := l.Engine.Update(ctx, fn); err != nil {
 		return err
+	}
+	if canceled {
+		return fmt.Errorf("%w: commit: %w", engine.ErrOutcomeUnknown, context.Canceled)
 	}
 	if l.failView.Swap(false) {
 		l.viewArmed.Store(true)
@@ -228,5 +233,24 @@ func TestOutcomeUnknown_LostHTTPAnswer(t *testing.T) {
 	b.Close()
 	if _, err := b.SubmitAssignment(ctx, act.Assignment()); err == nil || errors.Is(err, client.ErrOutcomeUnknown) {
 		t.Fatalf("submit to a closed server: %v, want an error that is not ErrOutcomeUnknown", err)
+	}
+}
+
+// Ensure that an unknown outcome whose cause is a cancelled context (the
+// etcd client's answer to a commit whose caller went away) is answered
+// outcome_unknown, not "canceled", which the client reads as
+// context.Canceled: a call that did nothing.
+func TestOutcomeUnknown_CanceledCommit(t *testing.T) {
+	s, le := serveLossy(t, nil)
+	ctx := context.Background()
+	op := s.client(operator)
+	le.loseCanceled.Store(true)
+	_, err := op.CreateScope(ctx, scope)
+	wantOutcomeUnknown(t, "CreateScope whose commit was cancelled", err)
+	if errors.Is(err, context.Canceled) {
+		t.Fatalf("%v matches context.Canceled", err)
+	}
+	if _, err := op.Status(ctx, scope); err != nil {
+		t.Fatalf("the scope was not created: %v", err)
 	}
 }
