@@ -53,6 +53,9 @@ func decodeChecked(b []byte, v any, allowUnknown bool) error {
 	if _, err := w.dec.Token(); err != io.EOF {
 		return fmt.Errorf("%w: the body has data after its JSON value", ErrJSON)
 	}
+	if off := loneSurrogate(b); off >= 0 {
+		return fmt.Errorf("%w: the string at byte %d has an unpaired UTF-16 surrogate escape", ErrJSON, off)
+	}
 	// The names are exact, known and unique, so encoding/json's matching
 	// (exact first) fills exactly the fields they name; it still checks
 	// each value's type and range (a number over a uint64 is refused).
@@ -64,6 +67,59 @@ func decodeChecked(b []byte, v any, allowUnknown bool) error {
 		return fmt.Errorf("%w: %v", ErrJSON, err)
 	}
 	return nil
+}
+
+// loneSurrogate returns the offset of the first string of b, a JSON text
+// known to be well formed, with a \uD800-\uDFFF escape that is not half
+// of a pair, or -1. encoding/json turns one into U+FFFD, another reader
+// into something else, so that a name would not be the same name to both.
+func loneSurrogate(b []byte) int {
+	start := -1
+	for i := 0; i < len(b); i++ {
+		switch {
+		case start < 0:
+			if b[i] == '"' {
+				start = i
+			}
+		case b[i] == '"':
+			start = -1
+		case b[i] == '\\' && b[i+1] != 'u':
+			i++
+		case b[i] == '\\':
+			r := hex4(b[i+2 : i+6])
+			switch {
+			case r >= 0xdc00 && r <= 0xdfff:
+				return start
+			case r >= 0xd800 && r <= 0xdbff:
+				if i+12 > len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
+					return start
+				}
+				if lo := hex4(b[i+8 : i+12]); lo < 0xdc00 || lo > 0xdfff {
+					return start
+				}
+				i += 6
+			}
+			i += 5
+		}
+	}
+	return -1
+}
+
+// hex4 decodes four hex digits, known to be hex digits.
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c-'a') + 10
+		default:
+			r |= rune(c-'A') + 10
+		}
+	}
+	return r
 }
 
 func invalidUTF8At(b []byte) int {

@@ -58,6 +58,13 @@ func TestDecodeStrict(t *testing.T) {
 		{"trailing garbage", `{"scope":"a"} x`, newScope, `data after`},
 		{"trailing comma", `{"scope":"a",}`, newScope, `invalid`},
 		{"not utf-8", "{\"scope\":\"a\xff\"}", newScope, `not UTF-8 (at byte 11)`},
+		{"lone high surrogate", `{"scope":"a\ud800"}`, newScope, `at byte 9 has an unpaired UTF-16 surrogate`},
+		{"lone low surrogate", `{"scope":"s","target":"a\udc00b"}`, newTarget, `at byte 22 has an unpaired`},
+		{"high then not low", `{"scope":"a\ud800\u0041"}`, newScope, `unpaired`},
+		{"surrogate in a name", `{"scope":"s","\udfff":1}`, newScope, `has no member`},
+		{"pair", `{"scope":"a\ud83d\ude00 \\u\"\ud800"}`, newScope, `at byte 9 has an unpaired`},
+		{"escaped backslash before u", `{"scope":"a\\ud800"}`, newScope, ""},
+		{"surrogate pair", `{"scope":"a\ud83d\ude00"}`, newScope, ""},
 		{"array body", `[{"scope":"a"}]`, newScope, `cannot unmarshal`},
 		{"empty", ``, newScope, `EOF`},
 		{"deep", strings.Repeat(`{"a":`, 40) + `1` + strings.Repeat(`}`, 40), newAny, `nests over`},
@@ -96,6 +103,7 @@ func TestDecodeAnswer(t *testing.T) {
 		{`{"outcome":"denied","outcome":"applied"}`, false},
 		{`{"outcome":"applied","new":{"a":1,"a":2}}`, false},
 		{`{"outcome":"applied"} {}`, false},
+		{`{"outcome":"applied","x\udfff":1}`, false},
 	} {
 		var s Submit
 		err := DecodeAnswer([]byte(tc.body), &s)
@@ -142,6 +150,8 @@ func FuzzDecodeStrict(f *testing.F) {
 		`{"scope":"a"} {"scope":"b"}`,
 		`{"all":true,"reason":"r","scopes":null}`,
 		"{\"scope\":\"\xff\"}",
+		`{"scope":"a\ud800"}`,
+		`{"scope":"a\ud83d\ude00 \\u\"\udc00"}`,
 	} {
 		for kind := range 4 {
 			f.Add(kind, []byte(s))
