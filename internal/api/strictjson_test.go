@@ -213,3 +213,35 @@ func TestDecodeStrict_LongNameCut(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecodeStrict measures the strict decoding of an activation
+// body and of a page of 1000 events against encoding/json's alone.
+func BenchmarkDecodeStrict(b *testing.B) {
+	act := []byte(`{"scope":"configmap/prod/backup-policy","executor":"spiffe://example.org/agent/worker-a","claim":"c",` +
+		`"request_b64":"` + strings.Repeat("QUJD", 100) + `","ttl":"15m","decision":"review-1","epoch":3}`)
+	ev := `{"seq":1,"hash":"` + strings.Repeat("ab", 32) + `","prev":"` + strings.Repeat("cd", 32) + `","at":"2026-01-01T00:00:00Z",` +
+		`"kind":"submit","scope":"s","epoch":2,"grant":"g","executor":"e","action":"a","outcome":"applied","target":"t"}`
+	page := []byte(`{"events":[` + strings.TrimSuffix(strings.Repeat(ev+",", 1000), ",") + `]}`)
+	for _, tc := range []struct {
+		name string
+		body []byte
+		into func() any
+	}{{"activate", act, newActivate}, {"events", page, func() any { return new(Events) }}} {
+		b.Run(tc.name+"/strict", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := DecodeAnswer(tc.body, tc.into()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.name+"/encoding_json", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := json.Unmarshal(tc.body, tc.into()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
