@@ -8,7 +8,14 @@
 //
 // The client never tells the receiver who it is: the receiver takes the
 // identity from the channel, the client certificate's SPIFFE ID or the
-// socket's peer credentials.
+// socket's peer credentials. Nor does it take the receiver's word for who
+// it is: over a unix socket it sends nothing until the listening process's
+// uid and the socket file's owner are ones it trusts (Options.ServerUIDs).
+//
+// A call that may or may not have taken effect (the receiver's store lost
+// its commit's answer, or the connection failed after a change was sent)
+// is ErrOutcomeUnknown, never an error that reads "nothing happened";
+// repeating the same envelope is safe.
 //
 // A worker is handed an Assignment (what Activate returned, with the
 // request bytes), and submits it with SubmitAssignment, or builds the
