@@ -147,6 +147,9 @@ func (w *walker) value(s *schema, at string, depth int) error {
 	}
 	switch tok := tok.(type) {
 	case json.Delim:
+		for s != nil && s.kind == kindPointer {
+			s = s.elem
+		}
 		if depth >= MaxJSONDepth {
 			return fmt.Errorf("%w: %s nests over %d levels", ErrJSON, at, MaxJSONDepth)
 		}
@@ -272,10 +275,11 @@ func foldRune(r rune) rune {
 
 // Kinds of schema: what a JSON value decodes into.
 const (
-	kindAny    = iota // an interface, a custom decoder, or a scalar
-	kindStruct        // an object with known members
-	kindMap           // an object with any members
-	kindArray         // an array
+	kindAny     = iota // an interface, a custom decoder, or a scalar
+	kindStruct         // an object with known members
+	kindMap            // an object with any members
+	kindArray          // an array
+	kindPointer        // a pointer: null, or what elem reads
 )
 
 // schema is what the walk needs to know of a Go type: its kind, whether a
@@ -318,8 +322,9 @@ func buildSchema(t reflect.Type, building map[reflect.Type]*schema) *schema {
 		// Its own decoder reads it: only uniqueness is checked.
 		s.kind, s.nullable = kindAny, true
 	case t.Kind() == reflect.Pointer:
-		*s = *buildSchema(t.Elem(), building)
-		s.nullable = true
+		// A reference, not a copy: the element may still be being built
+		// (a type that contains a pointer to itself).
+		s.kind, s.nullable, s.elem = kindPointer, true, buildSchema(t.Elem(), building)
 	case t.Kind() == reflect.Interface:
 		s.kind, s.nullable = kindAny, true
 	case t.Kind() == reflect.Struct:

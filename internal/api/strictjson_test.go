@@ -245,3 +245,25 @@ func BenchmarkDecodeStrict(b *testing.B) {
 		})
 	}
 }
+
+// node is a type that contains a pointer to itself.
+type node struct {
+	Name string `json:"name"`
+	Next *node  `json:"next"`
+}
+
+// Ensure that a type that contains a pointer to itself is read strictly
+// at every level of the body.
+func TestDecodeStrict_RecursiveType(t *testing.T) {
+	var n node
+	if err := DecodeStrict([]byte(`{"name":"a","next":{"name":"b","next":{"name":"c","next":null}}}`), &n); err != nil ||
+		n.Next.Next.Name != "c" {
+		t.Fatalf("%+v %v", n, err)
+	}
+	for _, body := range []string{`{"name":"a","next":{"name":"b","next":{"Name":"c"}}}`,
+		`{"name":"a","next":{"name":"b","next":{"name":"c","name":"d"}}}`} {
+		if err := DecodeStrict([]byte(body), new(node)); !errors.Is(err, ErrJSON) || !strings.Contains(err.Error(), `"next"."next"`) {
+			t.Fatalf("DecodeStrict(%s) = %v", body, err)
+		}
+	}
+}
