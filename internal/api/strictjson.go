@@ -24,8 +24,9 @@ const MaxJSONDepth = 32
 // regard to case, with Unicode folding, so that "Scopes", "SCOPES" and
 // "ſcopes" all fill Scopes), a member given twice at any level
 // (encoding/json keeps the last), a member the type does not have, a null
-// where the type has no null, bytes that are not UTF-8, and data after the
-// value. Member names are compared after their escapes are decoded:
+// where the type has no null, bytes that are not UTF-8, an unpaired
+// UTF-16 surrogate escape (encoding/json reads U+FFFD), objects and arrays
+// nested over MaxJSONDepth, and data after the value. Member names are compared after their escapes are decoded:
 // "\u0073copes" is "scopes", and counts as a duplicate of it. Every error
 // wraps ErrJSON and names the member.
 func DecodeStrict(b []byte, v any) error { return decodeChecked(b, v, false) }
