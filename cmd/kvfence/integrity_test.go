@@ -342,7 +342,7 @@ func TestRecoverWrongKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	sa, err := audit.SignAdmission(mallory, audit.Admission{Receiver: q.Receiver, SupersededAnchor: q.Anchor,
-		AdmittedHead: q.Head, At: time.Now().UnixNano(), Reason: "forged"})
+		AdmittedHead: q.Head, At: time.Now().UnixNano(), Expires: time.Now().Add(time.Hour).UnixNano(), Reason: "forged"})
 	if err != nil {
 		t.Fatal(err)
 	}
