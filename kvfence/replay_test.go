@@ -18,7 +18,7 @@ import (
 // (every scope held at 11), then a new grant activated at epoch 11. It
 // returns the admission and a copy of the database from before the
 // recovery. The receiver is closed.
-func replayFixture(t *testing.T) (f *fixture, adm []byte, before string) {
+func replayFixture(t *testing.T) (f *fixture, adm []byte, before string, b worker) {
 	t.Helper()
 	f, _ = lostAnchorFixture(t)
 	before = filepath.Join(t.TempDir(), "before.db")
@@ -38,12 +38,15 @@ func replayFixture(t *testing.T) (f *fixture, adm []byte, before string) {
 		t.Fatal(err)
 	}
 	f.r, f.admin = r, r.Admin()
-	if b := f.activate("worker-b", "claim-2", f.patchRequest("raise-retention")); b.grant.Epoch != 11 {
+	if b = f.activate("worker-b", "claim-2", f.patchRequest("raise-retention")); b.grant.Epoch != 11 {
 		t.Fatalf("new grant at epoch %d, want 11", b.grant.Epoch)
+	}
+	if res := f.submit("worker-b", b.envelope); res.Outcome != Applied {
+		t.Fatalf("B's write after the recovery: %+v", res)
 	}
 	f.r.Close()
 	f.r = nil
-	return f, adm, before
+	return f, adm, before, b
 }
 
 // spoilNewestSlot overwrites the anchor text of the anchor file's current
@@ -93,7 +96,7 @@ func TestRecover_LostAnchorReplayAgainstPutBackCopy(t *testing.T) {
 		{"anchor deleted, within the validity", true, false, 59 * time.Minute, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, adm, before := replayFixture(t)
+			f, adm, before, b := replayFixture(t)
 			if tc.damageSlot {
 				spoilNewestSlot(t, f.anchor)
 			}
@@ -136,9 +139,21 @@ func TestRecover_LostAnchorReplayAgainstPutBackCopy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer r.Close()
+			f.r, f.admin = r, r.Admin()
+			defer func() { f.r.Close() }()
 			if st, err := r.Status(fixScope); err != nil || st.Mode != ModeHeld || st.ActiveGrant != "" {
 				t.Fatalf("re-admitted scope: %+v, %v", st, err)
+			}
+			// B's write is gone with the copy, and B stays fenced: its
+			// grant is unknown here, even once epoch 11 is used again
+			// by a new grant.
+			f.wantTarget(1, fixValue)
+			wantDenied(t, f.submit("worker-b", b.envelope), ReasonReceiverHeld)
+			if c := f.activate("worker-c", "claim-3", f.patchRequest("raise-retention")); c.grant.Epoch != 11 {
+				t.Fatalf("the next grant at epoch %d, want 11 again", c.grant.Epoch)
+			}
+			if res := f.submit("worker-b", b.envelope); res.Outcome == Applied {
+				t.Fatalf("B's envelope applied on the re-admitted copy: %+v", res)
 			}
 			a, err := f.anchor.Load()
 			digest := sha256.Sum256(adm)
@@ -204,7 +219,7 @@ func TestRecover_OrdinaryReplayAfterSlotDamage(t *testing.T) {
 // consumed, in the database and in the anchor, however many writes
 // follow, and that a later recovery with a newer admission replaces it.
 func TestRecover_AnchorKeepsConsumedAdmission(t *testing.T) {
-	f, adm, _ := replayFixture(t)
+	f, adm, _, _ := replayFixture(t)
 	want := audit.AdmissionRecord{SHA256: sha256.Sum256(adm)}
 	sa, err := audit.ParseSignedAdmission(adm)
 	if err != nil {
