@@ -241,6 +241,16 @@ func (c Checkpoint) CheckAdvance(next Checkpoint) error {
 	return checkSwap(&cur, &cur, &n, false)
 }
 
+// CheckSupersede reports whether next may supersede c as the anchor after a
+// recovery under the rules every AnchorStore applies: another receiver is
+// ErrReceiverMismatch, and a next that forgets the consumed admission c
+// names (it names none, or one signed earlier) is ErrAnchorRegression.
+// Seq, head and epoch high-water may move back.
+func (c Checkpoint) CheckSupersede(next Checkpoint) error {
+	n, cur := SignedCheckpoint{Checkpoint: next}, SignedCheckpoint{Checkpoint: c}
+	return checkSwap(&cur, &cur, &n, true)
+}
+
 // MemAnchor is an AnchorStore in memory, for tests. The zero value holds
 // no anchor. It is safe for concurrent use.
 type MemAnchor struct {
