@@ -290,3 +290,22 @@ func TestRecover_AdmissionFromTheFuture(t *testing.T) {
 		t.Fatalf("admission within the skew: %v", err)
 	}
 }
+
+// Ensure that a lost-anchor admission replayed against a put-back copy
+// with its new anchor written somewhere else, while the recovery's anchor
+// is kept where the receiver reads it, gains nothing: the receiver opened
+// with its own anchor refuses the copy as a rollback or fork.
+func TestRecover_ReplayToAnotherAnchorPath(t *testing.T) {
+	f, adm, before, _ := replayFixture(t)
+	copyFile(t, before, f.path)
+	elsewhere := audit.FileAnchor{Path: filepath.Join(t.TempDir(), "elsewhere.anchor")}
+	opts := f.recoverOpts()
+	opts.Anchor = elsewhere
+	if _, err := Recover(f.path, adm, opts); err != nil {
+		t.Fatalf("replay with a fresh anchor path: %v", err)
+	}
+	_, err := Open(f.path, f.opts())
+	if !errors.Is(err, ErrRollbackDetected) && !errors.Is(err, ErrForkDetected) {
+		t.Fatalf("Open with the receiver's own anchor after the replay: %v, want a rollback or fork", err)
+	}
+}
