@@ -162,7 +162,8 @@ type RecoverOptions struct {
 	// must equal the one recorded at Init: a database cannot vouch for
 	// its own recovery key.
 	RecoveryKey ed25519.PublicKey
-	// Now is the receiver's clock. Nil means time.Now.
+	// Now is the receiver's clock, and the one the admission's expiry is
+	// checked against. Nil means time.Now.
 	Now func() time.Time
 	// LockTimeout is as in Options.
 	LockTimeout time.Duration
@@ -208,8 +209,17 @@ type RecoverResult struct {
 // epoch high-water or the admission's epoch floor, holds every scope,
 // clears every active grant and marks every grant record revoked; then it
 // writes the anchor. A grant minted before the recovery can therefore
-// never be used again, and the admission cannot be used twice: the
-// database head has moved past the one it names, and an anchor exists.
+// never be used again.
+//
+// An admission is refused once it has expired by opts.Now, or if it was
+// signed more than audit.MaxAdmissionSkew ahead of it
+// (audit.ErrAdmissionExpired, audit.ErrAdmissionNotYetValid). The
+// recovery's checkpoint names the admission (audit.AdmissionRecord), and
+// every later one carries it, so an admission that the anchor, a damaged
+// anchor slot that still verifies, or the database's newest checkpoint
+// names, or one signed no later, is refused (audit.ErrAdmissionReplayed):
+// an admission is used once while the anchor its recovery wrote, or a
+// later one, survives.
 //
 // If the anchor write fails after the commit, the error says so; the
 // database is then ahead of the admission, and a new admission for the
@@ -264,8 +274,10 @@ func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*
 	// The database's own newest checkpoint may say that this admission was
 	// used; a copy put back from before the recovery does not, which is
 	// why the anchor is asked as well, below.
-	if err := r.checkNotConsumed(consumed, "the database's newest checkpoint", r.latestSigned); err != nil {
-		return RecoverResult{}, err
+	if latest, err := r.latestSigned(); err == nil {
+		if err := r.checkNotConsumed(consumed, "the database's newest checkpoint", latest); err != nil {
+			return RecoverResult{}, err
+		}
 	}
 	rc := recovery{consumed: consumed, reason: sa.Reason}
 	var old *audit.SignedCheckpoint
@@ -315,15 +327,13 @@ func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*
 	return res, nil
 }
 
-// checkNotConsumed refuses the admission that consumed names if the
-// checkpoint that load returns, when it is this receiver's, records it or a
-// later one as consumed; where names that checkpoint in the error.
-func (r *Receiver) checkNotConsumed(consumed audit.AdmissionRecord, where string,
-	load func() (audit.SignedCheckpoint, error)) error {
-	sc, err := load()
-	if err != nil || sc.Verify(r.pub) != nil || sc.Receiver != r.id {
-		// Unsigned or unreadable, it says nothing either way; the checks
-		// that follow judge the database and the anchor.
+// checkNotConsumed refuses the admission that consumed names if sc, when
+// it is this receiver's signed checkpoint, records it or a later one as
+// consumed; where names sc in the error.
+func (r *Receiver) checkNotConsumed(consumed audit.AdmissionRecord, where string, sc audit.SignedCheckpoint) error {
+	if sc.Verify(r.pub) != nil || sc.Receiver != r.id {
+		// Not signed by this receiver, it says nothing either way; the
+		// checks that follow judge the database and the anchor.
 		return nil
 	}
 	if err := sc.Admission.Refuses(consumed.SHA256, consumed.At); err != nil {
@@ -346,14 +356,11 @@ func (r *Receiver) latestSigned() (sc audit.SignedCheckpoint, err error) {
 // records as consumed (or one signed before that).
 func (r *Receiver) checkAnchorNotConsumed(path string, a audit.SignedCheckpoint, damage *audit.SlotDamage,
 	consumed audit.AdmissionRecord) error {
-	fixed := func(sc audit.SignedCheckpoint) func() (audit.SignedCheckpoint, error) {
-		return func() (audit.SignedCheckpoint, error) { return sc, nil }
-	}
-	if err := r.checkNotConsumed(consumed, "the anchor", fixed(a)); err != nil {
+	if err := r.checkNotConsumed(consumed, "the anchor", a); err != nil {
 		return fmt.Errorf("kvfence: %s: %w", path, err)
 	}
 	if damage != nil && damage.Anchor != nil {
-		if err := r.checkNotConsumed(consumed, "the anchor's damaged slot", fixed(*damage.Anchor)); err != nil {
+		if err := r.checkNotConsumed(consumed, "the anchor's damaged slot", *damage.Anchor); err != nil {
 			return fmt.Errorf("kvfence: %s: %w", path, err)
 		}
 	}
