@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -85,8 +86,11 @@ func TestSign_Refuses(t *testing.T) {
 			}
 		})
 	}
-	c := testCheckpoint()
+	// The longest receiver, with the largest values and an admission
+	// record, still fits.
+	c := testCheckpointAdmission()
 	c.Receiver = strings.Repeat("é", MaxReceiverLen/2)
+	c.Seq, c.EpochHighWater, c.At, c.Admission.At = ^uint64(0), ^uint64(0), math.MinInt64, math.MinInt64
 	sc, err := Sign(receiverKey, c)
 	if err != nil {
 		t.Fatalf("longest receiver: %v", err)
@@ -95,6 +99,10 @@ func TestSign_Refuses(t *testing.T) {
 		if b, err := marshal(); err != nil || len(b) > MaxCheckpointSize {
 			t.Fatalf("longest receiver encodes to %d bytes: %v", len(b), err)
 		}
+	}
+	text, _ := sc.MarshalAnchor()
+	if got, err := ParseAnchor(text); err != nil || got != sc {
+		t.Fatalf("longest anchor round trip: %v", err)
 	}
 }
 
