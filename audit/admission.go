@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"fmt"
+	"time"
 	"unicode/utf8"
 )
 
@@ -16,7 +17,20 @@ const MaxAdmissionSize = 4 << 10
 // reanchorPrefix is the domain separator of a lost-anchor admission. It
 // differs from admissionPrefix so that a signature on one kind of admission
 // is worthless as the other, whatever their bodies.
-const reanchorPrefix = "kvfence/reanchor/v2\n"
+const reanchorPrefix = "kvfence/reanchor/v3\n"
+
+// MaxAdmissionValidity bounds how long after its signing an admission may
+// be applied (Expires minus At). An admission is a bearer token for one
+// database state: whoever holds it and a copy of that state can re-admit
+// the copy while it is valid, so it is meant to be used within the hour,
+// not kept.
+const MaxAdmissionValidity = 24 * time.Hour
+
+// MaxAdmissionSkew is how far ahead of the recovering machine's clock an
+// admission's At may be. An admission signed on a clock that runs ahead
+// would otherwise stay valid that much longer on the machine that applies
+// it; a few minutes covers clocks that are kept in step at all.
+const MaxAdmissionSkew = 5 * time.Minute
 
 // Admission is a recovery decision, in one of two kinds.
 //
@@ -48,15 +62,23 @@ type Admission struct {
 	// held above it. It is 0 in an ordinary admission, whose anchor
 	// vouches for the high-water.
 	EpochFloor uint64
-	At         int64  // Unix nanoseconds, recovery operator's clock
-	Reason     string // why; 1 to MaxReasonLen bytes of UTF-8
+	At         int64 // Unix nanoseconds, recovery operator's clock
+	// Expires is when the admission stops being valid, in Unix
+	// nanoseconds on the recovery operator's clock: after At, and at most
+	// MaxAdmissionValidity after it. Recovery refuses it from then on,
+	// by the recovering machine's clock (CheckTime).
+	Expires int64
+	Reason  string // why; 1 to MaxReasonLen bytes of UTF-8
 }
 
 // admissionWire holds the keys of both kinds; which ones are present is
 // decided by re-encoding, so a key of the other kind is refused.
 type admissionWire struct {
-	At             int64  `cbor:"at"`
-	Reason         string `cbor:"reason"`
+	At     int64  `cbor:"at"`
+	Reason string `cbor:"reason"`
+	// Expires is a pointer so that an admission without it, one of the
+	// second format, is told apart from a zero expiry and named as such.
+	Expires        *int64 `cbor:"expires"`
 	Receiver       string `cbor:"receiver"`
 	EpochFloor     uint64 `cbor:"epoch_floor"`
 	LostAnchor     bool   `cbor:"lost_anchor"`
@@ -86,6 +108,13 @@ func checkAdmission(a *Admission) error {
 		return fmt.Errorf("%w: reason is %d bytes, over the %d-byte limit", ErrBadAdmission, len(a.Reason), MaxReasonLen)
 	case !utf8.ValidString(a.Reason):
 		return fmt.Errorf("%w: reason is not valid UTF-8", ErrBadAdmission)
+	case a.Expires <= a.At:
+		return fmt.Errorf("%w: expires %s is not after at %s", ErrBadAdmission, formatTime(a.Expires), formatTime(a.At))
+	// Expires > At, so the difference fits a uint64 exactly, whatever the
+	// signs.
+	case uint64(a.Expires)-uint64(a.At) > uint64(MaxAdmissionValidity):
+		return fmt.Errorf("%w: valid for %v from at %s, over the %v limit", ErrBadAdmission,
+			time.Duration(uint64(a.Expires)-uint64(a.At)), formatTime(a.At), MaxAdmissionValidity)
 	}
 	return nil
 }
@@ -94,9 +123,10 @@ func appendAdmission(b []byte, a *Admission) []byte {
 	if a.LostAnchor {
 		return appendLostAnchor(b, a)
 	}
-	b = appendHead(b, majorMap, 8)
+	b = appendHead(b, majorMap, 9)
 	b = appendInt(append(b, keyAt...), a.At)
 	b = appendText(append(b, "\x66reason"...), a.Reason)
+	b = appendInt(append(b, "\x67expires"...), a.Expires)
 	b = appendText(append(b, "\x68receiver"...), a.Receiver)
 	b = appendHead(append(b, "\x6cadmitted_seq"...), majorUint, a.AdmittedHead.Seq)
 	b = appendBytes(append(b, "\x6dadmitted_head"...), a.AdmittedHead.Hash[:])
@@ -109,9 +139,10 @@ func appendAdmission(b []byte, a *Admission) []byte {
 // explicit lost_anchor true (0xf5) so that the kind is spelled out in the
 // bytes, not inferred from what is missing.
 func appendLostAnchor(b []byte, a *Admission) []byte {
-	b = appendHead(b, majorMap, 8)
+	b = appendHead(b, majorMap, 9)
 	b = appendInt(append(b, keyAt...), a.At)
 	b = appendText(append(b, "\x66reason"...), a.Reason)
+	b = appendInt(append(b, "\x67expires"...), a.Expires)
 	b = appendText(append(b, "\x68receiver"...), a.Receiver)
 	b = appendHead(append(b, "\x6bepoch_floor"...), majorUint, a.EpochFloor)
 	b = append(b, "\x6blost_anchor\xf5"...)
@@ -128,7 +159,7 @@ func admissionMessage(a *Admission) ([]byte, error) {
 	if a.LostAnchor {
 		prefix = reanchorPrefix
 	}
-	b := make([]byte, 0, len(prefix)+240+len(a.Receiver)+len(a.Reason))
+	b := make([]byte, 0, len(prefix)+256+len(a.Receiver)+len(a.Reason))
 	return appendAdmission(append(b, prefix...), a), nil
 }
 
@@ -136,6 +167,9 @@ func parseAdmission(raw []byte) (Admission, error) {
 	var w admissionWire
 	if err := decMode.Unmarshal(raw, &w); err != nil {
 		return Admission{}, fmt.Errorf("%w: %w", ErrBadAdmission, err)
+	}
+	if w.Expires == nil {
+		return Admission{}, fmt.Errorf("%w: %w", ErrBadAdmission, ErrAdmissionV2)
 	}
 	if len(w.AdmittedHead) != HashSize || len(w.AdmittedState) != HashSize {
 		return Admission{}, fmt.Errorf("%w: admitted head and state are %d and %d bytes, want %d", ErrBadAdmission,
@@ -148,6 +182,7 @@ func parseAdmission(raw []byte) (Admission, error) {
 		AdmittedState: Hash(w.AdmittedState),
 		EpochFloor:    w.EpochFloor,
 		At:            w.At,
+		Expires:       *w.Expires,
 		Reason:        w.Reason,
 	}
 	// A lost-anchor admission's superseded keys, if any, are left out here
@@ -211,6 +246,24 @@ func (a Admission) CheckLostAnchor(receiver string, head Head, state Hash) error
 	return a.checkAdmitted(head, state)
 }
 
+// CheckTime refuses an admission that now, the recovering machine's clock,
+// puts outside its validity: at or after Expires (ErrAdmissionExpired), or
+// with an At more than MaxAdmissionSkew ahead of now
+// (ErrAdmissionNotYetValid), whose expiry would otherwise last longer on
+// this clock than the signer meant.
+func (a Admission) CheckTime(now time.Time) error {
+	n := now.UnixNano()
+	switch {
+	case n >= a.Expires:
+		return fmt.Errorf("%w: it expired at %s, and it is %s here (signed at %s)", ErrAdmissionExpired,
+			formatTime(a.Expires), formatTime(n), formatTime(a.At))
+	case a.At > n && uint64(a.At)-uint64(n) > uint64(MaxAdmissionSkew):
+		return fmt.Errorf("%w: it was signed at %s, which is %v ahead of this machine's clock (%s); the limit is %v",
+			ErrAdmissionNotYetValid, formatTime(a.At), time.Duration(uint64(a.At)-uint64(n)), formatTime(n), MaxAdmissionSkew)
+	}
+	return nil
+}
+
 // SignedAdmission is an admission with the Ed25519 signature of the
 // recovery key whose fingerprint is Key. It is comparable with ==.
 type SignedAdmission struct {
@@ -252,7 +305,7 @@ func (sa SignedAdmission) Marshal() ([]byte, error) {
 	if err := checkAdmission(&sa.Admission); err != nil {
 		return nil, err
 	}
-	body := appendAdmission(make([]byte, 0, 192+len(sa.Receiver)+len(sa.Reason)), &sa.Admission)
+	body := appendAdmission(make([]byte, 0, 208+len(sa.Receiver)+len(sa.Reason)), &sa.Admission)
 	return appendSigned(make([]byte, 0, 128+len(body)), keyAdmission, sa.Key, &sa.Signature, body), nil
 }
 

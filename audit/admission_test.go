@@ -5,18 +5,22 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"errors"
+	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func testAdmission() Admission {
 	return Admission{Receiver: testReceiver, SupersededAnchor: Head{8, Hash{8}}, AdmittedHead: Head{7, Hash{7}},
-		AdmittedState: Hash{0x57}, At: t0 + 3600e9, Reason: "restored from backup after disk loss; ticket OPS-1234"}
+		AdmittedState: Hash{0x57}, At: t0 + 3600e9, Expires: t0 + 7200e9, Reason: "restored from backup after disk loss; ticket OPS-1234"}
 }
 
 func testLostAnchorAdmission() Admission {
 	return Admission{Receiver: testReceiver, LostAnchor: true, AdmittedHead: Head{7, Hash{7}}, AdmittedState: Hash{0x57}, EpochFloor: 40,
-		At: t0 + 3600e9, Reason: "anchor volume lost; highest epoch seen in monitoring was 40; ticket OPS-1235"}
+		At: t0 + 3600e9, Expires: t0 + 7200e9, Reason: "anchor volume lost; highest epoch seen in monitoring was 40; ticket OPS-1235"}
 }
 
 // Ensure that an admission verifies under the recovery key only, and
@@ -167,24 +171,24 @@ func TestParseAdmission_KindConfusion(t *testing.T) {
 	h7 := "\x58\x20" + string(bytes.Repeat([]byte{7}, 32))
 	h8 := "\x58\x20" + string(bytes.Repeat([]byte{8}, 32))
 	zero := "\x58\x20" + string(make([]byte, 32))
-	common := "\x62at\x00\x66reason\x61r\x68receiver\x61r"
+	common := "\x62at\x00\x66reason\x61r\x67expires\x01\x68receiver\x61r"
 	admitted := "\x6cadmitted_seq\x07\x6dadmitted_head" + h7 + "\x6eadmitted_state" + h7
 	superseded := "\x6esuperseded_seq\x08\x6fsuperseded_head" + h8
 	for name, body := range map[string]string{
-		"lost_anchor false":                    "\xa9" + common + "\x6blost_anchor\xf4" + admitted + superseded,
-		"lost_anchor false, no superseded":     "\xa7" + common + "\x6blost_anchor\xf4" + admitted,
-		"lost_anchor 1":                        "\xa8" + common + "\x6bepoch_floor\x00\x6blost_anchor\x01" + admitted,
-		"lost_anchor null":                     "\xa8" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf6" + admitted,
-		"lost anchor without epoch_floor":      "\xa7" + common + "\x6blost_anchor\xf5" + admitted,
-		"lost anchor without lost_anchor":      "\xa7" + common + "\x6bepoch_floor\x00" + admitted,
-		"lost anchor with a superseded anchor": "\xaa" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf5" + admitted + superseded,
-		"lost anchor with a zero anchor": "\xaa" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf5" + admitted +
+		"lost_anchor false":                    "\xaa" + common + "\x6blost_anchor\xf4" + admitted + superseded,
+		"lost_anchor false, no superseded":     "\xa8" + common + "\x6blost_anchor\xf4" + admitted,
+		"lost_anchor 1":                        "\xa9" + common + "\x6bepoch_floor\x00\x6blost_anchor\x01" + admitted,
+		"lost_anchor null":                     "\xa9" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf6" + admitted,
+		"lost anchor without epoch_floor":      "\xa8" + common + "\x6blost_anchor\xf5" + admitted,
+		"lost anchor without lost_anchor":      "\xa8" + common + "\x6bepoch_floor\x00" + admitted,
+		"lost anchor with a superseded anchor": "\xab" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf5" + admitted + superseded,
+		"lost anchor with a zero anchor": "\xab" + common + "\x6bepoch_floor\x00\x6blost_anchor\xf5" + admitted +
 			"\x6esuperseded_seq\x00\x6fsuperseded_head" + zero,
-		"ordinary with epoch_floor 0":   "\xa9" + common + "\x6bepoch_floor\x00" + admitted + superseded,
-		"ordinary with a zero anchor":   "\xa8" + common + admitted + "\x6esuperseded_seq\x00\x6fsuperseded_head" + zero,
-		"no anchor and no kind":         "\xa6" + common + admitted,
-		"epoch_floor not shortest":      "\xa8" + common + "\x6bepoch_floor\x18\x07\x6blost_anchor\xf5" + admitted,
-		"epoch_floor after lost_anchor": "\xa8" + common + "\x6blost_anchor\xf5\x6bepoch_floor\x07" + admitted,
+		"ordinary with epoch_floor 0":   "\xaa" + common + "\x6bepoch_floor\x00" + admitted + superseded,
+		"ordinary with a zero anchor":   "\xa9" + common + admitted + "\x6esuperseded_seq\x00\x6fsuperseded_head" + zero,
+		"no anchor and no kind":         "\xa7" + common + admitted,
+		"epoch_floor not shortest":      "\xa9" + common + "\x6bepoch_floor\x18\x07\x6blost_anchor\xf5" + admitted,
+		"epoch_floor after lost_anchor": "\xa9" + common + "\x6blost_anchor\xf5\x6bepoch_floor\x07" + admitted,
 	} {
 		if _, err := parseAdmission([]byte(body)); !errors.Is(err, ErrBadAdmission) {
 			t.Errorf("%s: %v, want ErrBadAdmission", name, err)
@@ -192,8 +196,8 @@ func TestParseAdmission_KindConfusion(t *testing.T) {
 	}
 	// The well-formed spellings of both kinds, for contrast.
 	for name, body := range map[string]string{
-		"ordinary":    "\xa8" + common + admitted + superseded,
-		"lost anchor": "\xa8" + common + "\x6bepoch_floor\x07\x6blost_anchor\xf5" + admitted,
+		"ordinary":    "\xa9" + common + admitted + superseded,
+		"lost anchor": "\xa9" + common + "\x6bepoch_floor\x07\x6blost_anchor\xf5" + admitted,
 	} {
 		if _, err := parseAdmission([]byte(body)); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -224,6 +228,7 @@ func TestSignAdmission_LostAnchorDomain(t *testing.T) {
 		func(a *Admission) { a.EpochFloor-- },
 		func(a *Admission) { a.AdmittedHead.Seq++ },
 		func(a *Admission) { a.Receiver += "x" },
+		func(a *Admission) { a.Expires++ },
 	} {
 		edited := la
 		edit(&edited.Admission)
@@ -300,8 +305,9 @@ func TestAdmission_CheckLostAnchor(t *testing.T) {
 // Ensure that the lost-anchor example in the package documentation is the
 // encoding, byte for byte.
 func TestAdmission_LostAnchorDocExample(t *testing.T) {
-	a := Admission{Receiver: "r", LostAnchor: true, AdmittedHead: Head{Seq: 1}, EpochFloor: 7, Reason: "r"}
-	want := "a8" + "626174" + "00" + "66726561736f6e" + "6172" + "6872656365697665" + "72" + "6172" +
+	a := Admission{Receiver: "r", LostAnchor: true, AdmittedHead: Head{Seq: 1}, EpochFloor: 7, Expires: 3600e9, Reason: "r"}
+	want := "a9" + "626174" + "00" + "66726561736f6e" + "6172" + "6765787069726573" + "1b0000034630b8a000" +
+		"6872656365697665" + "72" + "6172" +
 		"6b65706f63685f666c6f6f72" + "07" + "6b6c6f73745f616e63686f72" + "f5" +
 		"6c61646d69747465645f736571" + "01" + "6d61646d69747465645f68656164" + "5820" + strings.Repeat("00", 32) +
 		"6e61646d69747465645f7374617465" + "5820" + strings.Repeat("00", 32)
@@ -310,5 +316,109 @@ func TestAdmission_LostAnchorDocExample(t *testing.T) {
 	}
 	if got, err := parseAdmission(appendAdmission(nil, &a)); err != nil || got != a {
 		t.Fatalf("parse: %+v, %v", got, err)
+	}
+}
+
+// Ensure that an admission's validity is signed and bounded: it ends after
+// it begins, lasts at most MaxAdmissionValidity, and a changed expiry
+// breaks the signature.
+func TestSignAdmission_Validity(t *testing.T) {
+	max := int64(MaxAdmissionValidity)
+	for _, tc := range []struct {
+		name        string
+		at, expires int64
+		ok          bool
+	}{
+		{"an hour", t0, t0 + 3600e9, true},
+		{"one nanosecond", t0, t0 + 1, true},
+		{"the limit", t0, t0 + max, true},
+		{"over the limit", t0, t0 + max + 1, false},
+		{"zero", t0, t0, false},
+		{"negative", t0, t0 - 1, false},
+		{"no expiry", t0, 0, false},
+		{"across the int64 range", math.MinInt64, math.MaxInt64, false},
+		{"before 1970", -3600e9, -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, a := range []Admission{testAdmission(), testLostAnchorAdmission()} {
+				a.At, a.Expires = tc.at, tc.expires
+				sa, err := SignAdmission(recoveryKey, a)
+				if !tc.ok {
+					if !errors.Is(err, ErrBadAdmission) {
+						t.Fatalf("lost anchor %v: SignAdmission: %v, want ErrBadAdmission", a.LostAnchor, err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, err := sa.Marshal()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err := ParseSignedAdmission(raw); err != nil || got != sa {
+					t.Fatalf("round trip: %+v, %v", got, err)
+				}
+				edited := sa
+				if edited.Expires--; edited.Expires <= edited.At {
+					edited.Expires += 2
+				}
+				if err := edited.Verify(pubOf(recoveryKey)); !errors.Is(err, ErrBadSignature) {
+					t.Fatalf("a later expiry kept the signature: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// Ensure that CheckTime refuses an admission at and after its expiry and
+// one signed further ahead of the clock than MaxAdmissionSkew, and accepts
+// it in between.
+func TestAdmission_CheckTime(t *testing.T) {
+	a := testAdmission() // valid from t0+1h to t0+2h
+	skew := int64(MaxAdmissionSkew)
+	for _, tc := range []struct {
+		name string
+		now  int64
+		want error
+	}{
+		{"at signing", a.At, nil},
+		{"just before expiry", a.Expires - 1, nil},
+		{"at expiry", a.Expires, ErrAdmissionExpired},
+		{"a year after", a.Expires + 365*24*3600e9, ErrAdmissionExpired},
+		{"signed within the skew ahead", a.At - skew, nil},
+		{"signed beyond the skew ahead", a.At - skew - 1, ErrAdmissionNotYetValid},
+		{"the clock at 1970", 0, ErrAdmissionNotYetValid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := a.CheckTime(time.Unix(0, tc.now))
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("CheckTime: %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// Ensure that an admission of the second format, which had no expiry, is
+// refused with an error that says so, of either kind: it would otherwise
+// be a bearer token valid forever.
+func TestParseSignedAdmission_V2(t *testing.T) {
+	for _, name := range []string{"admission-v2.cbor", "admission-lost-anchor-v2.cbor"} {
+		raw, err := os.ReadFile(filepath.Join("testdata/format", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = ParseSignedAdmission(raw)
+		if !errors.Is(err, ErrAdmissionV2) || !errors.Is(err, ErrBadAdmission) {
+			t.Fatalf("%s: %v, want ErrAdmissionV2 and ErrBadAdmission", name, err)
+		}
+	}
+	// Its body under the third format's prefix does not verify either:
+	// the signature covers the v2 prefix and the v2 body.
+	a := testAdmission()
+	a.Expires = 0
+	msg := append([]byte("kvfence/admission/v2\n"), appendAdmission(nil, &a)...)
+	if bytes.HasPrefix(msg, []byte(admissionPrefix)) {
+		t.Fatal("the admission prefix was not changed")
 	}
 }

@@ -12,8 +12,14 @@ import (
 )
 
 // anchorLabels are the anchor file's lines in order; each line is a label,
-// one space and a value.
-var anchorLabels = [...]string{"receiver", "seq", "head", "state", "epoch_high_water", "at", "key", "sig"}
+// one space and a value. The two admission lines are present exactly when
+// the checkpoint names a consumed admission (anchorOptional).
+var anchorLabels = [...]string{"receiver", "seq", "head", "state", "epoch_high_water", "admission_sha256", "admission_at",
+	"at", "key", "sig"}
+
+// anchorOptional is the index in anchorLabels of the first optional line,
+// and anchorOptionalN how many lines are optional together.
+const anchorOptional, anchorOptionalN = 5, 2
 
 // anchorMagic is the anchor file's first line, naming format and version.
 const anchorMagic = "kvfence checkpoint v2"
@@ -30,7 +36,7 @@ func (sc SignedCheckpoint) MarshalAnchor() ([]byte, error) {
 	if err := checkCheckpoint(&sc.Checkpoint); err != nil {
 		return nil, err
 	}
-	return appendAnchor(make([]byte, 0, 456+len(sc.Receiver)), &sc), nil
+	return appendAnchor(make([]byte, 0, 576+len(sc.Receiver)), &sc), nil
 }
 
 func appendAnchor(b []byte, sc *SignedCheckpoint) []byte {
@@ -40,6 +46,10 @@ func appendAnchor(b []byte, sc *SignedCheckpoint) []byte {
 	b = hex.AppendEncode(append(b, "\nhead "...), sc.Head[:])
 	b = hex.AppendEncode(append(b, "\nstate "...), sc.State[:])
 	b = strconv.AppendUint(append(b, "\nepoch_high_water "...), sc.EpochHighWater, 10)
+	if !sc.Admission.IsZero() {
+		b = hex.AppendEncode(append(b, "\nadmission_sha256 "...), sc.Admission.SHA256[:])
+		b = time.Unix(0, sc.Admission.At).UTC().AppendFormat(append(b, "\nadmission_at "...), time.RFC3339Nano)
+	}
 	b = time.Unix(0, sc.At).UTC().AppendFormat(append(b, "\nat "...), time.RFC3339Nano)
 	b = base64.RawStdEncoding.AppendEncode(append(b, "\nkey SHA256:"...), sc.Key[:])
 	b = base64.StdEncoding.AppendEncode(append(b, "\nsig "...), sc.Signature[:])
@@ -61,16 +71,24 @@ func ParseAnchor(data []byte) (SignedCheckpoint, error) {
 		return SignedCheckpoint{}, fmt.Errorf("%w: first line is not %q", ErrBadAnchor, anchorMagic)
 	}
 	var v [len(anchorLabels)]string
-	for i, label := range anchorLabels {
+	rec := false
+	for i, n := 0, 2; i < len(anchorLabels); i++ {
+		label := anchorLabels[i]
+		if i == anchorOptional {
+			if rec = bytes.HasPrefix(rest, []byte(label+" ")); !rec {
+				i += anchorOptionalN - 1
+				continue
+			}
+		}
 		line, after, ok := bytes.Cut(rest, []byte{'\n'})
 		if !ok {
-			return SignedCheckpoint{}, fmt.Errorf("%w: line %d: missing or unterminated %q line", ErrBadAnchor, i+2, label)
+			return SignedCheckpoint{}, fmt.Errorf("%w: line %d: missing or unterminated %q line", ErrBadAnchor, n, label)
 		}
 		val, ok := bytes.CutPrefix(line, []byte(label+" "))
 		if !ok {
-			return SignedCheckpoint{}, fmt.Errorf("%w: line %d: want %q line", ErrBadAnchor, i+2, label)
+			return SignedCheckpoint{}, fmt.Errorf("%w: line %d: want %q line", ErrBadAnchor, n, label)
 		}
-		v[i], rest = string(val), after
+		v[i], rest, n = string(val), after, n+1
 	}
 	if len(rest) != 0 {
 		return SignedCheckpoint{}, fmt.Errorf("%w: %d bytes after the last line", ErrBadAnchor, len(rest))
@@ -90,19 +108,29 @@ func ParseAnchor(data []byte) (SignedCheckpoint, error) {
 	if sc.EpochHighWater, err = strconv.ParseUint(v[4], 10, 64); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: epoch_high_water: %w", ErrBadAnchor, err)
 	}
-	t, err := time.Parse(time.RFC3339Nano, v[5])
+	if rec {
+		if err := decodeFixed(sc.Admission.SHA256[:], v[5], hex.DecodeString); err != nil {
+			return SignedCheckpoint{}, fmt.Errorf("%w: admission_sha256: %w", ErrBadAnchor, err)
+		}
+		t, err := time.Parse(time.RFC3339Nano, v[6])
+		if err != nil {
+			return SignedCheckpoint{}, fmt.Errorf("%w: admission_at: %w", ErrBadAnchor, err)
+		}
+		sc.Admission.At = t.UnixNano()
+	}
+	t, err := time.Parse(time.RFC3339Nano, v[7])
 	if err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: at: %w", ErrBadAnchor, err)
 	}
 	sc.At = t.UnixNano()
-	fp, ok := strings.CutPrefix(v[6], "SHA256:")
+	fp, ok := strings.CutPrefix(v[8], "SHA256:")
 	if !ok {
 		return SignedCheckpoint{}, fmt.Errorf("%w: key: not a SHA256: fingerprint", ErrBadAnchor)
 	}
 	if err := decodeFixed(sc.Key[:], fp, base64.RawStdEncoding.Strict().DecodeString); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: key: %w", ErrBadAnchor, err)
 	}
-	if err := decodeFixed(sc.Signature[:], v[7], base64.StdEncoding.Strict().DecodeString); err != nil {
+	if err := decodeFixed(sc.Signature[:], v[9], base64.StdEncoding.Strict().DecodeString); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: sig: %w", ErrBadAnchor, err)
 	}
 	if err := checkCheckpoint(&sc.Checkpoint); err != nil {
@@ -168,8 +196,18 @@ func checkSwap(cur, old *SignedCheckpoint, next *SignedCheckpoint, supersede boo
 		return nil
 	case next.Receiver != cur.Receiver:
 		return fmt.Errorf("%w: anchor is for receiver %q, new checkpoint for %q", ErrReceiverMismatch, cur.Receiver, next.Receiver)
+	case supersede && !cur.Admission.IsZero() && (next.Admission.IsZero() || next.Admission.At < cur.Admission.At):
+		// A recovery consumes an admission signed after the one the
+		// anchor names; one that would forget it reopens the replay.
+		return fmt.Errorf("%w: anchor records the admission signed at %s, new checkpoint %s",
+			ErrAnchorRegression, formatTime(cur.Admission.At), admissionText(next.Admission))
 	case supersede:
 		return nil
+	case next.Admission != cur.Admission:
+		// Only a recovery changes the consumed admission, and it
+		// supersedes; every other write carries it unchanged.
+		return fmt.Errorf("%w: anchor records %s, new checkpoint %s",
+			ErrAnchorRegression, admissionText(cur.Admission), admissionText(next.Admission))
 	case next.Seq < cur.Seq, next.Seq == cur.Seq && next.Head != cur.Head:
 		return fmt.Errorf("%w: anchor is at seq %d (%x), new checkpoint at seq %d (%x)",
 			ErrAnchorRegression, cur.Seq, cur.Head, next.Seq, next.Head)
@@ -178,6 +216,14 @@ func checkSwap(cur, old *SignedCheckpoint, next *SignedCheckpoint, supersede boo
 			ErrAnchorRegression, cur.EpochHighWater, next.EpochHighWater)
 	}
 	return nil
+}
+
+// admissionText describes a checkpoint's admission record for an error.
+func admissionText(r AdmissionRecord) string {
+	if r.IsZero() {
+		return "no consumed admission"
+	}
+	return fmt.Sprintf("the admission signed at %s (sha256 %x)", formatTime(r.At), r.SHA256[:])
 }
 
 // CheckAdvance reports whether next may replace c as the anchor under the
@@ -193,6 +239,16 @@ func (c Checkpoint) CheckAdvance(next Checkpoint) error {
 	}
 	cur := SignedCheckpoint{Checkpoint: c}
 	return checkSwap(&cur, &cur, &n, false)
+}
+
+// CheckSupersede reports whether next may supersede c as the anchor after a
+// recovery under the rules every AnchorStore applies: another receiver is
+// ErrReceiverMismatch, and a next that forgets the consumed admission c
+// names (it names none, or one signed earlier) is ErrAnchorRegression.
+// Seq, head and epoch high-water may move back.
+func (c Checkpoint) CheckSupersede(next Checkpoint) error {
+	n, cur := SignedCheckpoint{Checkpoint: next}, SignedCheckpoint{Checkpoint: c}
+	return checkSwap(&cur, &cur, &n, true)
 }
 
 // MemAnchor is an AnchorStore in memory, for tests. The zero value holds

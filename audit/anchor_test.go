@@ -39,17 +39,19 @@ func TestMarshalAnchor(t *testing.T) {
 // Ensure that every single-byte change of an anchor file is refused by the
 // parser or by the signature check.
 func TestParseAnchor_Mangling(t *testing.T) {
-	sc, _ := Sign(receiverKey, testCheckpoint())
-	text, _ := sc.MarshalAnchor()
-	mangle(text, func(i int, m []byte) {
-		got, err := ParseAnchor(m)
-		if err == nil {
-			err = got.Verify(pubOf(receiverKey))
-		}
-		if err == nil {
-			t.Fatalf("byte %d = %#x: accepted:\n%s", i, m[i], m)
-		}
-	})
+	for _, c := range []Checkpoint{testCheckpoint(), testCheckpointAdmission()} {
+		sc, _ := Sign(receiverKey, c)
+		text, _ := sc.MarshalAnchor()
+		mangle(text, func(i int, m []byte) {
+			got, err := ParseAnchor(m)
+			if err == nil {
+				err = got.Verify(pubOf(receiverKey))
+			}
+			if err == nil {
+				t.Fatalf("byte %d = %#x: accepted:\n%s", i, m[i], m)
+			}
+		})
+	}
 }
 
 // Ensure that ParseAnchor accepts one spelling per checkpoint only.

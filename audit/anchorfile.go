@@ -266,6 +266,29 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 		return fmt.Errorf("audit: anchor: %w", err)
 	}
 	memo.remember(1-i, slot, anchorSlot{gen: cur.gen + 1, sc: next})
+	if !supersede {
+		return nil
+	}
+	// A supersession leaves no slot older than itself: the slot it left
+	// would hold the superseded anchor, which damage to the new slot would
+	// make current again, and against which the recovery's admission, or
+	// a copy of the database from before it, would pass once more. So the
+	// new anchor is written a second time, at the next generation, into
+	// the other slot, once the first write is durable.
+	if cur.gen+1 == ^uint64(0) {
+		return fmt.Errorf("%w: %s: generation counter exhausted", ErrBadAnchor, f.Path)
+	}
+	again, err := appendSlot(buf.slot[:0], cur.gen+2, &next)
+	if err != nil {
+		return err
+	}
+	if err := file.writeAt(f.Path, again, int64(i)*AnchorSlotSize); err != nil {
+		return fmt.Errorf("audit: anchor superseded, but its copy over the superseded slot failed: %w", err)
+	}
+	if err := file.datasync(); err != nil {
+		return fmt.Errorf("audit: anchor superseded, but its copy over the superseded slot failed: %w", err)
+	}
+	memo.remember(i, again, anchorSlot{gen: cur.gen + 2, sc: next})
 	return nil
 }
 

@@ -407,12 +407,26 @@ func TestFileAnchor_SupersedeWinsByGeneration(t *testing.T) {
 	if err := fa.Supersede(at(8), at(3)); err != nil {
 		t.Fatal(err)
 	}
-	// Slot 0 now holds seq 3 at gen 3, slot 1 seq 8 at gen 2.
+	// Slot 0 now holds seq 3 at gen 3, and slot 1 holds it again at gen
+	// 4: the superseded seq 8 is in neither, so damage to one slot cannot
+	// bring it back.
 	data := readAnchor(t, fa)
 	t3, _ := at(3).MarshalAnchor()
-	t8, _ := at(8).MarshalAnchor()
-	if !bytes.Equal(data, append(wantSlot(3, t3), wantSlot(2, t8)...)) {
-		t.Fatalf("file after Supersede:\n%q", data)
+	if !bytes.Equal(data, append(wantSlot(3, t3), wantSlot(4, t3)...)) {
+		t.Fatalf("file after Supersede:\n%.300q", data)
+	}
+	for slot := range 2 {
+		damaged := bytes.Clone(data)
+		damaged[slot*AnchorSlotSize+200] ^= 1
+		if err := os.WriteFile(fa.Path, damaged, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := fa.Load(); err != nil || got != at(3) {
+			t.Fatalf("slot %d damaged after Supersede: Load = seq %d, %v; want seq 3", slot, got.Seq, err)
+		}
+	}
+	if err := os.WriteFile(fa.Path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	if got, err := fa.Load(); err != nil || got != at(3) {
 		t.Fatalf("Load = seq %d, %v; want seq 3", got.Seq, err)

@@ -14,7 +14,7 @@ import (
 // made for one kind of statement can never be taken for another.
 const (
 	checkpointPrefix = "kvfence/checkpoint/v2\n"
-	admissionPrefix  = "kvfence/admission/v2\n"
+	admissionPrefix  = "kvfence/admission/v3\n"
 )
 
 // MaxReceiverLen bounds a receiver id in bytes.
@@ -34,6 +34,44 @@ type Checkpoint struct {
 	State          Hash   // StateHash.Sum of the state as of Seq
 	EpochHighWater uint64 // highest epoch of any scope as of Seq
 	At             int64  // Unix nanoseconds, receiver clock
+	// Admission names the newest recovery admission this receiver
+	// consumed, zero if none: the recovery's checkpoint names it and every
+	// later checkpoint carries it unchanged, so that the anchor keeps
+	// saying which admission was used even where the database is put back
+	// to a copy from before the recovery.
+	Admission AdmissionRecord
+}
+
+// AdmissionRecord names a consumed recovery admission. The zero value
+// names none.
+type AdmissionRecord struct {
+	// SHA256 is the SHA-256 of the signed admission's bytes, as recovery
+	// was given them (SignedAdmission.Marshal), never all zero.
+	SHA256 Hash
+	// At is the admission's At: an admission signed at or before it is
+	// refused as well, as older than one already used.
+	At int64
+}
+
+// IsZero reports whether r names no admission.
+func (r AdmissionRecord) IsZero() bool { return r == AdmissionRecord{} }
+
+// Refuses returns an error wrapping ErrAdmissionReplayed if an admission
+// whose signed bytes hash to digest and which was signed at at is the one
+// r names or was signed no later than it; nil otherwise, and always for a
+// zero r.
+func (r AdmissionRecord) Refuses(digest Hash, at int64) error {
+	switch {
+	case r.IsZero():
+		return nil
+	case digest == r.SHA256:
+		return fmt.Errorf("%w: it is the admission (sha256 %x, signed at %s) that the receiver's signed checkpoint records as used",
+			ErrAdmissionReplayed, digest[:], formatTime(at))
+	case at <= r.At:
+		return fmt.Errorf("%w: it was signed at %s, not after the admission (sha256 %x, signed at %s) that the receiver's signed "+
+			"checkpoint records as the last one used", ErrAdmissionReplayed, formatTime(at), r.SHA256[:], formatTime(r.At))
+	}
+	return nil
 }
 
 // checkpointWire is the decoding target; Head is a slice so that a byte
@@ -45,6 +83,10 @@ type checkpointWire struct {
 	State          []byte `cbor:"state"`
 	Receiver       string `cbor:"receiver"`
 	EpochHighWater uint64 `cbor:"epoch_high_water"`
+	// The admission keys are optional; which are present is decided by
+	// re-encoding, so one without the other is refused.
+	AdmissionAt     int64  `cbor:"admission_at"`
+	AdmissionSHA256 []byte `cbor:"admission_sha256"`
 }
 
 func checkCheckpoint(c *Checkpoint) error {
@@ -53,6 +95,9 @@ func checkCheckpoint(c *Checkpoint) error {
 	}
 	if err := checkReceiver(c.Receiver); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
+	}
+	if c.Admission.SHA256 == (Hash{}) && c.Admission.At != 0 {
+		return fmt.Errorf("%w: an admission time without its digest", ErrBadCheckpoint)
 	}
 	return nil
 }
@@ -77,12 +122,21 @@ func checkReceiver(s string) error {
 }
 
 func appendCheckpoint(b []byte, c *Checkpoint) []byte {
-	b = appendHead(b, majorMap, 6)
+	rec := !c.Admission.IsZero()
+	if rec {
+		b = appendHead(b, majorMap, 8)
+	} else {
+		b = appendHead(b, majorMap, 6)
+	}
 	b = appendInt(append(b, keyAt...), c.At)
 	b = appendHead(append(b, keySeq...), majorUint, c.Seq)
 	b = appendBytes(append(b, "\x64head"...), c.Head[:])
 	b = appendBytes(append(b, "\x65state"...), c.State[:])
 	b = appendText(append(b, "\x68receiver"...), c.Receiver)
+	if rec {
+		b = appendInt(append(b, "\x6cadmission_at"...), c.Admission.At)
+		b = appendBytes(append(b, "\x70admission_sha256"...), c.Admission.SHA256[:])
+	}
 	return appendHead(append(b, "\x70epoch_high_water"...), majorUint, c.EpochHighWater)
 }
 
@@ -91,7 +145,7 @@ func checkpointMessage(c *Checkpoint) ([]byte, error) {
 	if err := checkCheckpoint(c); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, len(checkpointPrefix)+136+len(c.Receiver))
+	b := make([]byte, 0, len(checkpointPrefix)+200+len(c.Receiver))
 	return appendCheckpoint(append(b, checkpointPrefix...), c), nil
 }
 
@@ -105,6 +159,14 @@ func parseCheckpoint(raw []byte) (Checkpoint, error) {
 	}
 	c := Checkpoint{Receiver: w.Receiver, Seq: w.Seq, Head: Hash(w.Head), State: Hash(w.State),
 		EpochHighWater: w.EpochHighWater, At: w.At}
+	switch {
+	case w.AdmissionSHA256 == nil:
+		// An admission_at alone is not encoded back, and so refused below.
+	case len(w.AdmissionSHA256) != HashSize:
+		return Checkpoint{}, fmt.Errorf("%w: admission_sha256 is %d bytes, want %d", ErrBadCheckpoint, len(w.AdmissionSHA256), HashSize)
+	default:
+		c.Admission = AdmissionRecord{SHA256: Hash(w.AdmissionSHA256), At: w.AdmissionAt}
+	}
 	if err := checkCheckpoint(&c); err != nil {
 		return Checkpoint{}, err
 	}
@@ -187,7 +249,7 @@ func (sc SignedCheckpoint) Marshal() ([]byte, error) {
 	if err := checkCheckpoint(&sc.Checkpoint); err != nil {
 		return nil, err
 	}
-	body := appendCheckpoint(make([]byte, 0, 136+len(sc.Receiver)), &sc.Checkpoint)
+	body := appendCheckpoint(make([]byte, 0, 200+len(sc.Receiver)), &sc.Checkpoint)
 	return appendSigned(make([]byte, 0, 128+len(body)), keyCheckpoint, sc.Key, &sc.Signature, body), nil
 }
 

@@ -1,7 +1,10 @@
 package audit
 
 import (
+	"bytes"
 	"errors"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,6 +13,14 @@ import (
 
 func testCheckpoint() Checkpoint {
 	return Checkpoint{Receiver: testReceiver, Seq: 42, Head: Hash{0xde, 0xad}, State: Hash{0x57, 0xa7}, EpochHighWater: 7, At: t0 + 123456789}
+}
+
+// testCheckpointAdmission is testCheckpoint after a recovery: it names the
+// admission consumed.
+func testCheckpointAdmission() Checkpoint {
+	c := testCheckpoint()
+	c.Admission = AdmissionRecord{SHA256: Hash{0xad, 0x31}, At: t0 + 3600e9}
+	return c
 }
 
 // Ensure that a checkpoint verifies under its own key only.
@@ -75,8 +86,11 @@ func TestSign_Refuses(t *testing.T) {
 			}
 		})
 	}
-	c := testCheckpoint()
+	// The longest receiver, with the largest values and an admission
+	// record, still fits.
+	c := testCheckpointAdmission()
 	c.Receiver = strings.Repeat("é", MaxReceiverLen/2)
+	c.Seq, c.EpochHighWater, c.At, c.Admission.At = ^uint64(0), ^uint64(0), math.MinInt64, math.MinInt64
 	sc, err := Sign(receiverKey, c)
 	if err != nil {
 		t.Fatalf("longest receiver: %v", err)
@@ -86,31 +100,37 @@ func TestSign_Refuses(t *testing.T) {
 			t.Fatalf("longest receiver encodes to %d bytes: %v", len(b), err)
 		}
 	}
+	text, _ := sc.MarshalAnchor()
+	if got, err := ParseAnchor(text); err != nil || got != sc {
+		t.Fatalf("longest anchor round trip: %v", err)
+	}
 }
 
 // Ensure that every single-byte change of an encoded signed checkpoint is
 // refused by the decoder or by the signature check.
 func TestSignedCheckpoint_Mangling(t *testing.T) {
-	sc, err := Sign(receiverKey, testCheckpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := sc.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := ParseSignedCheckpoint(raw); err != nil || got != sc {
-		t.Fatalf("round trip: %+v, %v", got, err)
-	}
-	mangle(raw, func(i int, m []byte) {
-		got, err := ParseSignedCheckpoint(m)
-		if err == nil {
-			err = got.Verify(pubOf(receiverKey))
+	for _, c := range []Checkpoint{testCheckpoint(), testCheckpointAdmission()} {
+		sc, err := Sign(receiverKey, c)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err == nil {
-			t.Fatalf("byte %d = %#x: accepted", i, m[i])
+		raw, err := sc.Marshal()
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
+		if got, err := ParseSignedCheckpoint(raw); err != nil || got != sc {
+			t.Fatalf("round trip: %+v, %v", got, err)
+		}
+		mangle(raw, func(i int, m []byte) {
+			got, err := ParseSignedCheckpoint(m)
+			if err == nil {
+				err = got.Verify(pubOf(receiverKey))
+			}
+			if err == nil {
+				t.Fatalf("admission %v: byte %d = %#x: accepted", !c.Admission.IsZero(), i, m[i])
+			}
+		})
+	}
 }
 
 // Ensure that the signed checkpoint decoder refuses what is not exactly one
@@ -213,5 +233,178 @@ func BenchmarkSign(b *testing.B) {
 		if _, err := Sign(receiverKey, cp); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Ensure that the consumed admission a checkpoint names is part of what is
+// signed: it cannot be stripped, changed or half-spelled without the
+// decoder or the signature refusing it, and a checkpoint without it keeps
+// exactly the encoding it had before the field existed.
+func TestCheckpoint_AdmissionRecord(t *testing.T) {
+	sc, err := Sign(receiverKey, testCheckpointAdmission())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := sc.Admission
+	bare := sc
+	bare.Admission = AdmissionRecord{}
+	if err := bare.Verify(pubOf(receiverKey)); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("the record stripped, the signature kept: %v", err)
+	}
+	for name, edit := range map[string]func(*AdmissionRecord){
+		"later at":     func(r *AdmissionRecord) { r.At++ },
+		"earlier at":   func(r *AdmissionRecord) { r.At-- },
+		"other digest": func(r *AdmissionRecord) { r.SHA256[31] ^= 1 },
+	} {
+		edited := sc
+		edit(&edited.Admission)
+		if err := edited.Verify(pubOf(receiverKey)); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// The body with the record's keys cut out, or spelled apart: refused by
+	// the decoder, whatever the signature.
+	body := appendCheckpoint(nil, &sc.Checkpoint)
+	plain := appendCheckpoint(nil, &bare.Checkpoint)
+	atKey := appendInt([]byte("\x6cadmission_at"), rec.At)
+	shaKey := appendBytes([]byte("\x70admission_sha256"), rec.SHA256[:])
+	zeroKey := appendBytes([]byte("\x70admission_sha256"), make([]byte, 32))
+	shortKey := appendBytes([]byte("\x70admission_sha256"), rec.SHA256[:31])
+	cut := func(b []byte, n byte, extra ...[]byte) []byte { // plain with one more key, map size n
+		i := bytes.Index(plain, []byte("\x70epoch_high_water"))
+		out := append([]byte{0xa0 | n}, plain[1:i]...)
+		for _, e := range extra {
+			out = append(out, e...)
+		}
+		return append(out, plain[i:]...)
+	}
+	if !bytes.Equal(cut(plain, 8, atKey, shaKey), body) {
+		t.Fatalf("the test's spelling of the record is not the encoder's:\n%x\n%x", cut(plain, 8, atKey, shaKey), body)
+	}
+	for name, b := range map[string][]byte{
+		"admission_at only":       cut(plain, 7, atKey),
+		"admission_sha256 only":   cut(plain, 7, shaKey),
+		"zero digest":             cut(plain, 8, atKey, zeroKey),
+		"zero digest, no at":      cut(plain, 7, zeroKey),
+		"short digest":            cut(plain, 8, atKey, shortKey),
+		"keys in the wrong order": cut(plain, 8, shaKey, atKey),
+	} {
+		if _, err := parseCheckpoint(b); !errors.Is(err, ErrBadCheckpoint) {
+			t.Errorf("%s: %v, want ErrBadCheckpoint", name, err)
+		}
+	}
+	if _, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: 1, Admission: AdmissionRecord{At: 1}}); !errors.Is(err, ErrBadCheckpoint) {
+		t.Fatalf("Sign with an admission time but no digest: %v", err)
+	}
+	// The anchor file says the same, in two lines that come and go together.
+	text, err := sc.MarshalAnchor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ParseAnchor(text); err != nil || got != sc {
+		t.Fatalf("anchor round trip: %+v, %v", got, err)
+	}
+	lines := strings.SplitAfter(string(text), "\n")
+	if !strings.HasPrefix(lines[6], "admission_sha256 ad31") || lines[7] != "admission_at 2026-01-01T01:00:00Z\n" {
+		t.Fatalf("anchor lines 7 and 8: %q %q", lines[6], lines[7])
+	}
+	without := func(skip ...int) []byte {
+		var b []byte
+		for i, l := range lines {
+			if !slices.Contains(skip, i) {
+				b = append(b, l...)
+			}
+		}
+		return b
+	}
+	stripped, err := ParseAnchor(without(6, 7))
+	if err != nil {
+		t.Fatalf("anchor without the record lines does not parse as the plain form: %v", err)
+	}
+	if err := stripped.Verify(pubOf(receiverKey)); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("anchor with the record lines removed: %v", err)
+	}
+	for name, b := range map[string][]byte{"no admission_at line": without(7), "no admission_sha256 line": without(6)} {
+		if _, err := ParseAnchor(b); !errors.Is(err, ErrBadAnchor) {
+			t.Errorf("%s: %v, want ErrBadAnchor", name, err)
+		}
+	}
+}
+
+// Ensure that an admission record refuses the admission it names and every
+// one signed no later, and nothing else.
+func TestAdmissionRecord_Refuses(t *testing.T) {
+	rec := AdmissionRecord{SHA256: Hash{1}, At: t0}
+	for _, tc := range []struct {
+		name   string
+		rec    AdmissionRecord
+		digest Hash
+		at     int64
+		want   error
+	}{
+		{"no record", AdmissionRecord{}, Hash{1}, t0, nil},
+		{"the one named", rec, Hash{1}, t0, ErrAdmissionReplayed},
+		{"the one named, whatever its time", rec, Hash{1}, t0 + 1, ErrAdmissionReplayed},
+		{"another signed at the same time", rec, Hash{2}, t0, ErrAdmissionReplayed},
+		{"another signed before", rec, Hash{2}, t0 - 1, ErrAdmissionReplayed},
+		{"another signed after", rec, Hash{2}, t0 + 1, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.rec.Refuses(tc.digest, tc.at)
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("Refuses: %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// Ensure that an anchor store keeps the consumed admission: an ordinary
+// write must carry it unchanged, and a supersession may only name a later
+// one.
+func TestAnchorStore_KeepsAdmission(t *testing.T) {
+	at := func(seq uint64, rec AdmissionRecord) SignedCheckpoint {
+		c := Checkpoint{Receiver: testReceiver, Seq: seq, Head: Hash{byte(seq)}, EpochHighWater: 1, At: t0, Admission: rec}
+		sc, err := Sign(receiverKey, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sc
+	}
+	r1 := AdmissionRecord{SHA256: Hash{1}, At: t0}
+	r2 := AdmissionRecord{SHA256: Hash{2}, At: t0 + 1}
+	for _, tc := range []struct {
+		name      string
+		cur, next SignedCheckpoint
+		supersede bool
+		want      error
+	}{
+		{"carried", at(5, r1), at(6, r1), false, nil},
+		{"dropped", at(5, r1), at(6, AdmissionRecord{}), false, ErrAnchorRegression},
+		{"replaced by a write", at(5, r1), at(6, r2), false, ErrAnchorRegression},
+		{"added by a write", at(5, AdmissionRecord{}), at(6, r1), false, ErrAnchorRegression},
+		{"none, none", at(5, AdmissionRecord{}), at(6, AdmissionRecord{}), false, nil},
+		{"superseded by a later one", at(5, r1), at(3, r2), true, nil},
+		{"superseded, first one", at(5, AdmissionRecord{}), at(3, r1), true, nil},
+		{"superseded, dropped", at(5, r1), at(3, AdmissionRecord{}), true, ErrAnchorRegression},
+		{"superseded by an earlier one", at(5, r2), at(3, r1), true, ErrAnchorRegression},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var m MemAnchor
+			if err := m.Store(nil, tc.cur); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if tc.supersede {
+				err = m.Supersede(tc.cur, tc.next)
+			} else {
+				err = m.Store(&tc.cur, tc.next)
+				if cerr := tc.cur.CheckAdvance(tc.next.Checkpoint); !errors.Is(cerr, tc.want) || (tc.want == nil) != (cerr == nil) {
+					t.Errorf("CheckAdvance: %v, want %v", cerr, tc.want)
+				}
+			}
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("store: %v, want %v", err, tc.want)
+			}
+		})
 	}
 }

@@ -91,14 +91,23 @@
 // # Checkpoint Format
 //
 // A checkpoint ([Checkpoint]) is a map with these keys, in this order, all
-// required:
+// required but the two admission keys:
 //
 //	at                int   Unix nanoseconds, receiver clock
 //	seq               uint  the head's seq, at least 1
 //	head              bstr  32 bytes: the head's hash
 //	state             bstr  32 bytes: the state digest's sum (State Digest)
 //	receiver          tstr  the receiver id
+//	admission_at      int   the consumed admission's at
+//	admission_sha256  bstr  32 bytes, not all zero: the consumed admission's
+//	                        SHA-256, over its signed bytes
 //	epoch_high_water  uint  no scope's epoch was higher at seq
+//
+// The admission keys ([Checkpoint.Admission], [AdmissionRecord]) are both
+// present or both absent: present from the checkpoint a recovery signs on,
+// naming the recovery admission it consumed, and carried unchanged by
+// every later checkpoint until another recovery names a later one. See
+// Admission Format for why.
 //
 // The receiver id is 1 to [MaxReceiverLen] bytes of UTF-8 without control
 // characters (U+0000 to U+001F and U+007F), so that it fits on one line of the
@@ -109,6 +118,22 @@
 //	65 73 74 61 74 65 58 20 00 … 00
 //	68 72 65 63 65 69 76 65 72 61 72
 //	70 65 70 6f 63 68 5f 68 69 67 68 5f 77 61 74 65 72 01
+//
+// The same checkpoint naming an admission signed at 3600000000000 whose
+// digest is 32 bytes of 0xad has eight pairs (a8 in place of a6), and these
+// two between receiver and epoch_high_water:
+//
+//	6c 61 64 6d 69 73 73 69 6f 6e 5f 61 74  1b 00 00 03 46 30 b8 a0 00
+//	70 61 64 6d 69 73 73 69 6f 6e 5f 73 68 61 32 35 36  58 20  ad … ad
+//
+// The admission keys were added to the second version rather than making a
+// third: a checkpoint that names no admission is byte for byte what it was,
+// so the anchors and databases written before stay valid, and their lack
+// of a record is true of them, since no admission that predates the keys
+// is accepted any longer (an admission of the second format is refused,
+// see Admission Format). A reader from before the keys refuses a
+// checkpoint that has them, as an unknown key, rather than reading it
+// without them.
 //
 // This is the second version of the checkpoint: the first had no state, and
 // its signatures used the prefix "kvfence/checkpoint/v1\n". A first-version
@@ -178,8 +203,8 @@
 // message:
 //
 //	checkpoint:             "kvfence/checkpoint/v2\n" || checkpoint bytes
-//	admission:              "kvfence/admission/v2\n" || admission bytes
-//	lost-anchor admission:  "kvfence/reanchor/v2\n" || admission bytes
+//	admission:              "kvfence/admission/v3\n" || admission bytes
+//	lost-anchor admission:  "kvfence/reanchor/v3\n" || admission bytes
 //	archive statement:      "kvfence/archive/v1\n" || statement bytes
 //
 // The prefixes make a signature on one kind of statement worthless as any
@@ -209,9 +234,9 @@
 // # Anchor File Format
 //
 // An anchor ([SignedCheckpoint.MarshalAnchor], [ParseAnchor]) is one signed
-// checkpoint as nine lines of UTF-8 text, each ended by one line feed
-// (0x0a); after the first, each line is a label, one space (0x20) and a
-// value:
+// checkpoint as nine lines of UTF-8 text, or eleven for a checkpoint that
+// names a consumed admission, each ended by one line feed (0x0a); after the
+// first, each line is a label, one space (0x20) and a value:
 //
 //	kvfence checkpoint v2
 //	receiver receiver-1
@@ -222,6 +247,11 @@
 //	at 2026-01-01T00:00:00.123456789Z
 //	key SHA256:fe85JkIjo8VPe+XqXJGH5Mau1EMFdK1OdKvJUFicyA8
 //	sig z+WtodMcIoZtG6+lchq3vczQVKnH/bIHvNqKsnyo7G8CW5jrE5ML1JMWWn4h24+61VlQfOlDmyXJEGj2Z0IMCA==
+//
+// A checkpoint that names a consumed admission has two more lines, in
+// this order, between epoch_high_water and at: "admission_sha256" and 64
+// lower-case hex digits, and "admission_at" and the admission's at in the
+// form of the at line. The two come together or not at all.
 //
 // The receiver is the id as is; seq and epoch_high_water are decimal without
 // sign or leading zeros; head and state are 64 lower-case hex digits each; at is RFC 3339 in
@@ -299,14 +329,27 @@
 // smaller seq, with the same seq and another head, or with a smaller epoch
 // high-water ([ErrAnchorRegression]), and one for another receiver
 // ([ErrReceiverMismatch]). Only [AnchorStore.Supersede], after a verified
-// recovery admission, moves an anchor back. Loading never creates an anchor: a
+// recovery admission, moves an anchor back. Every store also keeps the
+// consumed admission a checkpoint names: [AnchorStore.Store] refuses a
+// checkpoint whose admission record differs from the anchor's, dropped or
+// replaced ([ErrAnchorRegression]), and [AnchorStore.Supersede] one that
+// names none, or an earlier one, where the anchor names one. Loading never creates an anchor: a
 // missing anchor is [ErrAnchorMissing], never an occasion to initialise one;
 // after init, only a verified lost-anchor admission leads the receiver to
 // store an anchor where there is none ([AnchorStore.Store] with a nil old).
 //
 // [FileAnchor] writes the slot that is not current, in place, under an
 // exclusive lock on the file; the current slot is never written, so a crash
-// leaves the new anchor or the previous one, never a mix or none. It refuses
+// leaves the new anchor or the previous one, never a mix or none. A
+// supersession then writes the new anchor a second time, at the next
+// generation, into the other slot, so that no slot holds the superseded
+// anchor: damage to one slot would otherwise make it current again, and a
+// copy of the database from before the recovery would pass against it
+// with the recovery's own admission. A crash during that second write
+// leaves the superseded slot damaged beside the recovery's anchor, which
+// the rule below reads as a suspected rollback of a database at the
+// recovery's head; a new admission, or the file moved aside and a
+// lost-anchor admission, is then the way back. It refuses
 // symbolic links, directories and other non-regular files
 // ([ErrAnchorNotRegular]), files writable by group or others
 // ([ErrAnchorPermissions]) and damaged files ([ErrBadAnchor]), and never
@@ -344,12 +387,14 @@
 //
 // # Admission Format
 //
-// An admission ([Admission]) is one of two kinds, each a map of eight
+// An admission ([Admission]) is one of two kinds, each a map of nine
 // pairs. An ordinary admission, which supersedes an anchor, has these keys,
 // in this order, all required:
 //
 //	at               int   Unix nanoseconds, recovery operator's clock
 //	reason           tstr  1 to MaxReasonLen bytes
+//	expires          int   Unix nanoseconds, recovery operator's clock:
+//	                       after at, at most MaxAdmissionValidity after it
 //	receiver         tstr  the receiver id
 //	admitted_seq     uint  the database head's seq, at least 1
 //	admitted_head    bstr  32 bytes: the database head's hash
@@ -362,6 +407,7 @@
 //
 //	at               int   Unix nanoseconds, recovery operator's clock
 //	reason           tstr  1 to MaxReasonLen bytes
+//	expires          int   as above
 //	receiver         tstr  the receiver id
 //	epoch_floor      uint  the operator's highest known epoch; 0 allowed
 //	lost_anchor      true  the simple value true (f5), nothing else
@@ -377,12 +423,15 @@
 // lost_anchor true and no superseded key; an ordinary one carries neither
 // lost_anchor nor epoch_floor. Any mix (lost_anchor false, a zero
 // superseded anchor, an epoch floor beside a superseded anchor) is refused.
-// At 0, reason "r", receiver "r", epoch floor 7 and head seq 1 with a zero
-// hash and a zero state, a lost-anchor admission is these 162 bytes:
+// At 0, reason "r", expiry an hour later, receiver "r", epoch floor 7 and
+// head seq 1 with a zero hash and a zero state, a lost-anchor admission is
+// these 179 bytes:
 //
-//	a8                                          map of 8 pairs
+//	a9                                          map of 9 pairs
 //	62 61 74  00                                "at"             0
 //	66 72 65 61 73 6f 6e  61 72                 "reason"         "r"
+//	67 65 78 70 69 72 65 73                     "expires"
+//	    1b 00 00 03 46 30 b8 a0 00              3600000000000
 //	68 72 65 63 65 69 76 65 72  61 72           "receiver"       "r"
 //	6b 65 70 6f 63 68 5f 66 6c 6f 6f 72  07     "epoch_floor"    7
 //	6b 6c 6f 73 74 5f 61 6e 63 68 6f 72  f5     "lost_anchor"    true
@@ -404,6 +453,46 @@
 // that its signer believed so, and the epoch floor the signer chose,
 // because without its anchor nothing vouches for the database's own epoch
 // high-water.
+//
+// An admission is a bearer token for the state it names: whoever holds it
+// and a copy of that state can present both. Two things bound its use.
+//
+// It expires. [Admission.CheckTime] refuses it at and after expires by the
+// clock of the machine that applies it ([ErrAdmissionExpired]), and refuses
+// one whose at is more than [MaxAdmissionSkew] ahead of that clock
+// ([ErrAdmissionNotYetValid]): a signer's clock that runs ahead would
+// otherwise stretch the validity on the applying machine by as much. Both
+// clocks are trusted for this and nothing else; whoever sets the applying
+// machine's clock back extends the validity. This is the third format of
+// the admission: the second had no expiry, and so was valid forever. Its
+// admissions are refused ([ErrAdmissionV2]), never read as ones that do
+// not expire, and the signature prefixes changed with it, so no
+// second-format signature verifies over a third-format body.
+//
+// It is consumed. The checkpoint a recovery signs names the admission it
+// applied (admission_sha256 and admission_at, Checkpoint Format), and so
+// does every later checkpoint, carried unchanged; the anchor stores refuse
+// to drop it (Anchor Rules). A recovery refuses an admission that the
+// current anchor, the damaged slot beside it if that still verifies, or
+// the database's own newest checkpoint names, and one whose at is not
+// after the named one's ([AdmissionRecord.Refuses], [ErrAdmissionReplayed]):
+// a second use, or the use of an older admission, is refused while the
+// anchor that the recovery wrote, or any later one, survives. The record
+// is in the checkpoint, signed by the receiver's key, because the
+// checkpoint is the one statement that both the anchor and the database
+// carry and that nobody without that key can write: a record in the
+// database alone would be lost with a copy put back from before the
+// recovery, and the anchor holds nothing but a signed checkpoint. The
+// digest names the admission exactly; at orders admissions, since one
+// signed before a consumed one was signed against a state that the
+// consumed one has since superseded.
+//
+// What this cannot do: whoever deletes the anchor (or replaces the file
+// with an old copy) and puts back the database the admission names
+// presents exactly the state the admission was signed for, with nothing
+// left that says it was used. Until it expires, the admission then
+// re-admits that copy once more, with every scope held above the floor
+// and every grant revoked; after it expires, it cannot.
 //
 // # Archive Format
 //

@@ -91,6 +91,24 @@ var (
 // or an ordinary one where there is no anchor to supersede.
 var ErrAdmissionMismatch = errors.New("audit: admission does not match")
 
+// Errors of an admission's validity and use.
+var (
+	// ErrAdmissionV2 means an admission is in the second format, which had
+	// no expiry and so could be applied at any time after it was signed.
+	// It is refused, never read as an admission that does not expire.
+	ErrAdmissionV2 = errors.New("audit: admission format v2 has no expiry; have the recovery key holder sign a new one")
+	// ErrAdmissionExpired means an admission is past its expiry by the
+	// clock of the machine that applies it.
+	ErrAdmissionExpired = errors.New("audit: admission expired")
+	// ErrAdmissionNotYetValid means an admission was signed further ahead
+	// of the applying machine's clock than MaxAdmissionSkew.
+	ErrAdmissionNotYetValid = errors.New("audit: admission signed in the future")
+	// ErrAdmissionReplayed means a recovery admission is the one that a
+	// signed checkpoint of the receiver records as consumed, or was signed
+	// no later than it: it was used already, or is older than one that was.
+	ErrAdmissionReplayed = errors.New("audit: admission already consumed")
+)
+
 // RollbackError reports a database whose chain ends before its anchor.
 // It matches ErrRollbackDetected.
 type RollbackError struct {

@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 )
@@ -194,7 +195,8 @@ func ExampleSignAdmission() {
 	head := audit.Head{Seq: 7, Hash: audit.Hash{7}}
 	state := audit.Hash{0x57} // the sum of the database's StateHash
 	sa, err := audit.SignAdmission(recovery, audit.Admission{Receiver: "receiver-1", SupersededAnchor: anchor,
-		AdmittedHead: head, AdmittedState: state, At: 1767225600e9, Reason: "restored from backup after disk loss"})
+		AdmittedHead: head, AdmittedState: state, At: 1767225600e9, Expires: 1767225600e9 + int64(time.Hour),
+		Reason: "restored from backup after disk loss"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -204,8 +206,14 @@ func ExampleSignAdmission() {
 	fmt.Println(got.Verify(recovery.Public().(ed25519.PublicKey)))
 	fmt.Println(got.Check("receiver-1", anchor, head, state))
 	fmt.Println(errors.Is(got.Check("receiver-1", anchor, audit.Head{Seq: 9}, state), audit.ErrAdmissionMismatch))
+	// It is valid for an hour after it was signed, on the clock of the
+	// machine that applies it.
+	fmt.Println(got.CheckTime(time.Unix(1767225600+1800, 0)))
+	fmt.Println(errors.Is(got.CheckTime(time.Unix(1767225600+3600, 0)), audit.ErrAdmissionExpired))
 	// Output:
 	// <nil>
+	// <nil>
+	// true
 	// <nil>
 	// true
 }
@@ -218,7 +226,8 @@ func ExampleSignAdmission_lostAnchor() {
 	head := audit.Head{Seq: 7, Hash: audit.Hash{7}}
 	state := audit.Hash{0x57}
 	sa, err := audit.SignAdmission(recovery, audit.Admission{Receiver: "receiver-1", LostAnchor: true,
-		AdmittedHead: head, AdmittedState: state, EpochFloor: 40, At: 1767225600e9, Reason: "anchor volume lost"})
+		AdmittedHead: head, AdmittedState: state, EpochFloor: 40, At: 1767225600e9, Expires: 1767225600e9 + int64(time.Hour),
+		Reason: "anchor volume lost"})
 	if err != nil {
 		log.Fatal(err)
 	}

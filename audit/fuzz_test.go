@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
@@ -57,6 +58,9 @@ func FuzzParseSignedCheckpoint(f *testing.F) {
 	f.Add(raw[:len(raw)-1])
 	f.Add(append(bytes.Clone(raw), 0))
 	f.Add([]byte{0xa0})
+	sr, _ := Sign(receiverKey, testCheckpointAdmission())
+	rawRec, _ := sr.Marshal()
+	f.Add(rawRec)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		sc, err := ParseSignedCheckpoint(raw)
 		if err != nil {
@@ -87,6 +91,10 @@ func FuzzParseAnchor(f *testing.F) {
 	f.Add(bytes.Replace(text, []byte("Z\n"), []byte("+00:00\n"), 1))
 	f.Add([]byte(anchorMagic + "\n"))
 	f.Add([]byte{})
+	sr, _ := Sign(receiverKey, testCheckpointAdmission())
+	textRec, _ := sr.MarshalAnchor()
+	f.Add(textRec)
+	f.Add(bytes.Replace(textRec, []byte("\nadmission_at "), []byte("\nadmission_at  "), 1))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sc, err := ParseAnchor(data)
 		if err != nil {
@@ -115,6 +123,10 @@ func FuzzParseSignedAdmission(f *testing.F) {
 	f.Add(raw[:len(raw)-1])
 	f.Add(append(bytes.Clone(raw), 0))
 	f.Add([]byte{0xa0})
+	// The second format, without an expiry: refused, and a nearby seed.
+	if v2, err := os.ReadFile("testdata/format/admission-v2.cbor"); err == nil {
+		f.Add(v2)
+	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		sa, err := ParseSignedAdmission(raw)
 		if err != nil {
@@ -139,7 +151,7 @@ func FuzzParseLostAnchorAdmission(f *testing.F) {
 	raw, _ := sa.Marshal()
 	f.Add(raw)
 	f.Add(appendSigned(nil, keyAdmission, sa.Key, &sa.Signature, appendAdmission(nil, &Admission{Receiver: "r",
-		LostAnchor: true, AdmittedHead: Head{Seq: 1}, Reason: "r"})))
+		LostAnchor: true, AdmittedHead: Head{Seq: 1}, Expires: 1, Reason: "r"})))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		sa, err := ParseSignedAdmission(raw)
 		if err != nil {

@@ -150,11 +150,19 @@ func TestGolden_Formats(t *testing.T) {
 		t.Fatal(err)
 	}
 	lostAnchor, _ := la.Marshal()
+	sr, err := Sign(receiverKey, testCheckpointAdmission())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cborRec, _ := sr.Marshal()
+	anchorRec, _ := sr.MarshalAnchor()
 	golden(t, "format/entry.cbor", entry)
 	golden(t, "format/checkpoint.cbor", cbor)
 	golden(t, "format/anchor", anchor)
 	golden(t, "format/admission.cbor", adm)
 	golden(t, "format/admission-lost-anchor.cbor", lostAnchor)
+	golden(t, "format/checkpoint-admission.cbor", cborRec)
+	golden(t, "format/anchor-admission", anchorRec)
 
 	read := func(name string) []byte {
 		b, err := os.ReadFile(filepath.Join("testdata/format", name))
@@ -168,9 +176,14 @@ func TestGolden_Formats(t *testing.T) {
 	}
 	for name, parse := range map[string]func([]byte) (SignedCheckpoint, error){
 		"checkpoint.cbor": ParseSignedCheckpoint, "anchor": ParseAnchor,
+		"checkpoint-admission.cbor": ParseSignedCheckpoint, "anchor-admission": ParseAnchor,
 	} {
-		if got, err := parse(read(name)); err != nil || got.Verify(pubOf(receiverKey)) != nil {
+		got, err := parse(read(name))
+		if err != nil || got.Verify(pubOf(receiverKey)) != nil {
 			t.Errorf("%s: %v", name, err)
+		}
+		if rec := strings.Contains(name, "admission"); got.Admission.IsZero() == rec {
+			t.Errorf("%s: admission record %+v", name, got.Admission)
 		}
 	}
 	for name, lost := range map[string]bool{"admission.cbor": false, "admission-lost-anchor.cbor": true} {

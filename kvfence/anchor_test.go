@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
@@ -173,7 +174,7 @@ func TestRecover(t *testing.T) {
 		}
 		return raw
 	}
-	good := audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor, AdmittedHead: q.Head, AdmittedState: q.State, At: clock.Now().UnixNano(), Reason: "restored from backup"}
+	good := audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor, AdmittedHead: q.Head, AdmittedState: q.State, At: clock.Now().UnixNano(), Expires: clock.Now().Add(time.Hour).UnixNano(), Reason: "restored from backup"}
 	ropts := RecoverOptions{Key: testKey, Anchor: anchor, RecoveryKey: recoveryKey.Public().(ed25519.PublicKey), Now: clock.Now}
 	otherHead := good
 	otherHead.AdmittedHead.Seq++

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
@@ -178,7 +179,7 @@ func TestOpen_RestoredToPreviousWriteWithDamagedSlot(t *testing.T) {
 				t.Fatalf("Inspect = %+v, %v", q, err)
 			}
 			sa, err := audit.SignAdmission(recoveryKey, audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor,
-				AdmittedHead: q.Head, AdmittedState: q.State, At: clock.Now().UnixNano(), Reason: "restored with a damaged anchor slot"})
+				AdmittedHead: q.Head, AdmittedState: q.State, At: clock.Now().UnixNano(), Expires: clock.Now().Add(time.Hour).UnixNano(), Reason: "restored with a damaged anchor slot"})
 			if err != nil {
 				t.Fatal(err)
 			}

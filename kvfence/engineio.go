@@ -67,6 +67,10 @@ func (r *Receiver) newWtx(tx engine.Tx) (*wtx, error) {
 		return nil, chainErr(r.path, err)
 	}
 	state, sum := r.state, r.stateSum
+	// Every checkpoint carries the consumed admission that the anchor
+	// names (audit.Checkpoint.Admission); anchor stores refuse one that
+	// drops it.
+	admission := r.anchorNow().Admission
 	if head != r.head {
 		if state, err = storedState(tx); err != nil {
 			return nil, err
@@ -75,8 +79,17 @@ func (r *Receiver) newWtx(tx engine.Tx) (*wtx, error) {
 		if err := r.checkForeignHead(tx, head, sum); err != nil {
 			return nil, err
 		}
+		// The checkpoint just checked is this receiver's, of this head:
+		// its record is the newest, whatever this process last saw.
+		latest, err := latestCheckpoint(tx)
+		if err != nil {
+			return nil, err
+		}
+		admission = latest.Admission
 	}
-	return &wtx{tx: tx, chain: auditChain.NewWriter(tx, head), faults: &r.faults, state: state, stateSum: sum}, nil
+	w := &wtx{tx: tx, chain: auditChain.NewWriter(tx, head), faults: &r.faults, state: state, stateSum: sum}
+	w.chain.Carry(admission)
+	return w, nil
 }
 
 // checkForeignHead accepts a head that this process did not commit, and

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
@@ -76,7 +77,7 @@ func (f *fixture) lostAnchorAdmission(floor uint64) audit.Admission {
 		f.t.Fatal(err)
 	}
 	return audit.Admission{Receiver: q.Receiver, LostAnchor: true, AdmittedHead: q.Head, AdmittedState: q.State, EpochFloor: floor,
-		At: f.clock.Now().UnixNano(), Reason: "anchor volume lost"}
+		At: f.clock.Now().UnixNano(), Expires: f.clock.Now().Add(time.Hour).UnixNano(), Reason: "anchor volume lost"}
 }
 
 func (f *fixture) recoverOpts() RecoverOptions {
@@ -164,9 +165,10 @@ func TestRecover_LostAnchor(t *testing.T) {
 }
 
 // Ensure that a lost-anchor admission works once: presented again while
-// the new anchor exists it is refused, and after the anchor is deleted
-// again it is refused too, because the database head has moved past the
-// one it names. Neither refusal changes anything.
+// the new anchor exists it is refused, because the anchor names it as
+// consumed, and after the anchor is deleted again it is refused too,
+// because the database's own checkpoint names it (and its head has moved
+// past the one it names). Neither refusal changes anything.
 func TestRecover_LostAnchorNotReplayable(t *testing.T) {
 	f, _ := lostAnchorFixture(t)
 	adm := signed(t, recoveryKey, f.lostAnchorAdmission(10))
@@ -177,8 +179,8 @@ func TestRecover_LostAnchorNotReplayable(t *testing.T) {
 	q, _ := InspectDatabase(f.path)
 
 	_, err := Recover(f.path, adm, f.recoverOpts())
-	if !errors.Is(err, ErrAnchorPresent) || !errors.Is(err, audit.ErrAdmissionMismatch) || !IsIntegrityError(err) {
-		t.Fatalf("replay with the anchor present: %v, want ErrAnchorPresent and ErrAdmissionMismatch", err)
+	if !errors.Is(err, audit.ErrAdmissionReplayed) || !IsIntegrityError(err) {
+		t.Fatalf("replay with the anchor present: %v, want ErrAdmissionReplayed", err)
 	}
 	if b, _ := os.ReadFile(f.anchor.Path); !bytes.Equal(b, anchorAfter) {
 		t.Fatal("the refused replay changed the anchor")
@@ -186,8 +188,8 @@ func TestRecover_LostAnchorNotReplayable(t *testing.T) {
 	if err := os.Remove(f.anchor.Path); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Recover(f.path, adm, f.recoverOpts()); !errors.Is(err, audit.ErrAdmissionMismatch) || errors.Is(err, ErrAnchorPresent) {
-		t.Fatalf("replay after deleting the anchor again: %v, want ErrAdmissionMismatch for the head", err)
+	if _, err := Recover(f.path, adm, f.recoverOpts()); !errors.Is(err, audit.ErrAdmissionReplayed) || errors.Is(err, ErrAnchorPresent) {
+		t.Fatalf("replay after deleting the anchor again: %v, want ErrAdmissionReplayed", err)
 	}
 	if q2, _ := InspectDatabase(f.path); q2 != q {
 		t.Fatalf("a refused replay changed the database: %+v, was %+v", q2, q)

@@ -102,7 +102,7 @@ func TestOpen_RestoredStoreIsRollbackAndRecovers(t *testing.T) {
 			t.Fatal(err)
 		}
 		adm := signed(t, recoveryKey, audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
-			AdmittedState: q.State, At: clock.Now().UnixNano(), Reason: "restored from before the hold"})
+			AdmittedState: q.State, At: clock.Now().UnixNano(), Expires: clock.Now().Add(time.Hour).UnixNano(), Reason: "restored from before the hold"})
 		rr, err := s.recover(t, adm, RecoverOptions{Key: testKey, Anchor: anchor, RecoveryKey: recoveryPub, Now: clock.Now})
 		if err != nil {
 			t.Fatalf("Recover: %v", err)

@@ -162,7 +162,8 @@ type RecoverOptions struct {
 	// must equal the one recorded at Init: a database cannot vouch for
 	// its own recovery key.
 	RecoveryKey ed25519.PublicKey
-	// Now is the receiver's clock. Nil means time.Now.
+	// Now is the receiver's clock, and the one the admission's expiry is
+	// checked against. Nil means time.Now.
 	Now func() time.Time
 	// LockTimeout is as in Options.
 	LockTimeout time.Duration
@@ -208,8 +209,17 @@ type RecoverResult struct {
 // epoch high-water or the admission's epoch floor, holds every scope,
 // clears every active grant and marks every grant record revoked; then it
 // writes the anchor. A grant minted before the recovery can therefore
-// never be used again, and the admission cannot be used twice: the
-// database head has moved past the one it names, and an anchor exists.
+// never be used again.
+//
+// An admission is refused once it has expired by opts.Now, or if it was
+// signed more than audit.MaxAdmissionSkew ahead of it
+// (audit.ErrAdmissionExpired, audit.ErrAdmissionNotYetValid). The
+// recovery's checkpoint names the admission (audit.AdmissionRecord), and
+// every later one carries it, so an admission that the anchor, a damaged
+// anchor slot that still verifies, or the database's newest checkpoint
+// names, or one signed no later, is refused (audit.ErrAdmissionReplayed):
+// an admission is used once while the anchor its recovery wrote, or a
+// later one, survives.
 //
 // If the anchor write fails after the commit, the error says so; the
 // database is then ahead of the admission, and a new admission for the
@@ -244,6 +254,13 @@ func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*
 	if err := sa.Verify(opts.RecoveryKey); err != nil {
 		return RecoverResult{}, err
 	}
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	if err := sa.CheckTime(now()); err != nil {
+		return RecoverResult{}, err
+	}
 	r, err := open(&Options{Key: opts.Key, Now: opts.Now, LockTimeout: opts.LockTimeout, anchorUnchecked: true})
 	if err != nil {
 		return RecoverResult{}, err
@@ -253,33 +270,45 @@ func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*
 		return RecoverResult{}, fmt.Errorf("%w: the recovery key given is not the one recorded at init", audit.ErrBadSignature)
 	}
 	digest := sha256.Sum256(admission)
-	var rc recovery
+	consumed := audit.AdmissionRecord{SHA256: digest, At: sa.At}
+	// The database's own newest checkpoint may say that this admission was
+	// used; a copy put back from before the recovery does not, which is
+	// why the anchor is asked as well, below.
+	if latest, err := r.latestSigned(); err == nil {
+		if err := r.checkNotConsumed(consumed, "the database's newest checkpoint", latest); err != nil {
+			return RecoverResult{}, err
+		}
+	}
+	rc := recovery{consumed: consumed, reason: sa.Reason}
 	var old *audit.SignedCheckpoint
 	if sa.LostAnchor {
-		if err := checkAnchorLost(path, opts.Anchor); err != nil {
+		if err := r.checkAnchorLost(path, opts.Anchor, consumed); err != nil {
 			return RecoverResult{}, err
 		}
 		if err := sa.CheckLostAnchor(r.id, r.head, r.stateSum); err != nil {
 			return RecoverResult{}, err
 		}
-		rc = recovery{kind: KindReanchored, floor: sa.EpochFloor, reason: sa.Reason,
-			detail: fmt.Sprintf("lost anchor; admitted head %v; epoch floor %d; admission sha256 %x",
-				sa.AdmittedHead, sa.EpochFloor, digest)}
+		rc.kind, rc.floor = KindReanchored, sa.EpochFloor
+		rc.detail = fmt.Sprintf("lost anchor; admitted head %v; epoch floor %d; admission sha256 %x",
+			sa.AdmittedHead, sa.EpochFloor, digest)
 	} else {
-		a, err := opts.Anchor.Load()
+		a, damage, err := audit.LoadWithDamage(opts.Anchor)
 		if err != nil {
 			return RecoverResult{}, fmt.Errorf("kvfence: %s: anchor: %w", path, err)
 		}
 		if err := a.Verify(r.pub); err != nil {
 			return RecoverResult{}, fmt.Errorf("kvfence: %s: anchor: %w", path, err)
 		}
+		if err := r.checkAnchorNotConsumed(path, a, damage, consumed); err != nil {
+			return RecoverResult{}, err
+		}
 		if err := sa.Admission.Check(r.id, audit.Head{Seq: a.Seq, Hash: a.Head}, r.head, r.stateSum); err != nil {
 			return RecoverResult{}, err
 		}
 		old = &a
-		rc = recovery{kind: KindRecovered, floor: a.EpochHighWater, reason: sa.Reason,
-			detail: fmt.Sprintf("superseded anchor %v; admitted head %v; admission sha256 %x",
-				sa.SupersededAnchor, sa.AdmittedHead, digest)}
+		rc.kind, rc.floor = KindRecovered, a.EpochHighWater
+		rc.detail = fmt.Sprintf("superseded anchor %v; admitted head %v; admission sha256 %x",
+			sa.SupersededAnchor, sa.AdmittedHead, digest)
 	}
 	res, sc, err := r.applyRecovery(&rc, opts.Key)
 	if err != nil {
@@ -298,10 +327,56 @@ func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*
 	return res, nil
 }
 
+// checkNotConsumed refuses the admission that consumed names if sc, when
+// it is this receiver's signed checkpoint, records it or a later one as
+// consumed; where names sc in the error.
+func (r *Receiver) checkNotConsumed(consumed audit.AdmissionRecord, where string, sc audit.SignedCheckpoint) error {
+	if sc.Verify(r.pub) != nil || sc.Receiver != r.id {
+		// Not signed by this receiver, it says nothing either way; the
+		// checks that follow judge the database and the anchor.
+		return nil
+	}
+	if err := sc.Admission.Refuses(consumed.SHA256, consumed.At); err != nil {
+		return fmt.Errorf("%w (%s, seq %d)", err, where, sc.Seq)
+	}
+	return nil
+}
+
+// latestSigned returns the database's own newest signed checkpoint.
+func (r *Receiver) latestSigned() (sc audit.SignedCheckpoint, err error) {
+	err = r.view(func(tx engine.Tx) error {
+		sc, err = latestCheckpoint(tx)
+		return err
+	})
+	return sc, err
+}
+
+// checkAnchorNotConsumed refuses an admission that the anchor a, or the
+// damaged slot beside it if it still holds this receiver's checkpoint,
+// records as consumed (or one signed before that).
+func (r *Receiver) checkAnchorNotConsumed(path string, a audit.SignedCheckpoint, damage *audit.SlotDamage,
+	consumed audit.AdmissionRecord) error {
+	if err := r.checkNotConsumed(consumed, "the anchor", a); err != nil {
+		return fmt.Errorf("kvfence: %s: %w", path, err)
+	}
+	if damage != nil && damage.Anchor != nil {
+		if err := r.checkNotConsumed(consumed, "the anchor's damaged slot", *damage.Anchor); err != nil {
+			return fmt.Errorf("kvfence: %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
 // checkAnchorLost returns nil only if anchor holds no anchor at all: the
-// one state a lost-anchor admission may be applied in.
-func checkAnchorLost(path string, anchor audit.AnchorStore) error {
-	a, err := anchor.Load()
+// one state a lost-anchor admission may be applied in. An anchor that
+// records consumed as used is named as such (ErrAdmissionReplayed).
+func (r *Receiver) checkAnchorLost(path string, anchor audit.AnchorStore, consumed audit.AdmissionRecord) error {
+	a, damage, err := audit.LoadWithDamage(anchor)
+	if err == nil {
+		if err := r.checkAnchorNotConsumed(path, a, damage, consumed); err != nil {
+			return err
+		}
+	}
 	switch {
 	case err == nil:
 		return fmt.Errorf("%w: the anchor store holds seq %d for receiver %q (%w)", ErrAnchorPresent, a.Seq, a.Receiver,
@@ -324,6 +399,8 @@ type recovery struct {
 	floor  uint64 // every scope is held above it
 	detail string // what the admission named, for the entry's note
 	reason string
+	// consumed names the admission, for the checkpoints from this one on.
+	consumed audit.AdmissionRecord
 }
 
 // applyRecovery runs a recovery's one write transaction and returns the
@@ -401,6 +478,7 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 			return fmt.Errorf("kvfence: recovery entry is seq %d, its grants name %d", got, seq)
 		}
 		res.AuditSeq = got
+		w.chain.Carry(rc.consumed)
 		sc, err = w.checkpoint(r.id, key)
 		return err
 	})

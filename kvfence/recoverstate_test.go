@@ -6,6 +6,7 @@ import (
 	"github.com/kvfence/kvfence/engine"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 	bolt "go.etcd.io/bbolt"
@@ -36,7 +37,7 @@ func TestRecover_StateEditedAfterAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	sa, err := audit.SignAdmission(recoveryKey, audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor,
-		AdmittedHead: q.Head, AdmittedState: q.State, At: clock.Now().UnixNano(), Reason: "restored from backup"})
+		AdmittedHead: q.Head, AdmittedState: q.State, At: clock.Now().UnixNano(), Expires: clock.Now().Add(time.Hour).UnixNano(), Reason: "restored from backup"})
 	if err != nil {
 		t.Fatal(err)
 	}

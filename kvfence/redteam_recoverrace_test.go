@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
@@ -56,7 +57,7 @@ func TestRedteam_RecoverAppliesOnlyToTheAdmittedHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	adm := signed(t, recoveryKey, audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
-		AdmittedState: q.State, At: clock.Now().UnixNano(), Reason: "drill"})
+		AdmittedState: q.State, At: clock.Now().UnixNano(), Expires: clock.Now().Add(time.Hour).UnixNano(), Reason: "drill"})
 
 	eng := &beforeUpdate{Engine: s.engine(t, nil)}
 	late := func() {

@@ -169,7 +169,7 @@ func TestEtcdSnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	adm := signed(t, recoveryKey, audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
-		AdmittedState: q.State, At: clock.Now().UnixNano(), Reason: "etcd restored from a snapshot before the hold"})
+		AdmittedState: q.State, At: clock.Now().UnixNano(), Expires: clock.Now().Add(time.Hour).UnixNano(), Reason: "etcd restored from a snapshot before the hold"})
 	rr, err := RecoverEngine(snapEngine(t, restored), adm, RecoverOptions{Key: testKey, Anchor: anchor, RecoveryKey: recoveryPub, Now: clock.Now})
 	if err != nil {
 		t.Fatalf("RecoverEngine: %v", err)

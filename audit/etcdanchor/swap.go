@@ -10,8 +10,9 @@ import (
 // none) to next with the rules and errors of every audit.AnchorStore: the
 // stored anchor must be old (ErrWriteConflict), next must be for the same
 // receiver (ErrReceiverMismatch) and, unless it supersedes, must not move
-// back (ErrAnchorRegression, which Checkpoint.CheckAdvance decides). next
-// has been validated by MarshalAnchor.
+// back (ErrAnchorRegression, which Checkpoint.CheckAdvance decides); a
+// supersession must keep the consumed admission or name a later one
+// (Checkpoint.CheckSupersede). next has been validated by MarshalAnchor.
 func checkSwap(cur, old, next *audit.SignedCheckpoint, supersede bool) error {
 	switch {
 	case old == nil && cur != nil:
@@ -23,10 +24,8 @@ func checkSwap(cur, old, next *audit.SignedCheckpoint, supersede bool) error {
 			audit.ErrWriteConflict, old.Seq, old.Head[:], cur.Seq, cur.Head[:])
 	case cur == nil:
 		return nil
-	case supersede && next.Receiver != cur.Receiver:
-		return fmt.Errorf("%w: anchor is for receiver %q, new checkpoint for %q", audit.ErrReceiverMismatch, cur.Receiver, next.Receiver)
 	case supersede:
-		return nil
+		return cur.CheckSupersede(next.Checkpoint)
 	}
 	return cur.CheckAdvance(next.Checkpoint)
 }

@@ -42,6 +42,7 @@ type admissionJSON struct {
 	EpochFloor             *uint64 `json:"epoch_floor"`
 	Reason                 string  `json:"reason"`
 	At                     *string `json:"at"`
+	Expires                *string `json:"expires"`
 	RecoveryKey            string  `json:"recovery_key"`
 	// AnchorDamage describes a damaged slot of the anchor file, or is
 	// null; recover overwrites it.
@@ -66,8 +67,14 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	out := fs.String("out", "", "")
 	lostAnchor := fs.Bool("lost-anchor", false, "")
 	epochFloor := fs.Uint64("epoch-floor", 0, "")
+	validFor := fs.Duration("valid-for", defaultValidFor, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
+	}
+	if *validFor <= 0 || *validFor > audit.MaxAdmissionValidity {
+		return &usageError{msg: fmt.Sprintf("kvfence admission new: --valid-for %v is not between 0 and %v: an admission "+
+			"re-admits the state it names for as long as it is valid, so it is meant to be applied soon after it is signed",
+			*validFor, audit.MaxAdmissionValidity), hint: "kvfence admission new -h"}
 	}
 	cf.resolve(fs, c.m.Getenv)
 	if cf.db == "" && !cf.etcd.on() {
@@ -133,8 +140,10 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	at := time.Now().UTC()
-	a := audit.Admission{Receiver: q.Receiver, AdmittedHead: q.Head, AdmittedState: q.State, At: at.UnixNano(), Reason: *reason}
+	at := c.m.now().UTC()
+	expires := at.Add(*validFor)
+	a := audit.Admission{Receiver: q.Receiver, AdmittedHead: q.Head, AdmittedState: q.State, At: at.UnixNano(),
+		Expires: expires.UnixNano(), Reason: *reason}
 	if *lostAnchor {
 		a.LostAnchor, a.EpochFloor = true, *epochFloor
 	} else {
@@ -154,7 +163,8 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	}
 	res := admissionJSON{Out: *out, Receiver: q.Receiver, LostAnchor: *lostAnchor, AnchorState: state,
 		AnchorSeq: q.Anchor.Seq, AnchorHead: headHex(q.Anchor), HeadSeq: q.Head.Seq, Head: headHex(q.Head), State: hex.EncodeToString(q.State[:]),
-		DatabaseEpochHighWater: q.DatabaseEpochHighWater, Reason: *reason, At: api.Time(at), RecoveryKey: sa.Key.String(),
+		DatabaseEpochHighWater: q.DatabaseEpochHighWater, Reason: *reason, At: api.Time(at), Expires: api.Time(expires),
+		RecoveryKey:  sa.Key.String(),
 		AnchorDamage: anchorDamageOf(q.AnchorDamage)}
 	if *lostAnchor {
 		res.EpochFloor = epochFloor
@@ -190,9 +200,23 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(tw, "reason\t%s\n", res.Reason)
 	fmt.Fprintf(tw, "signed at\t%s\n", humanTime(at))
+	fmt.Fprintf(tw, "valid until\t%s (apply it with kvfence recover before then)\n", humanTime(expires))
 	fmt.Fprintf(tw, "recovery key\t%s\n", res.RecoveryKey)
 	fmt.Fprintf(tw, "admission\t%s (mode 0600)\n", res.Out)
 	return tw.Flush()
+}
+
+// defaultValidFor is how long an admission is valid unless --valid-for
+// says otherwise: long enough to carry it to the receiver and apply it,
+// short enough that a copy of it is of little use later.
+const defaultValidFor = time.Hour
+
+// now is the program's clock.
+func (m *Main) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
 }
 
 // lostAnchorState says what is at the anchor path, for a lost-anchor
@@ -273,16 +297,21 @@ func compareHeads(head, anchor audit.Head, damage *audit.SlotDamage) string {
 // Usage prints the command's help.
 func (c *AdmissionNewCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence admission new --recovery-key FILE --db FILE --anchor FILE --reason R
-                             --out ADM [--json]
+                             [--valid-for D] --out ADM [--json]
        kvfence admission new --lost-anchor --recovery-key FILE --db FILE --reason R
-                             [--epoch-floor N] [--anchor FILE] --out ADM [--json]
+                             [--epoch-floor N] [--anchor FILE] [--valid-for D] --out ADM [--json]
 
 For the holder of the recovery key. Reads the receiver's database head and
 its anchor without comparing or changing them, prints both, and signs an
 admission for exactly this receiver, this anchor and this database head,
 written to ADM (mode 0600; never overwritten). The admission is useless
 against any other state: if the database or the anchor changes before
-"kvfence recover" applies it, recover refuses it (exit code 4).
+"kvfence recover" applies it, recover refuses it (exit code 4). It is
+valid for --valid-for (default 1h) from now: recover refuses it after
+that, by its own machine's clock, and refuses one signed more than 5
+minutes ahead of that clock. Once applied, the new anchor names it, and
+recover refuses it, or any admission signed before it, while that anchor
+or a later one exists.
 
 Sign only after you have seen the evidence (kvfence verify-chain) and
 decided that this copy of the database is the one to keep. Recovery holds
@@ -314,6 +343,12 @@ Arguments:
 	    on stderr).
 	--lost-anchor
 	    Sign a lost-anchor admission (see above).
+	--valid-for D
+	    How long the admission may be applied, from now: a Go duration
+	    such as 30m or 2h, above 0 and at most 24h (default 1h). Until it
+	    expires, whoever holds the admission and a copy of the state it
+	    names, and can delete the anchor, can re-admit that copy (see
+	    SECURITY.md); keep it short.
 	--epoch-floor N
 	    With --lost-anchor: the highest epoch this receiver is known to
 	    have used, from monitoring or the lost anchor's last known

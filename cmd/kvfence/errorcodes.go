@@ -57,6 +57,9 @@ var integrityCodes = []errorCodeEntry{
 	{"anchor_regression", audit.ErrAnchorRegression},
 	{"bad_admission", audit.ErrBadAdmission},
 	{"admission_mismatch", audit.ErrAdmissionMismatch},
+	{"admission_expired", audit.ErrAdmissionExpired},
+	{"admission_not_yet_valid", audit.ErrAdmissionNotYetValid},
+	{"admission_replayed", audit.ErrAdmissionReplayed},
 	{api.CodeIntegrity, client.ErrIntegrity},
 }
 

@@ -272,6 +272,12 @@ func integrityHint(err error, suggestVerify bool) string {
 	case errors.Is(err, audit.ErrAnchorRegression):
 		return "the anchor would move backwards: another copy of this database has written a newer anchor; " +
 			"stop the other writer" + verify
+	case errors.Is(err, audit.ErrAdmissionExpired):
+		return "the admission has expired: have the recovery key holder run kvfence admission new again"
+	case errors.Is(err, audit.ErrAdmissionNotYetValid):
+		return "the admission was signed on a clock ahead of this one: check both clocks (NTP)"
+	case errors.Is(err, audit.ErrAdmissionReplayed):
+		return "the admission was applied already: have the recovery key holder sign a new one for the state at hand"
 	case errors.Is(err, audit.ErrAdmissionMismatch):
 		return "the admission names another receiver, anchor or database head than the ones at hand (they " +
 			"changed after it was signed): have the recovery key holder run kvfence admission new again"

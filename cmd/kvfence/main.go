@@ -137,6 +137,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/kvfence/kvfence/lab"
 )
@@ -163,6 +164,9 @@ type Main struct {
 	// Hangup, when set, stands in for SIGHUP for serve: each value
 	// received reloads its certificates. Nil means SIGHUP itself.
 	Hangup <-chan os.Signal
+	// Now is the clock that admission new signs by and recover checks an
+	// admission's expiry against. Nil means time.Now.
+	Now func() time.Time
 }
 
 // warn prints a warning that does not stop the command, such as a damaged

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
@@ -31,6 +32,8 @@ type cli struct {
 	env map[string]string
 	// last is the stdout of the latest run, for golden files.
 	last string
+	// now, if set, is the program's clock (Main.Now).
+	now func() time.Time
 }
 
 func newCLI(t *testing.T) *cli {
@@ -56,7 +59,7 @@ func (c *cli) run(args ...string) result {
 	c.t.Helper()
 	var stdout, stderr bytes.Buffer
 	m := Main{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
-		Getenv: func(k string) string { return c.env[k] }}
+		Getenv: func(k string) string { return c.env[k] }, Now: c.now}
 	code := m.Run(context.Background(), args)
 	c.last = stdout.String()
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}

@@ -55,6 +55,11 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	// Check the signature here first, so that a wrong key is reported as
 	// such; Recover checks it again, with everything else.
 	sa, err := audit.ParseSignedAdmission(adm)
+	if errors.Is(err, audit.ErrAdmissionV2) {
+		return withHint(fmt.Errorf("kvfence recover: --admission: %w", err),
+			"admissions of the previous format do not expire and are no longer accepted: have the recovery key "+
+				"holder run kvfence admission new again")
+	}
 	if err != nil {
 		return fmt.Errorf("kvfence recover: --admission: %w", err)
 	}
@@ -75,7 +80,7 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ropts := kvfence.RecoverOptions{Key: priv, Anchor: anchor, RecoveryKey: rpub, LockTimeout: cf.lockTimeout}
+	ropts := kvfence.RecoverOptions{Key: priv, Anchor: anchor, RecoveryKey: rpub, LockTimeout: cf.lockTimeout, Now: c.m.Now}
 	var res kvfence.RecoverResult
 	if cf.etcd.on() {
 		e, eerr := cf.openEngine()
@@ -87,6 +92,16 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 		res, err = kvfence.Recover(cf.db, adm, ropts)
 	}
 	switch {
+	case errors.Is(err, audit.ErrAdmissionExpired):
+		return withHint(err, "an admission can be applied only until it expires (kvfence admission new --valid-for, "+
+			"default 1h), by this machine's clock: have the recovery key holder check the evidence again and sign a new one")
+	case errors.Is(err, audit.ErrAdmissionNotYetValid):
+		return withHint(err, "this machine's clock is behind the one the admission was signed on by more than the "+
+			"allowed skew: check both clocks (NTP), then apply it again")
+	case errors.Is(err, audit.ErrAdmissionReplayed):
+		return withHint(err, "this admission was applied already, and the receiver's anchor (or its database) says so: "+
+			"if the database was put back from before that recovery, it is not the state to keep; if a new recovery is "+
+			"needed, have the recovery key holder sign a new admission for the database as it is now")
 	case errors.Is(err, kvfence.ErrAnchorPresent):
 		return withHint(err, "the anchor at --anchor loads, so it is not lost: if the database disagrees with it, "+
 			"have the recovery key holder sign an ordinary admission (kvfence admission new without --lost-anchor); "+
@@ -165,7 +180,10 @@ database's own, holds every scope, clears every active grant and marks
 every grant record revoked; then it writes the anchor. No grant minted
 before the recovery can be used again: activate new grants afterwards.
 An admission works once: afterwards the database head has moved past the
-one it names.
+one it names, and the new anchor, and every later one, names the
+admission as applied. It also expires (kvfence admission new
+--valid-for, default 1h): after that it is refused even where the anchor
+was deleted.
 
 Prints each scope's previous and new epoch, the number of grants revoked,
 and the new anchor. With --json: {"audit_seq","lost_anchor",
@@ -175,8 +193,10 @@ and the new anchor. With --json: {"audit_seq","lost_anchor",
 Exit codes: 0 recovered; 4 the admission does not verify under
 --recovery-pub, --recovery-pub is not the recovery key recorded at init,
 the admission does not name the current receiver, anchor and database
-head, or the anchor is not in the state the admission is for (nothing was
-changed); 1 other errors. If only the final anchor write fails, the error
+head, the anchor is not in the state the admission is for, the admission
+has expired (or was signed more than 5 minutes ahead of this machine's
+clock), or the anchor or the database records it, or a later one, as
+already applied (nothing was changed); 1 other errors. If only the final anchor write fails, the error
 says so: the database has moved, and a lost-anchor recovery then needs a
 new admission for the new head.
 

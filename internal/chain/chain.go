@@ -141,6 +141,8 @@ type Writer struct {
 	chain  audit.Chain
 	// started is the head the writer began from.
 	started audit.Head
+	// admission is the consumed admission that Checkpoint signs in.
+	admission audit.AdmissionRecord
 }
 
 // NewWriter returns a writer that extends the chain from head, the head
@@ -180,13 +182,22 @@ func (w *Writer) Append(e *audit.Entry) (uint64, error) {
 	return e.Seq, nil
 }
 
+// Carry sets the consumed recovery admission (audit.Checkpoint.Admission)
+// that Checkpoint signs into a checkpoint that names none: the one the
+// chain's anchor names, or the one a recovery has just consumed. Anchor
+// stores refuse a checkpoint that drops it.
+func (w *Writer) Carry(rec audit.AdmissionRecord) { w.admission = rec }
+
 // Checkpoint signs the head as of this transaction and stores it with the
 // head key, so that the store carries its own newest signed statement; the
 // anchor gets the same checkpoint after the commit. cp's Seq and Head are
-// filled in.
+// filled in, and its Admission too if it names none (Carry).
 func (w *Writer) Checkpoint(key ed25519.PrivateKey, cp audit.Checkpoint) (audit.SignedCheckpoint, error) {
 	head := w.chain.Head()
 	cp.Seq, cp.Head = head.Seq, head.Hash
+	if cp.Admission.IsZero() {
+		cp.Admission = w.admission
+	}
 	sc, err := audit.Sign(key, cp)
 	if err != nil {
 		return sc, err
