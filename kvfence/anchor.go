@@ -44,7 +44,8 @@ func IsIntegrityError(err error) bool {
 		audit.ErrReceiverMismatch, audit.ErrAnchorMissing, audit.ErrBadAnchor, audit.ErrBadCheckpoint,
 		audit.ErrBrokenLink, audit.ErrSeqGap, audit.ErrBadEntry, audit.ErrAnchorStale, audit.ErrAnchorNotRegular,
 		audit.ErrAnchorPermissions, audit.ErrAnchorRegression, audit.ErrBadAdmission, audit.ErrAdmissionMismatch,
-		audit.ErrStateMismatch, audit.ErrFenceViolation, audit.ErrBadArchive, audit.ErrBaseMismatch} {
+		audit.ErrStateMismatch, audit.ErrFenceViolation, audit.ErrBadArchive, audit.ErrBaseMismatch,
+		ErrAnchorClusterChanged} {
 		if errors.Is(err, target) {
 			return true
 		}

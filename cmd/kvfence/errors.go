@@ -50,7 +50,10 @@ func exitCode(err error) int {
 		return ExitIntegrity
 	case errors.As(err, &we):
 		return ExitWarning
-	case errors.As(err, &ue), isMalformedInput(err):
+	case errors.As(err, &ue), isMalformedInput(err), errors.Is(err, kvfence.ErrAnchorNotApart),
+		errors.Is(err, kvfence.ErrAnchorClusterUnrecorded):
+		// The command line names the store's cluster as the anchor, or
+		// must state the anchor's cluster: corrected there.
 		return ExitUsage
 	case errors.As(err, &de), kvfence.IsRefusal(err), ledger.IsRefusal(err):
 		return ExitDenied
@@ -168,6 +171,14 @@ func hint(err error) string {
 		return we.hint
 	case errors.As(err, &he):
 		return he.hint
+	case errors.Is(err, kvfence.ErrAnchorClusterChanged):
+		return "another etcd cluster answers at the anchor's address than the one recorded at init (or given by " +
+			"--anchor-etcd-cluster-id): check the addresses and DNS names in --anchor; if the anchor was moved on " +
+			"purpose, have the recovery key holder run kvfence admission new and then kvfence recover"
+	case errors.Is(err, kvfence.ErrAnchorClusterUnrecorded):
+		return "this receiver was initialised before kvfence recorded the anchor's cluster: check, with " +
+			"etcdctl endpoint status on the anchor's own members, which cluster holds the anchor, and pass its ID " +
+			"as --anchor-etcd-cluster-id"
 	case kvfence.IsIntegrityError(err):
 		return integrityHint(err, true)
 	case errors.Is(err, kvfence.ErrNotInitialized):

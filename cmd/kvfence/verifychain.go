@@ -92,7 +92,8 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	}
 	defer closeAll()
 	vopts := kvfence.VerifyOptions{Anchor: anchor, PublicKey: pub, Progress: c.progress(),
-		MaxAge: *maxAge, LockTimeout: cf.lockTimeout, Archives: srcs}
+		MaxAge: *maxAge, LockTimeout: cf.lockTimeout, Archives: srcs,
+		AnchorClusterID: cf.anchorEtcd.clusterID}
 	var rep audit.Report
 	if cf.etcd.on() {
 		e, eerr := cf.openEngine()

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvfence/kvfence/internal/etcdcluster"
+	"github.com/kvfence/kvfence/internal/etcdtest"
+)
+
+// clusterState returns every key of the cluster with its value, and the
+// cluster's revision, which any write moves.
+func clusterState(t *testing.T, cli *clientv3.Client) (map[string]string, int64) {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), "\x00", clientv3.WithFromKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := make(map[string]string, len(resp.Kvs))
+	for _, p := range resp.Kvs {
+		kv[string(p.Key)] = string(p.Value)
+	}
+	return kv, resp.Header.Revision
+}
+
+// clusterID returns the ID of the cluster cli reaches.
+func clusterID(t *testing.T, cli *clientv3.Client) string {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), "x", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return etcdcluster.Format(resp.Header.ClusterId)
+}
+
+// Ensure that an etcd anchor on the receiver's own cluster is refused by
+// every command that opens both, with exit 2 and nothing written on that
+// cluster, however the member's address is spelled: the check compares the
+// clusters' IDs, not the addresses' text.
+func TestEtcdAnchorOnOwnClusterSpellings(t *testing.T) {
+	c := newCLI(t)
+	ec, cli := c.etcdReceiver()
+	c.activate("worker-a", "claim-a", "a.cbor")
+	c.pki("t")
+	port := ec.Endpoints()[0][strings.LastIndexByte(ec.Endpoints()[0], ':')+1:]
+	commands := [][]string{
+		{"init", "--id", "r2", "--etcd-prefix", "/fresh/"},
+		{"scope", "create", "--scope", "s2"},
+		{"hold", "--scope", fixtureScope, "--reason", "r"},
+		{"submit", "--as", "worker-a", "--envelope", c.path("a.cbor")},
+		{"status"},
+		{"observe", "events"},
+		{"verify-chain", "--pub", c.path("receiver.key.pub")},
+		{"admission", "new", "--recovery-key", c.path("recovery.key"), "--reason", "r", "--out", c.path("adm")},
+		{"serve", "--listen", "127.0.0.1:0", "--tls-cert", c.path("t-server.crt"), "--tls-key", c.path("t-server.key"),
+			"--client-ca", c.path("t-ca.crt"), "--admin", spiffeOperator},
+	}
+	for _, host := range []string{"localhost", "LOCALHOST", "127.0.0.1"} {
+		anchor := "etcd://" + host + ":" + port + "/kvfence-test/anchor"
+		for _, args := range commands {
+			before, rev := clusterState(t, cli)
+			r := c.must(ExitUsage, append(append([]string{}, args...), "--anchor", anchor)...)
+			if !strings.Contains(r.stderr, "separate") || r.stdout != "" {
+				t.Errorf("%s: %q: %s", host, args, r)
+			}
+			if after, rev2 := clusterState(t, cli); rev2 != rev || len(after) != len(before) {
+				t.Fatalf("%s: %q wrote on the receiver's cluster: revision %d -> %d", host, args, rev, rev2)
+			}
+		}
+	}
+	// The receiver goes on with its own, separate anchor.
+	c.must(0, "status")
+}
+
+// Ensure that init records the anchor's cluster, and that any other
+// cluster answering for the anchor is refused (exit 4) even when it holds
+// the receiver's own current anchor, while the recorded one is accepted.
+func TestEtcdAnchorClusterChanged(t *testing.T) {
+	c := newCLI(t)
+	_, _ = c.etcdReceiver()
+	anchor := c.env[envAnchor]
+	out := c.json(0, "status")
+	if out["anchor_checked"] != true {
+		t.Fatalf("status: %v", out)
+	}
+	// Another cluster with the anchor's key holding the same, genuine anchor.
+	other := etcdtest.Start(t)
+	ocli := other.Client(t)
+	sc, err := loadEtcdAnchor(t, anchor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := sc.MarshalAnchor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ocli.Put(context.Background(), "/kvfence-test/anchor", string(text)); err != nil {
+		t.Fatal(err)
+	}
+	moved := "etcd://" + strings.TrimPrefix(other.Endpoints()[0], "http://") + "/kvfence-test/anchor"
+	for _, args := range [][]string{
+		{"status"},
+		{"scope", "create", "--scope", "s2"},
+		{"verify-chain", "--pub", c.path("receiver.key.pub")},
+		{"hold", "--scope", fixtureScope, "--reason", "r"},
+	} {
+		before, rev := clusterState(t, ocli)
+		r := c.must(ExitIntegrity, append(append([]string{}, args...), "--anchor", moved)...)
+		if !strings.Contains(r.stderr, "another cluster answers for the anchor") || !strings.Contains(r.stderr, clusterID(t, ocli)) {
+			t.Errorf("%q on another cluster: %s", args, r)
+		}
+		if after, rev2 := clusterState(t, ocli); rev2 != rev || len(after) != len(before) {
+			t.Fatalf("%q wrote to the other cluster", args)
+		}
+		// Naming the other cluster does not override the record.
+		c.must(ExitIntegrity, append(append([]string{}, args...), "--anchor", moved,
+			"--anchor-etcd-cluster-id", clusterID(t, ocli))...)
+	}
+	c.must(0, "status")
+	c.must(0, "verify-chain", "--pub", c.path("receiver.key.pub"))
+}
+
+// Ensure that a receiver that records no anchor cluster (initialised
+// before the record existed; here the record is removed) is refused on an
+// etcd anchor (exit 2) until --anchor-etcd-cluster-id names the anchor's
+// cluster, and that a wrong one is refused (exit 4): a missing record is
+// never "any cluster will do".
+func TestEtcdAnchorClusterUnrecorded(t *testing.T) {
+	c := newCLI(t)
+	_, cli := c.etcdReceiver()
+	resp, err := cli.Get(context.Background(), "/kvfence/meta/anchor_cluster")
+	if err != nil || len(resp.Kvs) != 1 || len(resp.Kvs[0].Value) != 16 {
+		t.Fatalf("init recorded no anchor cluster: %v, %v", resp, err)
+	}
+	recorded := string(resp.Kvs[0].Value)
+	if _, err := cli.Delete(context.Background(), "/kvfence/meta/anchor_cluster"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"status"}, {"verify-chain", "--pub", c.path("receiver.key.pub")},
+		{"scope", "create", "--scope", "s2"}} {
+		r := c.must(ExitUsage, args...)
+		if !strings.Contains(r.stderr, "records no anchor cluster") || !strings.Contains(r.stderr, "--anchor-etcd-cluster-id") {
+			t.Errorf("%q without a record: %s", args, r)
+		}
+		c.must(ExitIntegrity, append(append([]string{}, args...), "--anchor-etcd-cluster-id", "1234")...)
+	}
+	c.must(0, "status", "--anchor-etcd-cluster-id", recorded)
+	c.must(0, "scope", "create", "--scope", "s2", "--anchor-etcd-cluster-id", strings.TrimLeft(recorded, "0"))
+	c.must(ExitUsage, "status", "--anchor-etcd-cluster-id", "0x12")
+	c.must(ExitUsage, "status", "--anchor-etcd-cluster-id", recorded, "--anchor", c.path("file.anchor"))
+}
