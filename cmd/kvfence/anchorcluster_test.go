@@ -47,7 +47,7 @@ func TestEtcdAnchorOnOwnClusterSpellings(t *testing.T) {
 	c.pki("t")
 	port := ec.Endpoints()[0][strings.LastIndexByte(ec.Endpoints()[0], ':')+1:]
 	commands := [][]string{
-		{"init", "--id", "r2", "--etcd-prefix", "/fresh/"},
+		{"init", "--id", "r2", "--etcd-prefix", "/fresh/", "--recovery-pub", c.path("recovery.key.pub")},
 		{"scope", "create", "--scope", "s2"},
 		{"hold", "--scope", fixtureScope, "--reason", "r"},
 		{"submit", "--as", "worker-a", "--envelope", c.path("a.cbor")},
