@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net"
 	"strings"
 	"testing"
 
@@ -151,4 +153,103 @@ func TestEtcdAnchorClusterUnrecorded(t *testing.T) {
 	c.must(0, "scope", "create", "--scope", "s2", "--anchor-etcd-cluster-id", strings.TrimLeft(recorded, "0"))
 	c.must(ExitUsage, "status", "--anchor-etcd-cluster-id", "0x12")
 	c.must(ExitUsage, "status", "--anchor-etcd-cluster-id", recorded, "--anchor", c.path("file.anchor"))
+}
+
+// tcpProxy forwards every connection on a new loopback port to target,
+// as a load balancer or an etcd proxy in front of a cluster would; it
+// returns the proxy's HOST:PORT.
+func tcpProxy(t *testing.T, target string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			go func() { io.Copy(out, in); out.Close() }()
+			go func() { io.Copy(in, out); in.Close() }()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// blackHole accepts connections and never answers: a cluster that does not
+// say its ID. It returns its HOST:PORT.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	t.Cleanup(func() {
+		l.Close()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	return l.Addr().String()
+}
+
+// Ensure that other ways to reach the receiver's own cluster are refused
+// too (exit 2, nothing written): another member's client URL, 0.0.0.0, a
+// trailing-dot host name, and a TCP proxy in front of the cluster; and
+// that an anchor address whose cluster never says its ID fails the command
+// (never "apart"), with nothing written either.
+func TestEtcdAnchorOwnClusterOtherRoutes(t *testing.T) {
+	c := newCLI(t)
+	ec := etcdtest.NewCluster(t, etcdtest.Config{Members: 3})
+	cli := ec.Client(t)
+	eps := ec.Endpoints()
+	c.env[envEtcd] = eps[0] // the receiver names one member only
+	c.env[envAnchor] = etcdAnchor(t, "/kvfence-test/anchor")
+	c.receiver()
+	hp := func(ep string) string { return strings.TrimPrefix(ep, "http://") }
+	port0 := hp(eps[0])[strings.LastIndexByte(hp(eps[0]), ':')+1:]
+	for _, tc := range []struct {
+		name, host string
+		code       int
+		want       string
+	}{
+		{"another member", hp(eps[2]), ExitUsage, "separate"},
+		{"all addresses", "0.0.0.0:" + port0, ExitUsage, "separate"},
+		{"trailing dot", "localhost.:" + port0, ExitUsage, "bad address"}, // refused before any lookup
+		{"proxy", tcpProxy(t, hp(eps[1])), ExitUsage, "separate"},
+		{"no answer", blackHole(t), ExitError, "Error:"},
+	} {
+		anchor := "etcd://" + tc.host + "/kvfence-test/anchor"
+		for _, args := range [][]string{
+			{"init", "--id", "r2", "--etcd-prefix", "/fresh/", "--recovery-pub", c.path("recovery.key.pub")},
+			{"status"},
+			{"scope", "create", "--scope", "s2"},
+		} {
+			before, rev := clusterState(t, cli)
+			r := c.must(tc.code, append(append([]string{}, args...), "--anchor", anchor)...)
+			if !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("%s: %q: %s", tc.name, args, r)
+			}
+			if after, rev2 := clusterState(t, cli); rev2 != rev || len(after) != len(before) {
+				t.Fatalf("%s: %q wrote on the receiver's cluster", tc.name, args)
+			}
+		}
+	}
 }
