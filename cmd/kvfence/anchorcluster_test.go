@@ -253,3 +253,30 @@ func TestEtcdAnchorOwnClusterOtherRoutes(t *testing.T) {
 		}
 	}
 }
+
+// Ensure that the ledger on etcd refuses an anchor on its own cluster
+// however spelled (exit 2, nothing written), and that a stated anchor
+// cluster (--anchor-etcd-cluster-id) holds its anchor's answers (exit 4 for
+// another one).
+func TestEtcdAnchorLedgerOwnCluster(t *testing.T) {
+	c := newCLI(t)
+	ec := etcdtest.Start(t)
+	cli := ec.Client(t)
+	port := ec.Endpoints()[0][strings.LastIndexByte(ec.Endpoints()[0], ':')+1:]
+	c.must(0, "keygen", "--out", c.path("ledger.key"))
+	c.env[envLedgerEtcd] = ec.Endpoints()[0]
+	c.env[envLedgerKey] = c.path("ledger.key")
+	before, rev := clusterState(t, cli)
+	r := c.must(ExitUsage, "ledger", "init", "--id", "ledger-1", "--anchor", "etcd://localhost:"+port+"/ledger-anchor")
+	if !strings.Contains(r.stderr, "separate") {
+		t.Errorf("ledger init with the anchor on its own cluster: %s", r)
+	}
+	if after, rev2 := clusterState(t, cli); rev2 != rev || len(after) != len(before) {
+		t.Fatal("a refused ledger init wrote on its cluster")
+	}
+	anchor := etcdAnchor(t, "/ledger-anchor")
+	c.env[envLedgerAnchor] = anchor
+	c.must(0, "ledger", "init", "--id", "ledger-1")
+	c.must(ExitIntegrity, "ledger", "show", "--anchor-etcd-cluster-id", "1234")
+	c.must(0, "ledger", "verify-chain", "--pub", c.path("ledger.key.pub"))
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/audit/etcdanchor"
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
@@ -46,7 +47,7 @@ func exitCode(err error) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
-	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity):
+	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity), errors.Is(err, etcdanchor.ErrClusterMismatch):
 		return ExitIntegrity
 	case errors.As(err, &we):
 		return ExitWarning
