@@ -82,7 +82,7 @@ func TestEtcdAnchorOnOwnClusterSpellings(t *testing.T) {
 // the receiver's own current anchor, while the recorded one is accepted.
 func TestEtcdAnchorClusterChanged(t *testing.T) {
 	c := newCLI(t)
-	_, _ = c.etcdReceiver()
+	_, cli := c.etcdReceiver()
 	anchor := c.env[envAnchor]
 	out := c.json(0, "status")
 	if out["anchor_checked"] != true {
@@ -123,6 +123,19 @@ func TestEtcdAnchorClusterChanged(t *testing.T) {
 	}
 	c.must(0, "status")
 	c.must(0, "verify-chain", "--pub", c.path("receiver.key.pub"))
+
+	// init checks a stated anchor cluster before it writes anything.
+	fresh := "etcd://" + strings.TrimPrefix(other.Endpoints()[0], "http://") + "/fresh-anchor"
+	c.must(ExitIntegrity, "init", "--id", "r3", "--etcd-prefix", "/r3/", "--anchor", fresh,
+		"--recovery-pub", c.path("recovery.key.pub"), "--anchor-etcd-cluster-id", "1234")
+	if len(snapshot(t, cli, "/r3/")) != 0 || len(snapshot(t, ocli, "/fresh-anchor")) != 0 {
+		t.Fatal("init with another stated anchor cluster wrote")
+	}
+	out = c.json(0, "init", "--id", "r3", "--etcd-prefix", "/r3/", "--anchor", fresh,
+		"--recovery-pub", c.path("recovery.key.pub"), "--anchor-etcd-cluster-id", clusterID(t, ocli))
+	if out["anchor_cluster_id"] != clusterID(t, ocli) {
+		t.Fatalf("init printed anchor cluster %v, want %s", out["anchor_cluster_id"], clusterID(t, ocli))
+	}
 }
 
 // Ensure that a receiver that records no anchor cluster (initialised

@@ -88,6 +88,9 @@ func (a *anchorEtcdFlags) open(cmd, anchor string) (audit.AnchorStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvfence %s: --anchor: %w", cmd, err)
 	}
+	// A stated cluster holds every answer, from the first: init, the
+	// ledger (which records none) and a receiver's open alike.
+	s.ExpectCluster(a.clusterID)
 	a.store = s
 	return s, nil
 }
@@ -144,5 +147,7 @@ const usageAnchorEtcd = `	--anchor etcd://HOST:PORT[,HOST:PORT]/KEY
 	    and an anchor on the receiver's own --etcd cluster, however it is
 	    spelled (exit 2). A receiver initialised before that record
 	    existed is refused on an etcd anchor (exit 2) until this flag
-	    names the cluster; given, it must agree with the record.
+	    names the cluster; given, it must agree with the record, and
+	    every answer from another cluster is refused (exit 4), init's and
+	    the ledger's included.
 `

@@ -120,11 +120,6 @@ func (f *ledgerFlags) open(write bool) (*ledger.Ledger, error) {
 		if opts.Anchor, err = f.anchorEtcd.open(f.name, f.anchor); err != nil {
 			return nil, err
 		}
-		// The ledger records no anchor cluster; a stated one holds every
-		// answer to it.
-		if st := f.anchorEtcd.store; st != nil {
-			st.ExpectCluster(f.anchorEtcd.clusterID)
-		}
 	}
 	if write {
 		priv, err := loadPrivate(f.key)
