@@ -183,7 +183,7 @@ func hint(err error) string {
 	case kvfence.IsIntegrityError(err):
 		return integrityHint(err, true)
 	case errors.Is(err, kvfence.ErrNotInitialized):
-		return "kvfence init --db DB --anchor ANCHOR --key KEY --id RECEIVER_ID, or check --db / KVFENCE_DB"
+		return "kvfence init --db DB --anchor ANCHOR --key KEY --id RECEIVER_ID --recovery-pub RECOVERY.pub, or check --db / KVFENCE_DB"
 	case errors.Is(err, kvfence.ErrAlreadyInitialized):
 		return "choose another --db path; init never touches an existing file"
 	case errors.Is(err, audit.ErrWriteConflict):
