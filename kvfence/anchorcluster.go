@@ -8,7 +8,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
-	"github.com/kvfence/kvfence/internal/etcdcluster"
+	"github.com/kvfence/kvfence/internal/clusterid"
 )
 
 // ClusterAnchor is an anchor store kept on a cluster that can say which
@@ -36,7 +36,7 @@ type clusterEngine interface {
 const clusterTimeout = 10 * time.Second
 
 // metaAnchorCluster records, from Init on, the cluster ID of the anchor
-// given to Init (etcdcluster.Format), or noAnchorCluster for an anchor that
+// given to Init (clusterid.Format), or noAnchorCluster for an anchor that
 // is not on a cluster (a file). A receiver that has no such record at all
 // was initialised before it existed; see checkAnchorCluster.
 var metaAnchorCluster = []byte("anchor_cluster")
@@ -61,7 +61,7 @@ func anchorClusterRecord(anchor audit.AnchorStore) ([]byte, error) {
 		return nil, fmt.Errorf("kvfence: the anchor's cluster: %w", err)
 	}
 	ca.ExpectCluster(id)
-	return []byte(etcdcluster.Format(id)), nil
+	return []byte(clusterid.Format(id)), nil
 }
 
 // CheckApart refuses an anchor on the cluster that holds the store e itself
@@ -91,7 +91,7 @@ func CheckApart(e engine.Engine, anchor audit.AnchorStore) error {
 		return fmt.Errorf("kvfence: the anchor's cluster: %w", err)
 	}
 	if a == store {
-		return fmt.Errorf("%w: the anchor and the store both answer as etcd cluster %s", ErrAnchorNotApart, etcdcluster.Format(a))
+		return fmt.Errorf("%w: the anchor and the store both answer as etcd cluster %s", ErrAnchorNotApart, clusterid.Format(a))
 	}
 	return nil
 }
@@ -121,7 +121,7 @@ func checkAnchorCluster(rec []byte, anchor audit.AnchorStore, want uint64) error
 	var recorded uint64
 	var err error
 	if len(rec) > 0 && !bytes.Equal(rec, noAnchorCluster) {
-		if recorded, err = etcdcluster.Parse(string(rec)); err != nil {
+		if recorded, err = clusterid.Parse(string(rec)); err != nil {
 			return fmt.Errorf("%w: the recorded anchor cluster: %v", ErrBadFormat, err)
 		}
 	}
@@ -134,13 +134,13 @@ func checkAnchorCluster(rec []byte, anchor audit.AnchorStore, want uint64) error
 	switch {
 	case recorded != 0 && live != recorded:
 		return fmt.Errorf("%w: etcd cluster %s answers at the anchor's address; this receiver's anchor is on cluster %s, recorded at init",
-			ErrAnchorClusterChanged, etcdcluster.Format(live), etcdcluster.Format(recorded))
+			ErrAnchorClusterChanged, clusterid.Format(live), clusterid.Format(recorded))
 	case want != 0 && live != want:
 		return fmt.Errorf("%w: etcd cluster %s answers at the anchor's address, not cluster %s as given",
-			ErrAnchorClusterChanged, etcdcluster.Format(live), etcdcluster.Format(want))
+			ErrAnchorClusterChanged, clusterid.Format(live), clusterid.Format(want))
 	case recorded == 0 && want == 0:
 		return fmt.Errorf("%w: etcd cluster %s answers at the anchor's address, and this receiver recorded no anchor cluster at init",
-			ErrAnchorClusterUnrecorded, etcdcluster.Format(live))
+			ErrAnchorClusterUnrecorded, clusterid.Format(live))
 	}
 	ca.ExpectCluster(live)
 	return nil

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/clusterid"
 	"github.com/kvfence/kvfence/internal/etcdcluster"
 )
 
@@ -188,7 +189,7 @@ func (s *Store) ExpectCluster(id uint64) {
 func (s *Store) checkCluster(id uint64) error {
 	if want := s.cluster.Load(); want != 0 && id != want {
 		return fmt.Errorf("%w: etcd key %s: cluster %s answered, the anchor's cluster is %s", ErrClusterMismatch, s.key,
-			etcdcluster.Format(id), etcdcluster.Format(want))
+			clusterid.Format(id), clusterid.Format(want))
 	}
 	return nil
 }

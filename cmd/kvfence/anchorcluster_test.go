@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/kvfence/kvfence/internal/etcdcluster"
+	"github.com/kvfence/kvfence/internal/clusterid"
 	"github.com/kvfence/kvfence/internal/etcdtest"
 )
 
@@ -35,7 +35,7 @@ func clusterID(t *testing.T, cli *clientv3.Client) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return etcdcluster.Format(resp.Header.ClusterId)
+	return clusterid.Format(resp.Header.ClusterId)
 }
 
 // Ensure that an etcd anchor on the receiver's own cluster is refused by

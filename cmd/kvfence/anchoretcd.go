@@ -9,7 +9,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/audit/etcdanchor"
 	"github.com/kvfence/kvfence/engine"
-	"github.com/kvfence/kvfence/internal/etcdcluster"
+	"github.com/kvfence/kvfence/internal/clusterid"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -60,7 +60,7 @@ func (a *anchorEtcdFlags) check(cmd, anchor string) error {
 	}
 	a.clusterID = 0
 	if a.clusterText != "" {
-		id, err := etcdcluster.Parse(a.clusterText)
+		id, err := clusterid.Parse(a.clusterText)
 		if err != nil {
 			return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cluster-id: %v", cmd, err),
 				hint: "etcdctl --endpoints ANCHOR_MEMBER endpoint status -w table prints the anchor cluster's ID"}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	"github.com/kvfence/kvfence/audit"
-	"github.com/kvfence/kvfence/internal/etcdcluster"
+	"github.com/kvfence/kvfence/internal/clusterid"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
@@ -145,7 +145,7 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("kvfence init: the receiver was created, but its anchor's cluster cannot be asked again: %w", err)
 		}
-		s := etcdcluster.Format(id)
+		s := clusterid.Format(id)
 		res.AnchorClusterID = &s
 	}
 	if cf.json {

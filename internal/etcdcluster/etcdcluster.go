@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -28,21 +27,4 @@ func ID(ctx context.Context, kv clientv3.KV, key string) (uint64, error) {
 		return 0, ErrNoClusterID
 	}
 	return resp.Header.ClusterId, nil
-}
-
-// Format writes a cluster ID as etcdctl does in its tables: lower-case
-// hexadecimal, here always 16 digits.
-func Format(id uint64) string { return fmt.Sprintf("%016x", id) }
-
-// Parse reads a cluster ID in hexadecimal, as Format and etcdctl write it
-// (at most 16 digits, no prefix or sign). Zero is not a cluster ID.
-func Parse(s string) (uint64, error) {
-	if s == "" || len(s) > 16 {
-		return 0, fmt.Errorf("cluster ID %q: want 1 to 16 hexadecimal digits", s)
-	}
-	id, err := strconv.ParseUint(s, 16, 64)
-	if err != nil || id == 0 {
-		return 0, fmt.Errorf("cluster ID %q: want a non-zero hexadecimal number, as etcdctl endpoint status prints it", s)
-	}
-	return id, nil
 }
