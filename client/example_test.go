@@ -3,6 +3,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -82,7 +83,10 @@ func serveExample(dir string) (string, func()) {
 	path := filepath.Join(dir, "receiver.db")
 	anchor := audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}
 	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)) // a real key comes from keyfile
-	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", Key: key, Anchor: anchor}); err != nil {
+	// Only the public half of the recovery key, held apart, is recorded.
+	recovery := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize)).Public().(ed25519.PublicKey)
+	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", Key: key, Anchor: anchor,
+		RecoveryKey: recovery}); err != nil {
 		log.Fatal(err)
 	}
 	r, err := kvfence.Open(path, &kvfence.Options{Key: key, Anchor: anchor})

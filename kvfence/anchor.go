@@ -45,7 +45,8 @@ func IsIntegrityError(err error) bool {
 		audit.ErrBrokenLink, audit.ErrSeqGap, audit.ErrBadEntry, audit.ErrAnchorStale, audit.ErrAnchorNotRegular,
 		audit.ErrAnchorPermissions, audit.ErrAnchorRegression, audit.ErrBadAdmission, audit.ErrAdmissionMismatch,
 		audit.ErrStateMismatch, audit.ErrFenceViolation, audit.ErrBadArchive, audit.ErrBaseMismatch,
-		audit.ErrAdmissionExpired, audit.ErrAdmissionNotYetValid, audit.ErrAdmissionReplayed} {
+		audit.ErrAdmissionExpired, audit.ErrAdmissionNotYetValid, audit.ErrAdmissionReplayed,
+		ErrAnchorClusterChanged} {
 		if errors.Is(err, target) {
 			return true
 		}

@@ -104,3 +104,13 @@ func IsRefusal(err error) bool {
 	}
 	return false
 }
+
+// Errors about where the anchor is kept (ClusterAnchor).
+var (
+	// ErrAnchorNotApart means the anchor is kept on the cluster that holds the receiver's own store, where one restore rolls both back.
+	ErrAnchorNotApart = errors.New("kvfence: the anchor is on the receiver's own store cluster; it must be kept on a separate one")
+	// ErrAnchorClusterChanged means a cluster other than the anchor's recorded (or stated) one answers at the anchor's address.
+	ErrAnchorClusterChanged = errors.New("kvfence: another cluster answers for the anchor")
+	// ErrAnchorClusterUnrecorded means the receiver records no anchor cluster and none was stated, so the anchor's cluster cannot be checked.
+	ErrAnchorClusterUnrecorded = errors.New("kvfence: the receiver records no anchor cluster")
+)

@@ -26,7 +26,13 @@ func examplesReceiver(names ...string) (r *kvfence.Receiver, cleanup func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", Key: key, Anchor: anchor}); err != nil {
+	// Only the public half of the separately held recovery key is given.
+	recoveryPub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", Key: key, Anchor: anchor,
+		RecoveryKey: recoveryPub}); err != nil {
 		log.Fatal(err)
 	}
 	if r, err = kvfence.Open(path, &kvfence.Options{Key: key, Anchor: anchor}); err != nil {

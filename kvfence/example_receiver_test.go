@@ -1,6 +1,7 @@
 package kvfence_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -45,7 +46,11 @@ func newExampleReceiver() *exampleReceiver {
 	x := &exampleReceiver{dir: dir, path: filepath.Join(dir, "receiver.db"),
 		anchor: audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")},
 		key:    ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))}
-	must(kvfence.Init(x.path, &kvfence.InitOptions{ReceiverID: "example", Key: x.key, Anchor: x.anchor}))
+	// Only the public half of the separately held recovery key is given;
+	// a fixed one, like the fixed receiver key, keeps the output stable.
+	recovery := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize))
+	must(kvfence.Init(x.path, &kvfence.InitOptions{ReceiverID: "example", Key: x.key, Anchor: x.anchor,
+		RecoveryKey: recovery.Public().(ed25519.PublicKey)}))
 	x.open()
 	ctx := context.Background()
 	must(x.admin.CreateScope(ctx, exampleScope))

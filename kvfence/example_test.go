@@ -29,7 +29,15 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", Key: key, Anchor: anchor}); err != nil {
+	// The recovery key is made and kept apart from the receiver: only its
+	// public half is recorded, and only its holder can re-admit the
+	// database after a restore or a lost anchor.
+	recoveryPub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", Key: key, Anchor: anchor,
+		RecoveryKey: recoveryPub}); err != nil {
 		log.Fatal(err)
 	}
 	r, err := kvfence.Open(path, &kvfence.Options{Key: key, Anchor: anchor})

@@ -79,6 +79,14 @@ type Options struct {
 	// Nil means the standard library's log.Print, so that no warning is
 	// lost.
 	Warn func(msg string)
+	// AnchorClusterID is the operator's statement of the cluster ID of an
+	// anchor kept on a cluster (ClusterAnchor), 0 for none. A receiver
+	// initialised with such an anchor records its cluster and needs
+	// none; one that records no anchor cluster (initialised before the
+	// record existed) opens on an anchor on a cluster only if this names
+	// it (ErrAnchorClusterUnrecorded otherwise). Given with a record, it
+	// must agree with it.
+	AnchorClusterID uint64
 
 	// anchorUnchecked opens without comparing the database with its anchor
 	// and leaves the anchor alone. Inspect and VerifyChain (read-only) and
@@ -223,6 +231,9 @@ func InitEngine(e engine.Engine, opts *InitOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := CheckApart(e, opts.Anchor); err != nil {
+		return err
+	}
 	var first audit.SignedCheckpoint
 	err = e.Update(context.Background(), func(tx engine.Tx) (err error) {
 		if ok, err := tx.HasBucket(bucketMeta); err != nil {
@@ -245,6 +256,8 @@ type initPlan struct {
 	receiverKey ed25519.PublicKey
 	maxTTL      time.Duration
 	now         func() time.Time
+	// anchorCluster is metaAnchorCluster's value.
+	anchorCluster []byte
 }
 
 // prepareInit checks Init's options and that the anchor is empty.
@@ -270,6 +283,15 @@ func prepareInit(opts *InitOptions) (*initPlan, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, ErrRecoveryKeyIsReceiverKey)
 		}
 	}
+	// Asked before the store's transaction, which may run more than once,
+	// and recorded in it: a receiver made from now on always says which
+	// cluster its anchor is on. The anchor is held to that cluster from
+	// here on, its first read included.
+	rec, err := anchorClusterRecord(opts.Anchor)
+	if err != nil {
+		return nil, err
+	}
+	p.anchorCluster = rec
 	if _, err := opts.Anchor.Load(); !errors.Is(err, audit.ErrAnchorMissing) {
 		if err == nil {
 			return nil, fmt.Errorf("%w: the anchor already holds a checkpoint; refusing to replace it", audit.ErrWriteConflict)
@@ -307,7 +329,8 @@ func (p *initPlan) initStore(tx engine.Tx) (audit.SignedCheckpoint, error) {
 		}
 	}
 	meta := map[string][]byte{string(metaFormat): []byte(formatVersion), string(metaReceiver): []byte(opts.ReceiverID),
-		string(metaReceiverKey): receiverKey, string(metaMaxGrantTTL): encodeMaxGrantTTL(maxTTL)}
+		string(metaReceiverKey): receiverKey, string(metaMaxGrantTTL): encodeMaxGrantTTL(maxTTL),
+		string(metaAnchorCluster): p.anchorCluster}
 	if opts.RecoveryKey != nil {
 		meta[string(metaRecoveryKey)] = opts.RecoveryKey
 	}
@@ -431,6 +454,9 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 			r.stateSum = r.state.Sum()
 		}
 	} else if r.opts.Anchor != nil {
+		if err := r.checkAnchorCluster(r.opts.Anchor, o.AnchorClusterID); err != nil {
+			return nil, err
+		}
 		if err := r.checkAnchor(); err != nil {
 			return nil, err
 		}

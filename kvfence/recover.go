@@ -310,6 +310,12 @@ func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*
 		rc.detail = fmt.Sprintf("superseded anchor %v; admitted head %v; admission sha256 %x",
 			sa.SupersededAnchor, sa.AdmittedHead, digest)
 	}
+	if err := CheckApart(r.eng, opts.Anchor); err != nil {
+		return RecoverResult{}, err
+	}
+	if rc.cluster, err = anchorClusterRecord(opts.Anchor); err != nil {
+		return RecoverResult{}, err
+	}
 	res, sc, err := r.applyRecovery(&rc, opts.Key)
 	if err != nil {
 		return RecoverResult{}, err
@@ -401,6 +407,9 @@ type recovery struct {
 	reason string
 	// consumed names the admission, for the checkpoints from this one on.
 	consumed audit.AdmissionRecord
+	// cluster is metaAnchorCluster's new value: the anchor's cluster, which
+	// the recovery key's authority may have moved.
+	cluster []byte
 }
 
 // applyRecovery runs a recovery's one write transaction and returns the
@@ -425,6 +434,9 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 		}
 		w.now = r.opts.Now()
 		res = RecoverResult{}
+		if err := tx.Put(bucketMeta, metaAnchorCluster, rc.cluster); err != nil {
+			return err
+		}
 		// The recovery's entry is the next one; the revoked grants name it.
 		seq := w.chain.Head().Seq + 1
 		scopes, err := scopeNames(tx)
@@ -536,6 +548,8 @@ type VerifyOptions struct {
 	// history is verified, from seq 1; without them the chain is verified
 	// from its base, the newest archived entry.
 	Archives []audit.ArchiveSource
+	// AnchorClusterID is as in Options.
+	AnchorClusterID uint64
 }
 
 // ProgressEvery is how many entries VerifyChain reads between calls of
@@ -573,6 +587,9 @@ func VerifyChainEngine(e engine.Engine, opts VerifyOptions) (audit.Report, error
 
 // verifyChain is VerifyChain on an open, read-only receiver.
 func (r *Receiver) verifyChain(opts VerifyOptions) (audit.Report, error) {
+	if err := r.checkAnchorCluster(opts.Anchor, opts.AnchorClusterID); err != nil {
+		return audit.Report{}, err
+	}
 	if !r.file && opts.Anchor != nil {
 		// Other processes may write a shared store (etcd) meanwhile: the
 		// anchor is read once, before the chain, so that the chain read

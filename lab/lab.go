@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
@@ -35,6 +37,11 @@ type Options struct {
 	Executable string
 	// Env is added to the worker processes' environment.
 	Env []string
+	// WorkerTimeout bounds each worker process's life; 0 means
+	// DefaultWorkerTimeout. The worker gives up by itself at the bound,
+	// and the lab kills one still running a grace period later and
+	// reports it, never waiting on it for longer.
+	WorkerTimeout time.Duration
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 }
@@ -561,8 +568,57 @@ type workerProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stdout *bufio.Reader
-	stderr *strings.Builder
+	stderr *lockedBuilder
+	// as names the worker, bound is when the lab kills it, and timer
+	// does so; killed says the timer fired.
+	as     string
+	bound  time.Duration
+	timer  *time.Timer
+	killed atomic.Bool
 }
+
+// lockedBuilder is a strings.Builder that the worker's stderr copier and
+// the lab's messages may use at once.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// killGrace is how long past its own bound a worker may take to report
+// before the lab kills it: at most this, at most the bound again.
+const killGrace = 5 * time.Second
+
+// workerTimeout is the bound passed to each worker.
+func (l *lab) workerTimeout() time.Duration {
+	if l.opts.WorkerTimeout > 0 {
+		return l.opts.WorkerTimeout
+	}
+	return DefaultWorkerTimeout
+}
+
+// ended adds to err what ended the worker, if the lab killed it.
+func (w *workerProc) ended(err error) error {
+	if w.killed.Load() {
+		return fmt.Errorf("%w: lab: worker %s was still running %v after it started, past its time bound, and was killed: %s",
+			errWorkerKilled, w.as, w.bound, w.stderr)
+	}
+	return err
+}
+
+// errWorkerKilled means the lab killed a worker that outlived its bound.
+var errWorkerKilled = errors.New("lab: worker killed at its time bound")
 
 func (l *lab) startWorker(ctx context.Context, rc *receiverFiles, env, as string, mode ...string) (*workerProc, error) {
 	args := append([]string{WorkerCommand, "--db", rc.db, "--anchor", rc.anchor, "--key", rc.key, "--envelope", env, "--as", as}, mode...)
@@ -572,9 +628,14 @@ func (l *lab) startWorker(ctx context.Context, rc *receiverFiles, env, as string
 // startProc starts this binary with args as a worker process and waits
 // for its "ready" line.
 func (l *lab) startProc(ctx context.Context, as string, args []string) (*workerProc, error) {
+	bound := l.workerTimeout()
+	args = append(args, "--"+timeoutFlag, bound.String())
 	cmd := exec.CommandContext(ctx, l.opts.Executable, args...)
 	cmd.Env = append(os.Environ(), l.opts.Env...)
-	w := &workerProc{cmd: cmd, stderr: &strings.Builder{}}
+	// Wait returns this long after the worker exits even if something
+	// it started still holds its stderr.
+	cmd.WaitDelay = killGrace
+	w := &workerProc{cmd: cmd, stderr: &lockedBuilder{}, as: as, bound: bound + min(killGrace, bound)}
 	cmd.Stderr = w.stderr
 	var err error
 	if w.stdin, err = cmd.StdinPipe(); err != nil {
@@ -588,10 +649,17 @@ func (l *lab) startProc(ctx context.Context, as string, args []string) (*workerP
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("lab: starting worker %s: %w", as, err)
 	}
+	// The worker's own bound ends it first; this kill ends one that is
+	// stuck where its bound cannot reach, so that every read of its
+	// output below returns.
+	w.timer = time.AfterFunc(w.bound, func() {
+		w.killed.Store(true)
+		cmd.Process.Kill()
+	})
 	line, err := w.stdout.ReadString('\n')
 	if err != nil || line != "ready\n" {
 		w.kill()
-		return nil, fmt.Errorf("lab: worker %s did not get ready (%q, %v): %s", as, line, err, w.stderr)
+		return nil, w.ended(fmt.Errorf("lab: worker %s did not get ready (%q, %v): %s", as, line, err, w.stderr))
 	}
 	return w, nil
 }
@@ -603,9 +671,9 @@ func (w *workerProc) release() (workerResult, error) {
 		return res, err
 	}
 	line, err := w.stdout.ReadString('\n')
-	werr := w.cmd.Wait()
+	werr := w.wait()
 	if err != nil || werr != nil {
-		return res, fmt.Errorf("lab: worker failed (%v, %v): %s", err, werr, w.stderr)
+		return res, w.ended(fmt.Errorf("lab: worker failed (%v, %v): %s", err, werr, w.stderr))
 	}
 	if err := json.Unmarshal([]byte(line), &res); err != nil {
 		return res, fmt.Errorf("lab: worker printed %q: %w", line, err)
@@ -616,8 +684,17 @@ func (w *workerProc) release() (workerResult, error) {
 func (w *workerProc) kill() {
 	if w.cmd.ProcessState == nil && w.cmd.Process != nil {
 		w.cmd.Process.Kill()
-		w.cmd.Wait()
+		w.wait()
 	}
+}
+
+// wait waits for the worker to exit and stops its kill timer.
+func (w *workerProc) wait() error {
+	err := w.cmd.Wait()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	return err
 }
 
 func writeJSON(path string, v any) error {

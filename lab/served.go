@@ -617,11 +617,11 @@ func (l *lab) startServedWorker(ctx context.Context, sv *served, name, envelope 
 func (w *workerProc) command(line string) (workerResult, error) {
 	var res workerResult
 	if _, err := io.WriteString(w.stdin, line+"\n"); err != nil {
-		return res, fmt.Errorf("lab: worker: %w: %s", err, w.stderr)
+		return res, w.ended(fmt.Errorf("lab: worker: %w: %s", err, w.stderr))
 	}
 	out, err := w.stdout.ReadString('\n')
 	if err != nil {
-		return res, fmt.Errorf("lab: worker gave no answer to %q: %w: %s", line, err, w.stderr)
+		return res, w.ended(fmt.Errorf("lab: worker gave no answer to %q: %w: %s", line, err, w.stderr))
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		return res, fmt.Errorf("lab: worker printed %q: %w", out, err)
@@ -632,8 +632,8 @@ func (w *workerProc) command(line string) (workerResult, error) {
 // finish closes a served worker's commands and waits for it to exit.
 func (w *workerProc) finish() error {
 	w.stdin.Close()
-	if err := w.cmd.Wait(); err != nil {
-		return fmt.Errorf("lab: worker failed (%w): %s", err, w.stderr)
+	if err := w.wait(); err != nil {
+		return w.ended(fmt.Errorf("lab: worker failed (%w): %s", err, w.stderr))
 	}
 	return nil
 }
@@ -658,9 +658,12 @@ func ServedWorkerMain(ctx context.Context, args []string, stdin io.Reader, stdou
 	key := fs.String("tls-key", "", "its key")
 	ca := fs.String("tls-ca", "", "the CA of the receiver's certificate")
 	envPath := fs.String("envelope", "", "the worker's own envelope")
+	timeout := fs.Duration(timeoutFlag, DefaultWorkerTimeout, "the worker's whole life, after which it gives up")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	ctx, cancel := withBound(ctx, *timeout)
+	defer cancel()
 	if err := runServedWorker(ctx, *srv, *cert, *key, *ca, *envPath, stdin, stdout); err != nil {
 		fmt.Fprintf(stderr, "lab served worker: %v\n", err)
 		return 1
@@ -689,9 +692,19 @@ func runServedWorker(ctx context.Context, srv, cert, key, ca, envPath string, st
 	if _, err := fmt.Fprintln(stdout, "ready"); err != nil {
 		return err
 	}
-	in := bufio.NewScanner(stdin)
-	for in.Scan() {
-		verb, arg, _ := strings.Cut(in.Text(), " ")
+	in := bufio.NewReader(stdin)
+	for {
+		// Each command comes from the parent, or the worker's bound ends
+		// the wait for it.
+		text, err := readLine(ctx, in)
+		if errors.Is(err, io.EOF) && text == "" {
+			return nil
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("waiting for a command: %w", err)
+		}
+		text = strings.TrimSuffix(text, "\n")
+		verb, arg, _ := strings.Cut(text, " ")
 		res := workerResult{ReadyAt: ready, SubmittedAt: time.Now().UTC()}
 		switch verb {
 		case "submit", "submit-file":
@@ -718,13 +731,12 @@ func runServedWorker(ctx context.Context, srv, cert, key, ca, envPath string, st
 			}
 			res.Outcome, res.AuditSeq = "held", h.AuditSeq
 		default:
-			return fmt.Errorf("unknown command %q", in.Text())
+			return fmt.Errorf("unknown command %q", text)
 		}
 		if err := printResult(stdout, res); err != nil {
 			return err
 		}
 	}
-	return in.Err()
 }
 
 // callError records an error answer as the worker's result: what the

@@ -23,6 +23,47 @@ import (
 // own binary as a worker process.
 const WorkerCommand = "lab-worker"
 
+// DefaultWorkerTimeout bounds a worker process's whole life, from its start
+// to its last result, unless Options.WorkerTimeout says otherwise: a
+// demonstration's pause takes seconds, so a worker still running after it
+// is stuck, and the lab reports it instead of waiting for it.
+const DefaultWorkerTimeout = 2 * time.Minute
+
+// timeoutFlag is the worker commands' flag for their own bound.
+const timeoutFlag = "timeout"
+
+// readLine reads one line from in, or returns ctx's error when ctx ends
+// first: a parent that never writes cannot keep the worker past its bound.
+// The reading goroutine ends when in is closed, as the process exits.
+func readLine(ctx context.Context, in *bufio.Reader) (string, error) {
+	type line struct {
+		s   string
+		err error
+	}
+	ch := make(chan line, 1)
+	go func() {
+		s, err := in.ReadString('\n')
+		ch <- line{s, err}
+	}()
+	select {
+	case l := <-ch:
+		return l.s, l.err
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
+	}
+}
+
+// errWorkerTimeout is the cause of a worker's own deadline.
+var errWorkerTimeout = errors.New("the worker ran past its time bound (--timeout)")
+
+// withBound returns ctx bounded by d, whose cause says so.
+func withBound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		d = DefaultWorkerTimeout
+	}
+	return context.WithTimeoutCause(ctx, d, fmt.Errorf("%w of %v", errWorkerTimeout, d))
+}
+
 // markerFile marks a directory as a lab's output. A lab worker refuses a
 // database outside such a directory, so that even the lab build's defective
 // modes cannot be pointed at a receiver in service.
@@ -115,9 +156,12 @@ func WorkerMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs.StringVar(&la.action, "action", "", "the action to claim")
 	fs.BoolVar(&la.claimOnly, "claim-only", false, "claim, then stop without submitting")
 	fs.BoolVar(&la.skipAnchor, "skip-ledger-anchor", false, "open the ledger without its anchor check (lab demonstration only)")
+	timeout := fs.Duration(timeoutFlag, DefaultWorkerTimeout, "the worker's whole life, after which it gives up")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	ctx, cancel := withBound(ctx, *timeout)
+	defer cancel()
 	if err := runWorker(ctx, workerArgs{*db, *anchor, *key, *envPath, *as, *defective, *skipAnchor, la}, stdin, stdout); err != nil {
 		fmt.Fprintf(stderr, "lab worker: %v\n", err)
 		return 1
@@ -173,8 +217,9 @@ func runWorker(ctx context.Context, a workerArgs, stdin io.Reader, stdout io.Wri
 	if _, err := fmt.Fprintln(stdout, "ready"); err != nil {
 		return err
 	}
-	// The pause: everything the worker needs is already in memory.
-	if _, err := bufio.NewReader(stdin).ReadString('\n'); err != nil {
+	// The pause: everything the worker needs is already in memory. It
+	// ends with the parent's line, or with the worker's own bound.
+	if _, err := readLine(ctx, bufio.NewReader(stdin)); err != nil {
 		return fmt.Errorf("waiting for release: %w", err)
 	}
 	if a.ledger.db != "" {

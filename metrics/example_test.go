@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"fmt"
@@ -26,7 +27,10 @@ func ExampleNew() {
 	path := filepath.Join(dir, "receiver.db")
 	anchor := audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}
 	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)) // a real key comes from keyfile
-	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", Key: key, Anchor: anchor}); err != nil {
+	// Only the public half of the recovery key, held apart, is recorded.
+	recovery := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize)).Public().(ed25519.PublicKey)
+	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", Key: key, Anchor: anchor,
+		RecoveryKey: recovery}); err != nil {
 		log.Fatal(err)
 	}
 	m := metrics.New(metrics.Options{})

@@ -3,6 +3,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"fmt"
@@ -31,7 +32,10 @@ func ExampleNew() {
 	path := filepath.Join(dir, "receiver.db")
 	anchor := audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}
 	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)) // a real key comes from keyfile
-	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", Key: key, Anchor: anchor}); err != nil {
+	// Only the public half of the recovery key, held apart, is recorded.
+	recovery := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize)).Public().(ed25519.PublicKey)
+	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "example", Key: key, Anchor: anchor,
+		RecoveryKey: recovery}); err != nil {
 		log.Fatal(err)
 	}
 	r, err := kvfence.Open(path, &kvfence.Options{Key: key, Anchor: anchor})

@@ -17,4 +17,8 @@ var (
 	// acknowledge what the write was to cover; a later Load decides which
 	// anchor the key holds.
 	ErrOutcomeUnknown = errors.New("etcdanchor: outcome of the anchor write is unknown")
+	// ErrClusterMismatch means an answer came from an etcd cluster other
+	// than the one the anchor was expected on (Store.ExpectCluster): a
+	// different cluster answers at the anchor's address.
+	ErrClusterMismatch = errors.New("etcdanchor: another etcd cluster answered for the anchor")
 )

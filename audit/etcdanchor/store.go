@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/clusterid"
+	"github.com/kvfence/kvfence/internal/etcdcluster"
 )
 
 // Defaults for Options.
@@ -87,6 +90,9 @@ type Store struct {
 	last value
 	// unknowns counts the attempts whose outcome was unknown.
 	unknowns atomic.Int64
+	// cluster, once ExpectCluster set it, is the only cluster ID an
+	// answer may carry.
+	cluster atomic.Uint64
 }
 
 var _ audit.AnchorStore = (*Store)(nil)
@@ -147,6 +153,46 @@ func (s *Store) Key() string { return s.key }
 // Location names the anchor by its etcd key (audit.Locator). The endpoints
 // are left out: any member of the anchor's cluster serves the same key.
 func (s *Store) Location() string { return "etcd:" + s.key }
+
+// ClusterID returns the ID of the cluster that answers for the anchor's
+// key, from a linearizable read (etcdcluster.ID) bounded by
+// Options.Timeout. A receiver compares it with its store's cluster, and
+// with the ID recorded when it was initialised: an address's text cannot
+// say which cluster answers at it. After ExpectCluster, an answer from
+// another cluster is ErrClusterMismatch.
+func (s *Store) ClusterID(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	id, err := etcdcluster.ID(ctx, s.kv, s.key)
+	if err != nil {
+		return 0, fmt.Errorf("etcdanchor: etcd key %s: %w", s.key, err)
+	}
+	if err := s.checkCluster(id); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
+// ExpectCluster makes every later answer that names a cluster other than
+// id fail with ErrClusterMismatch, before its content is used: a Store
+// checked once against its recorded cluster stays on it, even if another
+// cluster starts answering at the same address. Zero is ignored; a second
+// call with another id does not move the Store to that cluster.
+func (s *Store) ExpectCluster(id uint64) {
+	if id != 0 {
+		s.cluster.CompareAndSwap(0, id)
+	}
+}
+
+// checkCluster refuses an answer from a cluster other than the expected
+// one, once there is one.
+func (s *Store) checkCluster(id uint64) error {
+	if want := s.cluster.Load(); want != 0 && id != want {
+		return fmt.Errorf("%w: etcd key %s: cluster %s answered, the anchor's cluster is %s", ErrClusterMismatch, s.key,
+			clusterid.Format(id), clusterid.Format(want))
+	}
+	return nil
+}
 
 // Close closes the connection if Open made it.
 func (s *Store) Close() error {
@@ -217,6 +263,9 @@ func (s *Store) read(ctx context.Context) (value, error) {
 	resp, err := s.kv.Get(ctx, s.key)
 	if err != nil {
 		return value{}, fmt.Errorf("etcdanchor: reading etcd key %s: %w", s.key, err)
+	}
+	if err := s.checkCluster(headerCluster(resp.Header)); err != nil {
+		return value{}, err
 	}
 	return s.decode(resp.Kvs)
 }
@@ -298,6 +347,13 @@ func (s *Store) swap(ctx context.Context, old *audit.SignedCheckpoint, next audi
 			unknown = err
 			s.unknowns.Add(1)
 			continue
+		}
+		if err := s.checkCluster(headerCluster(resp.Header)); err != nil {
+			// Another cluster took the write: the expected one did not,
+			// and this one is not the anchor.
+			return err
+		}
+		switch {
 		case resp.Succeeded:
 			// A Txn of one put gives the key the Txn's revision.
 			s.remember(value{cur: &next, raw: text, rev: resp.Header.Revision})
@@ -317,6 +373,15 @@ func (s *Store) swap(ctx context.Context, old *audit.SignedCheckpoint, next audi
 			unknown = nil
 		}
 	}
+}
+
+// headerCluster returns the cluster ID of an answer's header, 0 if it has
+// none (which no expected cluster matches).
+func headerCluster(h *etcdserverpb.ResponseHeader) uint64 {
+	if h == nil {
+		return 0
+	}
+	return h.ClusterId
 }
 
 // hint returns the value last seen if it holds old.

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/audit/etcdanchor"
+	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/internal/clusterid"
+	"github.com/kvfence/kvfence/kvfence"
 )
 
 // anchorEtcdPrefix marks an --anchor value as an etcd address. Anything
@@ -14,16 +18,22 @@ import (
 // refused instead of naming a file.
 const anchorEtcdPrefix = "etcd:"
 
-// anchorEtcdFlags are the TLS files of an etcd anchor.
+// anchorEtcdFlags are the TLS files of an etcd anchor and the operator's
+// statement of its cluster.
 type anchorEtcdFlags struct {
 	cert, key, ca string
-	store         audit.AnchorStore // opened by anchorStore, reused after
+	// clusterText is --anchor-etcd-cluster-id; clusterID is it parsed by
+	// check (0: not given).
+	clusterText string
+	clusterID   uint64
+	store       *etcdanchor.Store // opened by open, reused after
 }
 
 func (a *anchorEtcdFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.cert, "anchor-etcd-cert", "", "")
 	fs.StringVar(&a.key, "anchor-etcd-key", "", "")
 	fs.StringVar(&a.ca, "anchor-etcd-ca", "", "")
+	fs.StringVar(&a.clusterText, "anchor-etcd-cluster-id", "", "")
 }
 
 // isEtcdAnchor reports whether an --anchor value names an etcd key.
@@ -34,8 +44,8 @@ func isEtcdAnchor(anchor string) bool { return strings.HasPrefix(anchor, anchorE
 // a client certificate without its key or the reverse.
 func (a *anchorEtcdFlags) check(cmd, anchor string) error {
 	if !isEtcdAnchor(anchor) {
-		if a.cert != "" || a.key != "" || a.ca != "" {
-			return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cert, --anchor-etcd-key and --anchor-etcd-ca go with --anchor etcd://...", cmd),
+		if a.cert != "" || a.key != "" || a.ca != "" || a.clusterText != "" {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cert, --anchor-etcd-key, --anchor-etcd-ca and --anchor-etcd-cluster-id go with --anchor etcd://...", cmd),
 				hint: "drop them, or pass --anchor etcd://HOST:PORT[,HOST:PORT]/KEY"}
 		}
 		return nil
@@ -47,6 +57,15 @@ func (a *anchorEtcdFlags) check(cmd, anchor string) error {
 	if (a.cert == "") != (a.key == "") {
 		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cert and --anchor-etcd-key go together", cmd),
 			hint: "pass both, or neither"}
+	}
+	a.clusterID = 0
+	if a.clusterText != "" {
+		id, err := clusterid.Parse(a.clusterText)
+		if err != nil {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cluster-id: %v", cmd, err),
+				hint: "etcdctl --endpoints ANCHOR_MEMBER endpoint status -w table prints the anchor cluster's ID"}
+		}
+		a.clusterID = id
 	}
 	return nil
 }
@@ -69,8 +88,37 @@ func (a *anchorEtcdFlags) open(cmd, anchor string) (audit.AnchorStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvfence %s: --anchor: %w", cmd, err)
 	}
+	// A stated cluster holds every answer, from the first: init, the
+	// ledger (which records none) and a receiver's open alike.
+	s.ExpectCluster(a.clusterID)
 	a.store = s
 	return s, nil
+}
+
+// checkApart refuses, as a usage error of command cmd, an etcd anchor that
+// answers as the same etcd cluster as the store e (kvfence.CheckApart):
+// host names, members and proxies spell one cluster in many ways, its ID
+// in one. A cluster that does not say its ID is an error, never "apart".
+// It runs before anything is written.
+func (a *anchorEtcdFlags) checkApart(cmd string, e engine.Engine) error {
+	if a.store == nil {
+		return nil
+	}
+	if err := kvfence.CheckApart(e, a.store); err != nil {
+		return anchorNotApart(cmd, err)
+	}
+	return nil
+}
+
+// anchorNotApart gives kvfence.ErrAnchorNotApart its exit code (a usage
+// error: the command line names one cluster twice) and hint.
+func anchorNotApart(cmd string, err error) error {
+	if !errors.Is(err, kvfence.ErrAnchorNotApart) {
+		return fmt.Errorf("kvfence %s: %w", cmd, err)
+	}
+	return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor: %v", cmd, err), err: err,
+		hint: "keep the anchor on a separately administered etcd cluster (or in a file on another volume): " +
+			"restored together with the receiver's own cluster, it would vouch for the restored state"}
 }
 
 // checkEtcdAnchor checks --anchor and its etcd TLS flags.
@@ -92,4 +140,14 @@ const usageAnchorEtcd = `	--anchor etcd://HOST:PORT[,HOST:PORT]/KEY
 	    (both or neither; the key not readable by group or others), and the
 	    CA that the members' certificates chain to. Any of them makes
 	    every connection TLS.
+	--anchor-etcd-cluster-id ID
+	    The anchor cluster's ID in hexadecimal, as etcdctl endpoint status
+	    prints it. Init records the anchor's cluster, and every command
+	    refuses another cluster answering at the anchor's address (exit 4)
+	    and an anchor on the receiver's own --etcd cluster, however it is
+	    spelled (exit 2). A receiver initialised before that record
+	    existed is refused on an etcd anchor (exit 2) until this flag
+	    names the cluster; given, it must agree with the record, and
+	    every answer from another cluster is refused (exit 4), init's and
+	    the ledger's included.
 `

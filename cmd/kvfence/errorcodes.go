@@ -6,6 +6,7 @@ import (
 	"io/fs"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/audit/etcdanchor"
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/keyfile"
@@ -75,6 +76,10 @@ var cliCodes = []errorCodeEntry{
 	{"anchor_present", kvfence.ErrAnchorPresent},
 	{"archive_conflict", kvfence.ErrArchiveConflict},
 	{"recovery_key_is_receiver_key", kvfence.ErrRecoveryKeyIsReceiverKey},
+	{"anchor_not_apart", kvfence.ErrAnchorNotApart},
+	{"anchor_cluster_changed", kvfence.ErrAnchorClusterChanged},
+	{"anchor_cluster_changed", etcdanchor.ErrClusterMismatch},
+	{"anchor_cluster_unrecorded", kvfence.ErrAnchorClusterUnrecorded},
 	{"malformed_envelope", kvfence.ErrMalformedEnvelope},
 	{"pub_mismatch", errPubMismatch},
 	{"key_permissions", keyfile.ErrKeyPermissions},

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/audit/etcdanchor"
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
@@ -46,11 +47,14 @@ func exitCode(err error) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
-	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity):
+	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity), errors.Is(err, etcdanchor.ErrClusterMismatch):
 		return ExitIntegrity
 	case errors.As(err, &we):
 		return ExitWarning
-	case errors.As(err, &ue), isMalformedInput(err):
+	case errors.As(err, &ue), isMalformedInput(err), errors.Is(err, kvfence.ErrAnchorNotApart),
+		errors.Is(err, kvfence.ErrAnchorClusterUnrecorded):
+		// The command line names the store's cluster as the anchor, or
+		// must state the anchor's cluster: corrected there.
 		return ExitUsage
 	case errors.As(err, &de), kvfence.IsRefusal(err), ledger.IsRefusal(err):
 		return ExitDenied
@@ -168,10 +172,18 @@ func hint(err error) string {
 		return we.hint
 	case errors.As(err, &he):
 		return he.hint
+	case errors.Is(err, kvfence.ErrAnchorClusterChanged):
+		return "another etcd cluster answers at the anchor's address than the one recorded at init (or given by " +
+			"--anchor-etcd-cluster-id): check the addresses and DNS names in --anchor; if the anchor was moved on " +
+			"purpose, have the recovery key holder run kvfence admission new and then kvfence recover"
+	case errors.Is(err, kvfence.ErrAnchorClusterUnrecorded):
+		return "this receiver was initialised before kvfence recorded the anchor's cluster: check, with " +
+			"etcdctl endpoint status on the anchor's own members, which cluster holds the anchor, and pass its ID " +
+			"as --anchor-etcd-cluster-id"
 	case kvfence.IsIntegrityError(err):
 		return integrityHint(err, true)
 	case errors.Is(err, kvfence.ErrNotInitialized):
-		return "kvfence init --db DB --anchor ANCHOR --key KEY --id RECEIVER_ID, or check --db / KVFENCE_DB"
+		return "kvfence init --db DB --anchor ANCHOR --key KEY --id RECEIVER_ID --recovery-pub RECOVERY.pub, or check --db / KVFENCE_DB"
 	case errors.Is(err, kvfence.ErrAlreadyInitialized):
 		return "choose another --db path; init never touches an existing file"
 	case errors.Is(err, audit.ErrWriteConflict):

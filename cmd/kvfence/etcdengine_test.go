@@ -146,7 +146,7 @@ func TestEtcdEnginePrefix(t *testing.T) {
 	if !strings.Contains(r.stderr, "not initialized") && !strings.Contains(r.stderr, "not initialised") {
 		t.Fatalf("status on an empty prefix: %s", r)
 	}
-	c.must(0, "init", "--id", "receiver-b")
+	c.must(0, "init", "--id", "receiver-b", "--recovery-pub", c.path("recovery.key.pub"))
 	c.must(0, "scope", "create", "--scope", "b-only")
 	st := c.json(0, "status")
 	if scopes := st["scopes"].([]any); len(scopes) != 1 || scopes[0].(map[string]any)["scope"] != "b-only" {

@@ -220,11 +220,18 @@ func (c *commonFlags) openEngine() (engine.Engine, error) {
 		cli.Close()
 		return nil, fmt.Errorf("kvfence %s: %w", c.name, err)
 	}
+	// The anchor, opened first, must not be on this cluster: checked
+	// before the engine is handed to anything that could write.
+	if err := c.anchorEtcd.checkApart(c.name, e); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e, nil
 }
 
 // openReceiver opens the receiver in --db, or on --etcd.
 func (c *commonFlags) openReceiver(opts *kvfence.Options) (*kvfence.Receiver, error) {
+	opts.AnchorClusterID = c.anchorEtcd.clusterID
 	if !c.etcd.on() {
 		return kvfence.Open(c.db, opts)
 	}

@@ -171,7 +171,7 @@ func TestExitCodes(t *testing.T) {
 			name: "init over an existing file",
 			setup: func(t *testing.T, c *cli) []string {
 				c.receiver()
-				return []string{"init", "--id", "again", "--anchor", c.path("new.anchor")}
+				return []string{"init", "--id", "again", "--anchor", c.path("new.anchor"), "--recovery-pub", c.path("recovery.key.pub")}
 			},
 			code:   ExitError,
 			stderr: []string{"already initialized"},
@@ -180,7 +180,7 @@ func TestExitCodes(t *testing.T) {
 			name: "init over an existing anchor",
 			setup: func(t *testing.T, c *cli) []string {
 				c.receiver()
-				return []string{"init", "--id", "again", "--db", c.path("new.db")}
+				return []string{"init", "--id", "again", "--db", c.path("new.db"), "--recovery-pub", c.path("recovery.key.pub")}
 			},
 			code:   ExitError,
 			stderr: []string{"anchor already holds a checkpoint", "Try: the anchor file already holds a checkpoint"},
@@ -244,7 +244,7 @@ func TestExitCodes(t *testing.T) {
 					t.Fatal(err)
 				}
 				return []string{"init", "--db", c.path("r.db"), "--anchor", c.path("r.anchor"), "--key", c.path("k"),
-					"--id", "r"}
+					"--id", "r", "--no-recovery-key"}
 			},
 			code:   ExitError,
 			stderr: []string{"accessible by group or others"},
@@ -561,7 +561,7 @@ func TestInitKeys(t *testing.T) {
 	c.must(0, "keygen", "--out", c.path("rk"))
 	c.must(0, "keygen", "--out", c.path("other"))
 	c.must(ExitError, "init", "--db", c.path("r.db"), "--anchor", c.path("r.anchor"), "--key", c.path("k"), "--id", "r",
-		"--pub", c.path("other.pub"))
+		"--pub", c.path("other.pub"), "--recovery-pub", c.path("rk.pub"))
 	for _, f := range []string{"r.db", "r.anchor"} {
 		if _, err := os.Stat(c.path(f)); !os.IsNotExist(err) {
 			t.Fatalf("a refused init left %s behind: %v", f, err)

@@ -205,7 +205,8 @@ func TestActivate_MaxTTL(t *testing.T) {
 	// A receiver initialised with a shorter maximum.
 	d := t.TempDir()
 	c.must(ExitUsage, "init", "--id", "r2", "--db", filepath.Join(d, "r.db"), "--anchor", filepath.Join(d, "r.anchor"), "--max-ttl", "0s")
-	c.must(0, "init", "--id", "r2", "--db", filepath.Join(d, "r.db"), "--anchor", filepath.Join(d, "r.anchor"), "--max-ttl", "2h")
+	c.must(0, "init", "--id", "r2", "--db", filepath.Join(d, "r.db"), "--anchor", filepath.Join(d, "r.anchor"), "--max-ttl", "2h",
+		"--recovery-pub", c.path("recovery.key.pub"))
 	c.must(0, "scope", "create", "--scope", "s", "--db", filepath.Join(d, "r.db"), "--anchor", filepath.Join(d, "r.anchor"))
 	out := c.json(0, "scope", "list", "--db", filepath.Join(d, "r.db"), "--anchor", filepath.Join(d, "r.anchor"))
 	if out["max_grant_ttl"] != "2h0m0s" || out["scopes"].([]any)[0].(map[string]any)["max_grant_ttl"] != "2h0m0s" {

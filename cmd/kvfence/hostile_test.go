@@ -101,7 +101,8 @@ func TestHostileFiles(t *testing.T) {
 				}
 			}, cmd, ExitIntegrity, []string{"is a directory"}},
 			testCase{"anchor of another receiver/" + cmd[0], func(t *testing.T, c *cli) {
-				c.must(0, "init", "--id", "other-receiver", "--db", c.path("other.db"), "--anchor", c.path("other.anchor"))
+				c.must(0, "init", "--id", "other-receiver", "--db", c.path("other.db"), "--anchor", c.path("other.anchor"),
+					"--recovery-pub", c.path("recovery.key.pub"))
 				writeFile(t, c.path("receiver.anchor"), readFile(t, c.path("other.anchor")), 0o600)
 			}, cmd, ExitIntegrity, []string{"receiver mismatch"}},
 			// Harmless: the anchor holds nothing secret, and a database

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/clusterid"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
@@ -30,6 +31,9 @@ type initJSON struct {
 	// name them (RecoveryFingerprint is null without a recovery key).
 	Fingerprint         string  `json:"fingerprint"`
 	RecoveryFingerprint *string `json:"recovery_fingerprint"`
+	// AnchorClusterID is the etcd anchor's cluster ID that init recorded
+	// (null for an anchor file).
+	AnchorClusterID *string `json:"anchor_cluster_id"`
 }
 
 // Run runs the command.
@@ -39,6 +43,7 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	cf.register(fs, withDB|withKey|withoutLock)
 	id := fs.String("id", "", "")
 	recoveryPub := fs.String("recovery-pub", "", "")
+	noRecovery := fs.Bool("no-recovery-key", false, "")
 	maxTTL := fs.Duration("max-ttl", kvfence.DefaultMaxGrantTTL, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
@@ -52,6 +57,17 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	}
 	if *maxTTL <= 0 {
 		return &usageError{msg: "kvfence init: --max-ttl must be positive", hint: "kvfence init -h"}
+	}
+	// A receiver without a recovery key can never be re-admitted after a
+	// restore or a lost anchor: that is chosen explicitly, never by
+	// leaving a flag out.
+	switch {
+	case *recoveryPub != "" && *noRecovery:
+		return &usageError{msg: "kvfence init: --recovery-pub and --no-recovery-key exclude each other", hint: "give one of them"}
+	case *recoveryPub == "" && !*noRecovery:
+		return &usageError{msg: "kvfence init: --recovery-pub FILE is required (or --no-recovery-key, to give up recovery)",
+			hint: "kvfence keygen --out recovery.key on a machine apart from the receiver, keep recovery.key there, " +
+				"and pass --recovery-pub recovery.key.pub"}
 	}
 	priv, err := loadPrivate(cf.key)
 	if err != nil {
@@ -83,6 +99,9 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if *noRecovery {
+		c.m.warn(noRecoveryWarning)
+	}
 	anchor, err := cf.anchorStore()
 	if err != nil {
 		return err
@@ -103,6 +122,9 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	} else if err := kvfence.Init(cf.db, iopts); err != nil {
 		return err
 	}
+	for _, w := range separationWarnings(cf.anchorSeparation()) {
+		c.m.warn(w)
+	}
 	// Read the anchor back, so that the operator sees what it vouches for
 	// and can compare it with verify-chain later.
 	sc, err := anchor.Load()
@@ -116,6 +138,16 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 		s, f := publicLine(recovery), audit.KeyFingerprint(recovery).String()
 		res.RecoveryKey, res.RecoveryFingerprint = &s, &f
 	}
+	if st := cf.anchorEtcd.store; st != nil {
+		// The receiver recorded the cluster it was given; the anchor store
+		// is held to it, so this names the same one.
+		id, err := st.ClusterID(ctx)
+		if err != nil {
+			return fmt.Errorf("kvfence init: the receiver was created, but its anchor's cluster cannot be asked again: %w", err)
+		}
+		s := clusterid.Format(id)
+		res.AnchorClusterID = &s
+	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}
@@ -124,6 +156,9 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "db\t%s\n", res.DB)
 	fmt.Fprintf(tw, "anchor\t%s\n", res.Anchor)
 	fmt.Fprintf(tw, "anchored head\t%s\n", headText(head))
+	if res.AnchorClusterID != nil {
+		fmt.Fprintf(tw, "anchor cluster\t%s\n", *res.AnchorClusterID)
+	}
 	fmt.Fprintf(tw, "public key\t%s\n", res.PublicKey)
 	fmt.Fprintf(tw, "fingerprint\t%s\n", res.Fingerprint)
 	if res.RecoveryKey != nil {
@@ -132,6 +167,11 @@ func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	}
 	return tw.Flush()
 }
+
+// noRecoveryWarning says what --no-recovery-key gives up.
+const noRecoveryWarning = "--no-recovery-key: this receiver will have no recovery key. After a restored or rewritten " +
+	"database (rollback, fork) or a lost anchor, no admission can re-admit it: kvfence recover will refuse, and the " +
+	"receiver stays unusable for good; the only way on is a new receiver (kvfence init) with new grants."
 
 // publicLine formats pub as an ssh-ed25519 line without a comment.
 func publicLine(pub ed25519.PublicKey) string {
@@ -145,7 +185,8 @@ func publicLine(pub ed25519.PublicKey) string {
 // Usage prints the command's help.
 func (c *InitCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence init --db FILE --anchor FILE --key FILE --id RECEIVER_ID
-                    [--recovery-pub FILE] [--max-ttl 24h] [--pub FILE] [--json]
+                    (--recovery-pub FILE | --no-recovery-key)
+                    [--max-ttl 24h] [--pub FILE] [--json]
 
 Creates a receiver database (mode 0600), records the public half of the
 receiver's private key, and writes the first signed checkpoint to a new
@@ -165,8 +206,14 @@ Arguments:
 	--recovery-pub FILE
 	    Public key (ssh-ed25519 line) of the separately held recovery key,
 	    which alone can re-admit a database whose history was questioned
-	    (kvfence admission new, kvfence recover). It must differ from the
-	    receiver's key. Without it, such a database cannot be re-admitted.
+	    or whose anchor was lost (kvfence admission new, kvfence recover).
+	    It must differ from the receiver's key. Create it with kvfence
+	    keygen on a machine apart from the receiver and keep the private
+	    half there. Required, unless --no-recovery-key.
+	--no-recovery-key
+	    Initialise without a recovery key, and say so on stderr: such a
+	    receiver can never be re-admitted after a restore or a lost
+	    anchor, and stays unusable. Not with --recovery-pub.
 	--max-ttl DURATION
 	    The longest any grant may stay valid after its activation
 	    (default 24h): every scope's maximum, unless "scope create

@@ -32,7 +32,8 @@ func TestKeyFingerprints(t *testing.T) {
 	if rkf == "" || rkf == want || init["recovery_fingerprint"] != rkf {
 		t.Errorf("recovery key: keygen printed %q, init %v\n%s", rkf, init["recovery_fingerprint"], rk.stdout)
 	}
-	text := c.must(0, "init", "--db", c.path("r2.db"), "--anchor", c.path("r2.anchor"), "--key", c.path("k"), "--id", "r2").stdout
+	text := c.must(0, "init", "--db", c.path("r2.db"), "--anchor", c.path("r2.anchor"), "--key", c.path("k"), "--id", "r2",
+		"--no-recovery-key").stdout
 	if !strings.Contains(text, "fingerprint    "+want+"\n") {
 		t.Errorf("init text lacks the fingerprint %s:\n%s", want, text)
 	}

@@ -149,6 +149,10 @@ func (f *ledgerFlags) engine() (engine.Engine, error) {
 		cli.Close()
 		return nil, fmt.Errorf("kvfence %s: %w", f.name, err)
 	}
+	if err := f.anchorEtcd.checkApart(f.name, e); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e, nil
 }
 

@@ -125,7 +125,9 @@ func TestLedger_VerifyChainAndEvents(t *testing.T) {
 
 	// The receiver's verify-chain given the ledger, and the reverse.
 	c.must(ExitOK, "keygen", "--out", c.path("receiver.key"))
-	c.must(ExitOK, "init", "--db", c.path("receiver.db"), "--anchor", c.path("receiver.anchor"), "--key", c.path("receiver.key"), "--id", "r1")
+	c.must(ExitOK, "keygen", "--out", c.path("recovery.key"))
+	c.must(ExitOK, "init", "--db", c.path("receiver.db"), "--anchor", c.path("receiver.anchor"), "--key", c.path("receiver.key"), "--id", "r1",
+		"--recovery-pub", c.path("recovery.key.pub"))
 	r := c.must(ExitError, "verify-chain", "--db", c.path("ledger.db"), "--anchor", c.path("ledger.anchor"), "--pub", pub)
 	if !strings.Contains(r.stderr, "is an execution ledger file, not a receiver database") || !strings.Contains(r.stderr, "kvfence ledger verify-chain") {
 		t.Fatalf("verify-chain of a ledger file: %s", r)

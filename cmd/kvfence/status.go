@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/internal/separation"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -26,6 +27,9 @@ type statusJSON struct {
 	AuditSeq      uint64            `json:"audit_seq"`
 	AnchorChecked bool              `json:"anchor_checked"`
 	AnchorDamage  *anchorDamageJSON `json:"anchor_damage"`
+	// The file anchor's separation facts (null for an etcd store or
+	// anchor, without --anchor, or over --server).
+	separationJSON
 }
 
 // scopeStatusJSON is one scope's control state. Its four timestamps are
@@ -77,6 +81,11 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 	for _, st := range scopes {
 		out.Scopes = append(out.Scopes, api.ScopeStatusOf(st))
 	}
+	var sep *separation.Facts
+	if !rf.on() {
+		sep = cf.anchorSeparation()
+	}
+	out.separationJSON = separationOf(sep)
 	if cf.json {
 		return writeJSON(c.m.Stdout, out)
 	}
@@ -115,6 +124,7 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 	if d := damage; d != nil {
 		fmt.Fprintf(tw, "anchor damage\t%v\n", d)
 	}
+	printSeparation(tw, sep)
 	return tw.Flush()
 }
 
@@ -147,6 +157,10 @@ Pass --anchor (or set KVFENCE_ANCHOR) so that a restored or rewritten
 database is refused with exit code 4 instead of being described. A damaged
 slot of the anchor file is shown ("anchor damage"; with --json,
 "anchor_damage", as in verify-chain) and printed as a warning on stderr.
+With a database file and an anchor file, it shows whether both are on the
+same file system ("anchor same device"; with --json,
+"anchor_same_device") and owned by the same uid ("anchor same owner";
+"anchor_same_owner"): facts, not a verdict (null where they do not apply).
 
 Arguments:
 

@@ -37,6 +37,9 @@ type verifyChainJSON struct {
 	BaseSeq  uint64 `json:"base_seq"`
 	BaseHash string `json:"base_hash"`
 	Archived uint64 `json:"archived_entries"`
+	// The file anchor's separation facts (null for an etcd store or
+	// anchor).
+	separationJSON
 }
 
 // Run runs the command.
@@ -92,7 +95,8 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	}
 	defer closeAll()
 	vopts := kvfence.VerifyOptions{Anchor: anchor, PublicKey: pub, Progress: c.progress(),
-		MaxAge: *maxAge, LockTimeout: cf.lockTimeout, Archives: srcs}
+		MaxAge: *maxAge, LockTimeout: cf.lockTimeout, Archives: srcs,
+		AnchorClusterID: cf.anchorEtcd.clusterID}
 	var rep audit.Report
 	if cf.etcd.on() {
 		e, eerr := cf.openEngine()
@@ -110,6 +114,8 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 		Head: headHex(rep.Head), HeadSeq: rep.Head.Seq, AnchorSeq: rep.Anchor.Seq, AnchorHead: headHex(rep.Anchor),
 		Detail: rep.Detail, AnchorDamage: anchorDamageOf(rep.AnchorDamage), BaseSeq: rep.Base.Seq, BaseHash: headHex(rep.Base),
 		Archived: rep.Archived}
+	sep := cf.anchorSeparation()
+	out.separationJSON = separationOf(sep)
 	if cf.json {
 		err = writeJSON(c.m.Stdout, out)
 	} else {
@@ -134,6 +140,7 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 		if d := rep.AnchorDamage; d != nil {
 			fmt.Fprintf(tw, "anchor damage\t%v\n", d)
 		}
+		printSeparation(tw, sep)
 		err = tw.Flush()
 	}
 	if err != nil {
@@ -230,9 +237,13 @@ otherwise that is rollback_detected.
 
 With --json: {"ok","problem","entries","head","head_seq","anchor_seq",
 "anchor_head","detail","anchor_damage","base_seq","base_hash",
-"archived_entries"}; hashes in lowercase hex, "" when
-there is none; anchor_damage is null or {"slot","problem",
-"claimed_generation","current_generation","newer","detail"}.
+"archived_entries","anchor_same_device","anchor_same_owner"}; hashes in
+lowercase hex, "" when there is none; anchor_damage is null or {"slot",
+"problem","claimed_generation","current_generation","newer","detail"}.
+anchor_same_device and anchor_same_owner say whether the anchor file is on
+the database file's file system and owned by its uid (facts, not a
+verdict; also "anchor same device" and "anchor same owner" in the text;
+null for an etcd store or anchor).
 
 Exit codes: 0 ok, 4 any problem, 6 ok but an anchor slot is damaged, 1
 when the check could not run (a missing database, an unreadable key), 5

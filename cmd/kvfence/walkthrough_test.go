@@ -42,7 +42,10 @@ func TestWalkthrough(t *testing.T) {
 	// Keys and outputs are never overwritten.
 	c.must(1, "keygen", "--out", key)
 
-	out = c.json(0, priv("init", "--id", "lab-receiver")...)
+	// The recovery key is made apart from the receiver's; only its public
+	// half is given to init.
+	c.must(0, "keygen", "--out", c.path("recovery.key"))
+	out = c.json(0, priv("init", "--id", "lab-receiver", "--recovery-pub", c.path("recovery.key.pub"))...)
 	golden(t, "init.json", c.maskAll(c.last, grants))
 	if fi, err := os.Stat(anchor); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("anchor: %v; want a 0600 file", err)

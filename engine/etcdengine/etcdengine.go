@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/internal/etcdcluster"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -105,6 +106,21 @@ func New(cli *clientv3.Client, opts *Options) (*Engine, error) {
 // writes and the compares of one Update.
 func (e *Engine) Limits() engine.Limits {
 	return engine.Limits{MaxOps: e.opts.MaxTxnOps, MaxBytes: e.opts.MaxRequestBytes - baseOverhead, OpOverhead: opOverhead}
+}
+
+// ClusterID returns the ID of the etcd cluster that holds the engine's
+// keys, from a linearizable read under the prefix (etcdcluster.ID). An
+// anchor kept apart from this store must answer with another one: the
+// spelling of an address cannot tell two clusters apart, the ID can.
+func (e *Engine) ClusterID(ctx context.Context) (uint64, error) {
+	if e.closed.Load() {
+		return 0, engine.ErrClosed
+	}
+	id, err := etcdcluster.ID(ctx, e.kv, e.prefix)
+	if err != nil {
+		return 0, fmt.Errorf("etcdengine: %w", err)
+	}
+	return id, nil
 }
 
 // Close closes the client.
