@@ -130,7 +130,9 @@ func errorf(status int, code, format string, args ...any) error {
 }
 
 // ServeHTTP authenticates the caller once, checks that it may use the
-// endpoint, and serves it. A panic is answered 500 and logged: it never
+// endpoint, and serves it. A request refused because its connection is no
+// longer trusted (ErrConnectionRevoked) is answered 401 and its
+// connection closed. A panic is answered 500 and logged: it never
 // becomes a decision.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
@@ -142,13 +144,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.writeError(w, r, "", errorf(http.StatusInternalServerError, api.CodeInternal, "internal error"))
 		}
 	}()
-	if r.URL.Path == api.PathHealthz {
-		h.healthz(w, r)
-		return
-	}
 	caller, err := h.auth.Authenticate(r)
 	if err != nil {
+		revoked := errors.Is(err, ErrConnectionRevoked)
+		if revoked && r.ProtoMajor < 2 {
+			w.Header().Set("Connection", "close")
+		}
 		h.writeError(w, r, "", h.authError(r, err))
+		if revoked {
+			closeConn(w, r)
+		}
+		return
+	}
+	// Even /healthz answers only a caller the channel identifies, so that
+	// the admin socket tells a peer it does not admit nothing.
+	if r.URL.Path == api.PathHealthz {
+		h.healthz(w, r)
 		return
 	}
 	rt, ok := h.routes[r.URL.Path]
