@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -62,6 +63,7 @@ type Listener struct {
 	timeout time.Duration
 	log     *slog.Logger
 
+	open   atomic.Int64
 	slots  chan struct{}         // one element per open connection
 	ready  chan net.Conn         // connections ready for Accept
 	closed chan struct{}         // closed by Close
@@ -129,7 +131,7 @@ func (l *Listener) Close() error {
 func (l *Listener) Addr() net.Addr { return l.inner.Addr() }
 
 // Open returns how many accepted connections are open.
-func (l *Listener) Open() int { return len(l.slots) }
+func (l *Listener) Open() int { return int(l.open.Load()) }
 
 // acceptLoop takes a slot, then accepts, for as long as the listener is
 // open: at the cap it waits on the channel, not on a timer.
@@ -171,7 +173,8 @@ func (l *Listener) acceptLoop() {
 			continue
 		}
 		delay = 0
-		sc := &slotConn{Conn: c, slots: l.slots}
+		l.open.Add(1)
+		sc := &slotConn{Conn: c, l: l}
 		if !l.track(sc) {
 			sc.Close()
 			return
@@ -242,14 +245,17 @@ func (l *Listener) deliver(c net.Conn) {
 // slotConn is an accepted connection that frees its slot when closed.
 type slotConn struct {
 	net.Conn
-	slots chan struct{}
-	once  sync.Once
+	l    *Listener
+	once sync.Once
 }
 
 // Close closes the connection and frees its slot, once.
 func (c *slotConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { <-c.slots })
+	c.once.Do(func() {
+		c.l.open.Add(-1)
+		<-c.l.slots
+	})
 	return err
 }
 
