@@ -91,6 +91,7 @@ func (a SPIFFECertificate) Authenticate(r *http.Request) (string, error) {
 // chainVerdict is what one check of a connection's client certificate
 // against one generation of roots found.
 type chainVerdict struct {
+	roots    ClientRoots // where the roots came from
 	gen      uint64
 	err      error     // nil if a chain verifies
 	notAfter time.Time // the earliest expiry on the chain that verifies
@@ -110,16 +111,40 @@ func (a SPIFFECertificate) checkChain(r *http.Request) error {
 		// fault, answered 500.
 		return errors.New("server: SPIFFECertificate.Roots needs the server's ConnContext set to server.ConnContext")
 	}
-	roots, gen := a.Roots.ClientRoots()
+	return checkVerdict(ci, r.TLS, a.Roots, now)
+}
+
+// checkVerdict checks the connection's client certificate against the
+// current roots of src, verifying it again only if they changed since the
+// connection's last verdict.
+func checkVerdict(ci *connInfo, cs *tls.ConnectionState, src ClientRoots, now time.Time) error {
+	roots, gen := src.ClientRoots()
 	v := ci.verdict.Load()
-	if v == nil || v.gen != gen {
-		v = verifyChain(r.TLS, roots, gen, now)
+	if v == nil || v.roots != src || v.gen != gen {
+		v = verifyChain(cs, roots, gen, now)
+		v.roots = src
 		ci.verdict.Store(v)
 	}
 	if v.err != nil {
 		return v.err
 	}
 	return checkExpiry(v.notAfter, now)
+}
+
+// recheckChain checks again, as Authenticate did, a request's connection
+// that SPIFFECertificate with Roots admitted. A request whose body was
+// still arriving during a reload is refused if its connection is no
+// longer trusted. Other requests pass.
+func recheckChain(r *http.Request) error {
+	ci := connInfoOf(r.Context())
+	if ci == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return nil
+	}
+	v := ci.verdict.Load()
+	if v == nil {
+		return nil
+	}
+	return checkVerdict(ci, r.TLS, v.roots, time.Now())
 }
 
 // verifyChain checks a connection's client certificate against roots. A

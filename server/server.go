@@ -146,14 +146,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	caller, err := h.auth.Authenticate(r)
 	if err != nil {
-		revoked := errors.Is(err, ErrConnectionRevoked)
-		if revoked && r.ProtoMajor < 2 {
-			w.Header().Set("Connection", "close")
-		}
-		h.writeError(w, r, "", h.authError(r, err))
-		if revoked {
-			closeConn(w, r)
-		}
+		h.refuseCaller(w, r, err)
 		return
 	}
 	// Even /healthz answers only a caller the channel identifies, so that
@@ -175,8 +168,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		err = rt.serve(w, r, caller)
 	}
+	if errors.Is(err, ErrConnectionRevoked) {
+		h.refuseCaller(w, r, err)
+		return
+	}
 	if err != nil {
 		h.writeError(w, r, caller, err)
+	}
+}
+
+// refuseCaller answers a request whose caller the channel does not
+// identify, or no longer does; a connection no longer trusted
+// (ErrConnectionRevoked) is closed after the answer.
+func (h *Handler) refuseCaller(w http.ResponseWriter, r *http.Request, err error) {
+	revoked := errors.Is(err, ErrConnectionRevoked)
+	if revoked && r.ProtoMajor < 2 {
+		w.Header().Set("Connection", "close")
+	}
+	h.writeError(w, r, "", h.authError(r, err))
+	if revoked {
+		closeConn(w, r)
 	}
 }
 
@@ -257,9 +268,23 @@ func checkMediaType(r *http.Request, want string) error {
 	return nil
 }
 
-// readBody reads the whole body, refusing one over limit with 413 before
-// anything else looks at it.
+// readBody reads the whole body with readBodyBytes, and then checks the
+// connection's client certificate again (recheckChain): a body may arrive
+// long after the headers were authenticated, and after a reload.
 func readBody(r *http.Request, limit int) ([]byte, error) {
+	b, err := readBodyBytes(r, limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := recheckChain(r); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// readBodyBytes reads the whole body, refusing one over limit with 413
+// before anything else looks at it.
+func readBodyBytes(r *http.Request, limit int) ([]byte, error) {
 	if r.ContentLength > int64(limit) {
 		return nil, errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "the body is %d bytes, over the %d-byte limit", r.ContentLength, limit)
 	}

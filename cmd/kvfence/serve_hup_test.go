@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -144,5 +146,105 @@ func TestServe_HupRefusesRevokedConnections(t *testing.T) {
 				t.Fatalf("serve exited %d", code)
 			}
 		})
+	}
+}
+
+// Ensure that a submit whose headers arrived before SIGHUP revoked the
+// connection's CA, and whose body arrives after, is refused with 401 and
+// not decided: the connection is checked again once the body is in.
+func TestServe_HupRefusesBodySentAfterReload(t *testing.T) {
+	c := newCLI(t)
+	c.receiver()
+	c.pki("old")
+	c.pki("new")
+	c.clientCert("old", "b", spiffeWorker+"b")
+	live := c.path("live-ca.crt")
+	copyFile := func(from, to string) {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to+".tmp", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(to+".tmp", to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(c.path("old-ca.crt"), live)
+	sock := filepath.Join(socketDir(t), "admin.sock")
+	rn := c.serve("--listen", "127.0.0.1:0", "--tls-cert", c.path("old-server.crt"), "--tls-key", c.path("old-server.key"),
+		"--client-ca", live, "--admin-socket", sock, "--admin-uid", fmt.Sprint(os.Getuid()))
+	admin, err := client.New("unix://"+sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	req, err := os.ReadFile(c.path("req.cbor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	act, err := admin.Activate(ctx, kvfence.ActivateRequest{Scope: fixtureScope, Executor: spiffeWorker + "b",
+		Claim: "claim-b", Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := kvfence.EncodeEnvelope(&kvfence.Envelope{V: 1, Scope: fixtureScope, Epoch: act.Epoch, Grant: act.ID,
+		Executor: spiffeWorker + "b", Claim: "claim-b", Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.tlsFor("old", "b")
+	cfg.NextProtos = []string{"http/1.1"}
+	conn, err := tls.Dial("tcp", rn.addrs.Listen, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A first request, so that the connection has its verdict.
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: kvfence\r\n\r\n", api.PathHealthz)
+	br := bufio.NewReader(conn)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz: %v %v", err, resp)
+	} else {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	seq, err := admin.Status(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: kvfence\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
+		api.PathSubmit, api.ContentCBOR, len(env))
+	time.Sleep(200 * time.Millisecond) // the handler has authenticated and waits for the body
+	copyFile(c.path("new-ca.crt"), live)
+	before := strings.Count(rn.stderr.String(), "reloaded")
+	rn.hup <- os.Interrupt
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(rn.stderr.String(), "reloaded") == before; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload logged:\n%s", rn.stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	conn.Write(env)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+		t.Fatalf("body sent after the reload: %d %s (close %v), want 401 and the connection closed", resp.StatusCode, body, resp.Close)
+	}
+	after, err := admin.Status(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.AuditSeq != seq.AuditSeq {
+		t.Fatalf("audit seq moved from %d to %d: the submit was decided", seq.AuditSeq, after.AuditSeq)
+	}
+	if code := rn.wait(t); code != 0 {
+		t.Fatalf("serve exited %d", code)
 	}
 }
