@@ -9,5 +9,6 @@ func descriptorLimit() (uint64, error) {
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
 		return 0, err
 	}
-	return rl.Cur, nil
+	// Cur is int64 on some systems, where RLIM_INFINITY is -1.
+	return uint64(rl.Cur), nil
 }
