@@ -93,3 +93,24 @@ func TestServe_AdminSocketDirectoryAndGroup(t *testing.T) {
 	}
 	c.must(2, append([]string{"serve", "--admin-socket-group", "no-such-group-here", "--admin-socket", sock}, tlsArgs...)...)
 }
+
+// Ensure that --max-connections is checked against the descriptor limit:
+// a cap that leaves fewer than 256 descriptors, or none at all, is a
+// usage error, before anything listens.
+func TestServe_MaxConnectionsChecked(t *testing.T) {
+	c := newCLI(t)
+	c.receiver()
+	c.pki("t")
+	tlsArgs := []string{"serve", "--listen", "127.0.0.1:0", "--tls-cert", c.path("t-server.crt"), "--tls-key", c.path("t-server.key"),
+		"--client-ca", c.path("t-ca.crt"), "--admin", spiffeOperator}
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"0", "-5", fmt.Sprint(uint64(rl.Cur) - 255), "99999999999"} {
+		r := c.must(ExitUsage, append(tlsArgs, "--max-connections", n)...)
+		if !strings.Contains(r.stderr, "max-connections") {
+			t.Errorf("--max-connections %s: %s", n, r.stderr)
+		}
+	}
+}
