@@ -122,6 +122,10 @@ func TestListenUnixSocket_Directory(t *testing.T) {
 			if dgid := func() uint32 { _, g := statOf(t, dir); return g }(); tc.group != nil && tc.setup == nil && dgid != *tc.group {
 				t.Errorf("directory group %d, want %d", dgid, *tc.group)
 			}
+			l.Close()
+			if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("after Close, the socket is still there: %v", err)
+			}
 		})
 	}
 }
@@ -179,5 +183,37 @@ func TestUnixSocket_HealthzAfterPeerCheck(t *testing.T) {
 	resp, err = do(c, http.MethodGet, base+api.PathHealthz, "", nil)
 	if err != nil || resp.status != http.StatusOK || resp.body["receiver"] != fmt.Sprint(e.r.ID()) {
 		t.Fatalf("healthz from uid %d, on the list: %v %d %s", me, err, resp.status, resp.raw)
+	}
+}
+
+// Ensure that closing the admin socket removes it from the directory it
+// was made in, even if that directory's path was swapped for a symbolic
+// link since, and never a file of the same name the link leads to.
+func TestListenUnixSocket_CloseAfterSwap(t *testing.T) {
+	base := shortDir(t)
+	dir := filepath.Join(base, "run")
+	l, err := server.ListenUnixSocket(filepath.Join(dir, "admin.sock"), server.UnixSocketOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(base, "victim")
+	if err := os.Mkdir(victim, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(victim, "admin.sock"), []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir, dir+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, dir); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if b, err := os.ReadFile(filepath.Join(victim, "admin.sock")); err != nil || string(b) != "keep" {
+		t.Fatalf("the file the swapped-in link leads to: %q %v, want it untouched", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir+".old", "admin.sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the socket in its own directory: %v, want it removed", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +26,12 @@ func listenUnixSocket(path string, opts UnixSocketOptions) (net.Listener, error)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(dfd)
+	keep := false
+	defer func() {
+		if !keep {
+			unix.Close(dfd)
+		}
+	}()
 	// Within the checked directory only this user can add, remove or
 	// replace names, so what is found there by name through dfd stays what
 	// it is.
@@ -71,7 +77,34 @@ func listenUnixSocket(path string, opts UnixSocketOptions) (net.Listener, error)
 	if err := unix.Fchmodat(dfd, name, mode, 0); err != nil {
 		return fail(&fs.PathError{Op: "chmod", Path: path, Err: err})
 	}
-	return l, nil
+	// Closing removes the socket through the directory's descriptor, not
+	// by path: a path whose parents changed meanwhile could lead to
+	// another directory's file of that name.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	keep = true
+	return &unixSocketListener{Listener: l, dfd: dfd, name: name}, nil
+}
+
+// unixSocketListener is an admin socket's listener, which removes its
+// socket from the checked directory when closed.
+type unixSocketListener struct {
+	net.Listener
+	dfd  int
+	name string
+	once sync.Once
+}
+
+// Close stops listening and removes the socket.
+func (l *unixSocketListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() {
+		var st unix.Stat_t
+		if unix.Fstatat(l.dfd, l.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+			unix.Unlinkat(l.dfd, l.name, 0)
+		}
+		unix.Close(l.dfd)
+	})
+	return err
 }
 
 // socketDir returns a descriptor of dir, created 0700 (0750 with group)
