@@ -119,11 +119,19 @@ func holdConnsChild() int {
 // once; the flood is ready once 20,000 have been opened.)
 func TestServe_DescriptorFloodAdminHolds(t *testing.T) {
 	const (
-		flood    = 20000
-		nofile   = 4096
-		perChild = 5000
-		holds    = 20
+		flood  = 20000
+		nofile = 4096
+		holds  = 20
 	)
+	// Each holder keeps at most 5000 connections (one goroutine each, well
+	// under the race detector's limit) and fewer where the hard descriptor
+	// limit is lower.
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	perChild := int(min(5000, rl.Max-100))
+	children := (flood + perChild - 1) / perChild
 	c := newCLI(t)
 	c.receiver()
 	c.pki("t")
@@ -182,10 +190,11 @@ func TestServe_DescriptorFloodAdminHolds(t *testing.T) {
 	// The flood, from processes of their own, so that this one keeps its
 	// descriptors.
 	var holders []*exec.Cmd
-	ready := make(chan error, flood/perChild)
-	for range flood / perChild {
+	ready := make(chan error, children)
+	for i := range children {
+		n := min(perChild, flood-i*perChild)
 		h := exec.Command(os.Args[0], "-test.run=^$")
-		h.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d", envHoldConns, addrs.Listen, perChild))
+		h.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d", envHoldConns, addrs.Listen, n))
 		in, err := h.StdinPipe()
 		if err != nil {
 			t.Fatal(err)
