@@ -1,16 +1,18 @@
 package server
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/asn1"
 	"errors"
-
 	"fmt"
-	"golang.org/x/crypto/cryptobyte"
-	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
+
+	"golang.org/x/crypto/cryptobyte"
+	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
 )
 
 // Authenticator computes the caller's identity from the channel a request
@@ -36,11 +38,25 @@ type Authenticator interface {
 // ID, is refused, as is a connection without a certificate that the TLS
 // layer verified (the server must use tls.RequireAndVerifyClientCert, or
 // VerifyClientCertIfGiven, against the trust bundle).
-type SPIFFECertificate struct{}
+//
+// A connection outlives the handshake that verified its certificate, and
+// an HTTP/2 connection that stays busy never times out. So a request on a
+// connection whose verified chain has expired since is refused with
+// ErrConnectionRevoked (and the handler closes the connection); with
+// Roots, so is one whose chain no longer verifies against the current
+// roots, after the server reloaded its client CA.
+type SPIFFECertificate struct {
+	// Roots, when set, are the client CA the server verifies handshakes
+	// against, such as its Credentials. A connection is checked against
+	// the current roots at its first request after they changed; the
+	// verdict is kept per connection and generation, so other requests do
+	// not verify the chain again. The server must use ConnContext.
+	Roots ClientRoots
+}
 
 // Authenticate returns the SPIFFE ID of the request's verified client
 // certificate.
-func (SPIFFECertificate) Authenticate(r *http.Request) (string, error) {
+func (a SPIFFECertificate) Authenticate(r *http.Request) (string, error) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return "", fmt.Errorf("%w: no client certificate", ErrUnauthenticated)
 	}
@@ -48,6 +64,9 @@ func (SPIFFECertificate) Authenticate(r *http.Request) (string, error) {
 	// that the TLS layer checked it against the trust bundle.
 	if len(r.TLS.VerifiedChains) == 0 {
 		return "", fmt.Errorf("%w: the client certificate was not verified", ErrUnauthenticated)
+	}
+	if err := a.checkChain(r); err != nil {
+		return "", err
 	}
 	leaf := r.TLS.PeerCertificates[0]
 	// The identity is read from the certificate's own bytes: the parsed
@@ -67,6 +86,119 @@ func (SPIFFECertificate) Authenticate(r *http.Request) (string, error) {
 		return "", fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	return id, nil
+}
+
+// chainVerdict is what one check of a connection's client certificate
+// against one generation of roots found.
+type chainVerdict struct {
+	roots    ClientRoots // where the roots came from
+	gen      uint64
+	err      error     // nil if a chain verifies
+	notAfter time.Time // the earliest expiry on the chain that verifies
+}
+
+// checkChain refuses a request on a connection whose client certificate
+// chain has expired, or, with Roots, no longer verifies against them.
+func (a SPIFFECertificate) checkChain(r *http.Request) error {
+	now := time.Now()
+	if a.Roots == nil {
+		return checkExpiry(chainsExpiry(r.TLS.VerifiedChains), now)
+	}
+	ci := connInfoOf(r.Context())
+	if ci == nil {
+		// Without the connection, a revoked one could not be closed, and
+		// every request would verify its chain again: a configuration
+		// fault, answered 500.
+		return errors.New("server: SPIFFECertificate.Roots needs the server's ConnContext set to server.ConnContext")
+	}
+	return checkVerdict(ci, r.TLS, a.Roots, now)
+}
+
+// checkVerdict checks the connection's client certificate against the
+// current roots of src, verifying it again only if they changed since the
+// connection's last verdict.
+func checkVerdict(ci *connInfo, cs *tls.ConnectionState, src ClientRoots, now time.Time) error {
+	roots, gen := src.ClientRoots()
+	v := ci.verdict.Load()
+	if v == nil || v.roots != src || v.gen != gen {
+		v = verifyChain(cs, roots, gen, now)
+		v.roots = src
+		ci.verdict.Store(v)
+	}
+	if v.err != nil {
+		return v.err
+	}
+	return checkExpiry(v.notAfter, now)
+}
+
+// recheckChain checks again, as Authenticate did, a request's connection
+// that SPIFFECertificate with Roots admitted. A request whose body was
+// still arriving during a reload is refused if its connection is no
+// longer trusted. Other requests pass.
+func recheckChain(r *http.Request) error {
+	ci := connInfoOf(r.Context())
+	if ci == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return nil
+	}
+	v := ci.verdict.Load()
+	if v == nil {
+		return nil
+	}
+	return checkVerdict(ci, r.TLS, v.roots, time.Now())
+}
+
+// verifyChain checks a connection's client certificate against roots. A
+// chain verified at the handshake that ends in one of roots still
+// verifies, bar expiry, which the caller checks on every request; any
+// other is verified again, as crypto/tls verifies a client's chain.
+func verifyChain(cs *tls.ConnectionState, roots *Roots, gen uint64, now time.Time) *chainVerdict {
+	var kept [][]*x509.Certificate
+	for _, ch := range cs.VerifiedChains {
+		if len(ch) > 0 && roots.has(ch[len(ch)-1]) {
+			kept = append(kept, ch)
+		}
+	}
+	if len(kept) > 0 {
+		return &chainVerdict{gen: gen, notAfter: chainsExpiry(kept)}
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	chains, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots.Pool(), Intermediates: inter,
+		CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	if err != nil {
+		return &chainVerdict{gen: gen, err: fmt.Errorf("%w: %w: it does not verify against the current client CA: %v",
+			ErrUnauthenticated, ErrConnectionRevoked, err)}
+	}
+	return &chainVerdict{gen: gen, notAfter: chainsExpiry(chains)}
+}
+
+// chainsExpiry returns when the last of chains to stay valid expires: the
+// latest, over chains, of each chain's earliest NotAfter.
+func chainsExpiry(chains [][]*x509.Certificate) time.Time {
+	var latest time.Time
+	for _, ch := range chains {
+		var first time.Time
+		for i, c := range ch {
+			if i == 0 || c.NotAfter.Before(first) {
+				first = c.NotAfter
+			}
+		}
+		if first.After(latest) {
+			latest = first
+		}
+	}
+	return latest
+}
+
+// checkExpiry refuses a chain that expired before now.
+func checkExpiry(notAfter, now time.Time) error {
+	if now.After(notAfter) {
+		return fmt.Errorf("%w: %w: the client certificate chain expired at %s", ErrUnauthenticated,
+			ErrConnectionRevoked, notAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // oidSubjectAltName is the subject alternative name extension (RFC 5280

@@ -38,7 +38,8 @@
 //	GET  /v1/grant?id=G                                             admin
 //	GET  /v1/target-list[?scope=S]      {"targets":[...]}           admin
 //	GET  /v1/events?since=N[&limit=M]   {"events":[...]}            admin
-//	GET  /healthz      200 while the receiver is open
+//	GET  /healthz      200 while the receiver is open, to any caller
+//	                   the Authenticator admits
 //
 // Bodies and answers are JSON in the CLI's --json shapes. Every answer that
 // is not a result is {"error":{"code","message"}} with a stable code: the
@@ -53,6 +54,17 @@
 // MaxHeaderBytes, and tls.RequireAndVerifyClientCert against the workers'
 // CA for SPIFFECertificate). Whoever holds a certificate of that CA with
 // an ID in Options.Admins, or runs as an admitted uid, is an administrator.
+//
+// Each connection holds a file descriptor. A server whose peers may be
+// hostile serves through a Listener, which caps the connections open at
+// once (DefaultMaxConnections leaves DescriptorReserve descriptors for the
+// receiver's anchor writes and its admin socket), completes each TLS
+// handshake within a deadline, and backs off when accepting fails.
+// Credentials reload the certificate and client CA; with them as
+// SPIFFECertificate.Roots and ConnContext as the server's ConnContext, a
+// request on a connection whose client certificate no longer verifies is
+// refused and the connection closed. ListenUnixSocket makes an admin
+// socket in a directory that only the service can change.
 //
 // Unix peer credentials are read on Linux only; elsewhere UnixPeer admits
 // no one. A submit whose client goes away after it was queued is still

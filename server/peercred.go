@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
 	"slices"
+	"sync/atomic"
 )
 
 // PeerCredentials are the credentials of the process at the other end of a
@@ -19,35 +21,52 @@ type PeerCredentials struct {
 	GID uint32
 }
 
-// peerKey is the context key under which ConnContext stores a connection's
-// peer credentials.
-type peerKey struct{}
+// connKey is the context key under which ConnContext stores what it knows
+// of a connection.
+type connKey struct{}
 
-// peerValue is what ConnContext stores: the credentials, or why there are
-// none, so that the authenticator can tell "not a unix socket" from a
-// failed lookup.
-type peerValue struct {
-	cred PeerCredentials
-	err  error
+// connInfo is what ConnContext stores: the connection itself, so that a
+// request whose connection is no longer trusted can close it; the peer
+// credentials, or why there are none, so that the authenticator can tell
+// "not a unix socket" from a failed lookup; and the last verdict on the
+// connection's client certificate.
+type connInfo struct {
+	conn    net.Conn
+	cred    PeerCredentials
+	credErr error
+	verdict atomic.Pointer[chainVerdict]
 }
 
-// ConnContext is an http.Server ConnContext function for a unix socket
-// listener: it reads the peer credentials of each connection once, when
-// the connection is accepted (SO_PEERCRED on Linux), and attaches them to
-// the context of every request on it, where PeerUID finds them.
+// ConnContext is an http.Server ConnContext function, required for a unix
+// socket listener and for a SPIFFECertificate with ClientRoots: it reads
+// the peer credentials of each connection once, when the connection is
+// accepted (SO_PEERCRED on Linux), and attaches them and the connection to
+// the context of every request on it, where PeerCredentialsOf and the
+// authenticators find them.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
-	cred, err := peerCredentials(c)
-	return context.WithValue(ctx, peerKey{}, peerValue{cred: cred, err: err})
+	ci := &connInfo{conn: c}
+	if _, ok := c.(*tls.Conn); ok {
+		ci.credErr = fmt.Errorf("%w: a TLS connection", ErrNoPeerCredentials)
+	} else {
+		ci.cred, ci.credErr = peerCredentials(c)
+	}
+	return context.WithValue(ctx, connKey{}, ci)
+}
+
+// connInfoOf returns what ConnContext attached to ctx, or nil.
+func connInfoOf(ctx context.Context) *connInfo {
+	ci, _ := ctx.Value(connKey{}).(*connInfo)
+	return ci
 }
 
 // PeerCredentialsOf returns the peer credentials that ConnContext attached
 // to ctx.
 func PeerCredentialsOf(ctx context.Context) (PeerCredentials, error) {
-	v, ok := ctx.Value(peerKey{}).(peerValue)
-	if !ok {
+	ci := connInfoOf(ctx)
+	if ci == nil {
 		return PeerCredentials{}, fmt.Errorf("%w: the server has no ConnContext", ErrNoPeerCredentials)
 	}
-	return v.cred, v.err
+	return ci.cred, ci.credErr
 }
 
 // UnixPeer authenticates a caller on a unix socket by its peer

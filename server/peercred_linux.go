@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 
@@ -9,6 +10,12 @@ import (
 
 // peerCredentials reads SO_PEERCRED from a unix socket connection.
 func peerCredentials(c net.Conn) (PeerCredentials, error) {
+	// A capping Listener's connection wraps the socket.
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok {
+		if _, isTLS := c.(*tls.Conn); !isTLS {
+			c = w.NetConn()
+		}
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return PeerCredentials{}, fmt.Errorf("%w: %T is not a unix socket", ErrNoPeerCredentials, c)

@@ -130,7 +130,9 @@ func errorf(status int, code, format string, args ...any) error {
 }
 
 // ServeHTTP authenticates the caller once, checks that it may use the
-// endpoint, and serves it. A panic is answered 500 and logged: it never
+// endpoint, and serves it. A request refused because its connection is no
+// longer trusted (ErrConnectionRevoked) is answered 401 and its
+// connection closed. A panic is answered 500 and logged: it never
 // becomes a decision.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
@@ -142,13 +144,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.writeError(w, r, "", errorf(http.StatusInternalServerError, api.CodeInternal, "internal error"))
 		}
 	}()
-	if r.URL.Path == api.PathHealthz {
-		h.healthz(w, r)
-		return
-	}
 	caller, err := h.auth.Authenticate(r)
 	if err != nil {
-		h.writeError(w, r, "", h.authError(r, err))
+		h.refuseCaller(w, r, err)
+		return
+	}
+	// Even /healthz answers only a caller the channel identifies, so that
+	// the admin socket tells a peer it does not admit nothing.
+	if r.URL.Path == api.PathHealthz {
+		h.healthz(w, r)
 		return
 	}
 	rt, ok := h.routes[r.URL.Path]
@@ -164,8 +168,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		err = rt.serve(w, r, caller)
 	}
+	if errors.Is(err, ErrConnectionRevoked) {
+		h.refuseCaller(w, r, err)
+		return
+	}
 	if err != nil {
 		h.writeError(w, r, caller, err)
+	}
+}
+
+// refuseCaller answers a request whose caller the channel does not
+// identify, or no longer does; a connection no longer trusted
+// (ErrConnectionRevoked) is closed after the answer.
+func (h *Handler) refuseCaller(w http.ResponseWriter, r *http.Request, err error) {
+	revoked := errors.Is(err, ErrConnectionRevoked)
+	if revoked && r.ProtoMajor < 2 {
+		w.Header().Set("Connection", "close")
+	}
+	h.writeError(w, r, "", h.authError(r, err))
+	if revoked {
+		closeConn(w, r)
 	}
 }
 
@@ -246,9 +268,23 @@ func checkMediaType(r *http.Request, want string) error {
 	return nil
 }
 
-// readBody reads the whole body, refusing one over limit with 413 before
-// anything else looks at it.
+// readBody reads the whole body with readBodyBytes, and then checks the
+// connection's client certificate again (recheckChain): a body may arrive
+// long after the headers were authenticated, and after a reload.
 func readBody(r *http.Request, limit int) ([]byte, error) {
+	b, err := readBodyBytes(r, limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := recheckChain(r); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// readBodyBytes reads the whole body, refusing one over limit with 413
+// before anything else looks at it.
+func readBodyBytes(r *http.Request, limit int) ([]byte, error) {
 	if r.ContentLength > int64(limit) {
 		return nil, errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "the body is %d bytes, over the %d-byte limit", r.ContentLength, limit)
 	}

@@ -344,13 +344,17 @@ func TestFaults_Answer500(t *testing.T) {
 	}
 }
 
-// Ensure that /healthz answers without a SPIFFE ID, and that a closed
-// receiver makes submits 503, not decisions.
+// Ensure that /healthz answers any caller the channel identifies, not
+// only administrators, and nobody else (a certificate without a SPIFFE ID
+// gets 401), and that a closed receiver makes submits 503, not decisions.
 func TestHealthzAndClosedReceiver(t *testing.T) {
 	e := newEnv(t)
-	resp := e.must(e.client(), http.MethodGet, api.PathHealthz, "", nil)
+	resp := e.must(e.client(workerA), http.MethodGet, api.PathHealthz, "", nil)
 	if resp.status != http.StatusOK || resp.body["status"] != "ok" {
 		t.Fatalf("healthz: %d %s", resp.status, resp.raw)
+	}
+	if resp := e.must(e.client(), http.MethodGet, api.PathHealthz, "", nil); resp.status != http.StatusUnauthorized {
+		t.Fatalf("healthz without a SPIFFE ID: %d %s, want 401", resp.status, resp.raw)
 	}
 	// A second receiver, closed under its handler.
 	r := openReceiver(t, t.TempDir(), false)

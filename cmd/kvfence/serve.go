@@ -2,16 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
+	"flag"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"os/user"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,6 +91,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	adminSocket := fs.String("admin-socket", "", "")
 	var adminUIDs uidList
 	fs.Var(&adminUIDs, "admin-uid", "")
+	adminGroup := fs.String("admin-socket-group", "", "")
+	maxConns := fs.Int("max-connections", 0, "")
 	metricsListen := fs.String("metrics-listen", "", "")
 	perScope := fs.Bool("metrics-per-scope", false, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
@@ -117,11 +118,26 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 			return &usageError{msg: fmt.Sprintf("kvfence serve: --admin %q is not a SPIFFE ID", a), hint: "--admin spiffe://example.org/ops/alice"}
 		}
 	}
+	var sockOpts server.UnixSocketOptions
+	if *adminGroup != "" {
+		if *adminSocket == "" {
+			return &usageError{msg: "kvfence serve: --admin-socket-group needs --admin-socket", hint: "kvfence serve -h"}
+		}
+		gid, err := lookupGroup(*adminGroup)
+		if err != nil {
+			return &usageError{msg: fmt.Sprintf("kvfence serve: --admin-socket-group: %v", err), hint: "a group name or gid"}
+		}
+		sockOpts.Group = &gid
+	}
+	conns, err := connectionCap(fs, *maxConns)
+	if err != nil {
+		return err
+	}
 	log := slog.New(slog.NewTextHandler(c.m.Stderr, nil))
 
-	certs := &certStore{certFile: *tlsCert, keyFile: *tlsKey, caFile: *clientCA}
-	if err := certs.load(); err != nil {
-		return err
+	certs, err := server.LoadCredentials(*tlsCert, *tlsKey, *clientCA)
+	if err != nil {
+		return fmt.Errorf("--tls-cert/--tls-key/--client-ca: %w", err)
 	}
 	var obs *metrics.Metrics
 	if *metricsListen != "" {
@@ -133,19 +149,22 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	}
 	defer closeReceiver(r, &err)
 
-	tlsHandler, err := server.New(server.Options{Receiver: r, Authenticator: server.SPIFFECertificate{}, Admins: admins,
-		Logger: log.With("listener", "tls")})
+	tlsHandler, err := server.New(server.Options{Receiver: r, Authenticator: server.SPIFFECertificate{Roots: certs},
+		Admins: admins, Logger: log.With("listener", "tls")})
 	if err != nil {
 		return err
 	}
 	srvs := &servers{log: log}
 	tlsSrv := newHTTPServer(tlsHandler, log)
-	tlsSrv.TLSConfig = certs.config()
-	l, err := net.Listen("tcp", *listen)
+	// The listener does the handshakes, within their own deadline, and
+	// caps the connections; the server sees only completed ones.
+	tlsSrv.ConnContext = server.ConnContext
+	l, err := listenCapped("tcp", *listen, server.ListenerOptions{MaxConnections: conns, TLS: certs.TLSConfig(),
+		Logger: log.With("listener", "tls")})
 	if err != nil {
 		return err
 	}
-	srvs.add("tls", tlsSrv, l, func() error { return tlsSrv.ServeTLS(l, "", "") })
+	srvs.add("tls", tlsSrv, l, func() error { return tlsSrv.Serve(l) })
 	out := serveJSON{Listen: l.Addr().String(), Receiver: r.ID(), AuditSeq: r.Head().Seq}
 
 	if *adminSocket != "" {
@@ -159,8 +178,15 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 			srvs.close()
 			return err
 		}
-		sl, err := listenAdminSocket(*adminSocket)
+		ul, err := server.ListenUnixSocket(*adminSocket, sockOpts)
 		if err != nil {
+			srvs.close()
+			return err
+		}
+		sl, err := server.NewListener(ul, server.ListenerOptions{MaxConnections: server.AdminSocketMaxConnections,
+			Logger: log.With("listener", "admin-socket")})
+		if err != nil {
+			ul.Close()
 			srvs.close()
 			return err
 		}
@@ -178,7 +204,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
-		ml, err := net.Listen("tcp", *metricsListen)
+		ml, err := listenCapped("tcp", *metricsListen, server.ListenerOptions{MaxConnections: server.MetricsMaxConnections,
+			Logger: log.With("listener", "metrics")})
 		if err != nil {
 			srvs.close()
 			return err
@@ -206,10 +233,10 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	for {
 		select {
 		case <-hup:
-			if err := certs.load(); err != nil {
+			if err := certs.Reload(); err != nil {
 				log.Error("reloading certificates failed; still serving the previous ones", "error", err)
 			} else {
-				log.Info("reloaded certificates and client CA")
+				log.Info("reloaded certificates and client CA; connections whose client certificate no longer verifies are refused and closed at their next request")
 			}
 			continue
 		case err := <-errc:
@@ -264,30 +291,57 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 }
 
-// listenAdminSocket listens on a unix socket at path with mode 0600. A
-// socket file left by a previous run is removed: this process holds the
-// database's exclusive lock, so no other serve of this receiver is using
-// it. Any other file at path is refused.
-func listenAdminSocket(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("--admin-socket %s exists and is not a socket; refusing to replace it", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, err
-		}
-	}
-	l, err := net.Listen("unix", path)
+// listenCapped listens on addr behind a server.Listener with opts.
+func listenCapped(network, addr string, opts server.ListenerOptions) (net.Listener, error) {
+	l, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, err
 	}
-	// Between Listen and Chmod the socket has the umask's mode; a peer
-	// that connects then is still admitted only by its uid.
-	if err := os.Chmod(path, 0o600); err != nil {
+	cl, err := server.NewListener(l, opts)
+	if err != nil {
 		l.Close()
 		return nil, err
 	}
-	return l, nil
+	return cl, nil
+}
+
+// connectionCap returns --max-connections, checked against the descriptor
+// limit, or the default that limit gives.
+func connectionCap(fs *flag.FlagSet, n int) (int, error) {
+	limit, err := server.DescriptorLimit()
+	given := isSet(fs, "max-connections")
+	switch {
+	case err != nil && given && n >= 1:
+		return n, nil // no limit to check it against on this system
+	case err != nil:
+		return 0, &usageError{msg: fmt.Sprintf("kvfence serve: %v; give --max-connections", err), hint: "kvfence serve -h"}
+	case given:
+		if err := server.CheckMaxConnections(n, limit); err != nil {
+			return 0, &usageError{msg: fmt.Sprintf("kvfence serve: --max-connections: %v", err), hint: "kvfence serve -h", err: err}
+		}
+		return n, nil
+	}
+	d, err := server.DefaultMaxConnections(limit)
+	if err != nil {
+		return 0, &usageError{msg: fmt.Sprintf("kvfence serve: %v (ulimit -n)", err), hint: "kvfence serve -h", err: err}
+	}
+	return d, nil
+}
+
+// lookupGroup resolves a group name or a numeric gid.
+func lookupGroup(g string) (uint32, error) {
+	if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+		return uint32(n), nil
+	}
+	grp, err := user.LookupGroup(g)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(grp.Gid, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("group %s has gid %q", g, grp.Gid)
+	}
+	return uint32(n), nil
 }
 
 // servers are the HTTP servers of one serve, started and stopped together.
@@ -355,60 +409,13 @@ func (s *servers) close() {
 	}
 }
 
-// certStore holds the server certificate and the client CA, read from
-// their files and replaced atomically on reload, so that a handshake uses
-// either the old set or the new one, never a mix.
-type certStore struct {
-	certFile, keyFile, caFile string
-	cur                       atomic.Pointer[tlsMaterial]
-}
-
-type tlsMaterial struct {
-	cert tls.Certificate
-	pool *x509.CertPool
-}
-
-// load reads the files and, if all of them are usable, makes them current.
-func (s *certStore) load() error {
-	cert, err := tls.LoadX509KeyPair(s.certFile, s.keyFile)
-	if err != nil {
-		return fmt.Errorf("--tls-cert/--tls-key: %w", err)
-	}
-	pem, err := os.ReadFile(s.caFile)
-	if err != nil {
-		return fmt.Errorf("--client-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return fmt.Errorf("--client-ca %s: no PEM certificate in it", s.caFile)
-	}
-	s.cur.Store(&tlsMaterial{cert: cert, pool: pool})
-	return nil
-}
-
-// config returns the server's TLS configuration: TLS 1.3 at least, and a
-// client certificate required and verified against the current client CA.
-// Every handshake asks for the current material, so a reload takes effect
-// from the next connection on.
-func (s *certStore) config() *tls.Config {
-	base := &tls.Config{MinVersion: tls.VersionTLS13, ClientAuth: tls.RequireAndVerifyClientCert,
-		NextProtos: []string{"h2", "http/1.1"}}
-	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		m := s.cur.Load()
-		cfg := base.Clone()
-		cfg.GetConfigForClient = nil
-		cfg.Certificates = []tls.Certificate{m.cert}
-		cfg.ClientCAs = m.pool
-		return cfg, nil
-	}
-	return base
-}
-
 // Usage prints the command's help.
 func (c *ServeCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence serve --listen HOST:PORT --tls-cert F --tls-key F --client-ca F
                      --admin ID [--admin ID ...]
-                     [--admin-socket PATH --admin-uid UID[,UID...]]
+                     [--admin-socket PATH --admin-uid UID[,UID...]
+                      [--admin-socket-group G]]
+                     [--max-connections N]
                      [--metrics-listen HOST:PORT [--metrics-per-scope]]
                      [common arguments]
 
@@ -426,8 +433,17 @@ the administrator as its actor. Anyone else gets 403.
 Once listening, prints the addresses (with --json: {"listen",
 "admin_socket","metrics_listen","receiver","audit_seq"}); logs go to
 stderr. SIGHUP reloads --tls-cert, --tls-key and --client-ca (a reload
-that fails keeps the previous ones). SIGTERM stops accepting, finishes the
-calls in flight (up to 30s), closes the receiver and exits 0.
+that fails keeps the previous ones); after it, a request on an open
+connection whose client certificate no longer verifies against the client
+CA, or has expired, is refused with 401 and its connection closed. SIGTERM
+stops accepting, finishes the calls in flight (up to 30s), closes the
+receiver and exits 0.
+
+Connections are capped so that peers cannot take the descriptors the
+receiver needs for its anchor and the admin socket: at most
+--max-connections TLS connections (the rest wait in the kernel's backlog),
+32 on the admin socket and 32 on the metrics listener; a TLS connection
+that has not completed its handshake 5s after it was accepted is closed.
 
 Arguments:
 
@@ -441,8 +457,19 @@ Arguments:
 	    A SPIFFE ID admitted to the administrative endpoints; repeat.
 	--admin-socket PATH
 	    Also serve on a unix socket (mode 0600) for local administration.
+	    Its directory is created 0700 if missing; an existing one must be
+	    a directory (not a symbolic link) owned by the service's user and
+	    not writable by group or others.
 	--admin-uid UID[,UID...]
 	    The peer uids admitted on the admin socket (SO_PEERCRED).
+	--admin-socket-group G
+	    A group (name or gid) that may reach the admin socket: socket 0660
+	    and a new directory 0750, both of group G. Only the uids in
+	    --admin-uid are admitted; the group only lets them connect.
+	--max-connections N
+	    The most TLS connections open at once (default: the descriptor
+	    limit, RLIMIT_NOFILE, minus 256, at most 4096). A larger N, one
+	    that leaves fewer than 256 descriptors, is refused.
 	--metrics-listen HOST:PORT
 	    Serve Prometheus metrics at /metrics, plain HTTP, on this address.
 	--metrics-per-scope

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package server
+
+func descriptorLimit() (uint64, error) { return 0, errNoRlimit }
