@@ -291,7 +291,7 @@ func BenchmarkComputeState(b *testing.B) {
 	defer r.Close()
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := r.computeState(); err != nil {
+		if _, err := r.computeState(nil); err != nil {
 			b.Fatal(err)
 		}
 	}

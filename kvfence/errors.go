@@ -104,3 +104,8 @@ func IsRefusal(err error) bool {
 	}
 	return false
 }
+
+// ErrRecordLimit means the store holds, or a call would make it hold, more
+// state records than Options.MaxRecords lets a writable receiver keep
+// fingerprints of; the call wrote nothing.
+var ErrRecordLimit = errors.New("kvfence: more state records than Options.MaxRecords")

@@ -112,7 +112,7 @@ func InspectDatabase(path string) (Questioned, error) {
 // inspect reads what the database alone says about a recovery.
 func (r *Receiver) inspect() (Questioned, error) {
 	q := Questioned{Receiver: r.id, Head: r.head}
-	state, err := r.computeState()
+	state, err := r.computeState(nil)
 	if err != nil {
 		return q, err
 	}
@@ -333,6 +333,9 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 	var sc audit.SignedCheckpoint
 	err := r.eng.Update(context.Background(), func(tx engine.Tx) error {
 		w, err := r.newWtx(tx)
+		if errors.Is(err, errHeadMoved) {
+			return fmt.Errorf("%w: %w", audit.ErrAdmissionMismatch, err)
+		}
 		if err != nil {
 			return err
 		}
