@@ -82,8 +82,11 @@ func (r *Receiver) newWtx(tx engine.Tx) (*wtx, error) {
 var errHeadMoved = errors.New("kvfence: the chain's head moved under the receiver")
 
 // maxResyncs bounds how often one batch re-verifies the store because
-// another writer moved the head meanwhile.
-const maxResyncs = 3
+// another writer moved the head meanwhile; past it the batch fails with
+// ErrStorageBusy, having written nothing. A writer that commits without
+// pause can keep another one re-verifying: each of its commits moves the
+// head again.
+const maxResyncs = 16
 
 // resync re-verifies the store from scratch after another writer moved
 // the chain's head: the newest checkpoint must be this receiver's
@@ -115,7 +118,15 @@ func (r *Receiver) resync() error {
 	// dropped, and a head that did not verify is not taken for this
 	// receiver's.
 	r.known = nil
-	if _, err := r.checkState(nil); err != nil {
+	var anchor *audit.SignedCheckpoint
+	if r.opts.Anchor != nil {
+		// A store put back to an older signed state is not taken for
+		// the current one: its high-water must reach the anchor's (the
+		// write's own anchor checks then refuse a head behind it).
+		a := r.anchorNow()
+		anchor = &a
+	}
+	if _, err := r.checkState(anchor); err != nil {
 		r.head, r.headMismatch = head, mismatch
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}

@@ -444,7 +444,11 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 	}
 	for resyncs := 0; ; resyncs++ {
 		err = r.update(batch, anchor, &w, &sc, &ahead)
-		if !errors.Is(err, errHeadMoved) || resyncs == maxResyncs {
+		if !errors.Is(err, errHeadMoved) {
+			break
+		}
+		if resyncs == maxResyncs {
+			err = fmt.Errorf("%w: %w", engine.ErrConflict, err)
 			break
 		}
 		if err = r.resync(); err != nil {

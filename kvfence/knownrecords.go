@@ -289,6 +289,19 @@ type txRecords struct {
 	// added counts records this transaction creates.
 	added int
 	kbuf  []byte
+	// buf holds copies of the records read (copy).
+	buf []byte
+}
+
+// copy returns a copy of raw that stays valid until the transaction's
+// end, carved from a buffer the transaction reuses.
+func (x *txRecords) copy(raw []byte) []byte {
+	if len(x.buf)+len(raw) > cap(x.buf) {
+		x.buf = make([]byte, 0, max(1024, len(raw)))
+	}
+	start := len(x.buf)
+	x.buf = append(x.buf, raw...)
+	return x.buf[start:len(x.buf):len(x.buf)]
 }
 
 // reset readies x for a transaction on k, keeping its map and buffers.
@@ -302,6 +315,9 @@ func (x *txRecords) reset(k *knownRecords) *txRecords {
 	}
 	clear(x.touched)
 	x.added = 0
+	// Copies handed out in an earlier transaction may still be held by
+	// its results: a new buffer is started, never the old one reused.
+	x.buf = nil
 	return x
 }
 

@@ -31,9 +31,16 @@ func (w *wtx) controlAt(key []byte) (*controlRecord, error) {
 // on.
 func (w *wtx) getState(bucket, key []byte) ([]byte, error) {
 	raw, err := w.tx.Get(bucket, key)
-	if err != nil || w.recs == nil {
+	if err != nil || w.recs == nil || raw == nil {
+		if err == nil && w.recs != nil {
+			_, err = w.recs.check(stateBucketIndex(bucket), key, nil)
+		}
 		return raw, err
 	}
+	// A bbolt value lives in the file's mapped pages, which a process
+	// writing the file could change between the check and the decoding:
+	// the bytes checked are the bytes decided on.
+	raw = w.recs.copy(raw)
 	if _, err := w.recs.check(stateBucketIndex(bucket), key, raw); err != nil {
 		return nil, err
 	}
