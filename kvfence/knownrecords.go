@@ -282,15 +282,25 @@ type touched struct {
 
 // txRecords is a write transaction's view of knownRecords: the records it
 // read (checked) or wrote, which reach the tables only if it commits.
+// They are found by bucket and key tag: two keys of one tag in one
+// transaction share an entry, whose fingerprint (which names the key)
+// then matches neither's bytes but one, so such a collision can only
+// refuse a record, never pass one.
 type txRecords struct {
-	k       *knownRecords
-	f       *fingerprinter
-	touched map[string]*touched
+	k     *knownRecords
+	f     *fingerprinter
+	index map[touchKey]int32
+	list  []touched
 	// added counts records this transaction creates.
 	added int
-	kbuf  []byte
 	// buf holds copies of the records read (copy).
 	buf []byte
+}
+
+// touchKey finds a record's entry in a transaction.
+type touchKey struct {
+	tag uint64
+	b   int
 }
 
 // copy returns a copy of raw that stays valid until the transaction's
@@ -310,20 +320,16 @@ func (x *txRecords) reset(k *knownRecords) *txRecords {
 		x.f = k.fingerprinter()
 	}
 	x.k = k
-	if x.touched == nil {
-		x.touched = make(map[string]*touched)
+	if x.index == nil {
+		x.index = make(map[touchKey]int32)
 	}
-	clear(x.touched)
+	clear(x.index)
+	x.list = x.list[:0]
 	x.added = 0
 	// Copies handed out in an earlier transaction may still be held by
 	// its results: a new buffer is started, never the old one reused.
 	x.buf = nil
 	return x
-}
-
-func (x *txRecords) mapKey(b int, key []byte) []byte {
-	x.kbuf = append(append(x.kbuf[:0], byte(b)), key...)
-	return x.kbuf
 }
 
 // mismatch is the error for a record read whose bytes this receiver did
@@ -336,7 +342,9 @@ func mismatch(b int, key []byte, what string) error {
 // check compares the record (b, key, raw) read in this transaction, raw
 // nil for an absent one, with what the receiver knows of it.
 func (x *txRecords) check(b int, key, raw []byte) (*touched, error) {
-	if t, ok := x.touched[string(x.mapKey(b, key))]; ok {
+	k := touchKey{tag: x.k.tag(key), b: b}
+	if i, ok := x.index[k]; ok {
+		t := &x.list[i]
 		switch {
 		case raw == nil && t.present:
 			return nil, mismatch(b, key, "is gone")
@@ -346,7 +354,7 @@ func (x *txRecords) check(b int, key, raw []byte) (*touched, error) {
 		return t, nil
 	}
 	tab := &x.k.tabs[b]
-	t := &touched{b: b, tag: x.k.tag(key)}
+	t := touched{b: b, tag: k.tag}
 	if raw == nil {
 		if tab.hasTag(t.tag) {
 			return nil, mismatch(b, key, "is gone")
@@ -358,8 +366,9 @@ func (x *txRecords) check(b int, key, raw []byte) (*touched, error) {
 		}
 		t.had, t.old, t.cur, t.present = true, fp, fp, true
 	}
-	x.touched[string(x.kbuf)] = t
-	return t, nil
+	x.index[k] = int32(len(x.list))
+	x.list = append(x.list, t)
+	return &x.list[len(x.list)-1], nil
 }
 
 // wrote records that this transaction stored raw under key, where it
@@ -382,7 +391,8 @@ func (x *txRecords) wrote(b int, key, old, raw []byte) error {
 
 // commit moves what a committed transaction wrote into the tables.
 func (x *txRecords) commit() {
-	for _, t := range x.touched {
+	for i := range x.list {
+		t := &x.list[i]
 		if !t.written {
 			continue
 		}
@@ -395,5 +405,6 @@ func (x *txRecords) commit() {
 		}
 		tab.insert(t.tag, t.cur)
 	}
-	clear(x.touched)
+	clear(x.index)
+	x.list = x.list[:0]
 }
