@@ -146,9 +146,9 @@
 // fingerprint first; other bytes, a record it never had, or one that
 // disappeared are [ErrStateMismatch]: a fault, nothing decided, nothing
 // written. The check costs a SHA-256 of the record and a probe of an
-// open-addressing table, about 0.35 µs a record. The table holds at most
-// [Options.MaxRecords] records ([DefaultMaxRecords]), about 48 bytes each
-// (190 MiB for 1,000,000 scopes of four records); beyond it Open refuses
+// open-addressing table, about 0.25 µs a record. The table holds at most
+// [Options.MaxRecords] records ([DefaultMaxRecords]), about 50 bytes each
+// (192 MiB for 1,000,000 scopes of four records); beyond it Open refuses
 // the store, and a call that would add a record fails with
 // [ErrRecordLimit], writing nothing, while holds and denials still commit.
 //
