@@ -385,3 +385,31 @@ func TestEditUnderReceiver_SecondEtcdWriter(t *testing.T) {
 	}
 	f.r = r
 }
+
+// Ensure that an edit made on etcd while a decision's transaction runs,
+// after its reads and before its commit, is refused too: the commit's
+// compare fails, the decision runs again on the edited record, and that
+// run finds it is not the record the receiver knows.
+func TestEditUnderReceiver_DuringTransactionEtcd(t *testing.T) {
+	f := newFixtureOn(t, engines[1].new(t), defect.Variant{})
+	a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
+	open := rawGet(t, f.r, bucketControl, fixScope)
+	f.hold("worker-a lease expired")
+	held := rawGet(t, f.r, bucketControl, fixScope)
+	runs := 0
+	f.r.faults.beforeAudit = func(*audit.Entry) error {
+		if runs++; runs == 1 {
+			storePut(t, f, bucketControl, fixScope, open)
+		}
+		return nil
+	}
+	head := f.r.head
+	res, err := f.r.Submit(f.ctx, "worker-a", a.envelope)
+	f.r.faults.beforeAudit = nil
+	wantMismatch(t, f, res, err, head, 1, fixValue)
+	if runs != 1 {
+		t.Fatalf("the decision ran %d times past its reads, want 1: the second run must stop at the edited record", runs)
+	}
+	storePut(t, f, bucketControl, fixScope, held)
+	wantDenied(t, f.submit("worker-a", a.envelope), ReasonReceiverHeld)
+}
