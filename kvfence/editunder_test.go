@@ -413,3 +413,31 @@ func TestEditUnderReceiver_DuringTransactionEtcd(t *testing.T) {
 	storePut(t, f, bucketControl, fixScope, held)
 	wantDenied(t, f.submit("worker-a", a.envelope), ReasonReceiverHeld)
 }
+
+// Ensure that HoldAll, the incident button, is not fooled by a control
+// record deleted under the running receiver: the scan would not find that
+// scope, which would stay open (and apply its stale worker's writes once
+// the bytes are put back) under a hold that reported success. HoldAll is
+// refused instead, writing nothing, and holds the scope once its record is
+// back.
+func TestEditUnderReceiver_HoldAllDeletedScope(t *testing.T) {
+	forEngines(t, func(t *testing.T, s *store) {
+		f := newFixtureOn(t, s, defect.Variant{})
+		if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
+			t.Fatal(err)
+		}
+		a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
+		open := rawGet(t, f.r, bucketControl, fixScope)
+		storePut(t, f, bucketControl, fixScope, nil)
+		head := f.r.head
+		if _, err := f.admin.HoldAll(f.ctx, "incident"); !errors.Is(err, ErrStateMismatch) || f.r.head != head {
+			t.Fatalf("HoldAll with a scope deleted = %v; want ErrStateMismatch and nothing written", err)
+		}
+		storePut(t, f, bucketControl, fixScope, open)
+		res, err := f.admin.HoldAll(f.ctx, "incident")
+		if err != nil || len(res.Scopes) != 1 || res.Scopes[0].Scope != fixScope {
+			t.Fatalf("HoldAll = %+v, %v; want %s held", res, err, fixScope)
+		}
+		wantDenied(t, f.submit("worker-a", a.envelope), ReasonReceiverHeld)
+	})
+}

@@ -291,8 +291,9 @@ type txRecords struct {
 	f     *fingerprinter
 	index map[touchKey]int32
 	list  []touched
-	// added counts records this transaction creates.
-	added int
+	// added counts records this transaction creates, addedIn per bucket.
+	added   int
+	addedIn [4]int
 	// buf holds copies of the records read (copy).
 	buf []byte
 }
@@ -325,7 +326,7 @@ func (x *txRecords) reset(k *knownRecords) *txRecords {
 	}
 	clear(x.index)
 	x.list = x.list[:0]
-	x.added = 0
+	x.added, x.addedIn = 0, [4]int{}
 	// Copies handed out in an earlier transaction may still be held by
 	// its results: a new buffer is started, never the old one reused.
 	x.buf = nil
@@ -384,10 +385,15 @@ func (x *txRecords) wrote(b int, key, old, raw []byte) error {
 				x.k.records()+x.added, x.k.limit)
 		}
 		x.added++
+		x.addedIn[b]++
 	}
 	t.cur, t.present, t.written = x.f.of(b, key, raw), true, true
 	return nil
 }
+
+// count is how many records of bucket b the receiver knows as of this
+// transaction: what a scan of the bucket must find, no more and no less.
+func (x *txRecords) count(b int) int { return x.k.tabs[b].n + x.addedIn[b] }
 
 // commit moves what a committed transaction wrote into the tables.
 func (x *txRecords) commit() {
