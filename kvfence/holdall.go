@@ -49,13 +49,10 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 		}); err != nil {
 			return HoldAllResult{}, err
 		}
-		if w.recs != nil && len(scopes) != w.recs.count(0) {
-			// Every name found is checked below; a known scope whose
-			// record was deleted would not be found at all, and would
-			// stay open under a "hold all" that reported success.
-			return HoldAllResult{}, fmt.Errorf("%w: the store holds %d control records, but this receiver knows %d: "+
-				"records were added or deleted under the running receiver; hold the scopes one by one",
-				ErrStateMismatch, len(scopes), w.recs.count(0))
+		// A known scope whose record was deleted would not be found, and
+		// would stay open under a hold that reported success.
+		if err := w.checkScan(0, len(scopes)); err != nil {
+			return HoldAllResult{}, fmt.Errorf("%w; hold the scopes one by one", err)
 		}
 		for _, s := range scopes {
 			c, err := w.control(s)

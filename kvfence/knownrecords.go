@@ -395,6 +395,19 @@ func (x *txRecords) wrote(b int, key, old, raw []byte) error {
 // transaction: what a scan of the bucket must find, no more and no less.
 func (x *txRecords) count(b int) int { return x.k.tabs[b].n + x.addedIn[b] }
 
+// checkScan refuses a scan of bucket b that found n records where the
+// receiver knows another number: every record a scan finds is checked
+// when it is read, but a known record deleted under the running receiver
+// would not be found at all, and a call that acts on every scope or grant
+// (HoldAll, a recovery) would leave it out while reporting success.
+func (w *wtx) checkScan(b int, n int) error {
+	if w.recs == nil || n == w.recs.count(b) {
+		return nil
+	}
+	return fmt.Errorf("%w: the store holds %d %s records, but this receiver knows %d: records were added or deleted "+
+		"under the running receiver", audit.ErrStateMismatch, n, stateBuckets[b], w.recs.count(b))
+}
+
 // commit moves what a committed transaction wrote into the tables.
 func (x *txRecords) commit() {
 	for i := range x.list {

@@ -362,6 +362,9 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 			return err
 		}
 		floor := max(rc.floor, hw)
+		if err := w.checkScan(0, len(scopes)); err != nil {
+			return err
+		}
 		for _, scope := range scopes {
 			ctl, err := w.control(scope)
 			if err != nil {
@@ -419,6 +422,9 @@ func (w *wtx) revokeGrants(seq uint64) (int, error) {
 		ids = append(ids, bytes.Clone(k))
 		return nil
 	}); err != nil {
+		return 0, err
+	}
+	if err := w.checkScan(1, len(ids)); err != nil {
 		return 0, err
 	}
 	n := 0
