@@ -24,6 +24,10 @@ var (
 	ErrBadSignature = audit.ErrBadSignature
 	// ErrReceiverMismatch means the anchor names another receiver.
 	ErrReceiverMismatch = audit.ErrReceiverMismatch
+	// ErrStateMismatch means the state records are not the ones the receiver's checkpoints and writes describe.
+	ErrStateMismatch = audit.ErrStateMismatch
+	// ErrFenceViolation means the chain records a mutation applied under a superseded grant.
+	ErrFenceViolation = audit.ErrFenceViolation
 )
 
 var (
@@ -209,6 +213,13 @@ func (r *Receiver) checkAnchor() error {
 	}
 	if _, err := r.checkState(&a); err != nil {
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
+	}
+	if !r.defect.SkipAuthority || !defectsAllowed.Load() {
+		// A receiver without its fence checks (the lab's) replays no
+		// fence either: it goes on serving the chain it broke.
+		if err := r.replayChain(a); err != nil {
+			return err
+		}
 	}
 	r.setAnchor(a)
 	if damage != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/internal/defect"
 	bolt "go.etcd.io/bbolt"
 )
@@ -32,7 +33,7 @@ func (f *fixture) archiveAt(before uint64, name string) (string, ArchiveResult) 
 func verifyWith(t *testing.T, f *fixture, paths ...string) audit.Report {
 	t.Helper()
 	f.r.Close()
-	defer f.reopen()
+	defer f.reopenAfterVerify()
 	var srcs []audit.ArchiveSource
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
@@ -390,22 +391,35 @@ func TestArchive_RefusesUnconfirmedBase(t *testing.T) {
 	f.r.Close()
 	whole := filepath.Join(t.TempDir(), "whole.db")
 	copyFile(t, f.path, whole)
-	db := mustOpenBolt(t, f.path)
-	if err := db.Update(func(tx *bolt.Tx) error {
-		return editBase(tx, func(b *audit.Base) { b.Scopes[0].Grant = "" })
+	f.reopen()
+	// The record is edited under the running receiver, which opened
+	// before: Archive's own walk refuses it.
+	if err := f.r.rawUpdate(func(tx engine.Tx) error {
+		b, err := audit.ParseBase(must(tx.Get(bucketCheckpoints, checkpointBase)))
+		if err != nil {
+			return err
+		}
+		b.Scopes[0].Grant = ""
+		raw, err := audit.MarshalBase(&b)
+		if err != nil {
+			return err
+		}
+		return tx.Put(bucketCheckpoints, checkpointBase, raw)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
-	r, err := Open(f.path, f.opts())
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := filepath.Join(t.TempDir(), "two.kva")
-	_, err = r.Admin().Archive(f.ctx, ArchiveRequest{Before: res.AuditSeq, Path: out})
-	r.Close()
+	_, err := f.admin.Archive(f.ctx, ArchiveRequest{Before: res.AuditSeq, Path: out})
+	f.r.Close()
 	if !errors.Is(err, audit.ErrBaseMismatch) {
 		t.Fatalf("Archive over an edited base record: %v", err)
+	}
+	// The next Open replays the chain from its base and refuses it too.
+	if r, err := Open(f.path, f.opts()); !errors.Is(err, audit.ErrBaseMismatch) {
+		if err == nil {
+			r.Close()
+		}
+		t.Fatalf("Open over an edited base record: %v", err)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Fatalf("an archive was written: %v", err)
@@ -439,4 +453,12 @@ func TestArchive_Conflict(t *testing.T) {
 	if f.r.Head() != head {
 		t.Fatal("the refused archive wrote an entry")
 	}
+}
+
+// must returns v, or panics on err: for reads inside a test's transaction.
+func must(v []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -236,12 +236,32 @@ func BenchmarkBoltUpdate(b *testing.B) {
 // record of each kind, of the sizes a fenced write leaves; the database is
 // written with bbolt directly, since only the reading is measured.
 func BenchmarkComputeState(b *testing.B) {
+	n := benchScopes(b)
+	r := scaleStore(b, n)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := r.computeState(nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(4*n), "ns/record")
+}
+
+// benchScopes is KVFENCE_BENCH_SCOPES, or 10,000.
+func benchScopes(b *testing.B) int {
 	n := 10_000
 	if s := os.Getenv("KVFENCE_BENCH_SCOPES"); s != "" {
 		if _, err := fmt.Sscan(s, &n); err != nil {
 			b.Fatal(err)
 		}
 	}
+	return n
+}
+
+// scaleStore returns a read-only receiver over a store of n scopes, each
+// with one record of each kind, of the sizes a fenced write leaves; the
+// database is written with bbolt directly.
+func scaleStore(b *testing.B, n int) *Receiver {
 	path := filepath.Join(b.TempDir(), "r.db")
 	if err := Init(path, &InitOptions{ReceiverID: "bench", Key: testKey, Anchor: &audit.MemAnchor{}}); err != nil {
 		b.Fatal(err)
@@ -288,12 +308,6 @@ func BenchmarkComputeState(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer r.Close()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := r.computeState(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(4*n), "ns/record")
+	b.Cleanup(func() { r.Close() })
+	return r
 }

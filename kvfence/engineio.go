@@ -54,9 +54,9 @@ func (r *Receiver) writeErr(err error) error {
 // writer moved the chain: another receiver process on the same store (the
 // head key, read and written by every commit, makes the two take turns),
 // or a commit of this process whose outcome was unknown and which
-// applied. The cached state digest then describes an older state, and the
-// run starts from the digest stored with that head, which every writer
-// keeps current, instead of forking the chain or the digest.
+// applied. The digest and the known records then describe an older state:
+// the run ends with errHeadMoved, and the caller re-verifies the store
+// (resync) before it runs again.
 func (r *Receiver) newWtx(tx engine.Tx) (*wtx, error) {
 	read := auditChain.ReadHead
 	if r.headMismatch != nil {
@@ -66,60 +66,80 @@ func (r *Receiver) newWtx(tx engine.Tx) (*wtx, error) {
 	if err != nil {
 		return nil, chainErr(r.path, err)
 	}
-	state, sum := r.state, r.stateSum
-	// Every checkpoint carries the consumed admission that the anchor
-	// names (audit.Checkpoint.Admission); anchor stores refuse one that
-	// drops it.
-	admission := r.anchorNow().Admission
 	if head != r.head {
-		if state, err = storedState(tx); err != nil {
-			return nil, err
-		}
-		sum = state.Sum()
-		if err := r.checkForeignHead(tx, head, sum); err != nil {
-			return nil, err
-		}
-		// The checkpoint just checked is this receiver's, of this head:
-		// its record is the newest, whatever this process last saw.
-		latest, err := latestCheckpoint(tx)
-		if err != nil {
-			return nil, err
-		}
-		admission = latest.Admission
+		return nil, fmt.Errorf("%w: from seq %d (%x) to seq %d (%x)", errHeadMoved, r.head.Seq, r.head.Hash[:8], head.Seq, head.Hash[:8])
 	}
-	w := &wtx{tx: tx, chain: auditChain.NewWriter(tx, head), faults: &r.faults, state: state, stateSum: sum}
+	if r.known == nil || r.known.broken {
+		return nil, fmt.Errorf("%w: the receiver's known records must be rebuilt", errHeadMoved)
+	}
+	w := &wtx{tx: tx, chain: auditChain.NewWriter(tx, head), faults: &r.faults, state: r.state, stateSum: r.stateSum,
+		recs: r.recs.reset(r.known)}
+	// Every checkpoint carries the consumed admission (audit.Checkpoint.
+	// Admission); anchor stores refuse one that drops it. The anchor this
+	// process last saw names it, unless another writer of the store
+	// recovered it since: then the newest checkpoint that the last
+	// re-verification found names a later one.
+	admission := r.anchorNow().Admission
+	if r.carried.At > admission.At {
+		admission = r.carried
+	}
 	w.chain.Carry(admission)
 	return w, nil
 }
 
-// checkForeignHead accepts a head that this process did not commit, and
-// the state digest stored with it, only if the store's newest checkpoint
-// is this receiver's signature of exactly that head, that digest and the
-// stored epoch high-water, as every commit writes it in its own
-// transaction. Otherwise whoever can write the store without the key
-// (edited records with the digest kept in step, an entry linked to the
-// chain, the head key moved) would have the next commit sign it all, and
-// the next Open accept it.
-func (r *Receiver) checkForeignHead(tx engine.Tx, head audit.Head, sum audit.Hash) error {
-	latest, err := latestCheckpoint(tx)
-	if err != nil {
-		return fmt.Errorf("%w: %s: the store's newest checkpoint: %w", audit.ErrStateMismatch, r.path, err)
+// errHeadMoved means a write transaction found the chain's head elsewhere
+// than where this process last committed it, or the known records in
+// doubt: the receiver re-verifies the store before it decides anything.
+var errHeadMoved = errors.New("kvfence: the chain's head moved under the receiver")
+
+// maxResyncs bounds how often one batch re-verifies the store because
+// another writer moved the head meanwhile; past it the batch fails with
+// ErrStorageBusy, having written nothing. A writer that commits without
+// pause can keep another one re-verifying: each of its commits moves the
+// head again.
+const maxResyncs = 16
+
+// resync re-verifies the store from scratch after another writer moved
+// the chain's head: the newest checkpoint must be this receiver's
+// signature of that head, of the digest recomputed from every state
+// record and of the stored epoch high-water (checkState), and the known
+// records are rebuilt from exactly the records hashed. Otherwise whoever
+// can write the store without the key (edited records with the digest
+// kept in step, an entry linked to the chain, the head key moved) would
+// have the next commit sign it all. It costs a read of every state
+// record, as Open does; it is needed only where two processes write one
+// store, each time the other one committed.
+func (r *Receiver) resync() error {
+	head, mismatch := r.head, r.headMismatch
+	if r.file {
+		// checkState reads the head itself only on a shared store.
+		err := r.view(func(tx engine.Tx) error {
+			head, mismatch, err := auditChain.LoadHead(tx)
+			if err != nil {
+				return chainErr(r.path, err)
+			}
+			r.head, r.headMismatch = head, mismatch
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 	}
-	hw, err := epochHighWater(tx)
-	if err != nil {
-		return err
+	// Until a check passes, nothing is decided: the known records are
+	// dropped, and a head that did not verify is not taken for this
+	// receiver's.
+	r.known = nil
+	var anchor *audit.SignedCheckpoint
+	if r.opts.Anchor != nil {
+		// A store put back to an older signed state is not taken for
+		// the current one: its high-water must reach the anchor's (the
+		// write's own anchor checks then refuse a head behind it).
+		a := r.anchorNow()
+		anchor = &a
 	}
-	switch {
-	case latest.Receiver != r.id || latest.Verify(r.pub) != nil:
-		return fmt.Errorf("%w: %s: the store's newest checkpoint is not signed by this receiver's key", audit.ErrStateMismatch, r.path)
-	case latest.Seq != head.Seq || latest.Head != head.Hash:
-		return fmt.Errorf("%w: %s: the chain's head moved to seq %d (%x), which no checkpoint of this receiver covers (the newest is seq %d)",
-			audit.ErrStateMismatch, r.path, head.Seq, head.Hash[:], latest.Seq)
-	case latest.State != sum:
-		return fmt.Errorf("%w: %s: the stored state digest is not the one the checkpoint of seq %d signs", audit.ErrStateMismatch, r.path, latest.Seq)
-	case latest.EpochHighWater != hw:
-		return fmt.Errorf("%w: %s: the epoch high-water is %d, the checkpoint of seq %d signs %d", audit.ErrStateMismatch, r.path, hw, latest.Seq,
-			latest.EpochHighWater)
+	if _, err := r.checkState(anchor); err != nil {
+		r.head, r.headMismatch = head, mismatch
+		return fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}
 	return nil
 }

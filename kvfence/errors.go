@@ -114,3 +114,8 @@ var (
 	// ErrAnchorClusterUnrecorded means the receiver records no anchor cluster and none was stated, so the anchor's cluster cannot be checked.
 	ErrAnchorClusterUnrecorded = errors.New("kvfence: the receiver records no anchor cluster")
 )
+
+// ErrRecordLimit means the store holds, or a call would make it hold, more
+// state records than Options.MaxRecords lets a writable receiver keep
+// fingerprints of; the call wrote nothing.
+var ErrRecordLimit = errors.New("kvfence: more state records than Options.MaxRecords")

@@ -442,7 +442,56 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 	if err != nil {
 		return err
 	}
-	err = r.eng.Update(context.Background(), func(tx engine.Tx) error {
+	for resyncs := 0; ; resyncs++ {
+		err = r.update(batch, anchor, &w, &sc, &ahead)
+		if !errors.Is(err, errHeadMoved) {
+			break
+		}
+		if resyncs == maxResyncs {
+			err = fmt.Errorf("%w: %w", engine.ErrConflict, err)
+			break
+		}
+		if err = r.resync(); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		return r.writeErr(err)
+	}
+	committed = true
+	// Only a committed transaction's records are known: a run that
+	// rolled back, or was retried, left none behind.
+	w.recs.commit()
+	if anchor != nil {
+		r.anchorMu.Lock()
+		if anchor.Seq > r.anchor.Seq {
+			// Another process moved the anchor, and this commit extends it.
+			r.anchor = *anchor
+		}
+		r.anchorMu.Unlock()
+	}
+	r.head, r.state, r.stateSum = w.chain.Head(), w.state, w.stateSum
+	r.queue.commits.Add(1)
+	stats := r.commitStats(batch)
+	if r.opts.Anchor == nil {
+		r.observe(stats, start, nil)
+		return nil
+	}
+	// Acknowledged only once the anchor covers the commit (lead).
+	work.sc = sc
+	work.calls = append(work.calls, batch...)
+	if stats != nil {
+		work.commits = append(work.commits, commitReport{stats, start})
+	}
+	return nil
+}
+
+// update runs the batch's write transaction once; w, sc and ahead are
+// run's, which it sets.
+func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wtx, scp *audit.SignedCheckpoint, aheadp *[]engine.Key) error {
+	return r.eng.Update(context.Background(), func(tx engine.Tx) error {
+		w, sc, ahead := *wp, *scp, *aheadp
+		defer func() { *wp, *scp, *aheadp = w, sc, ahead }()
 		// The function may run more than once: every run starts from the
 		// head the store holds now, and no call keeps a result of a run
 		// that did not commit.
@@ -512,32 +561,6 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 		cur := r.anchorNow()
 		return cur.CheckAdvance(sc.Checkpoint)
 	})
-	if err != nil {
-		return r.writeErr(err)
-	}
-	committed = true
-	if anchor != nil {
-		r.anchorMu.Lock()
-		if anchor.Seq > r.anchor.Seq {
-			// Another process moved the anchor, and this commit extends it.
-			r.anchor = *anchor
-		}
-		r.anchorMu.Unlock()
-	}
-	r.head, r.state, r.stateSum = w.chain.Head(), w.state, w.stateSum
-	r.queue.commits.Add(1)
-	stats := r.commitStats(batch)
-	if r.opts.Anchor == nil {
-		r.observe(stats, start, nil)
-		return nil
-	}
-	// Acknowledged only once the anchor covers the commit (lead).
-	work.sc = sc
-	work.calls = append(work.calls, batch...)
-	if stats != nil {
-		work.commits = append(work.commits, commitReport{stats, start})
-	}
-	return nil
 }
 
 // currentAnchor reads the anchor before a write on a store that other

@@ -49,6 +49,11 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 		}); err != nil {
 			return HoldAllResult{}, err
 		}
+		// A known scope whose record was deleted would not be found, and
+		// would stay open under a hold that reported success.
+		if err := w.checkScan(0, len(scopes)); err != nil {
+			return HoldAllResult{}, fmt.Errorf("%w; hold the scopes one by one", err)
+		}
 		for _, s := range scopes {
 			c, err := w.control(s)
 			if err != nil {

@@ -49,6 +49,7 @@ func TestScopeIsolation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.r.trustStore(t)
 	env := f.envelope(&Envelope{V: 1, Scope: "other", Epoch: g.Epoch, Grant: g.ID, Executor: "w", Claim: "c", Request: crossing})
 	wantDenied(t, f.submit("w", env), ReasonUnknownTarget)
 	f.wantTarget(1, fixValue)

@@ -74,6 +74,17 @@ type Options struct {
 	// NoSync skips fsync on commit. It is for benchmarks that label their
 	// results as not durable; a receiver in service must never set it.
 	NoSync bool
+	// MaxRecords bounds the state records (control, grant, target and
+	// receipt records together) whose fingerprints a writable receiver
+	// keeps, so that no record changed in the store under it is decided
+	// on (knownrecords.go). Zero means DefaultMaxRecords. Open refuses a
+	// store that holds more with ErrRecordLimit; at the bound, a call that
+	// would create a record (an applied write's receipt, an activation's
+	// grant, a new scope or target) fails with ErrRecordLimit and writes
+	// nothing, while holds and denials, which only rewrite records, still
+	// commit. The tables take about 24 bytes a slot, at most four slots
+	// for every three records.
+	MaxRecords int
 	// Warn receives what an operator must see but what does not stop the
 	// receiver: a damaged anchor slot found by Open (see AnchorDamage).
 	// Nil means the standard library's log.Print, so that no warning is
@@ -143,6 +154,15 @@ type Receiver struct {
 	// records at Open, and stateSum its sum; guarded by wmu like head.
 	state    audit.StateHash
 	stateSum audit.Hash
+	// carried is the consumed admission that the newest checkpoint found
+	// by the last state check names, which every later checkpoint carries
+	// (newWtx); guarded by wmu like head.
+	carried audit.AdmissionRecord
+	// known holds the fingerprints of the state records as of head, for
+	// a writable receiver; recs is the write transaction's view of it.
+	// Both are guarded by wmu like head.
+	known *knownRecords
+	recs  txRecords
 	// anchor is the anchor as last read or written; guarded by anchorMu,
 	// since the anchor write of one batch runs beside the transaction of
 	// the next.
@@ -429,6 +449,9 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 	if o.Warn == nil {
 		o.Warn = func(msg string) { log.Print(msg) }
 	}
+	if o.MaxRecords <= 0 {
+		o.MaxRecords = DefaultMaxRecords
+	}
 	r = &Receiver{eng: e, path: path, file: file, opts: o, defect: v}
 	r.batchCalls, r.batchBytes = batchLimits(e.Limits())
 	if err := r.load(); err != nil {
@@ -448,7 +471,10 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 		// then keeps the digest of the state as found.
 		r.opts.Anchor = nil
 		if !o.ReadOnly {
-			if r.state, err = r.computeState(); err != nil {
+			if r.known, err = newKnownRecords(o.MaxRecords); err != nil {
+				return nil, err
+			}
+			if r.state, err = r.computeState(r.known); err != nil {
 				return nil, err
 			}
 			r.stateSum = r.state.Sum()
@@ -591,6 +617,11 @@ type wtx struct {
 	hasher *stateHasher
 	// terms, when set, keeps the digest terms of records written.
 	terms *termCache
+	// recs, when set, checks every state record the transaction reads
+	// against the receiver's known records and collects what it writes;
+	// it is nil only in Init's first transaction, which builds the state
+	// from nothing.
+	recs *txRecords
 }
 
 // appendAudit fills in e's time, links it into the chain and stores it. It

@@ -194,6 +194,7 @@ func TestHold_EpochExhausted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.r.trustStore(t)
 	head := f.r.Head()
 	_, err = f.admin.Hold(f.ctx, HoldRequest{Scopes: []string{"other", fixScope}, Reason: "test"})
 	if !errors.Is(err, ErrEpochExhausted) {

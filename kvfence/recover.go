@@ -112,7 +112,7 @@ func InspectDatabase(path string) (Questioned, error) {
 // inspect reads what the database alone says about a recovery.
 func (r *Receiver) inspect() (Questioned, error) {
 	q := Questioned{Receiver: r.id, Head: r.head}
-	state, err := r.computeState()
+	state, err := r.computeState(nil)
 	if err != nil {
 		return q, err
 	}
@@ -419,6 +419,9 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 	var sc audit.SignedCheckpoint
 	err := r.eng.Update(context.Background(), func(tx engine.Tx) error {
 		w, err := r.newWtx(tx)
+		if errors.Is(err, errHeadMoved) {
+			return fmt.Errorf("%w: %w", audit.ErrAdmissionMismatch, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -448,6 +451,9 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 			return err
 		}
 		floor := max(rc.floor, hw)
+		if err := w.checkScan(0, len(scopes)); err != nil {
+			return err
+		}
 		for _, scope := range scopes {
 			ctl, err := w.control(scope)
 			if err != nil {
@@ -506,6 +512,9 @@ func (w *wtx) revokeGrants(seq uint64) (int, error) {
 		ids = append(ids, bytes.Clone(k))
 		return nil
 	}); err != nil {
+		return 0, err
+	}
+	if err := w.checkScan(1, len(ids)); err != nil {
 		return 0, err
 	}
 	n := 0

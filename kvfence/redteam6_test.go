@@ -116,7 +116,7 @@ func TestRedteam6_HasherDigestAfterRolledBackBatch(t *testing.T) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	computed, err := f.r.computeState()
+	computed, err := f.r.computeState(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,40 @@ import (
 // A nil record with a nil error means "absent".
 
 func (w *wtx) control(scope string) (*controlRecord, error) {
-	return getControl(w.tx, scope)
+	return w.controlAt([]byte(scope))
 }
 
 // controlAt is control for a scope given as its key (its bytes).
-func (w *wtx) controlAt(key []byte) (*controlRecord, error) { return getControlKey(w.tx, key) }
+func (w *wtx) controlAt(key []byte) (*controlRecord, error) {
+	raw, err := w.getState(bucketControl, key)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	return parseControlKey(key, raw)
+}
+
+// getState reads the record under key in a state bucket for a decision.
+// A writable receiver's transaction first compares it with the bytes the
+// receiver verified or wrote (knownrecords.go): a record changed in the
+// store apart from the receiver is audit.ErrStateMismatch, never decided
+// on.
+func (w *wtx) getState(bucket, key []byte) ([]byte, error) {
+	raw, err := w.tx.Get(bucket, key)
+	if err != nil || w.recs == nil || raw == nil {
+		if err == nil && w.recs != nil {
+			_, err = w.recs.check(stateBucketIndex(bucket), key, nil)
+		}
+		return raw, err
+	}
+	// A bbolt value lives in the file's mapped pages, which a process
+	// writing the file could change between the check and the decoding:
+	// the bytes checked are the bytes decided on.
+	raw = w.recs.copy(raw)
+	if _, err := w.recs.check(stateBucketIndex(bucket), key, raw); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
 
 func getControl(tx engine.Tx, scope string) (*controlRecord, error) {
 	return getControlKey(tx, []byte(scope))
@@ -50,10 +79,16 @@ func (w *wtx) putControl(scope string, c *controlRecord) error {
 	return w.put(bucketControl, []byte(scope), c)
 }
 
-func (w *wtx) grant(id string) (*grantRecord, error) { return getGrant(w.tx, id) }
+func (w *wtx) grant(id string) (*grantRecord, error) { return w.grantAt([]byte(id)) }
 
 // grantAt is grant for an id given as its key.
-func (w *wtx) grantAt(key []byte) (*grantRecord, error) { return getGrantKey(w.tx, key) }
+func (w *wtx) grantAt(key []byte) (*grantRecord, error) {
+	raw, err := w.getState(bucketGrants, key)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	return parseGrantKey(key, raw)
+}
 
 func getGrant(tx engine.Tx, id string) (*grantRecord, error) { return getGrantKey(tx, []byte(id)) }
 
@@ -62,6 +97,10 @@ func getGrantKey(tx engine.Tx, key []byte) (*grantRecord, error) {
 	if err != nil || raw == nil {
 		return nil, err
 	}
+	return parseGrantKey(key, raw)
+}
+
+func parseGrantKey(key, raw []byte) (*grantRecord, error) {
 	var g grantRecord
 	if err := decodeRecord(bucketGrants, key, raw, &g); err != nil {
 		return nil, err
@@ -69,10 +108,16 @@ func getGrantKey(tx engine.Tx, key []byte) (*grantRecord, error) {
 	return &g, nil
 }
 
-func (w *wtx) target(name string) (*targetRecord, error) { return getTarget(w.tx, name) }
+func (w *wtx) target(name string) (*targetRecord, error) { return w.targetAt([]byte(name)) }
 
 // targetAt is target for a name given as its key.
-func (w *wtx) targetAt(key []byte) (*targetRecord, error) { return getTargetKey(w.tx, key) }
+func (w *wtx) targetAt(key []byte) (*targetRecord, error) {
+	raw, err := w.getState(bucketTargets, key)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	return parseTargetKey(key, raw)
+}
 
 func getTarget(tx engine.Tx, name string) (*targetRecord, error) {
 	return getTargetKey(tx, []byte(name))
@@ -103,11 +148,17 @@ func parseTargetKey(key, raw []byte) (*targetRecord, error) {
 }
 
 func (w *wtx) receipt(scope, action string) (*receiptRecord, error) {
-	return getReceipt(w.tx, scope, action)
+	return w.receiptAt(receiptKey(scope, action))
 }
 
 // receiptAt is receipt for a receipt key (receiptKey).
-func (w *wtx) receiptAt(key []byte) (*receiptRecord, error) { return getReceiptKey(w.tx, key) }
+func (w *wtx) receiptAt(key []byte) (*receiptRecord, error) {
+	raw, err := w.getState(bucketReceipts, key)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	return parseReceiptKey(key, raw)
+}
 
 func getReceipt(tx engine.Tx, scope, action string) (*receiptRecord, error) {
 	return getReceiptKey(tx, receiptKey(scope, action))
@@ -118,6 +169,10 @@ func getReceiptKey(tx engine.Tx, key []byte) (*receiptRecord, error) {
 	if err != nil || raw == nil {
 		return nil, err
 	}
+	return parseReceiptKey(key, raw)
+}
+
+func parseReceiptKey(key, raw []byte) (*receiptRecord, error) {
 	var rc receiptRecord
 	if err := decodeRecord(bucketReceipts, key, raw, &rc); err != nil {
 		return nil, err

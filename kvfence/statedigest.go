@@ -63,6 +63,13 @@ func (w *wtx) putState(bucket, key, raw []byte) error {
 	if err != nil {
 		return err
 	}
+	if w.recs != nil {
+		// The record replaced must be one the receiver knows too: its
+		// digest term is removed on the strength of these bytes.
+		if err := w.recs.wrote(stateBucketIndex(bucket), key, old, raw); err != nil {
+			return err
+		}
+	}
 	w.stateDirty = true
 	c := stateChange{bucket: stateBucketName(bucket), key: key, old: old, raw: raw, terms: w.terms}
 	if w.hasher == nil || !w.hasher.offer(c) {
@@ -349,13 +356,17 @@ func storedState(tx engine.Tx) (audit.StateHash, error) {
 // computeState hashes every record of the state buckets, a bucket per
 // goroutine, each in a read transaction of its own: the work is the SHAKE
 // expansion of each record, which spreads across cores.
-func (r *Receiver) computeState() (audit.StateHash, error) {
+//
+// If known is not nil, every record's fingerprint is added to it as well
+// (knownrecords.go), in the same reads: the records decisions are later
+// checked against are exactly the ones this digest was computed from.
+func (r *Receiver) computeState(known *knownRecords) (audit.StateHash, error) {
 	if !r.file {
 		// On a store that other processes may write (etcd), the four
 		// buckets must be read at one revision: one transaction.
 		var s audit.StateHash
 		err := r.view(func(tx engine.Tx) (err error) {
-			s, err = r.computeStateTx(tx)
+			s, err = r.computeStateTx(tx, known)
 			return err
 		})
 		return s, err
@@ -367,9 +378,13 @@ func (r *Receiver) computeState() (audit.StateHash, error) {
 		wg.Go(func() {
 			errs[i] = r.view(func(tx engine.Tx) error {
 				parts[i] = audit.StateHash{} // the function may run more than once
+				if known != nil {
+					known.tabs[i] = recordTable{}
+				}
+				fill := known.filler(name)
 				err := tx.Scan(name, nil, func(k, v []byte) error {
 					parts[i].Add(string(name), k, v)
-					return nil
+					return fill.add(k, v)
 				})
 				if errors.Is(err, engine.ErrBucketNotFound) {
 					return fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, r.path, name)
@@ -389,16 +404,24 @@ func (r *Receiver) computeState() (audit.StateHash, error) {
 		}
 		s.Merge(&parts[i])
 	}
+	if known != nil {
+		return s, known.checkLimit()
+	}
 	return s, nil
 }
 
-// computeStateTx hashes every record of the state buckets in tx.
-func (r *Receiver) computeStateTx(tx engine.Tx) (audit.StateHash, error) {
+// computeStateTx hashes every record of the state buckets in tx, and adds
+// their fingerprints to known if it is not nil.
+func (r *Receiver) computeStateTx(tx engine.Tx, known *knownRecords) (audit.StateHash, error) {
 	var s audit.StateHash
-	for _, name := range stateBuckets {
+	for i, name := range stateBuckets {
+		if known != nil {
+			known.tabs[i] = recordTable{}
+		}
+		fill := known.filler(name)
 		err := tx.Scan(name, nil, func(k, v []byte) error {
 			s.Add(string(name), k, v)
-			return nil
+			return fill.add(k, v)
 		})
 		if errors.Is(err, engine.ErrBucketNotFound) {
 			return s, fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, r.path, name)
@@ -406,6 +429,9 @@ func (r *Receiver) computeStateTx(tx engine.Tx) (audit.StateHash, error) {
 		if err != nil {
 			return s, err
 		}
+	}
+	if known != nil {
+		return s, known.checkLimit()
 	}
 	return s, nil
 }
@@ -446,6 +472,15 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 	var latest audit.SignedCheckpoint
 	var stored, computed audit.StateHash
 	var hw uint64
+	var known *knownRecords
+	if !r.opts.ReadOnly {
+		// A writer learns the records' bytes as it hashes them: only
+		// these, checked against the signed digest below, are decided on.
+		var err error
+		if known, err = newKnownRecords(r.opts.MaxRecords); err != nil {
+			return StateCheck{}, err
+		}
+	}
 	err := r.view(func(tx engine.Tx) error {
 		var err error
 		if !r.file {
@@ -458,7 +493,7 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 				return chainErr(r.path, err)
 			}
 			r.head, r.headMismatch = head, mismatch
-			if computed, err = r.computeStateTx(tx); err != nil {
+			if computed, err = r.computeStateTx(tx, known); err != nil {
 				return err
 			}
 		}
@@ -475,7 +510,7 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 		return StateCheck{}, err
 	}
 	if r.file {
-		computed, err = r.computeState()
+		computed, err = r.computeState(known)
 	}
 	if err != nil {
 		return StateCheck{}, err
@@ -508,6 +543,7 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 				audit.ErrStateMismatch, sc.Computed[:], anchor.Seq, anchor.State[:])
 		}
 	}
-	r.state, r.stateSum = computed, sc.Computed
+	r.state, r.stateSum, r.known = computed, sc.Computed, known
+	r.carried = latest.Admission
 	return sc, nil
 }

@@ -178,6 +178,7 @@ func TestSubmit_Denials(t *testing.T) {
 				if err := f.r.rawUpdate(deleteKey(bucketTargets, fixTarget)); err != nil {
 					f.t.Fatal(err)
 				}
+				f.r.trustStore(f.t)
 				return "worker-a", a.envelope
 			}},
 			{"precondition by revision", ReasonPreconditionFailed, func(f *fixture) (string, []byte) {

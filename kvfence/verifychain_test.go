@@ -18,7 +18,7 @@ func verifyClosed(t *testing.T, f *fixture) audit.Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.reopen()
+	f.reopenAfterVerify()
 	return rep
 }
 

@@ -411,7 +411,16 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 	}
 	record("worker-a", "submit (old grant)", decision(rep.Stale))
 
-	err = rc.with(func(r *kvfence.Receiver) error {
+	// A receiver that opens with its anchor replays the fence over the
+	// chain, and refuses a chain that records the defective receiver's
+	// violation: from here on the defective demonstration's receiver
+	// serves worker-b as it served worker-a, and the results are read
+	// without the anchor, as observations.
+	with := rc.with
+	if defective {
+		with = rc.observe
+	}
+	err = with(func(r *kvfence.Receiver) error {
 		t, err := r.Target(fixture.Target)
 		if err != nil {
 			return err
@@ -424,7 +433,7 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 		return nil, err
 	}
 
-	b, err := l.startWorker(ctx, rc, filepath.Join(dir, "envelope-b.cbor"), workerB)
+	b, err := l.startWorker(ctx, rc, filepath.Join(dir, "envelope-b.cbor"), workerB, mode...)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +447,7 @@ func (l *lab) pausedWorker(ctx context.Context, name string, defective bool) (*p
 		return nil, fmt.Errorf("%w: %s: worker-b was decided (seq %d) before worker-a (seq %d)", ErrPrecondition, name, rep.Current.AuditSeq, rep.Stale.AuditSeq)
 	}
 
-	err = rc.with(func(r *kvfence.Receiver) error {
+	err = with(func(r *kvfence.Receiver) error {
 		t, err := r.Target(fixture.Target)
 		if err != nil {
 			return err
@@ -538,6 +547,21 @@ func newReceiverFiles(dir, id string) (*receiverFiles, error) {
 
 func (rc *receiverFiles) options() *kvfence.Options {
 	return &kvfence.Options{LockTimeout: 10 * time.Second, Key: rc.priv, Anchor: audit.FileAnchor{Path: rc.anchor}}
+}
+
+// observe is with for a read-only receiver opened without its anchor,
+// which neither checks nor replays the chain: for reading the results of
+// a demonstration whose chain records a violation.
+func (rc *receiverFiles) observe(fn func(r *kvfence.Receiver) error) error {
+	r, err := kvfence.Open(rc.db, &kvfence.Options{LockTimeout: 10 * time.Second, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	if err := fn(r); err != nil {
+		r.Close()
+		return err
+	}
+	return r.Close()
 }
 
 // with opens the receiver, runs fn and closes it again, so that worker

@@ -304,8 +304,12 @@ func integrityHint(err error, suggestVerify bool) string {
 		return "the anchor is not signed by this receiver's key: check that --anchor (and --pub) belong to this " +
 			"receiver (compare fingerprints with ssh-keygen -l); if they do, the anchor was altered or replaced" + verify
 	case errors.Is(err, audit.ErrFenceViolation):
-		return "the receiver applied a mutation under a superseded grant: it ran without its fence checks; keep the " +
-			"database as evidence, hold the scope the entry names, and review the change it records"
+		return "the receiver applied a mutation under a superseded grant. Either it ran without its fence checks " +
+			"(a defective or modified build), or its control, grant, target or receipt records were edited in the " +
+			"store under the running receiver (by a process writing the database file, or an etcd user of the " +
+			"prefix) by a version that did not compare them with the records it had verified. No receiver opens " +
+			"this store any more: keep it and the anchor as evidence, review the change the entry records, find " +
+			"who could write the store, and set up a new receiver"
 	case errors.Is(err, audit.ErrBrokenLink), errors.Is(err, audit.ErrSeqGap), errors.Is(err, audit.ErrBadEntry):
 		if suggestVerify {
 			verify = "; run kvfence verify-chain to find the first bad entry"

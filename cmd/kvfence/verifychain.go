@@ -210,7 +210,8 @@ problem, or ok with the head:
 	fence_violation     an intact chain records a mutation applied under a
 	                    grant that was not its scope's active grant then (or
 	                    while the scope was held): the receiver skipped its
-	                    checks
+	                    checks, or its records were edited in the store under
+	                    a running receiver; Open refuses such a store
 	anchor_stale        the anchor is older than --max-age, or names an
 	                    entry the database archived (an old anchor put back)
 	bad_archive         an --archive file is not well-formed, is cut short,

@@ -66,6 +66,7 @@ var Sentinels = []Sentinel{
 	{CodeOutcomeUnknown, http.StatusServiceUnavailable, kvfence.ErrOutcomeUnknown},
 	{"storage_busy", http.StatusServiceUnavailable, kvfence.ErrStorageBusy},
 	{"storage_reserve", http.StatusServiceUnavailable, kvfence.ErrStorageReserve},
+	{"record_limit", http.StatusInsufficientStorage, kvfence.ErrRecordLimit},
 	{"closed", http.StatusServiceUnavailable, kvfence.ErrClosed},
 	{"scope_exists", http.StatusConflict, kvfence.ErrScopeExists},
 	{"target_exists", http.StatusConflict, kvfence.ErrTargetExists},

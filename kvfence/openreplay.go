@@ -1,0 +1,56 @@
+package kvfence
+
+import (
+	"fmt"
+	"iter"
+
+	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/engine"
+)
+
+// replayChain verifies the stored chain against the anchor a, which Open
+// has just checked, as verify-chain does: every entry from the base (the
+// newest archived entry, whose base record holds each scope's fence state
+// there, or the start) to the head, its encoding and its link, with the
+// fence replayed over them. A chain that records a mutation under a
+// superseded grant (audit.ErrFenceViolation) or that does not verify is
+// refused with the error verify-chain reports for it: a receiver that ran
+// without its fence checks, or records edited under a running receiver,
+// leave such an entry, and nothing more is decided on that store.
+//
+// The replay starts from the base because that is the newest point whose
+// fence state the chain vouches for (the archive entry records the base
+// record's digest, and the anchor covers that entry): an archive refuses
+// to move the base past a violation, so every violation is after it. Its
+// cost grows with the entries since the last archive; archiving bounds it.
+func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
+	var rep audit.Report
+	err := r.view(func(tx engine.Tx) error {
+		var scanErr error
+		entries := func(yield func(k, v []byte) bool) {
+			scanErr = tx.Scan(bucketAudit, nil, func(k, v []byte) error {
+				if !yield(k, v) {
+					return engine.StopScan
+				}
+				return nil
+			})
+		}
+		base, err := tx.Get(bucketCheckpoints, checkpointBase)
+		if err != nil {
+			return err
+		}
+		rep, err = audit.Verify(audit.VerifyOptions{Entries: iter.Seq2[[]byte, []byte](entries), Anchor: &fixedAnchor{sc: a},
+			PublicKey: r.pub, Receiver: r.id, BaseRecord: base})
+		if err == nil {
+			err = scanErr
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return fmt.Errorf("kvfence: %s: the audit chain does not verify (%s): %w", r.path, rep.Problem, rep.Err())
+	}
+	return nil
+}
