@@ -103,7 +103,8 @@ func CheckApart(e engine.Engine, anchor audit.AnchorStore) error {
 //
 //   - A receiver that records a cluster accepts only that one: another
 //     cluster answering at the anchor's address is ErrAnchorClusterChanged
-//     (a Recover moves the record, on the recovery key's authority), and
+//     (a Recover moves the record, on the recovery key's authority and
+//     only to a cluster the operator states), and
 //     so is a want that differs.
 //   - A receiver that records none (initialised before the record
 //     existed, or with an anchor file and now given an anchor on a
@@ -166,4 +167,51 @@ func (r *Receiver) checkAnchorCluster(anchor audit.AnchorStore, want uint64) err
 		return err
 	}
 	return checkAnchorCluster(rec, anchor, want)
+}
+
+// checkRecoveryCluster holds the anchor of a recovery to a cluster before
+// the anchor is read. An admission names the anchor's checkpoint, not its
+// cluster, so the recovery key's authority does not say which cluster may
+// keep the anchor from now on: another cluster than the one recorded,
+// answering at the anchor's address with a copy of the anchor, is refused
+// (ErrAnchorClusterChanged) unless want, the operator's statement, names
+// it, and a want that is not the cluster answering is refused as well.
+// The cluster then recorded (anchorClusterRecord) is the one checked here.
+func (r *Receiver) checkRecoveryCluster(anchor audit.AnchorStore, want uint64) error {
+	ca, ok := anchor.(ClusterAnchor)
+	if !ok {
+		return nil
+	}
+	var rec []byte
+	err := r.view(func(tx engine.Tx) error {
+		v, err := tx.Get(bucketMeta, metaAnchorCluster)
+		rec = bytes.Clone(v)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	var recorded uint64
+	if len(rec) > 0 && !bytes.Equal(rec, noAnchorCluster) {
+		if recorded, err = clusterid.Parse(string(rec)); err != nil {
+			return fmt.Errorf("%w: the recorded anchor cluster: %v", ErrBadFormat, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	live, err := ca.ClusterID(ctx)
+	if err != nil {
+		return fmt.Errorf("kvfence: the anchor's cluster: %w", err)
+	}
+	switch {
+	case want != 0 && live != want:
+		return fmt.Errorf("%w: etcd cluster %s answers at the anchor's address, not cluster %s as given",
+			ErrAnchorClusterChanged, clusterid.Format(live), clusterid.Format(want))
+	case want == 0 && recorded != 0 && live != recorded:
+		return fmt.Errorf("%w: etcd cluster %s answers at the anchor's address; this receiver's anchor is on cluster %s, "+
+			"and a recovery moves it to another cluster only if that cluster is stated",
+			ErrAnchorClusterChanged, clusterid.Format(live), clusterid.Format(recorded))
+	}
+	ca.ExpectCluster(live)
+	return nil
 }

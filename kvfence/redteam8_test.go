@@ -1,0 +1,79 @@
+package kvfence
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/audit"
+)
+
+// Ensure that a recovery does not move a receiver's anchor onto whatever
+// cluster answers at the anchor's address. Init recorded cluster 5; a
+// cluster 6 that answers with a copy of the anchor (whoever can redirect
+// the address can stand one up) is refused by Open, and must be refused
+// by Recover too unless the operator states that cluster: the admission
+// does not name the anchor's cluster, so a recovery that recorded the
+// live one would hand the anchor to that cluster's administrator. With
+// the new cluster stated, the move is made.
+func TestRedteam8_RecoverMovesAnchorCluster(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock()
+	path, file := filepath.Join(dir, "r.db"), audit.FileAnchor{Path: filepath.Join(dir, "r.anchor")}
+	var expected uint64
+	on := func(id uint64) clusterFileAnchor {
+		expected = 0
+		return clusterFileAnchor{FileAnchor: file, id: id, expected: &expected}
+	}
+	rpub := recoveryKey.Public().(ed25519.PublicKey)
+	if err := Init(path, &InitOptions{ReceiverID: "rcv", Key: testKey, Anchor: on(5), RecoveryKey: rpub, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path, &Options{Key: testKey, Anchor: on(6), Now: clock.Now}); !errors.Is(err, ErrAnchorClusterChanged) {
+		t.Fatalf("open on another cluster: %v", err)
+	}
+	admission := func() []byte {
+		q, err := Inspect(path, on(6))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return signed(t, recoveryKey, audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
+			AdmittedState: q.State, At: clock.Now().UnixNano(), Expires: clock.Now().Add(time.Hour).UnixNano(), Reason: "restore"})
+	}
+	adm := admission()
+	_, err := Recover(path, adm, RecoverOptions{Key: testKey, Anchor: on(6), RecoveryKey: rpub, Now: clock.Now})
+	if !errors.Is(err, ErrAnchorClusterChanged) {
+		r, oerr := Open(path, &Options{Key: testKey, Anchor: on(6), Now: clock.Now})
+		if oerr == nil {
+			r.Close()
+		}
+		t.Fatalf("recovery on another cluster: %v, want %v (afterwards, open on that cluster: %v)", err, ErrAnchorClusterChanged, oerr)
+	}
+	if _, err := Recover(path, adm, RecoverOptions{Key: testKey, Anchor: on(6), RecoveryKey: rpub, Now: clock.Now,
+		AnchorClusterID: 7}); !errors.Is(err, ErrAnchorClusterChanged) {
+		t.Fatalf("recovery with another cluster stated: %v", err)
+	}
+	// The refused recoveries changed nothing: the recorded cluster opens.
+	r, err := Open(path, &Options{Key: testKey, Anchor: on(5), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	// Stated, the move is the operator's, on the recovery key's authority.
+	if _, err := Recover(path, adm, RecoverOptions{Key: testKey, Anchor: on(6), RecoveryKey: rpub, Now: clock.Now,
+		AnchorClusterID: 6}); err != nil {
+		t.Fatalf("recovery with the new cluster stated: %v", err)
+	}
+	if expected != 6 {
+		t.Fatalf("the anchor was held to cluster %d, want 6", expected)
+	}
+	if r, err = Open(path, &Options{Key: testKey, Anchor: on(6), Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if _, err := Open(path, &Options{Key: testKey, Anchor: on(5), Now: clock.Now}); !errors.Is(err, ErrAnchorClusterChanged) {
+		t.Fatalf("open on the old cluster after the move: %v", err)
+	}
+}
