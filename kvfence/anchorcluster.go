@@ -150,13 +150,12 @@ func checkAnchorCluster(rec []byte, anchor audit.AnchorStore, want uint64) error
 // checkAnchorCluster checks anchor against the receiver's own store
 // (CheckApart) and its recorded cluster (the package function), with want
 // as the operator's statement of the anchor's cluster.
+//
+// An anchor that is not on a cluster (a file) is refused
+// (ErrAnchorClusterChanged) where the receiver records a cluster: a copy
+// of the anchor put in a file is not the anchor on that cluster, and only
+// a recovery moves the anchor off it.
 func (r *Receiver) checkAnchorCluster(anchor audit.AnchorStore, want uint64) error {
-	if _, ok := anchor.(ClusterAnchor); !ok {
-		return nil
-	}
-	if err := CheckApart(r.eng, anchor); err != nil {
-		return err
-	}
 	var rec []byte
 	err := r.view(func(tx engine.Tx) error {
 		v, err := tx.Get(bucketMeta, metaAnchorCluster)
@@ -164,6 +163,16 @@ func (r *Receiver) checkAnchorCluster(anchor audit.AnchorStore, want uint64) err
 		return err
 	})
 	if err != nil {
+		return err
+	}
+	if _, ok := anchor.(ClusterAnchor); !ok {
+		if len(rec) > 0 && !bytes.Equal(rec, noAnchorCluster) {
+			return fmt.Errorf("%w: this receiver's anchor is on etcd cluster %q, recorded at init, and the anchor given is not on a cluster",
+				ErrAnchorClusterChanged, string(rec))
+		}
+		return nil
+	}
+	if err := CheckApart(r.eng, anchor); err != nil {
 		return err
 	}
 	return checkAnchorCluster(rec, anchor, want)

@@ -77,3 +77,33 @@ func TestRedteam8_RecoverMovesAnchorCluster(t *testing.T) {
 		t.Fatalf("open on the old cluster after the move: %v", err)
 	}
 }
+
+// Ensure that a receiver whose anchor init recorded on an etcd cluster is
+// not opened, nor its chain verified, on an anchor that names no cluster
+// (a file holding a copy of the anchor): the record says where the anchor
+// is, and an anchor that cannot say which cluster it is on is not on the
+// recorded one. Only a recovery moves the anchor off its cluster.
+func TestRedteam8_FileAnchorForRecordedCluster(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock()
+	path, file := filepath.Join(dir, "r.db"), audit.FileAnchor{Path: filepath.Join(dir, "r.anchor")}
+	var expected uint64
+	on := clusterFileAnchor{FileAnchor: file, id: 5, expected: &expected}
+	if err := Init(path, &InitOptions{ReceiverID: "rcv", Key: testKey, Anchor: on, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(path, &Options{Key: testKey, Anchor: file, Now: clock.Now})
+	if err == nil {
+		r.Close()
+	}
+	if !errors.Is(err, ErrAnchorClusterChanged) {
+		t.Fatalf("open of a receiver anchored on cluster 5 with an anchor file: %v, want %v", err, ErrAnchorClusterChanged)
+	}
+	if _, err := VerifyChain(path, VerifyOptions{Anchor: file, PublicKey: testKey.Public().(ed25519.PublicKey)}); !errors.Is(err, ErrAnchorClusterChanged) {
+		t.Fatalf("verify-chain with an anchor file: %v", err)
+	}
+	if r, err = Open(path, &Options{Key: testKey, Anchor: on, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+}
