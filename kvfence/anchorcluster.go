@@ -184,7 +184,9 @@ func (r *Receiver) checkAnchorCluster(anchor audit.AnchorStore, want uint64) err
 // keep the anchor from now on: another cluster than the one recorded,
 // answering at the anchor's address with a copy of the anchor, is refused
 // (ErrAnchorClusterChanged) unless want, the operator's statement, names
-// it, and a want that is not the cluster answering is refused as well.
+// it, and a want that is not the cluster answering is refused as well. A
+// receiver that records no cluster (an anchor file at init, or a record
+// deleted) takes one only if want names it (ErrAnchorClusterUnrecorded).
 // The cluster then recorded (anchorClusterRecord) is the one checked here.
 func (r *Receiver) checkRecoveryCluster(anchor audit.AnchorStore, want uint64) error {
 	ca, ok := anchor.(ClusterAnchor)
@@ -220,6 +222,10 @@ func (r *Receiver) checkRecoveryCluster(anchor audit.AnchorStore, want uint64) e
 		return fmt.Errorf("%w: etcd cluster %s answers at the anchor's address; this receiver's anchor is on cluster %s, "+
 			"and a recovery moves it to another cluster only if that cluster is stated",
 			ErrAnchorClusterChanged, clusterid.Format(live), clusterid.Format(recorded))
+	case want == 0 && recorded == 0:
+		return fmt.Errorf("%w: etcd cluster %s answers at the anchor's address, and this receiver records no anchor cluster; "+
+			"a recovery puts the anchor on a cluster only if that cluster is stated",
+			ErrAnchorClusterUnrecorded, clusterid.Format(live))
 	}
 	ca.ExpectCluster(live)
 	return nil

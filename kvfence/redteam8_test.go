@@ -107,3 +107,36 @@ func TestRedteam8_FileAnchorForRecordedCluster(t *testing.T) {
 	}
 	r.Close()
 }
+
+// Ensure that a recovery of a receiver that records no anchor cluster (an
+// anchor file at init, or a record a writer of the store deleted) does
+// not adopt whatever cluster answers for its anchor: as Open, it takes an
+// anchor on a cluster only with that cluster stated.
+func TestRedteam8_RecoverUnrecordedAnchorCluster(t *testing.T) {
+	dir := t.TempDir()
+	clock := newClock()
+	path, file := filepath.Join(dir, "r.db"), audit.FileAnchor{Path: filepath.Join(dir, "r.anchor")}
+	var expected uint64
+	on := clusterFileAnchor{FileAnchor: file, id: 6, expected: &expected}
+	rpub := recoveryKey.Public().(ed25519.PublicKey)
+	if err := Init(path, &InitOptions{ReceiverID: "rcv", Key: testKey, Anchor: file, RecoveryKey: rpub, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Inspect(path, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := signed(t, recoveryKey, audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
+		AdmittedState: q.State, At: clock.Now().UnixNano(), Expires: clock.Now().Add(time.Hour).UnixNano(), Reason: "restore"})
+	if _, err := Recover(path, adm, RecoverOptions{Key: testKey, Anchor: on, RecoveryKey: rpub, Now: clock.Now}); !errors.Is(err, ErrAnchorClusterUnrecorded) {
+		t.Fatalf("recovery onto an unstated cluster: %v, want %v", err, ErrAnchorClusterUnrecorded)
+	}
+	if _, err := Recover(path, adm, RecoverOptions{Key: testKey, Anchor: on, RecoveryKey: rpub, Now: clock.Now, AnchorClusterID: 6}); err != nil {
+		t.Fatalf("recovery onto the stated cluster: %v", err)
+	}
+	r, err := Open(path, &Options{Key: testKey, Anchor: on, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+}
