@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/defect"
 )
 
 // Ensure that a recovery does not move a receiver's anchor onto whatever
@@ -139,4 +140,44 @@ func TestRedteam8_RecoverUnrecordedAnchorCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close()
+}
+
+// Ensure that a receiver on a store that other processes write (etcd)
+// keeps working after another process recovered it: the recovery's
+// checkpoint, and the anchor it wrote, name the consumed admission, and
+// the running receiver's next commit carries it; it must not then be
+// refused against the anchor this process last saw, which names none.
+func TestRedteam8_SharedStoreWriteAfterRecovery(t *testing.T) {
+	s := engines[1].new(t)
+	clock := newClock()
+	anchor := audit.FileAnchor{Path: filepath.Join(t.TempDir(), "r.anchor")}
+	rpub := recoveryKey.Public().(ed25519.PublicKey)
+	if err := s.init(t, &InitOptions{ReceiverID: "rcv", Key: testKey, Anchor: anchor, RecoveryKey: rpub, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	opts := &Options{Key: testKey, Anchor: anchor, Now: clock.Now}
+	r, err := s.open(t, opts, defect.Variant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := t.Context()
+	if err := r.Admin().CreateScope(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	q, err := InspectEngine(s.engine(t, nil), anchor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := signed(t, recoveryKey, audit.Admission{Receiver: "rcv", SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
+		AdmittedState: q.State, At: clock.Now().UnixNano(), Expires: clock.Now().Add(time.Hour).UnixNano(), Reason: "drill"})
+	if _, err := RecoverEngine(s.engine(t, nil), adm, RecoverOptions{Key: testKey, Anchor: anchor, RecoveryKey: rpub, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Admin().CreateScope(ctx, "b"); err != nil {
+		t.Fatalf("a commit of the running receiver after another process's recovery: %v", err)
+	}
+	if _, err := r.Admin().Hold(ctx, HoldRequest{Scopes: []string{"a"}, Reason: "after"}); err != nil {
+		t.Fatalf("a hold of the running receiver after another process's recovery: %v", err)
+	}
 }
