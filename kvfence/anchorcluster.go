@@ -103,7 +103,8 @@ func CheckApart(e engine.Engine, anchor audit.AnchorStore) error {
 //
 //   - A receiver that records a cluster accepts only that one: another
 //     cluster answering at the anchor's address is ErrAnchorClusterChanged
-//     (a Recover moves the record, on the recovery key's authority), and
+//     (a Recover moves the record, on the recovery key's authority and
+//     only to a cluster the operator states), and
 //     so is a want that differs.
 //   - A receiver that records none (initialised before the record
 //     existed, or with an anchor file and now given an anchor on a
@@ -149,12 +150,48 @@ func checkAnchorCluster(rec []byte, anchor audit.AnchorStore, want uint64) error
 // checkAnchorCluster checks anchor against the receiver's own store
 // (CheckApart) and its recorded cluster (the package function), with want
 // as the operator's statement of the anchor's cluster.
+//
+// An anchor that is not on a cluster (a file) is refused
+// (ErrAnchorClusterChanged) where the receiver records a cluster: a copy
+// of the anchor put in a file is not the anchor on that cluster, and only
+// a recovery moves the anchor off it.
 func (r *Receiver) checkAnchorCluster(anchor audit.AnchorStore, want uint64) error {
+	var rec []byte
+	err := r.view(func(tx engine.Tx) error {
+		v, err := tx.Get(bucketMeta, metaAnchorCluster)
+		rec = bytes.Clone(v)
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	if _, ok := anchor.(ClusterAnchor); !ok {
+		if len(rec) > 0 && !bytes.Equal(rec, noAnchorCluster) {
+			return fmt.Errorf("%w: this receiver's anchor is on etcd cluster %q, recorded at init, and the anchor given is not on a cluster",
+				ErrAnchorClusterChanged, string(rec))
+		}
 		return nil
 	}
 	if err := CheckApart(r.eng, anchor); err != nil {
 		return err
+	}
+	return checkAnchorCluster(rec, anchor, want)
+}
+
+// checkRecoveryCluster holds the anchor of a recovery to a cluster before
+// the anchor is read. An admission names the anchor's checkpoint, not its
+// cluster, so the recovery key's authority does not say which cluster may
+// keep the anchor from now on: another cluster than the one recorded,
+// answering at the anchor's address with a copy of the anchor, is refused
+// (ErrAnchorClusterChanged) unless want, the operator's statement, names
+// it, and a want that is not the cluster answering is refused as well. A
+// receiver that records no cluster (an anchor file at init, or a record
+// deleted) takes one only if want names it (ErrAnchorClusterUnrecorded).
+// The cluster then recorded (anchorClusterRecord) is the one checked here.
+func (r *Receiver) checkRecoveryCluster(anchor audit.AnchorStore, want uint64) error {
+	ca, ok := anchor.(ClusterAnchor)
+	if !ok {
+		return nil
 	}
 	var rec []byte
 	err := r.view(func(tx engine.Tx) error {
@@ -165,5 +202,31 @@ func (r *Receiver) checkAnchorCluster(anchor audit.AnchorStore, want uint64) err
 	if err != nil {
 		return err
 	}
-	return checkAnchorCluster(rec, anchor, want)
+	var recorded uint64
+	if len(rec) > 0 && !bytes.Equal(rec, noAnchorCluster) {
+		if recorded, err = clusterid.Parse(string(rec)); err != nil {
+			return fmt.Errorf("%w: the recorded anchor cluster: %v", ErrBadFormat, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	live, err := ca.ClusterID(ctx)
+	if err != nil {
+		return fmt.Errorf("kvfence: the anchor's cluster: %w", err)
+	}
+	switch {
+	case want != 0 && live != want:
+		return fmt.Errorf("%w: etcd cluster %s answers at the anchor's address, not cluster %s as given",
+			ErrAnchorClusterChanged, clusterid.Format(live), clusterid.Format(want))
+	case want == 0 && recorded != 0 && live != recorded:
+		return fmt.Errorf("%w: etcd cluster %s answers at the anchor's address; this receiver's anchor is on cluster %s, "+
+			"and a recovery moves it to another cluster only if that cluster is stated",
+			ErrAnchorClusterChanged, clusterid.Format(live), clusterid.Format(recorded))
+	case want == 0 && recorded == 0:
+		return fmt.Errorf("%w: etcd cluster %s answers at the anchor's address, and this receiver records no anchor cluster; "+
+			"a recovery puts the anchor on a cluster only if that cluster is stated",
+			ErrAnchorClusterUnrecorded, clusterid.Format(live))
+	}
+	ca.ExpectCluster(live)
+	return nil
 }

@@ -559,8 +559,26 @@ func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wt
 			}
 		}
 		cur := r.anchorNow()
+		if anchor != nil && newerAdmission(anchor.Admission, cur.Admission) {
+			// Another process recovered the receiver since this one last
+			// wrote the anchor: the store's anchor, signed by this
+			// receiver's key, names an admission consumed after the one
+			// cur names, and every checkpoint since carries it. cur then
+			// predates the recovery that superseded it, and holding the
+			// commit to it would refuse every write from now on.
+			cur = *anchor
+		}
 		return cur.CheckAdvance(sc.Checkpoint)
 	})
+}
+
+// newerAdmission reports whether a names an admission consumed after the
+// one cur names (or cur names none): admissions are consumed in the order
+// they were signed (audit.AdmissionRecord.Refuses), and every checkpoint
+// after a recovery carries its admission, so an anchor that names a newer
+// one was written after every anchor that names cur.
+func newerAdmission(a, cur audit.AdmissionRecord) bool {
+	return !a.IsZero() && (cur.IsZero() || a.At > cur.At)
 }
 
 // currentAnchor reads the anchor before a write on a store that other

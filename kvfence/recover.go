@@ -167,6 +167,11 @@ type RecoverOptions struct {
 	Now func() time.Time
 	// LockTimeout is as in Options.
 	LockTimeout time.Duration
+	// AnchorClusterID is the operator's statement of the anchor's
+	// cluster, 0 for none. A recovery on an anchor on another cluster
+	// than the one the receiver records moves the record only if this
+	// names the cluster that answers: the admission does not name it.
+	AnchorClusterID uint64
 }
 
 // RecoverResult reports an applied recovery.
@@ -268,6 +273,9 @@ func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*
 	defer r.Close()
 	if r.recoveryPub == nil || !r.recoveryPub.Equal(opts.RecoveryKey) {
 		return RecoverResult{}, fmt.Errorf("%w: the recovery key given is not the one recorded at init", audit.ErrBadSignature)
+	}
+	if err := r.checkRecoveryCluster(opts.Anchor, opts.AnchorClusterID); err != nil {
+		return RecoverResult{}, err
 	}
 	digest := sha256.Sum256(admission)
 	consumed := audit.AdmissionRecord{SHA256: digest, At: sa.At}
@@ -408,7 +416,8 @@ type recovery struct {
 	// consumed names the admission, for the checkpoints from this one on.
 	consumed audit.AdmissionRecord
 	// cluster is metaAnchorCluster's new value: the anchor's cluster, which
-	// the recovery key's authority may have moved.
+	// the recovery key's authority may have moved, to a cluster the
+	// operator stated (checkRecoveryCluster).
 	cluster []byte
 }
 

@@ -12,6 +12,13 @@ type UnixSocketOptions struct {
 	// directory 0700. Which peers are admitted is still UnixPeer's
 	// decision; the group only lets them reach it.
 	Group *uint32
+	// UIDs, when set, are the only peers the listener hands on: a
+	// connection from any other uid (SO_PEERCRED) is closed as it is
+	// accepted, without an answer, so that a user who may reach the
+	// socket but is not admitted holds none of its capped connection
+	// slots, and an administrator's connection does not wait behind
+	// its connections. Nil hands on every peer, for UnixPeer to refuse.
+	UIDs []uint32
 }
 
 // ListenUnixSocket listens on a unix socket at path for local

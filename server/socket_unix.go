@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -82,7 +83,7 @@ func listenUnixSocket(path string, opts UnixSocketOptions) (net.Listener, error)
 	// another directory's file of that name.
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	keep = true
-	return &unixSocketListener{Listener: l, dfd: dfd, name: name}, nil
+	return &unixSocketListener{Listener: l, dfd: dfd, name: name, uids: slices.Clone(opts.UIDs)}, nil
 }
 
 // unixSocketListener is an admin socket's listener, which removes its
@@ -92,6 +93,24 @@ type unixSocketListener struct {
 	dfd  int
 	name string
 	once sync.Once
+	uids []uint32 // admitted peers; nil: all
+}
+
+// Accept returns the next connection from an admitted peer, closing
+// every other one as it comes: a peer whose credentials cannot be read is
+// not admitted either.
+func (l *unixSocketListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil || l.uids == nil {
+			return c, err
+		}
+		cred, err := peerCredentials(c)
+		if err == nil && slices.Contains(l.uids, cred.UID) {
+			return c, nil
+		}
+		c.Close()
+	}
 }
 
 // Close stops listening and removes the socket.

@@ -80,7 +80,8 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ropts := kvfence.RecoverOptions{Key: priv, Anchor: anchor, RecoveryKey: rpub, LockTimeout: cf.lockTimeout, Now: c.m.Now}
+	ropts := kvfence.RecoverOptions{Key: priv, Anchor: anchor, RecoveryKey: rpub, LockTimeout: cf.lockTimeout, Now: c.m.Now,
+		AnchorClusterID: cf.anchorEtcd.clusterID}
 	var res kvfence.RecoverResult
 	if cf.etcd.on() {
 		e, eerr := cf.openEngine()

@@ -178,6 +178,9 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 			srvs.close()
 			return err
 		}
+		// A peer not on --admin-uid is disconnected as it is accepted,
+		// so that it holds none of the socket's connection slots.
+		sockOpts.UIDs = adminUIDs
 		ul, err := server.ListenUnixSocket(*adminSocket, sockOpts)
 		if err != nil {
 			srvs.close()
@@ -461,7 +464,9 @@ Arguments:
 	    a directory (not a symbolic link) owned by the service's user and
 	    not writable by group or others.
 	--admin-uid UID[,UID...]
-	    The peer uids admitted on the admin socket (SO_PEERCRED).
+	    The peer uids admitted on the admin socket (SO_PEERCRED). A
+	    connection from any other uid is closed as it is accepted,
+	    without an answer.
 	--admin-socket-group G
 	    A group (name or gid) that may reach the admin socket: socket 0660
 	    and a new directory 0750, both of group G. Only the uids in
