@@ -22,7 +22,7 @@ import (
 // fails the first read after a commit.
 type lossyEngine struct {
 	engine.Engine
-	// lose makes the next Update commit and report an unknown outcome;
+	// lose makes the next Update that commits report an unknown outcome;
 	// loseCanceled does too, with the context's cancellation as the
 	// cause, as etcd's client reports a commit whose caller went away.
 	lose, loseCanceled atomic.Bool
@@ -31,10 +31,13 @@ type lossyEngine struct {
 }
 
 func (l *lossyEngine) Update(ctx context.Context, fn func(engine.Tx) error) error {
-	lose, canceled := l.lose.Swap(false), l.loseCanceled.Swap(false)
+	// The flags are taken by the next Update that commits: one that fails
+	// before its commit (the receiver re-verifying its store after an
+	// earlier lost answer, say) committed nothing whose answer to lose.
 	if err := l.Engine.Update(ctx, fn); err != nil {
 		return err
 	}
+	lose, canceled := l.lose.Swap(false), l.loseCanceled.Swap(false)
 	if canceled {
 		return fmt.Errorf("%w: commit: %w", engine.ErrOutcomeUnknown, context.Canceled)
 	}
