@@ -285,11 +285,18 @@ func integrityHint(err error, suggestVerify bool) string {
 		return "the anchor would move backwards: another copy of this database has written a newer anchor; " +
 			"stop the other writer" + verify
 	case errors.Is(err, audit.ErrAdmissionExpired):
-		return "the admission has expired: have the recovery key holder run kvfence admission new again"
+		return "an admission can be applied only until it expires (kvfence admission new --valid-for, " +
+			"default 1h), by this machine's clock: have the recovery key holder check the evidence again and sign a new one"
 	case errors.Is(err, audit.ErrAdmissionNotYetValid):
-		return "the admission was signed on a clock ahead of this one: check both clocks (NTP)"
+		return "this machine's clock is behind the one the admission was signed on by more than the " +
+			"allowed skew: check both clocks (NTP), then apply it again"
 	case errors.Is(err, audit.ErrAdmissionReplayed):
-		return "the admission was applied already: have the recovery key holder sign a new one for the state at hand"
+		return "this admission was applied already, and the receiver's anchor (or its database) says so: " +
+			"if the database was put back from before that recovery, it is not the state to keep; if a new recovery is " +
+			"needed, have the recovery key holder sign a new admission for the database as it is now"
+	case errors.Is(err, audit.ErrAdmissionV2):
+		return "admissions of the previous format do not expire and are no longer accepted: have the recovery key " +
+			"holder run kvfence admission new again"
 	case errors.Is(err, audit.ErrAdmissionMismatch):
 		return "the admission names another receiver, anchor or database head than the ones at hand (they " +
 			"changed after it was signed): have the recovery key holder run kvfence admission new again"

@@ -55,11 +55,6 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	// Check the signature here first, so that a wrong key is reported as
 	// such; Recover checks it again, with everything else.
 	sa, err := audit.ParseSignedAdmission(adm)
-	if errors.Is(err, audit.ErrAdmissionV2) {
-		return withHint(fmt.Errorf("kvfence recover: --admission: %w", err),
-			"admissions of the previous format do not expire and are no longer accepted: have the recovery key "+
-				"holder run kvfence admission new again")
-	}
 	if err != nil {
 		return fmt.Errorf("kvfence recover: --admission: %w", err)
 	}
@@ -93,16 +88,6 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 		res, err = kvfence.Recover(cf.db, adm, ropts)
 	}
 	switch {
-	case errors.Is(err, audit.ErrAdmissionExpired):
-		return withHint(err, "an admission can be applied only until it expires (kvfence admission new --valid-for, "+
-			"default 1h), by this machine's clock: have the recovery key holder check the evidence again and sign a new one")
-	case errors.Is(err, audit.ErrAdmissionNotYetValid):
-		return withHint(err, "this machine's clock is behind the one the admission was signed on by more than the "+
-			"allowed skew: check both clocks (NTP), then apply it again")
-	case errors.Is(err, audit.ErrAdmissionReplayed):
-		return withHint(err, "this admission was applied already, and the receiver's anchor (or its database) says so: "+
-			"if the database was put back from before that recovery, it is not the state to keep; if a new recovery is "+
-			"needed, have the recovery key holder sign a new admission for the database as it is now")
 	case errors.Is(err, kvfence.ErrAnchorPresent):
 		return withHint(err, "the anchor at --anchor loads, so it is not lost: if the database disagrees with it, "+
 			"have the recovery key holder sign an ordinary admission (kvfence admission new without --lost-anchor); "+
