@@ -7,7 +7,7 @@ import (
 	"net"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/kvfence/kvfence/internal/peercred"
 )
 
 // fileOwner returns the uid that owns fi's file.
@@ -27,19 +27,9 @@ func peerUID(c net.Conn) (uint32, error) {
 	if !ok {
 		return 0, fmt.Errorf("%T is not a unix socket", c)
 	}
-	raw, err := uc.SyscallConn()
+	cred, err := peercred.Of(uc)
 	if err != nil {
 		return 0, err
 	}
-	var cred *unix.Ucred
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return 0, err
-	}
-	if serr != nil {
-		return 0, fmt.Errorf("SO_PEERCRED: %w", serr)
-	}
-	return cred.Uid, nil
+	return cred.UID, nil
 }

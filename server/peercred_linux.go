@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net"
 
-	"golang.org/x/sys/unix"
+	"github.com/kvfence/kvfence/internal/peercred"
 )
 
 // peerCredentials reads SO_PEERCRED from a unix socket connection.
@@ -20,19 +20,9 @@ func peerCredentials(c net.Conn) (PeerCredentials, error) {
 	if !ok {
 		return PeerCredentials{}, fmt.Errorf("%w: %T is not a unix socket", ErrNoPeerCredentials, c)
 	}
-	raw, err := uc.SyscallConn()
+	cred, err := peercred.Of(uc)
 	if err != nil {
 		return PeerCredentials{}, fmt.Errorf("%w: %w", ErrNoPeerCredentials, err)
 	}
-	var cred *unix.Ucred
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return PeerCredentials{}, fmt.Errorf("%w: %w", ErrNoPeerCredentials, err)
-	}
-	if serr != nil {
-		return PeerCredentials{}, fmt.Errorf("%w: SO_PEERCRED: %w", ErrNoPeerCredentials, serr)
-	}
-	return PeerCredentials{PID: cred.Pid, UID: cred.Uid, GID: cred.Gid}, nil
+	return PeerCredentials{PID: cred.PID, UID: cred.UID, GID: cred.GID}, nil
 }
