@@ -553,21 +553,18 @@ func (rc *receiverFiles) options() *kvfence.Options {
 // which neither checks nor replays the chain: for reading the results of
 // a demonstration whose chain records a violation.
 func (rc *receiverFiles) observe(fn func(r *kvfence.Receiver) error) error {
-	r, err := kvfence.Open(rc.db, &kvfence.Options{LockTimeout: 10 * time.Second, ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	if err := fn(r); err != nil {
-		r.Close()
-		return err
-	}
-	return r.Close()
+	return rc.open(&kvfence.Options{LockTimeout: 10 * time.Second, ReadOnly: true}, fn)
 }
 
 // with opens the receiver, runs fn and closes it again, so that worker
 // processes can take the lock in between.
 func (rc *receiverFiles) with(fn func(r *kvfence.Receiver) error) error {
-	r, err := kvfence.Open(rc.db, rc.options())
+	return rc.open(rc.options(), fn)
+}
+
+// open opens the receiver with opts, runs fn and closes it again.
+func (rc *receiverFiles) open(opts *kvfence.Options, fn func(r *kvfence.Receiver) error) error {
+	r, err := kvfence.Open(rc.db, opts)
 	if err != nil {
 		return err
 	}
