@@ -141,6 +141,42 @@ func (r *Receiver) resync() error {
 		r.head, r.headMismatch = head, mismatch
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}
+	// The chain must still hold the head this process last committed or
+	// verified. A store put back, whole, to an older signed state passes
+	// the check above when its high-water is the anchor's (a hold that
+	// did not raise it), and the anchor's own rules compare only seqs: a
+	// batch of two calls on the old head would carry the next checkpoint
+	// past the anchor's seq, and the anchor would take a chain without
+	// the acknowledged commits. The anchor itself may not yet cover the
+	// last commit (its write overlaps the next batch), so the last head
+	// is the reference.
+	err := r.view(func(tx engine.Tx) error {
+		if r.head.Seq < head.Seq {
+			return fmt.Errorf("%w: the chain ends at seq %d, before seq %d", audit.ErrRollbackDetected, r.head.Seq, head.Seq)
+		}
+		h := r.head.Hash
+		if r.head.Seq != head.Seq {
+			var err error
+			if h, err = hashAt(tx, head.Seq); err != nil {
+				if !r.file && errors.Is(err, audit.ErrAnchorArchived) {
+					// Another writer of the prefix archived past it; the
+					// anchor read before the batch is checked against the
+					// head instead.
+					return nil
+				}
+				return err
+			}
+		}
+		if h != head.Hash {
+			return fmt.Errorf("%w: seq %d has another hash in the store", audit.ErrForkDetected, head.Seq)
+		}
+		return nil
+	})
+	if err != nil {
+		r.known, r.head, r.headMismatch = nil, head, mismatch
+		return fmt.Errorf("kvfence: %s: the store's chain no longer holds seq %d (%x), which this receiver committed: %w",
+			r.path, head.Seq, head.Hash[:8], err)
+	}
 	return nil
 }
 
