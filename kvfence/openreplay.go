@@ -52,5 +52,14 @@ func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
 	if !rep.OK() {
 		return fmt.Errorf("kvfence: %s: the audit chain does not verify (%s): %w", r.path, rep.Problem, rep.Err())
 	}
+	// The replay reads the chain in a transaction of its own: it must be
+	// the chain whose head the state check verified. Otherwise entries
+	// past the anchor (a commit whose anchor write failed) could be taken
+	// away while the replay runs and put back after it, and a violation
+	// among them would never be replayed.
+	if rep.Head != r.head {
+		return fmt.Errorf("kvfence: %s: %w: the replayed chain ends at %v, but the verified head is %v: the store changed while it was opened",
+			r.path, audit.ErrStateMismatch, rep.Head, r.head)
+	}
 	return nil
 }

@@ -3,12 +3,16 @@ package kvfence
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/internal/defect"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // storeImage is every key of every bucket of a store, as read in one
@@ -199,4 +203,118 @@ func TestRedteam9_FileRollbackPastAnchorByBatch(t *testing.T) {
 	// With the held state back, the receiver decides again.
 	putImage(t, f.r, held)
 	wantDenied(t, f.submit("worker-a", a.envelope), ReasonReceiverHeld)
+}
+
+// rt9FailAnchor is an anchor store whose writes fail while fail is set,
+// as an anchor volume that is full or gone would.
+type rt9FailAnchor struct {
+	audit.AnchorStore
+	fail atomic.Bool
+}
+
+func (a *rt9FailAnchor) Store(old *audit.SignedCheckpoint, next audit.SignedCheckpoint) error {
+	if a.fail.Load() {
+		return errors.New("anchor volume unavailable")
+	}
+	return a.AnchorStore.Store(old, next)
+}
+
+// hookEngine runs before before the first View that starts after a
+// transaction read the stored state digest (the end of Open's state
+// check), and after after it.
+type hookEngine struct {
+	engine.Engine
+	mu            sync.Mutex
+	seen, done    bool
+	before, after func()
+}
+
+type hookTx struct {
+	engine.Tx
+	e *hookEngine
+}
+
+func (t hookTx) Get(bucket, key []byte) ([]byte, error) {
+	if bytes.Equal(bucket, bucketCheckpoints) && bytes.Equal(key, checkpointState) {
+		t.e.mu.Lock()
+		t.e.seen = true
+		t.e.mu.Unlock()
+	}
+	return t.Tx.Get(bucket, key)
+}
+
+func (e *hookEngine) View(ctx context.Context, fn func(engine.Tx) error) error {
+	e.mu.Lock()
+	fire := e.seen && !e.done
+	if fire {
+		e.done = true
+	}
+	e.mu.Unlock()
+	if fire {
+		e.before()
+		defer e.after()
+	}
+	return e.Engine.View(ctx, func(tx engine.Tx) error { return fn(hookTx{tx, e}) })
+}
+
+// Ensure that Open's fence replay walks the chain whose head the state
+// check verified. A receiver without checks 2-4 applied a superseded grant
+// and its anchor write failed, so the violation is past the anchor (the
+// window between a commit and its anchor write). Someone who can write the
+// etcd prefix removes that last entry while Open replays the chain and
+// puts it back after: before the fix the replay saw a clean chain ending
+// at the anchor, Open succeeded, and the receiver went on over a chain
+// that records a fence violation (and anchored it).
+func TestRedteam9_OpenReplaySeesVerifiedHead(t *testing.T) {
+	s := engines[1].new(t)
+	f := newFixtureOn(t, s, defect.Variant{SkipAuthority: true})
+	s = f.store
+	a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
+	f.hold("worker-a lease expired")
+	fa := &rt9FailAnchor{AnchorStore: f.anchor}
+	f.r.opts.Anchor = fa
+	fa.fail.Store(true)
+	_, err := f.r.Submit(f.ctx, "worker-a", a.envelope)
+	if !errors.Is(err, ErrNotAcknowledged) {
+		t.Fatalf("stale submit on the defective receiver = %v, want ErrNotAcknowledged", err)
+	}
+	last := f.r.head
+	f.r.Close()
+	key := s.prefix + string(bucketAudit) + "/" + string(audit.SeqKey(last.Seq))
+	cli := etcdClient(t)
+	defer cli.Close()
+	resp, err := cli.Get(context.Background(), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		all, _ := cli.Get(context.Background(), s.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		for _, kv := range all.Kvs {
+			t.Logf("%q", kv.Key)
+		}
+		t.Fatalf("the violating entry at %q: %v", key, err)
+	}
+	entry := resp.Kvs[0].Value
+	he := &hookEngine{Engine: s.engine(t, nil),
+		before: func() {
+			if _, err := cli.Delete(context.Background(), key); err != nil {
+				t.Error(err)
+			}
+		},
+		after: func() {
+			if _, err := cli.Put(context.Background(), key, string(entry)); err != nil {
+				t.Error(err)
+			}
+		}}
+	r, err := openWith(he, "etcd "+s.prefix, false, f.opts(), defect.Variant{})
+	if err == nil {
+		f.r = r
+		t.Fatalf("Open over a chain whose head records a fence violation succeeded (head %v)", r.Head())
+	}
+	if !he.done {
+		t.Fatalf("the replay's view was not reached: %v", err)
+	}
+	t.Logf("Open: %v", err)
+	ro, err := f.openStore(&Options{ReadOnly: true}, defect.Variant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.r = ro
 }
