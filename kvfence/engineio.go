@@ -111,17 +111,33 @@ const maxResyncs = 16
 // store, each time the other one committed.
 func (r *Receiver) resync() error {
 	head, mismatch := r.head, r.headMismatch
+	// The store's chain must still hold the head this process last
+	// committed or verified, checked in the transaction that reads the
+	// new head (here on a file, in checkState's on a shared store). A
+	// store put back, whole, to an older signed state passes checkState
+	// when its high-water is the anchor's (a hold that did not raise it),
+	// and the anchor's own rules compare only seqs: a batch of two calls
+	// on the old head would carry the next checkpoint past the anchor's
+	// seq, and the anchor would take a chain without the acknowledged
+	// commits. The anchor itself may not yet cover the last commit (its
+	// write overlaps the next batch), so the last head is the reference.
+	r.resyncFrom = &head
+	defer func() { r.resyncFrom = nil }()
 	if r.file {
 		// checkState reads the head itself only on a shared store.
 		err := r.view(func(tx engine.Tx) error {
-			head, mismatch, err := auditChain.LoadHead(tx)
+			got, mismatch, err := auditChain.LoadHead(tx)
 			if err != nil {
 				return chainErr(r.path, err)
 			}
-			r.head, r.headMismatch = head, mismatch
+			if err := r.chainHolds(tx, got); err != nil {
+				return err
+			}
+			r.head, r.headMismatch = got, mismatch
 			return nil
 		})
 		if err != nil {
+			r.known = nil
 			return err
 		}
 	}
@@ -141,41 +157,37 @@ func (r *Receiver) resync() error {
 		r.head, r.headMismatch = head, mismatch
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}
-	// The chain must still hold the head this process last committed or
-	// verified. A store put back, whole, to an older signed state passes
-	// the check above when its high-water is the anchor's (a hold that
-	// did not raise it), and the anchor's own rules compare only seqs: a
-	// batch of two calls on the old head would carry the next checkpoint
-	// past the anchor's seq, and the anchor would take a chain without
-	// the acknowledged commits. The anchor itself may not yet cover the
-	// last commit (its write overlaps the next batch), so the last head
-	// is the reference.
-	err := r.view(func(tx engine.Tx) error {
-		if r.head.Seq < head.Seq {
-			return fmt.Errorf("%w: the chain ends at seq %d, before seq %d", audit.ErrRollbackDetected, r.head.Seq, head.Seq)
-		}
-		h := r.head.Hash
-		if r.head.Seq != head.Seq {
-			var err error
-			if h, err = hashAt(tx, head.Seq); err != nil {
-				if !r.file && errors.Is(err, audit.ErrAnchorArchived) {
-					// Another writer of the prefix archived past it; the
-					// anchor read before the batch is checked against the
-					// head instead.
-					return nil
-				}
-				return err
-			}
-		}
-		if h != head.Hash {
-			return fmt.Errorf("%w: seq %d has another hash in the store", audit.ErrForkDetected, head.Seq)
-		}
+	return nil
+}
+
+// chainHolds refuses a chain, ending at head, that does not hold
+// r.resyncFrom (if set): the head this process last committed or
+// verified.
+func (r *Receiver) chainHolds(tx engine.Tx, head audit.Head) error {
+	prev := r.resyncFrom
+	if prev == nil {
 		return nil
-	})
-	if err != nil {
-		r.known, r.head, r.headMismatch = nil, head, mismatch
-		return fmt.Errorf("kvfence: %s: the store's chain no longer holds seq %d (%x), which this receiver committed: %w",
-			r.path, head.Seq, head.Hash[:8], err)
+	}
+	h := head.Hash
+	switch {
+	case head.Seq < prev.Seq:
+		return fmt.Errorf("kvfence: %s: %w: the store's chain ends at seq %d, before seq %d (%x), which this receiver committed",
+			r.path, audit.ErrRollbackDetected, head.Seq, prev.Seq, prev.Hash[:8])
+	case head.Seq > prev.Seq:
+		var err error
+		if h, err = hashAt(tx, prev.Seq); err != nil {
+			if !r.file && errors.Is(err, audit.ErrAnchorArchived) {
+				// Another writer of the prefix archived past it; the
+				// anchor read before the batch is checked against the
+				// head instead.
+				return nil
+			}
+			return err
+		}
+	}
+	if h != prev.Hash {
+		return fmt.Errorf("kvfence: %s: %w: the store's chain has another entry at seq %d than the one this receiver committed",
+			r.path, audit.ErrForkDetected, prev.Seq)
 	}
 	return nil
 }

@@ -163,6 +163,10 @@ type Receiver struct {
 	// Both are guarded by wmu like head.
 	known *knownRecords
 	recs  txRecords
+	// resyncFrom is, during a resync, the head this process last
+	// committed or verified, which the store's chain must still hold;
+	// guarded by wmu.
+	resyncFrom *audit.Head
 	// anchor is the anchor as last read or written; guarded by anchorMu,
 	// since the anchor write of one batch runs beside the transaction of
 	// the next.

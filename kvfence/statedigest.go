@@ -492,6 +492,9 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 			if err != nil {
 				return chainErr(r.path, err)
 			}
+			if err := r.chainHolds(tx, head); err != nil {
+				return err
+			}
 			r.head, r.headMismatch = head, mismatch
 			if computed, err = r.computeStateTx(tx, known); err != nil {
 				return err
