@@ -131,7 +131,7 @@ func (r *Receiver) resync() error {
 				return chainErr(r.path, err)
 			}
 			if err := r.chainHolds(tx, got); err != nil {
-				return err
+				return fmt.Errorf("kvfence: %s: %w", r.path, err)
 			}
 			r.head, r.headMismatch = got, mismatch
 			return nil
@@ -171,8 +171,8 @@ func (r *Receiver) chainHolds(tx engine.Tx, head audit.Head) error {
 	h := head.Hash
 	switch {
 	case head.Seq < prev.Seq:
-		return fmt.Errorf("kvfence: %s: %w: the store's chain ends at seq %d, before seq %d (%x), which this receiver committed",
-			r.path, audit.ErrRollbackDetected, head.Seq, prev.Seq, prev.Hash[:8])
+		return fmt.Errorf("%w: the store's chain ends at seq %d, before seq %d (%x), which this receiver committed",
+			audit.ErrRollbackDetected, head.Seq, prev.Seq, prev.Hash[:8])
 	case head.Seq > prev.Seq:
 		var err error
 		if h, err = hashAt(tx, prev.Seq); err != nil {
@@ -186,8 +186,8 @@ func (r *Receiver) chainHolds(tx engine.Tx, head audit.Head) error {
 		}
 	}
 	if h != prev.Hash {
-		return fmt.Errorf("kvfence: %s: %w: the store's chain has another entry at seq %d than the one this receiver committed",
-			r.path, audit.ErrForkDetected, prev.Seq)
+		return fmt.Errorf("%w: the store's chain has another entry at seq %d than the one this receiver committed",
+			audit.ErrForkDetected, prev.Seq)
 	}
 	return nil
 }

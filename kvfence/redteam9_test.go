@@ -121,88 +121,91 @@ func pendingCalls(r *Receiver) int {
 // re-verification after the head moved accepts the old signed state, and
 // the anchor's seq and high-water rules alone, which a batch of two calls
 // satisfies, do not see that the chain no longer holds the anchored head.
-// Before the fix the stale worker's write was committed and anchored, the
-// hold erased from the history, and the database reopened cleanly.
+// Before the fix, on a file, the stale worker's write was committed and
+// anchored and the hold erased from the history; on etcd the anchor read
+// before each batch refused the old head.
 func TestRedteam9_FileRollbackPastAnchorByBatch(t *testing.T) {
-	f := newFixture(t, defect.Variant{})
-	// Another scope at a higher epoch keeps the high-water above fixScope's.
-	if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		if _, err := f.admin.Hold(f.ctx, HoldRequest{Scopes: []string{"other"}, Reason: "bump"}); err != nil {
+	forEngines(t, func(t *testing.T, s *store) {
+		f := newFixtureOn(t, s, defect.Variant{})
+		// Another scope at a higher epoch keeps the high-water above fixScope's.
+		if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
 			t.Fatal(err)
 		}
-	}
-	a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
-	open := imageOf(t, f.r)
-	f.hold("worker-a lease expired") // acknowledged: the anchor covers it
-	heldHead := f.r.head
-	held := imageOf(t, f.r)
+		for range 3 {
+			if _, err := f.admin.Hold(f.ctx, HoldRequest{Scopes: []string{"other"}, Reason: "bump"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
+		open := imageOf(t, f.r)
+		f.hold("worker-a lease expired") // acknowledged: the anchor covers it
+		heldHead := f.r.head
+		held := imageOf(t, f.r)
 
-	g := &gatedClock{c: f.clock}
-	f.r.opts.Now = g.Now
-	putImage(t, f.r, open)
+		g := &gatedClock{c: f.clock}
+		f.r.opts.Now = g.Now
+		putImage(t, f.r, open)
 
-	// The leader of the first batch waits inside its transaction while
-	// two calls of the stale worker queue behind it, to share one batch.
-	g.arm()
-	first := make(chan error, 1)
-	go func() {
-		_, err := f.r.Submit(f.ctx, "nobody", []byte("junk"))
-		first <- err
-	}()
-	gated := true
-	select {
-	case <-g.entered:
-	case err := <-first:
-		// Refused before it decided anything: nothing holds the queue.
-		t.Logf("first call: %v", err)
-		gated = false
-		first <- err
-	}
-	type out struct {
-		res Result
-		err error
-	}
-	outs := make(chan out, 2)
-	for range 2 {
+		// The leader of the first batch waits inside its transaction while
+		// two calls of the stale worker queue behind it, to share one batch.
+		g.arm()
+		first := make(chan error, 1)
 		go func() {
-			res, err := f.r.Submit(f.ctx, "worker-a", a.envelope)
-			outs <- out{res, err}
+			_, err := f.r.Submit(f.ctx, "nobody", []byte("junk"))
+			first <- err
 		}()
-	}
-	for gated && pendingCalls(f.r) < 2 {
-		time.Sleep(time.Millisecond)
-	}
-	close(g.release)
-	<-first
-	for range 2 {
-		o := <-outs
-		if o.err == nil && o.res.Outcome == Applied {
-			t.Errorf("the stale worker's envelope was applied after an acknowledged hold: %+v", o.res)
+		gated := true
+		select {
+		case <-g.entered:
+		case err := <-first:
+			// Refused before it decided anything: nothing holds the queue.
+			t.Logf("first call: %v", err)
+			gated = false
+			first <- err
 		}
-	}
-	if tg := f.target(); tg.Revision != 1 {
-		t.Errorf("target at revision %d (%s): a write under the superseded grant was committed", tg.Revision, tg.Value)
-	}
-	if an, err := f.anchor.Load(); err == nil && (an.Seq != heldHead.Seq || an.Head != heldHead.Hash) {
-		var same bool
-		_ = f.r.view(func(tx engine.Tx) error {
-			h, err := hashAt(tx, heldHead.Seq)
-			same = err == nil && h == heldHead.Hash
-			return nil
-		})
-		if !same {
-			t.Errorf("the anchor (seq %d) now covers a chain without the acknowledged hold at seq %d", an.Seq, heldHead.Seq)
+		type out struct {
+			res Result
+			err error
 		}
-	}
-	if t.Failed() {
-		return
-	}
-	// With the held state back, the receiver decides again.
-	putImage(t, f.r, held)
-	wantDenied(t, f.submit("worker-a", a.envelope), ReasonReceiverHeld)
+		outs := make(chan out, 2)
+		for range 2 {
+			go func() {
+				res, err := f.r.Submit(f.ctx, "worker-a", a.envelope)
+				outs <- out{res, err}
+			}()
+		}
+		for gated && pendingCalls(f.r) < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		close(g.release)
+		<-first
+		for range 2 {
+			o := <-outs
+			if o.err == nil && o.res.Outcome == Applied {
+				t.Errorf("the stale worker's envelope was applied after an acknowledged hold: %+v", o.res)
+			}
+		}
+		if tg := f.target(); tg.Revision != 1 {
+			t.Errorf("target at revision %d (%s): a write under the superseded grant was committed", tg.Revision, tg.Value)
+		}
+		if an, err := f.anchor.Load(); err == nil && (an.Seq != heldHead.Seq || an.Head != heldHead.Hash) {
+			var same bool
+			_ = f.r.view(func(tx engine.Tx) error {
+				h, err := hashAt(tx, heldHead.Seq)
+				same = err == nil && h == heldHead.Hash
+				return nil
+			})
+			if !same {
+				t.Errorf("the anchor (seq %d) now covers a chain without the acknowledged hold at seq %d", an.Seq, heldHead.Seq)
+			}
+		}
+		if t.Failed() {
+			return
+		}
+		// With the held state back, the receiver decides again.
+		putImage(t, f.r, held)
+		wantDenied(t, f.submit("worker-a", a.envelope), ReasonReceiverHeld)
+	})
 }
 
 // rt9FailAnchor is an anchor store whose writes fail while fail is set,
