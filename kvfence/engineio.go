@@ -73,7 +73,7 @@ func (r *Receiver) newWtx(tx engine.Tx) (*wtx, error) {
 		return nil, fmt.Errorf("%w: the receiver's known records must be rebuilt", errHeadMoved)
 	}
 	w := &wtx{tx: tx, chain: auditChain.NewWriter(tx, head), faults: &r.faults, state: r.state, stateSum: r.stateSum,
-		recs: r.recs.reset(r.known)}
+		recs: r.recs.reset(r.known), hw: r.hw}
 	// Every checkpoint carries the consumed admission (audit.Checkpoint.
 	// Admission); anchor stores refuse one that drops it. The anchor this
 	// process last saw names it, unless another writer of the store

@@ -3,7 +3,9 @@ package kvfence
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -320,4 +322,36 @@ func TestRedteam9_OpenReplaySeesVerifiedHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.r = ro
+}
+
+// Ensure that the epoch high-water, which every checkpoint signs and the
+// anchor keeps, is not taken from the store as edited under the running
+// receiver. It lives in the meta bucket, outside the known records: raised
+// there to the largest epoch, it was signed into the next checkpoint and
+// the anchor, whose high-water only grows, and every later recovery
+// (which holds each scope above the anchor's high-water) then failed with
+// ErrEpochExhausted: a receiver that could never be re-admitted.
+func TestRedteam9_EpochHighWaterEditedUnderReceiver(t *testing.T) {
+	forEngines(t, func(t *testing.T, s *store) {
+		f := newFixtureOn(t, s, defect.Variant{})
+		saved := rawGet(t, f.r, bucketMeta, string(metaEpochHighWater))
+		storePut(t, f, bucketMeta, string(metaEpochHighWater), binary.BigEndian.AppendUint64(nil, math.MaxUint64))
+		_, err := f.r.Submit(f.ctx, "nobody", []byte("junk"))
+		an, lerr := f.anchor.Load()
+		if lerr != nil {
+			t.Fatal(lerr)
+		}
+		if an.EpochHighWater == math.MaxUint64 {
+			t.Errorf("the anchor signs the high-water edited in the store (%d); Submit = %v", an.EpochHighWater, err)
+		} else if !errors.Is(err, ErrStateMismatch) {
+			t.Errorf("Submit on an edited high-water = %v, want ErrStateMismatch", err)
+		}
+		if t.Failed() {
+			return
+		}
+		storePut(t, f, bucketMeta, string(metaEpochHighWater), saved)
+		if _, err := f.r.Submit(f.ctx, "nobody", []byte("junk")); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -546,7 +546,7 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 				audit.ErrStateMismatch, sc.Computed[:], anchor.Seq, anchor.State[:])
 		}
 	}
-	r.state, r.stateSum, r.known = computed, sc.Computed, known
+	r.state, r.stateSum, r.known, r.hw = computed, sc.Computed, known, hw
 	r.carried = latest.Admission
 	return sc, nil
 }
