@@ -66,15 +66,33 @@ func epochHighWater(tx engine.Tx) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
+// highWater reads the epoch high-water for a write. Every checkpoint
+// signs it and the anchor keeps it (only ever higher), and a recovery
+// holds every scope above it: a writable receiver takes it only as it
+// verified or wrote it, like the state records (knownrecords.go), never
+// as edited in the store under it.
+func (w *wtx) highWater() (uint64, error) {
+	hw, err := epochHighWater(w.tx)
+	if err != nil || w.recs == nil || hw == w.hw {
+		return hw, err
+	}
+	return 0, fmt.Errorf("%w: the epoch high-water is %d in the store, but %d as this receiver verified or wrote it: "+
+		"it was changed under the running receiver; nothing was decided on it", audit.ErrStateMismatch, hw, w.hw)
+}
+
 // raiseEpochHighWater records that some scope reached epoch e.
 func (w *wtx) raiseEpochHighWater(e uint64) error {
-	hw, err := epochHighWater(w.tx)
+	hw, err := w.highWater()
 	if err != nil || e <= hw {
 		return err
 	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], e)
-	return w.tx.Put(bucketMeta, metaEpochHighWater, b[:])
+	if err := w.tx.Put(bucketMeta, metaEpochHighWater, b[:]); err != nil {
+		return err
+	}
+	w.hw = e
+	return nil
 }
 
 // checkpoint signs the chain's head as of this transaction and stores it in
@@ -85,7 +103,7 @@ func (w *wtx) checkpoint(receiver string, key ed25519.PrivateKey) (audit.SignedC
 	if err != nil {
 		return audit.SignedCheckpoint{}, err
 	}
-	hw, err := epochHighWater(w.tx)
+	hw, err := w.highWater()
 	if err != nil {
 		return audit.SignedCheckpoint{}, err
 	}

@@ -73,7 +73,7 @@ func (r *Receiver) newWtx(tx engine.Tx) (*wtx, error) {
 		return nil, fmt.Errorf("%w: the receiver's known records must be rebuilt", errHeadMoved)
 	}
 	w := &wtx{tx: tx, chain: auditChain.NewWriter(tx, head), faults: &r.faults, state: r.state, stateSum: r.stateSum,
-		recs: r.recs.reset(r.known)}
+		recs: r.recs.reset(r.known), hw: r.hw}
 	// Every checkpoint carries the consumed admission (audit.Checkpoint.
 	// Admission); anchor stores refuse one that drops it. The anchor this
 	// process last saw names it, unless another writer of the store
@@ -111,17 +111,33 @@ const maxResyncs = 16
 // store, each time the other one committed.
 func (r *Receiver) resync() error {
 	head, mismatch := r.head, r.headMismatch
+	// The store's chain must still hold the head this process last
+	// committed or verified, checked in the transaction that reads the
+	// new head (here on a file, in checkState's on a shared store). A
+	// store put back, whole, to an older signed state passes checkState
+	// when its high-water is the anchor's (a hold that did not raise it),
+	// and the anchor's own rules compare only seqs: a batch of two calls
+	// on the old head would carry the next checkpoint past the anchor's
+	// seq, and the anchor would take a chain without the acknowledged
+	// commits. The anchor itself may not yet cover the last commit (its
+	// write overlaps the next batch), so the last head is the reference.
+	r.resyncFrom = &head
+	defer func() { r.resyncFrom = nil }()
 	if r.file {
 		// checkState reads the head itself only on a shared store.
 		err := r.view(func(tx engine.Tx) error {
-			head, mismatch, err := auditChain.LoadHead(tx)
+			got, mismatch, err := auditChain.LoadHead(tx)
 			if err != nil {
 				return chainErr(r.path, err)
 			}
-			r.head, r.headMismatch = head, mismatch
+			if err := r.chainHolds(tx, got); err != nil {
+				return fmt.Errorf("kvfence: %s: %w", r.path, err)
+			}
+			r.head, r.headMismatch = got, mismatch
 			return nil
 		})
 		if err != nil {
+			r.known = nil
 			return err
 		}
 	}
@@ -140,6 +156,38 @@ func (r *Receiver) resync() error {
 	if _, err := r.checkState(anchor); err != nil {
 		r.head, r.headMismatch = head, mismatch
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
+	}
+	return nil
+}
+
+// chainHolds refuses a chain, ending at head, that does not hold
+// r.resyncFrom (if set): the head this process last committed or
+// verified.
+func (r *Receiver) chainHolds(tx engine.Tx, head audit.Head) error {
+	prev := r.resyncFrom
+	if prev == nil {
+		return nil
+	}
+	h := head.Hash
+	switch {
+	case head.Seq < prev.Seq:
+		return fmt.Errorf("%w: the store's chain ends at seq %d, before seq %d (%x), which this receiver committed",
+			audit.ErrRollbackDetected, head.Seq, prev.Seq, prev.Hash[:8])
+	case head.Seq > prev.Seq:
+		var err error
+		if h, err = hashAt(tx, prev.Seq); err != nil {
+			if !r.file && errors.Is(err, audit.ErrAnchorArchived) {
+				// Another writer of the prefix archived past it; the
+				// anchor read before the batch is checked against the
+				// head instead.
+				return nil
+			}
+			return err
+		}
+	}
+	if h != prev.Hash {
+		return fmt.Errorf("%w: the store's chain has another entry at seq %d than the one this receiver committed",
+			audit.ErrForkDetected, prev.Seq)
 	}
 	return nil
 }

@@ -470,7 +470,7 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 		}
 		r.anchorMu.Unlock()
 	}
-	r.head, r.state, r.stateSum = w.chain.Head(), w.state, w.stateSum
+	r.head, r.state, r.stateSum, r.hw = w.chain.Head(), w.state, w.stateSum, w.hw
 	r.queue.commits.Add(1)
 	stats := r.commitStats(batch)
 	if r.opts.Anchor == nil {

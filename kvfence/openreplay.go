@@ -44,7 +44,26 @@ func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
 		if err == nil {
 			err = scanErr
 		}
-		return err
+		if err != nil || !rep.OK() {
+			return err
+		}
+		// The replay reads the chain in a transaction of its own: it must
+		// hold the head the state check verified. Otherwise entries past
+		// the anchor (a commit whose anchor write failed) could be taken
+		// away while the replay runs and put back after it, and a
+		// violation among them would never be replayed. Another writer of
+		// a shared store may have extended it since.
+		h := rep.Head.Hash
+		if rep.Head.Seq > r.head.Seq {
+			if h, err = hashAt(tx, r.head.Seq); err != nil {
+				return err
+			}
+		}
+		if rep.Head.Seq < r.head.Seq || h != r.head.Hash {
+			return fmt.Errorf("kvfence: %s: %w: the replayed chain ends at %v and does not hold the verified head %v: the store changed while it was opened",
+				r.path, audit.ErrStateMismatch, rep.Head, r.head)
+		}
+		return nil
 	})
 	if err != nil {
 		return err

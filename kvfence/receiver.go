@@ -163,6 +163,13 @@ type Receiver struct {
 	// Both are guarded by wmu like head.
 	known *knownRecords
 	recs  txRecords
+	// resyncFrom is, during a resync, the head this process last
+	// committed or verified, which the store's chain must still hold;
+	// guarded by wmu.
+	resyncFrom *audit.Head
+	// hw is the epoch high-water as of head, verified by checkState or
+	// written by this process; guarded by wmu like head.
+	hw uint64
 	// anchor is the anchor as last read or written; guarded by anchorMu,
 	// since the anchor write of one batch runs beside the transaction of
 	// the next.
@@ -478,6 +485,12 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 				return nil, err
 			}
 			r.stateSum = r.state.Sum()
+			if err := r.view(func(tx engine.Tx) (err error) {
+				r.hw, err = epochHighWater(tx)
+				return err
+			}); err != nil {
+				return nil, err
+			}
 		}
 	} else if r.opts.Anchor != nil {
 		if err := r.checkAnchorCluster(r.opts.Anchor, o.AnchorClusterID); err != nil {
@@ -622,6 +635,9 @@ type wtx struct {
 	// it is nil only in Init's first transaction, which builds the state
 	// from nothing.
 	recs *txRecords
+	// hw is the epoch high-water as the receiver verified or wrote it,
+	// which the stored one must equal when recs is set.
+	hw uint64
 }
 
 // appendAudit fills in e's time, links it into the chain and stores it. It

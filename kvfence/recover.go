@@ -455,7 +455,7 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 		if err != nil {
 			return err
 		}
-		hw, err := epochHighWater(tx)
+		hw, err := w.highWater()
 		if err != nil {
 			return err
 		}
@@ -492,7 +492,7 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 		if res.GrantsRevoked, err = w.revokeGrants(seq); err != nil {
 			return err
 		}
-		if hw, err = epochHighWater(tx); err != nil {
+		if hw, err = w.highWater(); err != nil {
 			return err
 		}
 		got, err := w.appendAudit(&audit.Entry{Kind: rc.kind, Epoch: hw,

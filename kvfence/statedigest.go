@@ -492,6 +492,9 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 			if err != nil {
 				return chainErr(r.path, err)
 			}
+			if err := r.chainHolds(tx, head); err != nil {
+				return err
+			}
 			r.head, r.headMismatch = head, mismatch
 			if computed, err = r.computeStateTx(tx, known); err != nil {
 				return err
@@ -543,7 +546,7 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 				audit.ErrStateMismatch, sc.Computed[:], anchor.Seq, anchor.State[:])
 		}
 	}
-	r.state, r.stateSum, r.known = computed, sc.Computed, known
+	r.state, r.stateSum, r.known, r.hw = computed, sc.Computed, known, hw
 	r.carried = latest.Admission
 	return sc, nil
 }

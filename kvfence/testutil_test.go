@@ -23,7 +23,7 @@ func (r *Receiver) rawUpdate(fn func(engine.Tx) error) error {
 
 // trustStore makes the receiver take its store as it now is, edits
 // included, as if it had written every record itself: it recomputes the
-// state digest and the known records from the records. A test that
+// state digest, the known records and the epoch high-water from the store. A test that
 // reaches a later check by editing a record calls it after the edit; an
 // attacker has no such call, and without it the edited record is
 // ErrStateMismatch.
@@ -39,7 +39,11 @@ func (r *Receiver) trustStore(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.state, r.stateSum, r.known = state, state.Sum(), known
+	var hw uint64
+	if err := r.view(func(tx engine.Tx) (err error) { hw, err = epochHighWater(tx); return err }); err != nil {
+		t.Fatal(err)
+	}
+	r.state, r.stateSum, r.known, r.hw = state, state.Sum(), known, hw
 }
 
 // seam runs fn through the seam in a bbolt transaction of a file opened
