@@ -93,6 +93,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	fs.Var(&adminUIDs, "admin-uid", "")
 	adminGroup := fs.String("admin-socket-group", "", "")
 	maxConns := fs.Int("max-connections", 0, "")
+	maxRecords := fs.Int("max-records", kvfence.DefaultMaxRecords, "")
 	metricsListen := fs.String("metrics-listen", "", "")
 	perScope := fs.Bool("metrics-per-scope", false, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
@@ -133,6 +134,9 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	if *maxRecords < 1 {
+		return &usageError{msg: fmt.Sprintf("kvfence serve: --max-records %d: must be at least 1", *maxRecords), hint: "kvfence serve -h"}
+	}
 	log := slog.New(slog.NewTextHandler(c.m.Stderr, nil))
 
 	certs, err := server.LoadCredentials(*tlsCert, *tlsKey, *clientCA)
@@ -143,7 +147,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	if *metricsListen != "" {
 		obs = metrics.New(metrics.Options{PerScope: *perScope})
 	}
-	r, err := c.open(&cf, obs)
+	r, err := c.open(&cf, obs, *maxRecords)
 	if err != nil {
 		return err
 	}
@@ -261,7 +265,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 
 // open opens the receiver for writing, with the observer when metrics are
 // on. It checks the database against its anchor like every writer.
-func (c *ServeCommand) open(cf *commonFlags, obs *metrics.Metrics) (*kvfence.Receiver, error) {
+func (c *ServeCommand) open(cf *commonFlags, obs *metrics.Metrics, maxRecords int) (*kvfence.Receiver, error) {
 	priv, err := loadPrivate(cf.key)
 	if err != nil {
 		return nil, err
@@ -274,7 +278,7 @@ func (c *ServeCommand) open(cf *commonFlags, obs *metrics.Metrics) (*kvfence.Rec
 	if err != nil {
 		return nil, err
 	}
-	opts := &kvfence.Options{LockTimeout: cf.lockTimeout, Key: priv, Anchor: anchor}
+	opts := &kvfence.Options{LockTimeout: cf.lockTimeout, Key: priv, Anchor: anchor, MaxRecords: maxRecords}
 	if obs != nil {
 		opts.Observer = obs
 	}
@@ -418,7 +422,7 @@ func (c *ServeCommand) Usage() {
                      --admin ID [--admin ID ...]
                      [--admin-socket PATH --admin-uid UID[,UID...]
                       [--admin-socket-group G]]
-                     [--max-connections N]
+                     [--max-connections N] [--max-records N]
                      [--metrics-listen HOST:PORT [--metrics-per-scope]]
                      [common arguments]
 
@@ -475,6 +479,14 @@ Arguments:
 	    The most TLS connections open at once (default: the descriptor
 	    limit, RLIMIT_NOFILE, minus 256, at most 4096). A larger N, one
 	    that leaves fewer than 256 descriptors, is refused.
+	--max-records N
+	    The most state records (control, grant, target and receipt
+	    records together) the receiver keeps fingerprints of, to decide
+	    only on records it verified or wrote (default 8388608: 1,000,000
+	    scopes with a grant, a target and a receipt each, twice over;
+	    about 50 bytes of memory per record). A store holding more is
+	    refused at start, and a call that would create more is refused
+	    with record_limit, having written nothing.
 	--metrics-listen HOST:PORT
 	    Serve Prometheus metrics at /metrics, plain HTTP, on this address.
 	--metrics-per-scope

@@ -114,3 +114,24 @@ func TestServe_MaxConnectionsChecked(t *testing.T) {
 		}
 	}
 }
+
+// Ensure that --max-records reaches the receiver: a store holding more
+// state records than it allows is refused at start, before anything is
+// served, and a bound below 1 is a usage error.
+func TestServe_MaxRecords(t *testing.T) {
+	c := newCLI(t)
+	c.receiver() // a scope's control record and a target: two records
+	c.pki("t")
+	tlsArgs := []string{"serve", "--listen", "127.0.0.1:0", "--tls-cert", c.path("t-server.crt"), "--tls-key", c.path("t-server.key"),
+		"--client-ca", c.path("t-ca.crt"), "--admin", spiffeOperator}
+	for _, n := range []string{"0", "-1"} {
+		r := c.must(ExitUsage, append(tlsArgs, "--max-records", n)...)
+		if !strings.Contains(r.stderr, "max-records") {
+			t.Errorf("--max-records %s: %s", n, r.stderr)
+		}
+	}
+	r := c.must(ExitError, append(tlsArgs, "--max-records", "1")...)
+	if !strings.Contains(r.stderr, "MaxRecords") {
+		t.Errorf("--max-records 1 over a store of two records: %s", r.stderr)
+	}
+}
