@@ -96,41 +96,80 @@ func CheckApart(e engine.Engine, anchor audit.AnchorStore) error {
 	return nil
 }
 
-// checkAnchorCluster holds an anchor on a cluster to the cluster recorded
-// at Init, before the anchor is read. want is the operator's own
-// statement of the anchor's cluster (Options.AnchorClusterID), 0 for
-// none.
+// recordedAnchorCluster returns the anchor cluster recorded at Init (meta
+// anchor_cluster): its raw record, nil where there is none, and its ID, 0
+// where it names no cluster (none recorded, or an anchor file at Init).
+func (r *Receiver) recordedAnchorCluster() ([]byte, uint64, error) {
+	var rec []byte
+	err := r.view(func(tx engine.Tx) error {
+		v, err := tx.Get(bucketMeta, metaAnchorCluster)
+		rec = bytes.Clone(v)
+		return err
+	})
+	if err != nil || len(rec) == 0 || bytes.Equal(rec, noAnchorCluster) {
+		return rec, 0, err
+	}
+	id, err := clusterid.Parse(string(rec))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: the recorded anchor cluster: %v", ErrBadFormat, err)
+	}
+	return rec, id, nil
+}
+
+// liveAnchorCluster asks the cluster answering for the anchor its ID,
+// within clusterTimeout. A cluster that does not say is an error, never a
+// pass.
+func liveAnchorCluster(ca ClusterAnchor) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	live, err := ca.ClusterID(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("kvfence: the anchor's cluster: %w", err)
+	}
+	return live, nil
+}
+
+// checkAnchorCluster checks anchor against the receiver's own store
+// (CheckApart) and holds an anchor on a cluster to the cluster recorded at
+// Init, before the anchor is read. want is the operator's own statement of
+// the anchor's cluster (Options.AnchorClusterID), 0 for none.
 //
 //   - A receiver that records a cluster accepts only that one: another
 //     cluster answering at the anchor's address is ErrAnchorClusterChanged
 //     (a Recover moves the record, on the recovery key's authority and
-//     only to a cluster the operator states), and
-//     so is a want that differs.
+//     only to a cluster the operator states), and so is a want that
+//     differs.
 //   - A receiver that records none (initialised before the record
 //     existed, or with an anchor file and now given an anchor on a
 //     cluster) accepts the anchor's cluster only if want names it, and is
 //     otherwise ErrAnchorClusterUnrecorded: a missing record is never
 //     taken as "any cluster will do".
+//   - An anchor that is not on a cluster (a file) is refused
+//     (ErrAnchorClusterChanged) where the receiver records a cluster: a
+//     copy of the anchor put in a file is not the anchor on that cluster,
+//     and only a recovery moves the anchor off it.
 //
-// A cluster that does not say its ID is an error. Once checked, the anchor
-// is held to the cluster for the receiver's life (ExpectCluster).
-func checkAnchorCluster(rec []byte, anchor audit.AnchorStore, want uint64) error {
+// Once checked, the anchor is held to the cluster for the receiver's life
+// (ExpectCluster).
+func (r *Receiver) checkAnchorCluster(anchor audit.AnchorStore, want uint64) error {
+	rec, recorded, err := r.recordedAnchorCluster()
+	if err != nil {
+		return err
+	}
 	ca, ok := anchor.(ClusterAnchor)
 	if !ok {
+		if recorded != 0 {
+			return fmt.Errorf("%w: this receiver's anchor is on etcd cluster %q, recorded at init, and the anchor given is not on a cluster",
+				ErrAnchorClusterChanged, string(rec))
+		}
 		return nil
 	}
-	var recorded uint64
-	var err error
-	if len(rec) > 0 && !bytes.Equal(rec, noAnchorCluster) {
-		if recorded, err = clusterid.Parse(string(rec)); err != nil {
-			return fmt.Errorf("%w: the recorded anchor cluster: %v", ErrBadFormat, err)
-		}
+	if err := CheckApart(r.eng, anchor); err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
-	defer cancel()
-	live, err := ca.ClusterID(ctx)
+	live, err := liveAnchorCluster(ca)
 	if err != nil {
-		return fmt.Errorf("kvfence: the anchor's cluster: %w", err)
+		return err
 	}
 	switch {
 	case recorded != 0 && live != recorded:
@@ -145,37 +184,6 @@ func checkAnchorCluster(rec []byte, anchor audit.AnchorStore, want uint64) error
 	}
 	ca.ExpectCluster(live)
 	return nil
-}
-
-// checkAnchorCluster checks anchor against the receiver's own store
-// (CheckApart) and its recorded cluster (the package function), with want
-// as the operator's statement of the anchor's cluster.
-//
-// An anchor that is not on a cluster (a file) is refused
-// (ErrAnchorClusterChanged) where the receiver records a cluster: a copy
-// of the anchor put in a file is not the anchor on that cluster, and only
-// a recovery moves the anchor off it.
-func (r *Receiver) checkAnchorCluster(anchor audit.AnchorStore, want uint64) error {
-	var rec []byte
-	err := r.view(func(tx engine.Tx) error {
-		v, err := tx.Get(bucketMeta, metaAnchorCluster)
-		rec = bytes.Clone(v)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if _, ok := anchor.(ClusterAnchor); !ok {
-		if len(rec) > 0 && !bytes.Equal(rec, noAnchorCluster) {
-			return fmt.Errorf("%w: this receiver's anchor is on etcd cluster %q, recorded at init, and the anchor given is not on a cluster",
-				ErrAnchorClusterChanged, string(rec))
-		}
-		return nil
-	}
-	if err := CheckApart(r.eng, anchor); err != nil {
-		return err
-	}
-	return checkAnchorCluster(rec, anchor, want)
 }
 
 // checkRecoveryCluster holds the anchor of a recovery to a cluster before
@@ -193,26 +201,13 @@ func (r *Receiver) checkRecoveryCluster(anchor audit.AnchorStore, want uint64) e
 	if !ok {
 		return nil
 	}
-	var rec []byte
-	err := r.view(func(tx engine.Tx) error {
-		v, err := tx.Get(bucketMeta, metaAnchorCluster)
-		rec = bytes.Clone(v)
-		return err
-	})
+	_, recorded, err := r.recordedAnchorCluster()
 	if err != nil {
 		return err
 	}
-	var recorded uint64
-	if len(rec) > 0 && !bytes.Equal(rec, noAnchorCluster) {
-		if recorded, err = clusterid.Parse(string(rec)); err != nil {
-			return fmt.Errorf("%w: the recorded anchor cluster: %v", ErrBadFormat, err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
-	defer cancel()
-	live, err := ca.ClusterID(ctx)
+	live, err := liveAnchorCluster(ca)
 	if err != nil {
-		return fmt.Errorf("kvfence: the anchor's cluster: %w", err)
+		return err
 	}
 	switch {
 	case want != 0 && live != want:
