@@ -30,52 +30,11 @@ import (
 func TestServe_HupRefusesRevokedConnections(t *testing.T) {
 	for _, proto := range []string{"h2", "http/1.1"} {
 		t.Run(proto, func(t *testing.T) {
-			c := newCLI(t)
-			c.receiver()
-			c.pki("old")
-			c.pki("new")
-			c.clientCert("old", "b", spiffeWorker+"b")
-			live := c.path("live-ca.crt")
-			install := func(prefix string) {
-				b, err := os.ReadFile(c.path(prefix + "-ca.crt"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(live+".tmp", b, 0o600); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Rename(live+".tmp", live); err != nil {
-					t.Fatal(err)
-				}
-			}
-			install("old")
-			sock := filepath.Join(socketDir(t), "admin.sock")
-			rn := c.serve("--listen", "127.0.0.1:0", "--tls-cert", c.path("old-server.crt"), "--tls-key", c.path("old-server.key"),
-				"--client-ca", live, "--admin-socket", sock, "--admin-uid", fmt.Sprint(os.Getuid()))
-
-			admin, err := client.New("unix://"+sock, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer admin.Close()
-			req, err := os.ReadFile(c.path("req.cbor"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			h := startHupServe(t)
+			rn, admin, env := h.rn, h.admin, h.env
 			ctx := context.Background()
-			act, err := admin.Activate(ctx, kvfence.ActivateRequest{Scope: fixtureScope, Executor: spiffeWorker + "b",
-				Claim: "claim-b", Request: req})
-			if err != nil {
-				t.Fatal(err)
-			}
-			env, err := kvfence.EncodeEnvelope(&kvfence.Envelope{V: 1, Scope: fixtureScope, Epoch: act.Epoch, Grant: act.ID,
-				Executor: spiffeWorker + "b", Claim: "claim-b", Request: req})
-			if err != nil {
-				t.Fatal(err)
-			}
-
 			var dials atomic.Int32
-			cfg := c.tlsFor("old", "b")
+			cfg := h.c.tlsFor("old", "b")
 			cfg.NextProtos = []string{proto}
 			tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: proto == "h2",
 				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -105,15 +64,7 @@ func TestServe_HupRefusesRevokedConnections(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			install("new")
-			before := strings.Count(rn.stderr.String(), "reloaded")
-			rn.hup <- os.Interrupt
-			for deadline := time.Now().Add(10 * time.Second); strings.Count(rn.stderr.String(), "reloaded") == before; {
-				if time.Now().After(deadline) {
-					t.Fatalf("no reload logged:\n%s", rn.stderr.String())
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			h.reload(t, "new")
 
 			resp, body, err = submit()
 			if err != nil || resp.StatusCode != http.StatusUnauthorized {
@@ -153,49 +104,10 @@ func TestServe_HupRefusesRevokedConnections(t *testing.T) {
 // connection's CA, and whose body arrives after, is refused with 401 and
 // not decided: the connection is checked again once the body is in.
 func TestServe_HupRefusesBodySentAfterReload(t *testing.T) {
-	c := newCLI(t)
-	c.receiver()
-	c.pki("old")
-	c.pki("new")
-	c.clientCert("old", "b", spiffeWorker+"b")
-	live := c.path("live-ca.crt")
-	copyFile := func(from, to string) {
-		b, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(to+".tmp", b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(to+".tmp", to); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyFile(c.path("old-ca.crt"), live)
-	sock := filepath.Join(socketDir(t), "admin.sock")
-	rn := c.serve("--listen", "127.0.0.1:0", "--tls-cert", c.path("old-server.crt"), "--tls-key", c.path("old-server.key"),
-		"--client-ca", live, "--admin-socket", sock, "--admin-uid", fmt.Sprint(os.Getuid()))
-	admin, err := client.New("unix://"+sock, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	req, err := os.ReadFile(c.path("req.cbor"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := startHupServe(t)
+	rn, admin, env := h.rn, h.admin, h.env
 	ctx := context.Background()
-	act, err := admin.Activate(ctx, kvfence.ActivateRequest{Scope: fixtureScope, Executor: spiffeWorker + "b",
-		Claim: "claim-b", Request: req})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := kvfence.EncodeEnvelope(&kvfence.Envelope{V: 1, Scope: fixtureScope, Epoch: act.Epoch, Grant: act.ID,
-		Executor: spiffeWorker + "b", Claim: "claim-b", Request: req})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := c.tlsFor("old", "b")
+	cfg := h.c.tlsFor("old", "b")
 	cfg.NextProtos = []string{"http/1.1"}
 	conn, err := tls.Dial("tcp", rn.addrs.Listen, cfg)
 	if err != nil {
@@ -218,15 +130,7 @@ func TestServe_HupRefusesBodySentAfterReload(t *testing.T) {
 	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: kvfence\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
 		api.PathSubmit, api.ContentCBOR, len(env))
 	time.Sleep(200 * time.Millisecond) // the handler has authenticated and waits for the body
-	copyFile(c.path("new-ca.crt"), live)
-	before := strings.Count(rn.stderr.String(), "reloaded")
-	rn.hup <- os.Interrupt
-	for deadline := time.Now().Add(10 * time.Second); strings.Count(rn.stderr.String(), "reloaded") == before; {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reload logged:\n%s", rn.stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	h.reload(t, "new")
 	conn.Write(env)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
@@ -246,5 +150,83 @@ func TestServe_HupRefusesBodySentAfterReload(t *testing.T) {
 	}
 	if code := rn.wait(t); code != 0 {
 		t.Fatalf("serve exited %d", code)
+	}
+}
+
+// hupServe is a running serve whose client CA file can be replaced and
+// reloaded, with an administrator on its socket and worker B's envelope
+// for a grant activated on the old CA's watch.
+type hupServe struct {
+	c     *cli
+	live  string // the client CA file serve reads
+	rn    *running
+	admin *client.Client
+	env   []byte
+}
+
+// startHupServe starts serve with the "old" PKI's CA as its client CA,
+// activates a grant for worker B and builds B's envelope.
+func startHupServe(t *testing.T) *hupServe {
+	t.Helper()
+	c := newCLI(t)
+	c.receiver()
+	c.pki("old")
+	c.pki("new")
+	c.clientCert("old", "b", spiffeWorker+"b")
+	h := &hupServe{c: c, live: c.path("live-ca.crt")}
+	h.installCA(t, "old")
+	sock := filepath.Join(socketDir(t), "admin.sock")
+	h.rn = c.serve("--listen", "127.0.0.1:0", "--tls-cert", c.path("old-server.crt"), "--tls-key", c.path("old-server.key"),
+		"--client-ca", h.live, "--admin-socket", sock, "--admin-uid", fmt.Sprint(os.Getuid()))
+	var err error
+	if h.admin, err = client.New("unix://"+sock, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.admin.Close() })
+	req, err := os.ReadFile(c.path("req.cbor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	act, err := h.admin.Activate(context.Background(), kvfence.ActivateRequest{Scope: fixtureScope, Executor: spiffeWorker + "b",
+		Claim: "claim-b", Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.env, err = kvfence.EncodeEnvelope(&kvfence.Envelope{V: 1, Scope: fixtureScope, Epoch: act.Epoch, Grant: act.ID,
+		Executor: spiffeWorker + "b", Claim: "claim-b", Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// installCA replaces the client CA file, by rename, with the CA of PKI
+// prefix.
+func (h *hupServe) installCA(t *testing.T, prefix string) {
+	t.Helper()
+	b, err := os.ReadFile(h.c.path(prefix + "-ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(h.live+".tmp", b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(h.live+".tmp", h.live); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reload installs the CA of PKI prefix, sends serve SIGHUP and waits until
+// it logs the reload.
+func (h *hupServe) reload(t *testing.T, prefix string) {
+	t.Helper()
+	h.installCA(t, prefix)
+	before := strings.Count(h.rn.stderr.String(), "reloaded")
+	h.rn.hup <- os.Interrupt
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(h.rn.stderr.String(), "reloaded") == before; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload logged:\n%s", h.rn.stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
