@@ -76,41 +76,49 @@ func BenchmarkSubmitParallel(b *testing.B) {
 	for _, writers := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
 			r, envs := parallelBenchFixture(b, b.N)
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, writers)
-			ctx := context.Background()
 			commits := r.queue.commits.Load()
 			b.ReportAllocs()
 			b.ResetTimer()
-			for range writers {
-				wg.Go(func() {
-					for {
-						i := int(next.Add(1)) - 1
-						if i >= len(envs) {
-							return
-						}
-						res, err := r.Submit(ctx, envs[i].caller, envs[i].envelope)
-						if err == nil && res.Outcome != Applied {
-							err = fmt.Errorf("call %d: %s/%s %s", i, res.Outcome, res.Reason, res.Detail)
-						}
-						if err != nil {
-							errs <- err
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
+			err := submitAll(r, envs, writers)
 			b.StopTimer()
-			close(errs)
-			for err := range errs {
+			if err != nil {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 			b.ReportMetric(float64(b.N)/float64(r.queue.commits.Load()-commits), "calls/commit")
 		})
 	}
+}
+
+// submitAll submits every prepared call from writers goroutines, each
+// taking the next call not yet taken, and returns the first error or
+// outcome other than Applied.
+func submitAll(r *Receiver, envs []benchCall, writers int) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	ctx := context.Background()
+	for range writers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(envs) {
+					return
+				}
+				res, err := r.Submit(ctx, envs[i].caller, envs[i].envelope)
+				if err == nil && res.Outcome != Applied {
+					err = fmt.Errorf("call %d: %s/%s %s", i, res.Outcome, res.Reason, res.Detail)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 // benchCall is one prepared Submit: a caller and its envelope.

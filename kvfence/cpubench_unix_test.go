@@ -3,10 +3,6 @@
 package kvfence
 
 import (
-	"context"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 )
@@ -33,35 +29,12 @@ func BenchmarkSubmitCPU(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer r.Close()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	ctx := context.Background()
 	b.ResetTimer()
 	cpu := processCPU(b)
-	for range writers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(envs) {
-					return
-				}
-				res, err := r.Submit(ctx, envs[i].caller, envs[i].envelope)
-				if err == nil && res.Outcome != Applied {
-					err = fmt.Errorf("call %d: %s/%s %s", i, res.Outcome, res.Reason, res.Detail)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	err = submitAll(r, envs, writers)
 	cpu = processCPU(b) - cpu
 	b.StopTimer()
-	close(errs)
-	for err := range errs {
+	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")

@@ -148,22 +148,25 @@ func (f *fingerprinter) of(b int, key, raw []byte) recordFP {
 	return recordFP{binary.LittleEndian.Uint64(s[0:8]), binary.LittleEndian.Uint64(s[8:16])}
 }
 
-// find reports whether the table holds the slot (tag, fp).
-func (t *recordTable) find(tag uint64, fp recordFP) bool {
+// slot returns the table's slot (tag, fp), or nil if it holds none.
+func (t *recordTable) slot(tag uint64, fp recordFP) *recordSlot {
 	if len(t.slots) == 0 {
-		return false
+		return nil
 	}
 	mask := uint64(len(t.slots) - 1)
 	for i := tag & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		switch {
 		case s.tag == 0:
-			return false
+			return nil
 		case s.tag == tag && s.fp == fp:
-			return true
+			return s
 		}
 	}
 }
+
+// find reports whether the table holds the slot (tag, fp).
+func (t *recordTable) find(tag uint64, fp recordFP) bool { return t.slot(tag, fp) != nil }
 
 // hasTag reports whether any slot has tag: whether a record with a key of
 // this tag is known.
@@ -215,20 +218,11 @@ func (t *recordTable) grow() {
 // replace gives the slot (tag, old) the fingerprint new, and reports
 // whether there was one.
 func (t *recordTable) replace(tag uint64, old, new recordFP) bool {
-	if len(t.slots) == 0 {
-		return false
+	s := t.slot(tag, old)
+	if s != nil {
+		s.fp = new
 	}
-	mask := uint64(len(t.slots) - 1)
-	for i := tag & mask; ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		switch {
-		case s.tag == 0:
-			return false
-		case s.tag == tag && s.fp == old:
-			s.fp = new
-			return true
-		}
-	}
+	return s != nil
 }
 
 // filler adds the records of one bucket to its table while Open hashes
