@@ -601,3 +601,9 @@ func (c *Client) Healthz(ctx context.Context) error {
 	var out map[string]any
 	return c.call(ctx, http.MethodGet, api.PathHealthz, "", nil, &out)
 }
+
+// ReceiptsByClaim returns the receipts of scope applied under grants that
+// carried the ledger claim ref claim (Receiver.ReceiptsByClaim).
+func (c *Client) ReceiptsByClaim(ctx context.Context, scope, claim string) ([]kvfence.Receipt, error) {
+	return nil, fmt.Errorf("%w: ReceiptsByClaim is not built yet", ErrProtocol)
+}

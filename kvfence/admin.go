@@ -227,6 +227,17 @@ type HoldRequest struct {
 	Scopes []string
 	// Reason says why, for the audit chain; it is required.
 	Reason string
+	// ID, when set, makes the hold idempotent on each scope it names: the
+	// first hold with an ID advances the epochs; a repeat of the same ID,
+	// scopes, reason and ExpectEpoch returns that first result with
+	// HoldResult.Repeated set and writes nothing, even if a scope was
+	// activated since. A repeat that differs in any of those fails with
+	// ErrHoldIDConflict. At most audit.MaxHoldIDLen bytes of a name.
+	ID string
+	// ExpectEpoch, when non-zero, makes the hold a compare-and-swap: it
+	// holds only if the scope, which must then be the only one named, is
+	// at this epoch, and fails with ErrEpochMismatch otherwise.
+	ExpectEpoch uint64
 }
 
 // Hold advances the epoch of every named scope, clears its active grant and

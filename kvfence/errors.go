@@ -66,8 +66,12 @@ var ErrStorageReserve = errors.New("kvfence: storage below the reserve kept for 
 // state (Status) before repeating it.
 var ErrNotAcknowledged = errors.New("kvfence: committed but not acknowledged (anchor write failed)")
 
-// ErrEpochMismatch means an activation named an epoch other than the scope's current one.
+// ErrEpochMismatch means an activation or a hold named an epoch other than the scope's current one.
 var ErrEpochMismatch = errors.New("kvfence: epoch mismatch")
+
+// ErrHoldIDConflict means a hold reused an ID that an earlier hold of the
+// scope used with other scopes, another reason or another expected epoch.
+var ErrHoldIDConflict = errors.New("kvfence: hold id conflict")
 
 // ErrAnchorPresent means a lost-anchor admission met an anchor store that
 // holds a loadable anchor: the anchor is not lost, and an ordinary

@@ -1,6 +1,7 @@
 package kvfence
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/kvfence/kvfence/audit"
@@ -156,4 +157,11 @@ func (c *controlRecord) public(scope string) ScopeStatus {
 		}
 	}
 	return st
+}
+
+// ReceiptsByClaim returns the receipts of scope whose grant carried the
+// ledger claim ref claim, oldest first: the effects that a claim's worker
+// applied, which a containment lists as outstanding.
+func (r *Receiver) ReceiptsByClaim(scope, claim string) ([]Receipt, error) {
+	return nil, errors.New("kvfence: ReceiptsByClaim is not built yet")
 }

@@ -87,6 +87,11 @@ type Result struct {
 	Revision uint64
 	// AuditSeq is the seq of the audit entry that records this decision.
 	AuditSeq uint64
+	// ReceiptSeq is set on a denial of a request that the scope has
+	// applied already, when the caller is the executor of the grant it was
+	// applied under: the audit seq of the applied decision, so that the
+	// executor can tell a stale retry of its own effect from a refusal.
+	ReceiptSeq uint64
 }
 
 // Grant is a reviewed authorisation for exactly one logical action.
@@ -220,6 +225,11 @@ type HeldScope struct {
 	// Epoch is the scope's new epoch; every grant of a lower epoch is
 	// superseded.
 	Epoch uint64
+	// Ack is the receiver's signed acknowledgment of this scope's hold,
+	// covered by HoldResult.Checkpoint: what a coordinator keeps as
+	// evidence, checkable offline with the receiver's public key. It is
+	// zero for the scopes of a recovery.
+	Ack audit.SignedHoldAck
 }
 
 // HoldResult reports a committed hold.
@@ -234,4 +244,13 @@ type HoldResult struct {
 	// AuditSeq is the seq of the last scope's hold entry; each scope has an
 	// entry of its own.
 	AuditSeq uint64
+	// Repeated is true when the hold repeated an earlier one with the same
+	// HoldRequest.ID: nothing was written, and the result is the first
+	// hold's.
+	Repeated bool
+	// Checkpoint is the receiver's signed checkpoint that covers every
+	// scope's hold entry (Checkpoint.Seq >= AuditSeq): the anchor written
+	// for the hold's commit, or for a repeat the current one. Each scope's
+	// Ack names it.
+	Checkpoint audit.SignedCheckpoint
 }

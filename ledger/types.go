@@ -97,6 +97,9 @@ type Approval struct {
 	ExpiresAt time.Time
 	// AuditSeq is the approval's entry in the ledger's audit chain.
 	AuditSeq uint64
+	// Boundaries are the receiving boundaries the action needs held when
+	// its claim is superseded, as approved.
+	Boundaries []Boundary
 }
 
 // Claim is one worker's hold on one approved action.
@@ -179,6 +182,9 @@ type ApproveRequest struct {
 	Decision string
 	// TTL is how long the approval may be claimed; it must be positive.
 	TTL time.Duration
+	// Boundaries are the receiving boundaries the action needs held, each
+	// a scope at a registered receiver, each named once.
+	Boundaries []Boundary
 }
 
 // ClaimRequest asks Claim to claim an action for a worker.

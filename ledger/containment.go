@@ -1,0 +1,220 @@
+package ledger
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"time"
+
+	"github.com/kvfence/kvfence/audit"
+)
+
+// Errors of receivers, boundaries and containments.
+var (
+	// ErrUnknownReceiver means a name is not a registered receiver.
+	ErrUnknownReceiver = errors.New("ledger: unknown receiver")
+	// ErrReceiverExists means a receiver of that name is registered already.
+	ErrReceiverExists = errors.New("ledger: receiver already registered")
+	// ErrNoContainment means the action has no containment record.
+	ErrNoContainment = errors.New("ledger: no containment")
+	// ErrNotContained means the containment is not full (nor full with an
+	// alternate): a successor may not be activated.
+	ErrNotContained = errors.New("ledger: not fully contained")
+	// ErrNotReconciled means the superseded claim is still uncertain.
+	ErrNotReconciled = errors.New("ledger: superseded claim not reconciled")
+	// ErrUnverifiedAcknowledgment means a boundary was to be recorded as
+	// acknowledged without an acknowledgment that verifies under the
+	// receiver's pinned key.
+	ErrUnverifiedAcknowledgment = errors.New("ledger: acknowledgment does not verify")
+)
+
+// Receiver is a receiving boundary registered in the ledger, with its
+// public key pinned: an acknowledgment counts only if that key signed it.
+type Receiver struct {
+	// Name is the receiver's name in the ledger; boundaries use it.
+	Name string
+	// Server is a served receiver's address (https://… or unix://…); empty
+	// for a receiver on this host.
+	Server string
+	// DB and Anchor are the database and anchor paths of a receiver on
+	// this host; empty for a served one.
+	DB, Anchor string
+	// ReceiverID is the receiver's id, as its checkpoints and hold
+	// acknowledgments name it.
+	ReceiverID string
+	// PublicKey is the receiver's pinned Ed25519 public key.
+	PublicKey ed25519.PublicKey
+	// AddedBy is the operator who registered it.
+	AddedBy string
+	// AddedAt is when it was registered.
+	AddedAt time.Time
+	// AuditSeq is the registration's entry in the ledger's audit chain.
+	AuditSeq uint64
+}
+
+// AddReceiverRequest asks AddReceiver to register a receiver. Exactly one
+// of Server and DB is set; Anchor goes with DB.
+type AddReceiverRequest struct {
+	Name, Server, DB, Anchor, ReceiverID string
+	PublicKey                            ed25519.PublicKey
+	Operator                             string
+}
+
+// Boundary is one receiving boundary an approved action needs held: a
+// scope at a registered receiver.
+type Boundary struct {
+	// Receiver is the registered receiver's name.
+	Receiver string
+	// Scope is the scope at that receiver.
+	Scope string
+}
+
+// ContainmentState is a containment's overall state.
+type ContainmentState string
+
+// The containment states. Only Full and FullWithAlternate let a successor
+// be activated.
+const (
+	ContainmentFull              ContainmentState = "full"
+	ContainmentFullWithAlternate ContainmentState = "full_with_alternate"
+	ContainmentPartial           ContainmentState = "partial"
+	ContainmentNone              ContainmentState = "none"
+)
+
+// BoundaryResult is what became of one boundary's hold.
+type BoundaryResult string
+
+// The boundary results. Only Acknowledged and Alternate count as contained.
+const (
+	BoundaryPending      BoundaryResult = "pending"
+	BoundaryAcknowledged BoundaryResult = "acknowledged"
+	BoundaryFailed       BoundaryResult = "failed"
+	BoundaryTimeout      BoundaryResult = "timeout"
+	BoundaryUnknown      BoundaryResult = "unknown"
+	BoundaryUnverified   BoundaryResult = "unverified"
+	BoundaryAlternate    BoundaryResult = "alternate"
+)
+
+// Effect is a receipt applied under the superseded claim: an outstanding
+// effect to reconcile.
+type Effect struct {
+	Receiver, Scope, Action string
+	AuditSeq                uint64
+	AppliedAt               time.Time
+	Target                  string
+	Revision                uint64
+}
+
+// Alternate records that a boundary which could not acknowledge was
+// contained by another, independently authorised path.
+type Alternate struct {
+	Operator, Reason string
+	At               time.Time
+}
+
+// BoundaryContainment is one boundary's part of a containment.
+type BoundaryContainment struct {
+	Receiver, Scope string
+	// HoldID is the deterministic hold id used at this boundary on every
+	// attempt (HoldID).
+	HoldID string
+	// Result is what became of the hold.
+	Result BoundaryResult
+	// ErrorCode and Error say why a boundary is not acknowledged.
+	ErrorCode, Error string
+	// HoldRequestedAt is the coordinator's clock when the latest attempt
+	// asked for the hold.
+	HoldRequestedAt time.Time
+	// AcknowledgedAt is the receiver's committed time of the hold.
+	AcknowledgedAt time.Time
+	// PreviousEpoch and InstalledEpoch are the hold's epochs.
+	PreviousEpoch, InstalledEpoch uint64
+	// Ack is the receiver's signed hold acknowledgment
+	// (audit.SignedHoldAck.Marshal); Checkpoint the signed checkpoint that
+	// covers it (audit.SignedCheckpoint.Marshal).
+	Ack, Checkpoint []byte
+	// LastStaleRejectionAt is the receiver's latest stale-authority denial
+	// in the scope, as it reported it.
+	LastStaleRejectionAt time.Time
+	// Outstanding are the receipts applied under the superseded claim.
+	Outstanding []Effect
+	// Alternate is set when Result is BoundaryAlternate.
+	Alternate *Alternate
+	// Attempts counts the hold attempts recorded.
+	Attempts uint64
+}
+
+// SuccessorGrant is a successor's grant activated at one boundary.
+type SuccessorGrant struct {
+	Receiver, Scope, Grant string
+	Epoch                  uint64
+	Executor, Claim        string
+	Decision               string
+	ActivatedAt            time.Time
+}
+
+// Containment is the record of holding an action at every boundary after
+// its claim was superseded.
+type Containment struct {
+	// ID is derived from the ledger, the action and the superseded claim
+	// (ContainmentID), so that every rerun finds the same record.
+	ID string
+	Action, SupersededClaim string
+	Reason                  string
+	// State is derived from the boundaries' results by the ledger.
+	State      ContainmentState
+	Boundaries []BoundaryContainment
+	StartedAt  time.Time
+	UpdatedAt  time.Time
+	Successor  []SuccessorGrant
+	// AuditSeq is the entry of the record's latest change.
+	AuditSeq uint64
+}
+
+// AlternateRequest asks RecordAlternate to record an alternate containment.
+type AlternateRequest struct {
+	Action, Receiver, Scope string
+	Operator, Reason        string
+}
+
+var errNotBuilt = errors.New("ledger: containment is not built yet")
+
+// AddReceiver registers a receiver and pins its key.
+func (l *Ledger) AddReceiver(ctx context.Context, req AddReceiverRequest) (Receiver, error) {
+	return Receiver{}, errNotBuilt
+}
+
+// Receiver returns a registered receiver.
+func (l *Ledger) Receiver(name string) (Receiver, error) { return Receiver{}, errNotBuilt }
+
+// Receivers returns every registered receiver, by name.
+func (l *Ledger) Receivers() ([]Receiver, error) { return nil, errNotBuilt }
+
+// BeginContainment returns the containment of the action's superseded
+// claim, creating it with every boundary pending.
+func (l *Ledger) BeginContainment(ctx context.Context, action, reason string) (Containment, error) {
+	return Containment{}, errNotBuilt
+}
+
+// RecordBoundaries records attempts' results in containment id.
+func (l *Ledger) RecordBoundaries(ctx context.Context, id string, results []BoundaryContainment) (Containment, error) {
+	return Containment{}, errNotBuilt
+}
+
+// RecordAlternate records an alternate containment of one boundary.
+func (l *Ledger) RecordAlternate(ctx context.Context, req AlternateRequest) (Containment, error) {
+	return Containment{}, errNotBuilt
+}
+
+// RecordSuccessor records a successor's grants.
+func (l *Ledger) RecordSuccessor(ctx context.Context, id string, grants []SuccessorGrant) (Containment, error) {
+	return Containment{}, errNotBuilt
+}
+
+// Containment returns the action's newest containment.
+func (l *Ledger) Containment(action string) (Containment, error) { return Containment{}, errNotBuilt }
+
+// VerifyAcknowledgment checks b's acknowledgment and checkpoint against r.
+func (b BoundaryContainment) VerifyAcknowledgment(r Receiver) (audit.SignedHoldAck, audit.SignedCheckpoint, error) {
+	return audit.SignedHoldAck{}, audit.SignedCheckpoint{}, errNotBuilt
+}
