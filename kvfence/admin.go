@@ -411,8 +411,15 @@ func (a *Admin) repeatHold(w *wtx, req *HoldRequest, fp [sha256.Size]byte) (Hold
 		last = max(last, h.AuditSeq)
 	}
 	res.AuditSeq = recs[len(recs)-1].AuditSeq
-	if w.anchor != nil && w.anchor.Seq >= last {
-		res.Checkpoint = *w.anchor
+	cover := w.anchor
+	if cover == nil && a.r.opts.Anchor != nil {
+		// On a file the anchor may be one commit behind the head (lead):
+		// that only makes it cover less.
+		cur := a.r.anchorNow()
+		cover = &cur
+	}
+	if cover != nil && cover.Seq >= last {
+		res.Checkpoint = *cover
 		w.idle++
 	}
 	return res, true, nil
