@@ -183,7 +183,7 @@ func FuzzSubmit(f *testing.F) {
 }
 
 // FuzzDecodeRecord feeds arbitrary bytes to the decoder of stored records
-// (control, grant, target, receipt), as a damaged database would. It must
+// (control, grant, target, receipt, hold), as a damaged database would. It must
 // not panic, must report every refusal as ErrBadFormat, and what it
 // accepts must survive a round trip unchanged.
 func FuzzDecodeRecord(f *testing.F) {
@@ -192,6 +192,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		&grantRecord{ID: "g", Scope: "s", Epoch: 1, Executor: "w", Claim: "c", Action: "a", RequestSHA256: make([]byte, 32), NotBefore: 1, NotAfter: 2},
 		&targetRecord{Scope: "s", Revision: 1, Value: []byte(fixValue)},
 		&receiptRecord{Grant: "g", RequestSHA256: make([]byte, 32), Target: "t", RevBefore: 1, RevAfter: 2, AuditSeq: 9, At: 5},
+		&holdRecord{Request: make([]byte, 32), PreviousEpoch: 1, Epoch: 2, RequestedAt: 3, CommittedAt: 4, AuditSeq: 5},
 	}
 	for i, v := range seeds {
 		raw, err := encodeCanonical(v)
@@ -207,7 +208,8 @@ func FuzzDecodeRecord(f *testing.F) {
 			func() any { return new(grantRecord) },
 			func() any { return new(targetRecord) },
 			func() any { return new(receiptRecord) },
-		}[kind%4]
+			func() any { return new(holdRecord) },
+		}[kind%5]
 		v := fresh()
 		if err := decodeRecord(bucketControl, []byte("k"), raw, v); err != nil {
 			if !errors.Is(err, ErrBadFormat) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -672,5 +673,49 @@ func TestGroupCommit_IdleCallThatWrites(t *testing.T) {
 	}
 	if a, err := f.anchor.Load(); err != nil || a.Seq != head.Seq+1 {
 		t.Fatalf("anchor at %d (%v), want %d", a.Seq, err, head.Seq+1)
+	}
+}
+
+// Ensure that a hold record that is not one a hold writes (taken as the
+// store's own, as after a restore the receiver accepted) is ErrBadFormat,
+// never an answer: a short fingerprint, an epoch that is not the previous
+// one plus one, a zero seq, bytes that do not decode.
+func TestHoldID_MalformedRecord(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	f.holdOK(holdReq("h", fixScope))
+	key := string(holdKey(fixScope, "h"))
+	orig := rawGet(t, f.r, bucketHolds, key)
+	var good holdRecord
+	if err := decodeRecord(bucketHolds, []byte(key), orig, &good); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(h *holdRecord)
+		raw  []byte
+	}{
+		{"short fingerprint", func(h *holdRecord) { h.Request = h.Request[:31] }, nil},
+		{"epoch jump", func(h *holdRecord) { h.Epoch += 5 }, nil},
+		{"epoch zero", func(h *holdRecord) { h.PreviousEpoch, h.Epoch = math.MaxUint64, 0 }, nil},
+		{"seq zero", func(h *holdRecord) { h.AuditSeq = 0 }, nil},
+		{"not cbor", nil, []byte{0xff, 0x00}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := tc.raw
+			if tc.edit != nil {
+				h := good
+				h.Request = bytes.Clone(good.Request)
+				tc.edit(&h)
+				raw = mustEncode(t, &h)
+			}
+			storePut(t, f, bucketHolds, key, raw)
+			f.r.trustStore(t)
+			head := f.r.Head()
+			if res, err := f.admin.Hold(f.ctx, holdReq("h", fixScope)); !errors.Is(err, ErrBadFormat) || f.r.Head() != head {
+				t.Fatalf("Hold over a malformed hold record = %+v, %v; want ErrBadFormat and nothing written", res, err)
+			}
+			storePut(t, f, bucketHolds, key, orig)
+			f.r.trustStore(t)
+		})
 	}
 }
