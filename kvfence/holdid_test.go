@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/engine/boltengine"
 	"github.com/kvfence/kvfence/internal/defect"
 	bolt "go.etcd.io/bbolt"
 )
@@ -718,4 +719,31 @@ func TestHoldID_MalformedRecord(t *testing.T) {
 			f.r.trustStore(t)
 		})
 	}
+}
+
+// Ensure that the holds bucket deleted whole under a running receiver
+// that knows records in it is ErrStateMismatch, not a store without hold
+// ids: a repeat would otherwise hold again under the same id.
+func TestEditUnderReceiver_HoldsBucketDeleted(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	f.holdOK(holdReq("h", fixScope))
+	db := f.r.eng.(*boltengine.Engine).DB()
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketHolds) }); err != nil {
+		t.Fatal(err)
+	}
+	head := f.r.Head()
+	if res, err := f.admin.Hold(f.ctx, holdReq("h", fixScope)); !errors.Is(err, ErrStateMismatch) || f.r.Head() != head {
+		t.Fatalf("Hold after the holds bucket was deleted = %+v, %v; want ErrStateMismatch and nothing written", res, err)
+	}
+	// Put back, for the test's cleanup.
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket(bucketHolds)
+		if err != nil {
+			return err
+		}
+		return b.Put(holdKey(fixScope, "h"), mustEncode(t, &holdRecord{}))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.r.trustStore(t)
 }
