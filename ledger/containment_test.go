@@ -633,7 +633,11 @@ func TestContainment_Tampered(t *testing.T) {
 	f, l, rs, _, c := containedFixture(t)
 	rawAt := func() []byte {
 		var raw []byte
-		l.view(func(tx engine.Tx) error { v, err := tx.Get(bucketContainments, []byte(c.ID)); raw = append([]byte(nil), v...); return err })
+		l.view(func(tx engine.Tx) error {
+			v, err := tx.Get(bucketContainments, []byte(c.ID))
+			raw = append([]byte(nil), v...)
+			return err
+		})
 		return raw
 	}
 	first := rawAt()

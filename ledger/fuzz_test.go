@@ -43,7 +43,7 @@ func FuzzContainmentRecords(f *testing.F) {
 	c := containmentRecord{ID: id, Action: "a", SupersededClaim: "c-X", Reason: "r", State: ContainmentPartial, StartedAt: 1,
 		Boundaries: []boundaryContainmentRecord{
 			{Receiver: "r1", Scope: "s", HoldID: HoldID(id, "r1", "s"), Result: BoundaryAlternate, Attempts: 1,
-				Alternate: &alternateRecord{Operator: "op", Reason: "fw", At: 2},
+				Alternate:   &alternateRecord{Operator: "op", Reason: "fw", At: 2},
 				Outstanding: []effectRecord{{Receiver: "r1", Scope: "s", Action: "a", AuditSeq: 3, Target: "t", Revision: 4}}},
 			{Receiver: "r2", Scope: "s", HoldID: HoldID(id, "r2", "s"), Result: BoundaryTimeout},
 		},
