@@ -27,8 +27,6 @@ const (
 	// MaxOutstanding bounds the outstanding effects recorded at one
 	// boundary, so that a containment record stays one store value.
 	MaxOutstanding = 256
-	// maxErrorText bounds a boundary's recorded error code and text.
-	maxErrorText = 1024
 )
 
 // String formats the boundary as "receiver":"scope", quoted, so that a

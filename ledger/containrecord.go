@@ -381,15 +381,12 @@ func (l *Ledger) Containment(action string) (Containment, error) {
 	return out, nil
 }
 
-// checkText checks free text a receiver or coordinator reports: UTF-8, at
-// most maxErrorText bytes, and no control characters, so that it prints
-// as what it is.
+// checkText checks free text a receiver or coordinator reports, if any, by
+// the rules of names (UTF-8, at most ident.MaxLen bytes, no control
+// characters), so that it prints as what it is.
 func checkText(field, s string) error {
 	if s == "" {
 		return nil
-	}
-	if len(s) > maxErrorText {
-		return fmt.Errorf("%w: %s is %d bytes, over the %d-byte limit", ErrInvalidArgument, field, len(s), maxErrorText)
 	}
 	if err := ident.Check(field, s); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
