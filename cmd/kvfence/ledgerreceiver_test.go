@@ -57,6 +57,12 @@ func TestLedgerReceiver_AddList(t *testing.T) {
 			"--receiver-pub", c.path("r1.key.pub"), "--operator", "op"), ExitError, "differs"},
 		{"db with another id", add("--name", "local", "--db", c.path("r2.db"), "--receiver-anchor", c.path("r2.anchor"),
 			"--receiver-id", "someone", "--receiver-pub", c.path("r2.key.pub"), "--operator", "op"), ExitUsage, "recv-local"},
+		{"server with a receiver anchor", add("--name", "n", "--server", "https://x:1", "--receiver-id", "x", "--receiver-anchor", c.path("r2.anchor"),
+			"--receiver-pub", c.path("r2.key.pub"), "--operator", "op"), ExitUsage, "goes with --db"},
+		{"db with an etcd anchor", add("--name", "n", "--db", c.path("r2.db"), "--receiver-anchor", anchorEtcdPrefix+"127.0.0.1:2379/a",
+			"--receiver-pub", c.path("r2.key.pub"), "--operator", "op"), ExitUsage, "anchor file"},
+		{"db whose anchor is not its own", add("--name", "n", "--db", c.path("r2.db"), "--receiver-anchor", c.path("ledger.anchor"),
+			"--receiver-pub", c.path("r2.key.pub"), "--operator", "op"), ExitIntegrity, ""},
 		{"no operator", add("--name", "n", "--server", "https://x:1", "--receiver-id", "x", "--receiver-pub", c.path("r2.key.pub")),
 			ExitUsage, "--operator"},
 	} {
