@@ -623,6 +623,34 @@ func TestRecordSuccessor_Refusals(t *testing.T) {
 	unchanged(t, l, before, "repeat successor")
 }
 
+// Ensure that a successor is not recorded in a containment that a later
+// takeover overtook, full and reconciled as it may be.
+func TestRecordSuccessor_OvertakenContainment(t *testing.T) {
+	_, l, rs, old, c := containedFixture(t)
+	var acks []BoundaryContainment
+	for i, b := range c.Boundaries {
+		acks = append(acks, rs[b.Receiver].ackFor(t, b, uint64(i)))
+	}
+	if got, err := l.RecordBoundaries(ctx, c.ID, acks); err != nil || got.State != ContainmentFull {
+		t.Fatalf("acks: %+v, %v", got, err)
+	}
+	if _, err := l.Reconcile(ctx, old.Ref, "op", StateFailed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Takeover(ctx, TakeoverRequest{Action: "act", Operator: "op", Reason: "worker-b paused", Worker: "worker-c"}); err != nil {
+		t.Fatal(err)
+	}
+	before := l.Head()
+	g := SuccessorGrant{Receiver: "r1", Scope: "a", Grant: "g", Epoch: 1, Executor: "worker-c", Claim: "c-c", Decision: "d"}
+	if _, err := l.RecordSuccessor(ctx, c.ID, []SuccessorGrant{g}); !errors.Is(err, ErrNotContained) {
+		t.Fatalf("successor in an overtaken containment: %v, want ErrNotContained", err)
+	}
+	unchanged(t, l, before, "overtaken containment")
+	if _, err := l.Containment("act"); !errors.Is(err, ErrNoContainment) {
+		t.Fatalf("Containment after a second takeover: %v, want ErrNoContainment until it is begun", err)
+	}
+}
+
 // editBucket changes one record of the closed ledger file in place.
 func editBucket(t *testing.T, path string, bucket []byte, key string, fn func(old []byte) []byte) {
 	t.Helper()

@@ -611,7 +611,8 @@ func (l *Ledger) RecordAlternate(ctx context.Context, req AlternateRequest) (Con
 }
 
 // RecordSuccessor records a successor's grants in containment id. It is
-// ErrNotContained unless the state is full or full_with_alternate, and
+// ErrNotContained unless the state is full or full_with_alternate and the
+// containment is of the action's newest superseded claim, and
 // ErrNotReconciled unless the superseded claim was reconciled. Each grant
 // names an acknowledged boundary and the epoch the containment installed
 // there, else ErrInvalidArgument. A grant recorded already (same boundary
@@ -643,6 +644,17 @@ func (l *Ledger) RecordSuccessor(ctx context.Context, id string, grants []Succes
 		}
 		if c.State != ContainmentFull && c.State != ContainmentFullWithAlternate {
 			return fmt.Errorf("%w: containment %s of %q is %s", ErrNotContained, id, c.Action, c.State)
+		}
+		// A later takeover made another containment the action's own: this
+		// one's epochs were overtaken, and a successor activated at them
+		// would answer to a claim that is no longer the one superseded.
+		newest, err := supersededClaim(w.tx, c.Action)
+		if err != nil {
+			return err
+		}
+		if newest.Ref != c.SupersededClaim {
+			return fmt.Errorf("%w: containment %s is of claim %s, and a later takeover superseded claim %s", ErrNotContained,
+				id, c.SupersededClaim, newest.Ref)
 		}
 		old, err := w.claim(c.SupersededClaim)
 		if err != nil {
