@@ -47,7 +47,8 @@ func exitCode(err error) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
-	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity), errors.Is(err, etcdanchor.ErrClusterMismatch):
+	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity), errors.Is(err, etcdanchor.ErrClusterMismatch),
+		errors.Is(err, ledger.ErrContainmentTampered):
 		return ExitIntegrity
 	case errors.As(err, &we):
 		return ExitWarning
