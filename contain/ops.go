@@ -353,4 +353,3 @@ func (c *Coordinator) checkSuccessor(rec ledger.Containment, req ActivateRequest
 	}
 	return nil
 }
-
