@@ -19,6 +19,10 @@ var (
 	// longer verifies, or a receiver whose epoch is below the one the
 	// containment installed there.
 	ErrVerifyMismatch = errors.New("contain: containment evidence does not verify")
+	// ErrNotSuccessor means a successor's activation named a claim other
+	// than the action's live one, or a request other than the approved
+	// one; nothing was activated.
+	ErrNotSuccessor = errors.New("contain: not the action's successor")
 	// ErrActivationIncomplete means a successor was activated at some
 	// boundaries and not at others; the result says which.
 	ErrActivationIncomplete = errors.New("contain: successor not activated at every boundary")

@@ -343,13 +343,13 @@ func (c *Coordinator) checkSuccessor(rec ledger.Containment, req ActivateRequest
 		return fmt.Errorf("%w: claim %s of %s", ledger.ErrNotReconciled, rec.SupersededClaim, rec.Action)
 	}
 	if req.Claim == rec.SupersededClaim || req.Claim != view.Live {
-		return fmt.Errorf("%w: the successor's claim must be the action's live claim (%q), not %q", ErrInvalidArgument, view.Live, req.Claim)
+		return fmt.Errorf("%w: the successor's claim must be the action's live claim (%q), not %q", ErrNotSuccessor, view.Live, req.Claim)
 	}
 	if view.Approval == nil {
 		return fmt.Errorf("%w: %s", ledger.ErrNotApproved, rec.Action)
 	}
 	if sha256.Sum256(req.Request) != view.Approval.RequestSHA256 {
-		return fmt.Errorf("%w: the request is not the one approved for %s", ErrInvalidArgument, rec.Action)
+		return fmt.Errorf("%w: the request is not the one approved for %s", ErrNotSuccessor, rec.Action)
 	}
 	return nil
 }
