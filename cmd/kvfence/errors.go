@@ -64,7 +64,7 @@ func exitCode(err error) int {
 		// The command line names the store's cluster as the anchor, or
 		// must state the anchor's cluster: corrected there.
 		return ExitUsage
-	case errors.As(err, &de), kvfence.IsRefusal(err), ledger.IsRefusal(err):
+	case errors.As(err, &de), kvfence.IsRefusal(err), ledger.IsRefusal(err), errors.Is(err, kvfence.ErrHoldIDConflict):
 		return ExitDenied
 	case errors.Is(err, kvfence.ErrStorageBusy), errors.Is(err, ledger.ErrStorageBusy):
 		return ExitBusy
@@ -238,6 +238,8 @@ func hint(err error) string {
 		return "kvfence hold --scope S --reason R, then activate"
 	case errors.Is(err, kvfence.ErrEpochMismatch):
 		return "kvfence status --scope S, to see the current epoch"
+	case errors.Is(err, kvfence.ErrHoldIDConflict):
+		return "a hold id names one hold: repeat it with the same --scope, --reason and --expect-epoch, or choose another --hold-id"
 	case errors.Is(err, kvfence.ErrTTLTooLong):
 		return "ask for a shorter --ttl; kvfence scope list shows each scope's maximum grant ttl"
 	case errors.Is(err, fs.ErrExist):
