@@ -98,25 +98,35 @@ func (c *Coordinator) Contain(ctx context.Context, req ContainRequest) (ledger.C
 	}
 	s := c.session()
 	defer s.close()
-	results := make([]ledger.BoundaryContainment, len(rec.Boundaries))
-	reached := make([]bool, len(rec.Boundaries))
+	results := make([]*ledger.BoundaryContainment, len(rec.Boundaries))
 	c.byReceiver(ctx, s, rec.Boundaries, func(ctx context.Context, i int, r ledger.Receiver, bd Boundary, derr error) {
 		b := rec.Boundaries[i]
-		if b.Result != ledger.BoundaryAcknowledged && b.Result != ledger.BoundaryAlternate {
-			b = c.hold(ctx, rec, b, r, bd, derr)
+		// A boundary acknowledged or contained by an alternate is never
+		// asked again: its record stands, and the ledger keeps it.
+		if b.Result == ledger.BoundaryAcknowledged || b.Result == ledger.BoundaryAlternate {
+			return
 		}
+		b = c.hold(ctx, rec, b, r, bd, derr)
 		if derr == nil && b.Result != ledger.BoundaryTimeout {
-			reached[i] = c.observe(ctx, rec, &b, bd)
+			c.observe(ctx, rec, &b, bd)
 		}
-		results[i] = b
+		results[i] = &b
 	})
-	return c.o.Ledger.RecordBoundaries(ctx, rec.ID, results)
+	var attempted []ledger.BoundaryContainment
+	for _, b := range results {
+		if b != nil {
+			attempted = append(attempted, *b)
+		}
+	}
+	if len(attempted) == 0 {
+		return rec, nil
+	}
+	return c.o.Ledger.RecordBoundaries(ctx, rec.ID, attempted)
 }
 
 // hold asks one boundary for its hold and classifies the answer.
 func (c *Coordinator) hold(ctx context.Context, rec ledger.Containment, b ledger.BoundaryContainment, r ledger.Receiver,
 	bd Boundary, derr error) ledger.BoundaryContainment {
-	b.Attempts++
 	b.HoldRequestedAt = c.o.Now().UTC()
 	if derr != nil {
 		return failed(b, ledger.BoundaryFailed, "unreachable", derr)
@@ -222,37 +232,35 @@ func acknowledge(b ledger.BoundaryContainment, r ledger.Receiver, res kvfence.Ho
 }
 
 // observe reads the scope's latest stale rejection and the effects
-// applied under the superseded claim into b. It reports whether the
-// receiver answered; an answer that does not fit the question changes
-// nothing.
-func (c *Coordinator) observe(ctx context.Context, rec ledger.Containment, b *ledger.BoundaryContainment, bd Boundary) bool {
+// applied under the superseded claim into b. An answer that does not fit
+// the question, or none, changes nothing.
+func (c *Coordinator) observe(ctx context.Context, rec ledger.Containment, b *ledger.BoundaryContainment, bd Boundary) {
 	octx, cancel := context.WithTimeout(ctx, c.o.Timeout)
 	defer cancel()
 	st, err := bd.Status(octx, b.Scope)
 	if err != nil || st.Scope != b.Scope {
-		return false
+		return
 	}
 	b.LastStaleRejectionAt = st.LastStaleRejectionAt.UTC()
 	if st.LastStaleRejectionAt.IsZero() {
 		b.LastStaleRejectionAt = time.Time{}
 	}
 	if rec.SupersededClaim == "" {
-		return true
+		return
 	}
 	rs, err := bd.ReceiptsByClaim(octx, b.Scope, rec.SupersededClaim)
-	if err != nil {
-		return false
+	if err != nil || len(rs) > ledger.MaxOutstanding {
+		return
 	}
 	effects := make([]ledger.Effect, 0, len(rs))
 	for _, r := range rs {
 		if r.Scope != b.Scope {
-			return false
+			return
 		}
 		effects = append(effects, ledger.Effect{Receiver: b.Receiver, Scope: b.Scope, Action: r.Action, AuditSeq: r.AuditSeq,
 			AppliedAt: r.At.UTC(), Target: r.Target, Revision: r.RevAfter})
 	}
 	b.Outstanding = effects
-	return true
 }
 
 // session dials each receiver once per call and closes what it dialled.

@@ -336,7 +336,7 @@ func (c *Coordinator) checkSuccessor(rec ledger.Containment, req ActivateRequest
 	reconciled := false
 	for _, cl := range view.Claims {
 		if cl.Ref == rec.SupersededClaim {
-			reconciled = cl.State == ledger.StateSucceeded || cl.State == ledger.StateFailed
+			reconciled = cl.ReconciledBy != "" && (cl.State == ledger.StateSucceeded || cl.State == ledger.StateFailed)
 		}
 	}
 	if !reconciled {
