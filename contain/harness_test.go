@@ -146,6 +146,9 @@ func (w *world) newScenario(n int) *scenario {
 		if err := tr.r.Admin().CreateScope(ctx, b.Scope); err != nil {
 			t.Fatal(err)
 		}
+		if err := tr.r.Admin().CreateTarget(ctx, b.Scope, fmt.Sprintf("t-%d", w.n), []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
 		sc.bounds = append(sc.bounds, b)
 	}
 	if _, err := w.l.Approve(ctx, ledger.ApproveRequest{Action: sc.action, Request: req, Approver: "alice", TTL: time.Hour,
