@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -188,7 +189,8 @@ func TestActivate_RefusedNotSuccessor(t *testing.T) {
 	other := w.activateReq(sc)
 	v := []byte("other")
 	var err error
-	if other.Request, err = kvfence.EncodeRequest(&kvfence.Request{V: kvfence.WireVersion, Action: sc.action, Target: "x", Set: &v}); err != nil {
+	if other.Request, err = kvfence.EncodeRequest(&kvfence.Request{V: kvfence.WireVersion, Action: sc.action, Target: fmt.Sprintf("t-%d", w.n),
+		Set: &v}); err != nil {
 		t.Fatal(err)
 	}
 	for name, req := range map[string]contain.ActivateRequest{"superseded claim": oldClaim, "other request": other} {
