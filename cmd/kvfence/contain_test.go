@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,6 +27,14 @@ func containSetup(t *testing.T) (c *cli, claimA, claimB string) {
 	c.must(ExitOK, "ledger", "approve", "--action", "raise-retention", "--request", c.path("req.cbor"), "--approver", "alice",
 		"--boundary", "r1:"+fixtureScope, "--boundary", "r2:"+fixtureScope)
 	claimA = c.json(ExitOK, "ledger", "claim", "--action", "raise-retention", "--worker", "worker-a")["claim"].(string)
+	// worker-a applies its request at r1 before it pauses: an effect the
+	// containment lists as outstanding.
+	r1 := []string{"--db", c.path("r1.db"), "--anchor", c.path("r1.anchor"), "--key", c.path("r1.key")}
+	g := c.json(ExitOK, append([]string{"activate", "--scope", fixtureScope, "--executor", "worker-a", "--claim", claimA,
+		"--request", c.path("req.cbor")}, r1...)...)
+	c.must(ExitOK, "envelope", "build", "--scope", fixtureScope, "--epoch", jsonNum(g["epoch"]), "--grant", g["grant"].(string),
+		"--executor", "worker-a", "--claim", claimA, "--request", c.path("req.cbor"), "--out", c.path("a.cbor"))
+	c.must(ExitOK, append([]string{"submit", "--as", "worker-a", "--envelope", c.path("a.cbor")}, r1...)...)
 	claimB = c.json(ExitOK, "ledger", "takeover", "--action", "raise-retention", "--operator", "op", "--worker", "worker-b",
 		"--reason", "worker-a paused")["claim"].(string)
 	return c, claimA, claimB
@@ -64,6 +73,18 @@ func TestContain_CLI(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("partial containment lacks %s:\n%s", want, r.stdout)
 		}
+	}
+	var rec struct {
+		Boundaries []struct {
+			Outstanding []map[string]any `json:"outstanding"`
+		} `json:"boundaries"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if o := rec.Boundaries[0].Outstanding; len(o) != 1 || o[0]["action"] != "raise-retention" || o[0]["revision"] != 2.0 ||
+		o[0]["applied_at"] == nil {
+		t.Errorf("worker-a's applied request is not outstanding at r1: %v", o)
 	}
 	r = c.must(ExitDenied, activate...)
 	if !strings.Contains(r.stderr, "not fully contained") {
