@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,5 +131,65 @@ func TestContain_CLI(t *testing.T) {
 	r = c.must(ExitIntegrity, "contain", "verify", "--action", "raise-retention", "--receiver-key", k1, "--receiver-key", k2)
 	if !strings.Contains(r.stdout, "epoch_below_installed") {
 		t.Fatalf("verify after restore: %s", r)
+	}
+}
+
+// Ensure contain over served receivers: r1 over https with the
+// coordinator's admin certificate, r2 over its admin unix socket; both
+// acknowledge, verify, and take the successor once the claim is
+// reconciled.
+func TestContain_CLIServed(t *testing.T) {
+	c := ledgerWithReceivers(t)
+	c.pki("t")
+	c.clientCert("t", "operator", spiffeOperator)
+	sock := filepath.Join(socketDir(t), "admin.sock")
+	addrs := map[string]string{}
+	for _, r := range []string{"r1", "r2"} {
+		recv := []string{"--db", c.path(r + ".db"), "--anchor", c.path(r + ".anchor"), "--key", c.path(r + ".key")}
+		c.must(ExitOK, append([]string{"init", "--id", "recv-" + r, "--no-recovery-key"}, recv...)...)
+		c.must(ExitOK, append([]string{"scope", "create", "--scope", fixtureScope}, recv...)...)
+		c.must(ExitOK, append([]string{"target", "create", "--scope", fixtureScope, "--target", fixtureScope,
+			"--value-file", filepath.Join(fixtureDir, "value.json")}, recv...)...)
+		args := append([]string{"--listen", "127.0.0.1:0", "--tls-cert", c.path("t-server.crt"), "--tls-key", c.path("t-server.key"),
+			"--client-ca", c.path("t-ca.crt"), "--admin", spiffeOperator}, recv...)
+		if r == "r2" {
+			args = append(args, "--admin-socket", sock, "--admin-uid", fmt.Sprint(os.Getuid()))
+		}
+		rn := c.serve(args...)
+		addrs[r] = "https://" + rn.addrs.Listen
+	}
+	addrs["r2"] = "unix://" + sock
+	for _, r := range []string{"r1", "r2"} {
+		c.must(ExitOK, "ledger", "receiver", "add", "--name", r, "--server", addrs[r], "--receiver-id", "recv-"+r,
+			"--receiver-pub", c.path(r+".key.pub"), "--operator", "op")
+	}
+	c.must(ExitOK, "request", "build", "--action", "raise-retention", "--target", fixtureScope,
+		"--patch-file", filepath.Join(fixtureDir, "patch.json"), "--out", c.path("req.cbor"))
+	c.must(ExitOK, "ledger", "approve", "--action", "raise-retention", "--request", c.path("req.cbor"), "--approver", "alice",
+		"--boundary", "r1:"+fixtureScope, "--boundary", "r2:"+fixtureScope)
+	claimA := c.json(ExitOK, "ledger", "claim", "--action", "raise-retention", "--worker", "worker-a")["claim"].(string)
+	claimB := c.json(ExitOK, "ledger", "takeover", "--action", "raise-retention", "--operator", "op", "--worker", "worker-b",
+		"--reason", "worker-a paused")["claim"].(string)
+	tlsArgs := []string{"--tls-cert", c.path("t-operator.crt"), "--tls-key", c.path("t-operator.key"), "--tls-ca", c.path("t-ca.crt")}
+
+	rec := c.json(ExitOK, append([]string{"contain", "--action", "raise-retention", "--reason", "worker-a paused"}, tlsArgs...)...)
+	if rec["state"] != "full" {
+		t.Fatalf("contain: %v", rec)
+	}
+	for _, b := range rec["boundaries"].([]any) {
+		if b := b.(map[string]any); b["result"] != "acknowledged" || b["installed_epoch"] != 2.0 || b["checkpoint"] == nil {
+			t.Fatalf("boundary: %v", b)
+		}
+	}
+	c.must(ExitOK, append([]string{"contain", "verify", "--action", "raise-retention"}, tlsArgs...)...)
+	c.must(ExitOK, "ledger", "reconcile", "--claim", claimA, "--operator", "op", "--outcome", "failed")
+	act := c.json(ExitOK, append([]string{"contain", "activate", "--action", "raise-retention", "--executor", spiffeWorker + "b",
+		"--claim", claimB, "--request", c.path("req.cbor"), "--decision", "review-7"}, tlsArgs...)...)
+	if a := act["activated"].([]any); len(a) != 2 {
+		t.Fatalf("activate: %v", act)
+	}
+	st := c.json(ExitOK, append([]string{"status", "--server", addrs["r1"], "--scope", fixtureScope}, tlsArgs...)...)
+	if g := st["scopes"].([]any)[0].(map[string]any)["grant"].(map[string]any); g["claim"] != claimB || g["epoch"] != 2.0 {
+		t.Fatalf("r1: %v", st)
 	}
 }
