@@ -272,7 +272,10 @@ func (c *ContainCommand) Run(ctx context.Context, args []string) (err error) {
 	if rerr != nil {
 		return rerr
 	}
-	if cj, ok := out.(containmentJSON); ok && sub == "" && cj.State != string(ledger.ContainmentFull) {
+	// full_with_alternate is contained (it says so, never full); partial
+	// and none are not.
+	if cj, ok := out.(containmentJSON); ok && sub == "" &&
+		(cj.State == string(ledger.ContainmentPartial) || cj.State == string(ledger.ContainmentNone)) {
 		return &partialError{state: ledger.ContainmentState(cj.State)}
 	}
 	return nil
@@ -512,7 +515,8 @@ socket, ones on this host with --receiver-key NAME=FILE.
 	    Hold every boundary not yet acknowledged, with the containment's
 	    hold ids (a rerun never issues a second generation), verify each
 	    acknowledgment against the pinned key and record the result.
-	    Exit 0 when the state is full, 8 when partial or none.
+	    Exit 0 when the state is full (or full_with_alternate), 8 when
+	    partial or none.
 	contain alternate --action A --boundary N[:SCOPE] --operator O --reason R
 	    Record that another authorised path contained a boundary; the
 	    state then reads full_with_alternate, never full.
