@@ -12,6 +12,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/internal/defect"
+	bolt "go.etcd.io/bbolt"
 )
 
 // holdReq is the request the idempotent-hold tests repeat.
@@ -81,6 +82,9 @@ func TestHoldID_RepeatReturnsFirst(t *testing.T) {
 			if first.Repeated || first.Scopes[0].PreviousEpoch != 1 || first.Scopes[0].Epoch != 2 {
 				t.Fatalf("first hold = %+v", first)
 			}
+			if e := entryAt(t, f.r, first.AuditSeq); e.Kind != KindHold || !strings.Contains(e.Note, `hold id "contain-1"; reason: contain action-7`) {
+				t.Fatalf("hold entry %s %q does not name the hold id", e.Kind, e.Note)
+			}
 			tc.between(f)
 			f.clock.Add(time.Minute) // a checkpoint rewritten now would differ
 			before, _ := f.r.Status(fixScope)
@@ -148,6 +152,15 @@ func TestHoldID_Conflict(t *testing.T) {
 				t.Fatal("a conflicting hold wrote")
 			}
 		})
+	}
+	// A store that lost one scope's record of a two-scope hold (and was
+	// taken as it is since) knows the id on the other scope only: a
+	// conflict, never a second generation on either.
+	storePut(t, f, bucketHolds, string(holdKey("other", "pair")), nil)
+	f.r.trustStore(t)
+	head := f.r.Head()
+	if res, err := f.admin.Hold(f.ctx, holdReq("pair", fixScope, "other")); !errors.Is(err, ErrHoldIDConflict) || f.r.Head() != head {
+		t.Fatalf("Hold with the id known on one scope of two = %+v, %v; want ErrHoldIDConflict and nothing written", res, err)
 	}
 	// The id is per scope: on a scope that never saw it, it is a first hold.
 	if res := f.holdOK(holdReq("cas", fixScope)); res.Repeated || res.Scopes[0].Epoch != 3 {
@@ -426,6 +439,65 @@ func testHoldsBucket(t *testing.T, s *store, empty bool) {
 	}
 }
 
+// entryAt is the audit entry at seq.
+func entryAt(t testing.TB, r *Receiver, seq uint64) Event {
+	t.Helper()
+	var out Event
+	if err := r.Events(seq, func(e Event) bool { out = e; return false }); err != nil || out.Seq != seq {
+		t.Fatalf("no entry at seq %d (%v)", seq, err)
+	}
+	return out
+}
+
+// Ensure that hold records are part of the fence state: one edited while
+// the receiver was closed makes Open refuse the store, as any state
+// record does, and verify-chain report it.
+func TestHoldID_RecordInStateDigest(t *testing.T) {
+	forEngines(t, func(t *testing.T, s *store) {
+		f := newFixtureOn(t, s, defect.Variant{})
+		f.holdOK(holdReq("h1", fixScope))
+		key := string(holdKey(fixScope, "h1"))
+		var rec holdRecord
+		if err := decodeRecord(bucketHolds, []byte(key), rawGet(t, f.r, bucketHolds, key), &rec); err != nil {
+			t.Fatal(err)
+		}
+		orig := rawGet(t, f.r, bucketHolds, key)
+		rec.RequestedAt++
+		storePut(t, f, bucketHolds, key, mustEncode(t, &rec))
+		f.r.Close()
+		if r, err := f.openStore(f.opts(), defect.Variant{}); !errors.Is(err, ErrStateMismatch) {
+			if err == nil {
+				r.Close()
+			}
+			t.Fatalf("Open over an edited hold record = %v, want ErrStateMismatch", err)
+		}
+		rep, err := f.store.verify(t, VerifyOptions{Anchor: f.anchor, PublicKey: testKey.Public().(ed25519.PublicKey)})
+		if err != nil || rep.Problem != audit.ProblemStateMismatch {
+			t.Fatalf("verify-chain = %s (%v), want %s", rep.Problem, err, audit.ProblemStateMismatch)
+		}
+		// Put back, the store opens again (for the test's cleanup).
+		storePutClosed(t, f, bucketHolds, key, orig)
+		f.reopen()
+	})
+}
+
+// storePutClosed is storePut for a store whose receiver is not running.
+func storePutClosed(t testing.TB, f *fixture, bucket []byte, key string, raw []byte) {
+	t.Helper()
+	if f.store.prefix != "" {
+		storePut(t, f, bucket, key, raw)
+		return
+	}
+	db, err := bolt.Open(f.path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put([]byte(key), raw) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Ensure that ReceiptsByClaim lists exactly the receipts of the scope
 // applied under grants of that claim, oldest first, and refuses an unknown
 // scope and bad names.
@@ -446,11 +518,21 @@ func TestReceiptsByClaim(t *testing.T) {
 	// Another scope's receipt under the same claim ref is not this scope's.
 	envOther := f.openScope("other")
 	f.submit("worker-other", envOther)
+	// A receipt record that names a grant of another scope (the store
+	// edited) is not counted for this scope, whatever the grant's claim.
+	g, err := f.r.Grant(envGrant(t, envOther))
+	if err != nil {
+		t.Fatal(err)
+	}
+	storePut(t, f, bucketReceipts, string(receiptKey(fixScope, "forged")), mustEncode(t, &receiptRecord{Grant: g.ID,
+		RequestSHA256: make([]byte, 32), Target: fixTarget, RevBefore: 9, RevAfter: 10, AuditSeq: 1, At: 1}))
+	t.Cleanup(func() { storePut(t, f, bucketReceipts, string(receiptKey(fixScope, "forged")), nil) })
 	for _, tc := range []struct {
 		scope, claim string
 		want         []uint64
 		err          error
 	}{
+		{fixScope, "c", nil, nil},
 		{fixScope, "claim-1", []uint64{r1.AuditSeq, r2.AuditSeq}, nil},
 		{fixScope, "claim-2", []uint64{rb.AuditSeq}, nil},
 		{fixScope, "claim-none", nil, nil},
@@ -480,6 +562,16 @@ func TestReceiptsByClaim(t *testing.T) {
 			}
 		}
 	}
+}
+
+// envGrant is the grant id an envelope names.
+func envGrant(t testing.TB, env []byte) string {
+	t.Helper()
+	e, err := DecodeEnvelope(env, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Grant
 }
 
 // Ensure that a denied stale retry of an applied request carries the

@@ -81,7 +81,7 @@ func TestWalkthrough(t *testing.T) {
 	// A's heartbeat expires: the scope is held at a new epoch, and B is
 	// activated at that epoch.
 	out = c.json(0, priv("hold", "--scope", fixtureScope, "--reason", "worker-a heartbeat expired")...)
-	golden(t, "hold.json", c.mask(c.last, grants))
+	golden(t, "hold.json", c.maskAll(c.last, grants))
 	out = c.json(0, priv("activate", "--scope", fixtureScope, "--executor", "worker-b", "--claim", "claim-b",
 		"--request", c.path("req.cbor"), "--epoch", "2")...)
 	grantB := out["grant"].(string)
@@ -138,6 +138,11 @@ func TestWalkthrough(t *testing.T) {
 	golden(t, "observe-receipt.json", c.mask(c.last, grants))
 	if out["grant"] != grantB || out["rev_before"].(float64) != 1 || out["rev_after"].(float64) != 2 {
 		t.Fatalf("receipt: %v", out)
+	}
+	out = c.json(0, common("observe", "receipts", "--scope", fixtureScope, "--claim", "claim-b")...)
+	golden(t, "observe-receipts.json", c.mask(c.last, grants))
+	if rcs := out["receipts"].([]any); len(rcs) != 1 || rcs[0].(map[string]any)["grant"] != grantB {
+		t.Fatalf("receipts of B's claim: %v", out)
 	}
 	out = c.json(0, common("status")...)
 	golden(t, "status.json", c.mask(c.last, grants))
