@@ -115,6 +115,11 @@ func TestContain_CLI(t *testing.T) {
 		t.Errorf("activate unreconciled: %s", r)
 	}
 	c.must(ExitOK, "ledger", "reconcile", "--claim", claimA, "--operator", "op", "--outcome", "failed")
+	superseded := append([]string{}, activate...)
+	superseded[7] = claimA
+	if r := c.must(ExitDenied, superseded...); !strings.Contains(r.stderr, "not the action's successor") {
+		t.Errorf("activate with the superseded claim: %s", r)
+	}
 	c.must(ExitOK, activate...)
 	for _, rc := range []string{"r1", "r2"} {
 		if st := c.scopeAt(rc); st["mode"] != "open" || st["grant"].(map[string]any)["claim"] != claimB {
