@@ -79,9 +79,9 @@ type CheckedBoundary struct {
 	Receiver, Scope string
 	// InstalledEpoch is the epoch the containment installed.
 	InstalledEpoch uint64
-	// Reached says whether the receiver answered; CurrentEpoch is then its
-	// scope's epoch.
-	Reached      bool
+	// Reached says whether the receiver answered.
+	Reached bool
+	// CurrentEpoch is the scope's epoch at the receiver, when Reached.
 	CurrentEpoch uint64
 	// Error is why the receiver was not reached, if it was not.
 	Error string

@@ -281,7 +281,7 @@ func (c *ContainCommand) Run(ctx context.Context, args []string) (err error) {
 	return nil
 }
 
-// containmentJSON is a containment record in --json (DESIGN §14).
+// containmentJSON is a containment record in --json (README, docs/design.md §8.2).
 type containmentJSON struct {
 	Containment     string          `json:"containment"`
 	Action          string          `json:"action"`
