@@ -347,3 +347,40 @@ func TestVerifyStored_Corrupted(t *testing.T) {
 		t.Error("an acknowledgment verified under a key that is not the pinned one")
 	}
 }
+
+// lying is a boundary that activates for real but reports a grant of
+// another scope and epoch.
+type lying struct{ contain.Boundary }
+
+func (l lying) Activate(ctx context.Context, req kvfence.ActivateRequest) (kvfence.Grant, error) {
+	g, err := l.Boundary.Activate(ctx, req)
+	g.Scope, g.Epoch = "elsewhere", g.Epoch+7
+	return g, err
+}
+
+// Ensure that a grant answer that names another scope or epoch than was
+// asked is not recorded as the successor's grant.
+func TestActivate_GrantAnswerChecked(t *testing.T) {
+	w := newWorld(t, 2)
+	sc := w.newScenario(2)
+	mustContain(t, w.coordinator(testTimeout), sc)
+	w.reconcile(sc)
+	dial := func(ctx context.Context, r ledger.Receiver) (contain.Boundary, error) {
+		bd := contain.Embedded(w.byName[r.Name].r)
+		if r.Name == sc.bounds[1].Receiver {
+			return lying{bd}, nil
+		}
+		return bd, nil
+	}
+	co, err := contain.New(contain.Options{Ledger: w.l, Dial: dial, Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := co.Activate(context.Background(), w.activateReq(sc))
+	if !errors.Is(err, contain.ErrActivationIncomplete) || len(res.NotActivated) != 1 || res.NotActivated[0].Code != "bad_answer" {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if s := res.Containment.Successor; len(s) != 1 || s[0].Receiver != sc.bounds[0].Receiver {
+		t.Fatalf("recorded %+v", s)
+	}
+}
