@@ -233,7 +233,9 @@ const CodeAlternate = "alternate"
 // req.Request the approved request. A boundary held again since refuses
 // its activation (an epoch mismatch); the result says which boundaries
 // took the grant and which did not, and the error wraps
-// ErrActivationIncomplete.
+// ErrActivationIncomplete. If recording the grants fails, the error says
+// so and the result still lists the grants activated: they exist at their
+// receivers.
 func (c *Coordinator) Activate(ctx context.Context, req ActivateRequest) (ActivateResult, error) {
 	for _, f := range [][2]string{{"action", req.Action}, {"executor", req.Executor}, {"claim", req.Claim}, {"decision", req.Decision}} {
 		if err := ident.Check(f[0], f[1]); err != nil {

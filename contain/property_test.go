@@ -138,7 +138,7 @@ func TestContain_Property(t *testing.T) {
 		check()
 		steps := 3 + rng.IntN(8)
 		for s := 0; s < steps; s++ {
-			switch op := rng.IntN(6); op {
+			switch op := rng.IntN(7); op {
 			case 0, 1:
 				log = append(log, "contain")
 				if _, err := co.Contain(ctx, contain.ContainRequest{Action: sc.action, Reason: "worker-a paused", Operator: "op"}); err != nil {
@@ -160,7 +160,7 @@ func TestContain_Property(t *testing.T) {
 				if err != nil && !errors.Is(err, ledger.ErrAlreadyAcknowledged) && !errors.Is(err, ledger.ErrNoContainment) {
 					fail("alternate: %v", err)
 				}
-			case 4:
+			case 4, 6:
 				log = append(log, "activate")
 				res, err := co.Activate(ctx, w.activateReq(sc))
 				switch {
