@@ -384,3 +384,24 @@ func TestActivate_GrantAnswerChecked(t *testing.T) {
 		t.Fatalf("recorded %+v", s)
 	}
 }
+
+// Ensure that a hold id taken first at a receiver by another hold (same
+// id, another reason) is not mistaken for the containment's: the boundary
+// is failed with hold_id_conflict, and its epoch is not advanced again.
+func TestContain_HoldIDTakenElsewhere(t *testing.T) {
+	w := newWorld(t, 1)
+	sc := w.newScenario(1)
+	b := sc.bounds[0]
+	id := ledger.HoldID(ledger.ContainmentID("ledger-1", sc.action, sc.claimA.Ref), b.Receiver, b.Scope)
+	if _, err := w.byName[b.Receiver].r.Admin().Hold(context.Background(), kvfence.HoldRequest{Scopes: []string{b.Scope},
+		Reason: "someone else's hold", ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	rec := mustContain(t, w.coordinator(testTimeout), sc)
+	if got := rec.Boundaries[0]; rec.Boundaries[0].HoldID != id || got.Result != ledger.BoundaryFailed || got.ErrorCode != "hold_id_conflict" {
+		t.Fatalf("%s %+v", rec.State, got)
+	}
+	if st := w.status(b); st.Epoch != sc.before[b]+1 {
+		t.Fatalf("epoch %d, before %d", st.Epoch, sc.before[b])
+	}
+}
