@@ -44,11 +44,26 @@ func (c *gcCall) run(ctx context.Context, r *Receiver) {
 	switch {
 	case c.hold != nil:
 		c.held, c.err = r.Admin().Hold(ctx, *c.hold)
+		c.held = heldModuloAnchor(c.held)
 	case c.activate != nil:
 		c.grant, c.err = r.Admin().Activate(ctx, *c.activate)
 	default:
 		c.res, c.err = r.Submit(ctx, c.caller, c.envelope)
 	}
+}
+
+// heldModuloAnchor is a hold's result without what depends on the commit
+// that anchored it, which a batch decides: the checkpoint, and the
+// checkpoint each acknowledgment names and its signature over it.
+func heldModuloAnchor(res HoldResult) HoldResult {
+	res.Checkpoint = audit.SignedCheckpoint{}
+	res.Scopes = slices.Clone(res.Scopes)
+	for i := range res.Scopes {
+		ack := res.Scopes[i].Ack.HoldAck
+		ack.CheckpointSeq, ack.CheckpointHead = 0, audit.Hash{}
+		res.Scopes[i].Ack = audit.SignedHoldAck{HoldAck: ack}
+	}
+	return res
 }
 
 // seq is the audit seq of the call's last entry: its place in the order in

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -609,5 +610,67 @@ func TestSubmit_ReceiptSeqForExecutorOnly(t *testing.T) {
 	}
 	if again := f.submit("worker-a", a.envelope); again.ReceiptSeq != applied.AuditSeq {
 		t.Fatalf("executor's second stale retry: receipt seq %d", again.ReceiptSeq)
+	}
+}
+
+// Ensure that concurrent holds with one ID, which the commit queue may
+// put in one transaction (the later ones then read the first one's
+// records before they are committed), issue one generation: every caller
+// gets the same result, all but one marked as a repeat, each with an
+// acknowledgment its checkpoint covers.
+func TestHoldID_ConcurrentRepeats(t *testing.T) {
+	forEngines(t, func(t *testing.T, s *store) {
+		f := newFixtureOn(t, s, defect.Variant{})
+		const n = 8
+		results := make([]HoldResult, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { results[i], errs[i] = f.admin.Hold(f.ctx, holdReq("race", fixScope)) })
+		}
+		wg.Wait()
+		var firsts []HoldResult
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("Hold %d: %v", i, errs[i])
+			}
+			if !results[i].Repeated {
+				firsts = append(firsts, results[i])
+			}
+			wantAcks(t, results[i], "race")
+		}
+		if len(firsts) != 1 {
+			t.Fatalf("%d holds were not repeats, want 1", len(firsts))
+		}
+		for i := range n {
+			if results[i].Repeated {
+				wantSameHold(t, firsts[0], results[i])
+			}
+		}
+		if st, _ := f.r.Status(fixScope); st.Epoch != 2 {
+			t.Fatalf("scope at epoch %d after concurrent holds of one id, want 2", st.Epoch)
+		}
+	})
+}
+
+// Ensure that a call that says it wrote nothing (wtx.idle) but did is
+// committed and anchored all the same: the transaction is skipped only
+// when the chain and the state are as they were.
+func TestGroupCommit_IdleCallThatWrites(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	head := f.r.Head()
+	_, err := f.r.write(0, false, nil, func(w *wtx) (any, error) {
+		w.idle++
+		_, err := w.appendAudit(&audit.Entry{Kind: KindHold, Scope: fixScope, Epoch: 1, Note: "written by an idle call"})
+		return nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.r.Head(); got.Seq != head.Seq+1 {
+		t.Fatalf("head at %d after a write, want %d", got.Seq, head.Seq+1)
+	}
+	if a, err := f.anchor.Load(); err != nil || a.Seq != head.Seq+1 {
+		t.Fatalf("anchor at %d (%v), want %d", a.Seq, err, head.Seq+1)
 	}
 }

@@ -126,6 +126,7 @@ func TestAddReceiver_Refusals(t *testing.T) {
 		{"no operator", mod(func(r *AddReceiverRequest) { r.Operator = "" }), ErrInvalidArgument},
 		{"server and db", mod(func(r *AddReceiverRequest) { r.DB, r.Anchor = "/x.db", "/x.anchor" }), ErrInvalidArgument},
 		{"neither", mod(func(r *AddReceiverRequest) { r.Server = "" }), ErrInvalidArgument},
+		{"server and db, no anchor", mod(func(r *AddReceiverRequest) { r.DB = "/x.db" }), ErrInvalidArgument},
 		{"http", mod(func(r *AddReceiverRequest) { r.Server = "http://r2.example:8443" }), ErrInvalidArgument},
 		{"https with path", mod(func(r *AddReceiverRequest) { r.Server = "https://r2.example/v1" }), ErrInvalidArgument},
 		{"https with user", mod(func(r *AddReceiverRequest) { r.Server = "https://u@r2.example" }), ErrInvalidArgument},
@@ -341,6 +342,10 @@ func TestRecordBoundaries_Refusals(t *testing.T) {
 		{"garbage ack", []BoundaryContainment{with(good, func(b *BoundaryContainment) { b.Ack = []byte{0xa0} })}, ErrUnverifiedAcknowledgment},
 		{"garbage checkpoint", []BoundaryContainment{with(good, func(b *BoundaryContainment) { b.Checkpoint = []byte{0xa0} })}, ErrUnverifiedAcknowledgment},
 		{"other key", []BoundaryContainment{stranger.ackFor(t, r1a, 4)}, ErrUnverifiedAcknowledgment},
+		{"ack by another key", []BoundaryContainment{with(good, func(b *BoundaryContainment) { b.Ack = stranger.ackFor(t, r1a, 4).Ack })}, ErrUnverifiedAcknowledgment},
+		{"checkpoint by another key", []BoundaryContainment{with(good, func(b *BoundaryContainment) {
+			b.Checkpoint = stranger.ackFor(t, r1a, 4).Checkpoint
+		})}, ErrUnverifiedAcknowledgment},
 		{"other receiver's ack", []BoundaryContainment{with(rs["r2"].ackFor(t, r2a, 4), func(b *BoundaryContainment) {
 			b.Receiver, b.Scope, b.HoldID = r1a.Receiver, r1a.Scope, r1a.HoldID
 		})}, ErrUnverifiedAcknowledgment},
@@ -375,8 +380,11 @@ func TestRecordBoundaries_Refusals(t *testing.T) {
 	if _, _, err := got.Boundaries[0].VerifyAcknowledgment(pinned); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := got.Boundaries[2].VerifyAcknowledgment(pinned); !errors.Is(err, ErrUnverifiedAcknowledgment) {
-		t.Fatalf("r2's boundary checked against r1: %v", err)
+	// r1 signs a hold under the hold id of r2's boundary (hold ids are in
+	// the record for anyone to read): checked against r1's pinned key it
+	// would verify, but r1 does not answer for r2's boundary.
+	if _, _, err := rs["r1"].ackFor(t, r2a, 0).VerifyAcknowledgment(pinned); !errors.Is(err, ErrUnverifiedAcknowledgment) {
+		t.Fatalf("r2's boundary answered by r1: %v", err)
 	}
 }
 
@@ -774,5 +782,46 @@ func TestOldLedgerFile(t *testing.T) {
 	l.Close()
 	if !has(bucketReceivers) || !has(bucketContainments) {
 		t.Fatal("the writes did not create their buckets")
+	}
+}
+
+// Ensure that a containment record whose own bytes contradict themselves
+// does not decode: a foreign hold id, a state its results do not give, an
+// alternate result without its record, an unknown result.
+func TestDecodeContainment_Refusals(t *testing.T) {
+	id := ContainmentID("l", "a", "c-X")
+	base := func() containmentRecord {
+		return containmentRecord{ID: id, Action: "a", SupersededClaim: "c-X", Reason: "r", State: ContainmentNone, StartedAt: 1,
+			Boundaries: []boundaryContainmentRecord{{Receiver: "r1", Scope: "s", HoldID: HoldID(id, "r1", "s"), Result: BoundaryPending}}}
+	}
+	enc := func(c containmentRecord) []byte {
+		raw, err := recordEnc.Marshal(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	if _, err := decodeContainment(id, enc(base())); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(c *containmentRecord){
+		"other id":          func(c *containmentRecord) { c.ID = ContainmentID("l", "a", "c-Y") },
+		"foreign hold id":   func(c *containmentRecord) { c.Boundaries[0].HoldID = HoldID(id, "r2", "s") },
+		"state not derived": func(c *containmentRecord) { c.State = ContainmentFull },
+		"alternate without record": func(c *containmentRecord) {
+			c.Boundaries[0].Result, c.State = BoundaryAlternate, ContainmentFullWithAlternate
+		},
+		"record on a failed": func(c *containmentRecord) {
+			c.Boundaries[0].Result, c.Boundaries[0].Alternate = BoundaryFailed, &alternateRecord{}
+		},
+		"unknown result":      func(c *containmentRecord) { c.Boundaries[0].Result = "held" },
+		"no boundaries":       func(c *containmentRecord) { c.Boundaries = nil },
+		"no superseded claim": func(c *containmentRecord) { c.SupersededClaim = "" },
+	} {
+		c := base()
+		mut(&c)
+		if _, err := decodeContainment(id, enc(c)); !errors.Is(err, ErrBadFormat) {
+			t.Errorf("%s: %v, want ErrBadFormat", name, err)
+		}
 	}
 }
