@@ -8,6 +8,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/audit/etcdanchor"
 	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/contain"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
@@ -62,6 +63,7 @@ var integrityCodes = []errorCodeEntry{
 	{"admission_not_yet_valid", audit.ErrAdmissionNotYetValid},
 	{"admission_replayed", audit.ErrAdmissionReplayed},
 	{api.CodeIntegrity, client.ErrIntegrity},
+	{"containment_mismatch", contain.ErrVerifyMismatch},
 }
 
 // cliCodes are the codes of errors that internal/api does not define,
@@ -122,6 +124,9 @@ var cliCodes = []errorCodeEntry{
 	{"acknowledgment_conflict", ledger.ErrAcknowledgmentConflict},
 	{"already_acknowledged", ledger.ErrAlreadyAcknowledged},
 	{"containment_tampered", ledger.ErrContainmentTampered},
+	// contain: a successor refused or activated at some boundaries only.
+	{"not_successor", contain.ErrNotSuccessor},
+	{"activation_incomplete", contain.ErrActivationIncomplete},
 	{api.CodeUnauthenticated, client.ErrUnauthenticated},
 	{api.CodeForbidden, client.ErrForbidden},
 	{api.CodeTooLarge, client.ErrTooLarge},
@@ -142,6 +147,7 @@ const (
 	codeDenied    = "denied"
 	codeRefused   = "refused"
 	codeWarning   = "anchor_slot_damaged"
+	codePartial   = "partial_containment"
 	codeError     = "error"
 	codeIntegrity = api.CodeIntegrity
 )
@@ -158,6 +164,7 @@ func errorCode(err error) string {
 	var ue *usageError
 	var de *deniedError
 	var we *warningError
+	var pe *partialError
 	switch {
 	case errors.Is(err, kvfence.ErrNotAcknowledged):
 		return "not_acknowledged"
@@ -183,6 +190,8 @@ func errorCode(err error) string {
 	switch {
 	case errors.As(err, &we):
 		return codeWarning
+	case errors.As(err, &pe):
+		return codePartial
 	case errors.As(err, &ue):
 		return codeUsage
 	case errors.As(err, &de):
@@ -220,7 +229,7 @@ func allErrorCodes() []string {
 	for _, e := range cliCodes {
 		add(e.code)
 	}
-	for _, c := range []string{codeWarning, codeUsage, codeDenied, codeIntegrity, codeRefused, codeError} {
+	for _, c := range []string{codeWarning, codePartial, codeUsage, codeDenied, codeIntegrity, codeRefused, codeError} {
 		add(c)
 	}
 	return codes
