@@ -43,6 +43,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/kvfence"
 )
@@ -444,16 +445,55 @@ func (c *Client) Activate(ctx context.Context, req kvfence.ActivateRequest) (Act
 }
 
 // Hold advances the epoch of every named scope and holds it, all or none.
+// With req.ID the hold is idempotent: a repeat returns the first hold's
+// result with Repeated set. The answer must carry the receiver's signed
+// checkpoint and, for each scope asked for and no other, an
+// acknowledgment of that scope's hold with req.ID, each field as its
+// signed bytes say; else it is ErrProtocol. The signatures are not
+// checked here (that needs the receiver's public key): a coordinator
+// verifies them with the key it pinned.
 func (c *Client) Hold(ctx context.Context, req kvfence.HoldRequest) (kvfence.HoldResult, error) {
 	var out api.Hold
-	if err := c.postJSON(ctx, api.PathHold, api.HoldRequest{Scopes: req.Scopes, Reason: req.Reason}, &out); err != nil {
+	body := api.HoldRequest{Scopes: req.Scopes, Reason: req.Reason, HoldID: req.ID, ExpectEpoch: req.ExpectEpoch}
+	if err := c.postJSON(ctx, api.PathHold, body, &out); err != nil {
 		return kvfence.HoldResult{}, err
 	}
 	res, err := out.Result()
 	if err != nil {
-		return kvfence.HoldResult{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+		return kvfence.HoldResult{}, fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
+	if err := holdAnswers(req, res); err != nil {
+		return kvfence.HoldResult{}, fmt.Errorf("%w: %w", ErrProtocol, err)
 	}
 	return res, nil
+}
+
+// holdAnswers checks that a hold's result answers req: a checkpoint, and
+// one acknowledged part per scope asked for, each with req's hold id. A
+// repeat must carry them as well, since the first result is what it
+// returns.
+func holdAnswers(req kvfence.HoldRequest, res kvfence.HoldResult) error {
+	if res.Checkpoint == (audit.SignedCheckpoint{}) {
+		return errors.New("the hold's answer carries no signed checkpoint")
+	}
+	if len(res.Scopes) != len(req.Scopes) {
+		return fmt.Errorf("asked to hold %d scopes, the answer holds %d", len(req.Scopes), len(res.Scopes))
+	}
+	seen := make(map[string]bool, len(res.Scopes))
+	for _, s := range res.Scopes {
+		switch {
+		case !slices.Contains(req.Scopes, s.Scope) || seen[s.Scope]:
+			return fmt.Errorf("the answer holds scope %q, which was not asked for or is there twice", s.Scope)
+		case s.Ack.IsZero():
+			return fmt.Errorf("scope %q's hold carries no signed acknowledgment", s.Scope)
+		case s.Ack.HoldID != req.ID:
+			return fmt.Errorf("scope %q's acknowledgment is of hold id %q, not %q", s.Scope, s.Ack.HoldID, req.ID)
+		case req.ExpectEpoch != 0 && s.PreviousEpoch != req.ExpectEpoch:
+			return fmt.Errorf("scope %q was held from epoch %d, not the expected %d", s.Scope, s.PreviousEpoch, req.ExpectEpoch)
+		}
+		seen[s.Scope] = true
+	}
+	return nil
 }
 
 // HoldAll holds every open scope in one transaction (Admin.HoldAll).
@@ -603,7 +643,29 @@ func (c *Client) Healthz(ctx context.Context) error {
 }
 
 // ReceiptsByClaim returns the receipts of scope applied under grants that
-// carried the ledger claim ref claim (Receiver.ReceiptsByClaim).
+// carried the ledger claim ref claim (Receiver.ReceiptsByClaim), oldest
+// first. An answer with a receipt of another scope, or out of audit
+// order, is ErrProtocol.
 func (c *Client) ReceiptsByClaim(ctx context.Context, scope, claim string) ([]kvfence.Receipt, error) {
-	return nil, fmt.Errorf("%w: ReceiptsByClaim is not built yet", ErrProtocol)
+	var out api.Receipts
+	q := "?scope=" + url.QueryEscape(scope) + "&claim=" + url.QueryEscape(claim)
+	if err := c.call(ctx, http.MethodGet, api.PathReceipts+q, "", nil, &out); err != nil {
+		return nil, err
+	}
+	rcs := make([]kvfence.Receipt, 0, len(out.Receipts))
+	for _, r := range out.Receipts {
+		rc, err := r.ToReceipt()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrProtocol, err)
+		}
+		if rc.Scope != scope {
+			return nil, fmt.Errorf("%w: asked for scope %q's receipts, got one of %q", ErrProtocol, scope, rc.Scope)
+		}
+		if n := len(rcs); n > 0 && rc.AuditSeq <= rcs[n-1].AuditSeq {
+			return nil, fmt.Errorf("%w: receipt at seq %d follows one at %d; the receipts are not oldest first",
+				ErrProtocol, rc.AuditSeq, rcs[n-1].AuditSeq)
+		}
+		rcs = append(rcs, rc)
+	}
+	return rcs, nil
 }

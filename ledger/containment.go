@@ -1,12 +1,9 @@
 package ledger
 
 import (
-	"context"
 	"crypto/ed25519"
 	"errors"
 	"time"
-
-	"github.com/kvfence/kvfence/audit"
 )
 
 // Errors of receivers, boundaries and containments.
@@ -26,6 +23,22 @@ var (
 	// acknowledged without an acknowledgment that verifies under the
 	// receiver's pinned key.
 	ErrUnverifiedAcknowledgment = errors.New("ledger: acknowledgment does not verify")
+	// ErrReceiverKeyPinned means the public key is pinned for another
+	// receiver already.
+	ErrReceiverKeyPinned = errors.New("ledger: public key already pinned for another receiver")
+	// ErrNoBoundaries means the action's approval names no boundary to hold.
+	ErrNoBoundaries = errors.New("ledger: the approval names no boundaries")
+	// ErrAcknowledgmentConflict means an acknowledged boundary was given a
+	// second acknowledgment of another installed epoch.
+	ErrAcknowledgmentConflict = errors.New("ledger: a second acknowledgment names another installed epoch")
+	// ErrAlreadyAcknowledged means an alternate containment was asked for
+	// a boundary that acknowledged its hold.
+	ErrAlreadyAcknowledged = errors.New("ledger: the boundary already acknowledged its hold")
+	// ErrContainmentTampered means a stored receiver, approval boundary or
+	// containment record does not match the audit entry that wrote it, or
+	// is an older copy than the newest entry that changed it: the file was
+	// edited or a record put back.
+	ErrContainmentTampered = errors.New("ledger: record does not match its audit entry (edited or put back)")
 )
 
 // Receiver is a receiving boundary registered in the ledger, with its
@@ -158,7 +171,7 @@ type SuccessorGrant struct {
 type Containment struct {
 	// ID is derived from the ledger, the action and the superseded claim
 	// (ContainmentID), so that every rerun finds the same record.
-	ID string
+	ID                      string
 	Action, SupersededClaim string
 	Reason                  string
 	// State is derived from the boundaries' results by the ledger.
@@ -175,46 +188,4 @@ type Containment struct {
 type AlternateRequest struct {
 	Action, Receiver, Scope string
 	Operator, Reason        string
-}
-
-var errNotBuilt = errors.New("ledger: containment is not built yet")
-
-// AddReceiver registers a receiver and pins its key.
-func (l *Ledger) AddReceiver(ctx context.Context, req AddReceiverRequest) (Receiver, error) {
-	return Receiver{}, errNotBuilt
-}
-
-// Receiver returns a registered receiver.
-func (l *Ledger) Receiver(name string) (Receiver, error) { return Receiver{}, errNotBuilt }
-
-// Receivers returns every registered receiver, by name.
-func (l *Ledger) Receivers() ([]Receiver, error) { return nil, errNotBuilt }
-
-// BeginContainment returns the containment of the action's superseded
-// claim, creating it with every boundary pending.
-func (l *Ledger) BeginContainment(ctx context.Context, action, reason string) (Containment, error) {
-	return Containment{}, errNotBuilt
-}
-
-// RecordBoundaries records attempts' results in containment id.
-func (l *Ledger) RecordBoundaries(ctx context.Context, id string, results []BoundaryContainment) (Containment, error) {
-	return Containment{}, errNotBuilt
-}
-
-// RecordAlternate records an alternate containment of one boundary.
-func (l *Ledger) RecordAlternate(ctx context.Context, req AlternateRequest) (Containment, error) {
-	return Containment{}, errNotBuilt
-}
-
-// RecordSuccessor records a successor's grants.
-func (l *Ledger) RecordSuccessor(ctx context.Context, id string, grants []SuccessorGrant) (Containment, error) {
-	return Containment{}, errNotBuilt
-}
-
-// Containment returns the action's newest containment.
-func (l *Ledger) Containment(action string) (Containment, error) { return Containment{}, errNotBuilt }
-
-// VerifyAcknowledgment checks b's acknowledgment and checkpoint against r.
-func (b BoundaryContainment) VerifyAcknowledgment(r Receiver) (audit.SignedHoldAck, audit.SignedCheckpoint, error) {
-	return audit.SignedHoldAck{}, audit.SignedCheckpoint{}, errNotBuilt
 }

@@ -59,7 +59,9 @@ var (
 // well formed but the ledger's state did not allow it.
 func IsRefusal(err error) bool {
 	for _, t := range []error{ErrActionMismatch, ErrAlreadyApproved, ErrNotApproved, ErrApprovalExpired, ErrClaimed, ErrSettled,
-		ErrNoClaim, ErrNotOwner, ErrSuperseded, ErrBadTransition} {
+		ErrNoClaim, ErrNotOwner, ErrSuperseded, ErrBadTransition, ErrUnknownReceiver, ErrReceiverExists, ErrReceiverKeyPinned,
+		ErrNoBoundaries, ErrNoContainment, ErrNotContained, ErrNotReconciled, ErrUnverifiedAcknowledgment,
+		ErrAcknowledgmentConflict, ErrAlreadyAcknowledged} {
 		if errors.Is(err, t) {
 			return true
 		}

@@ -51,24 +51,37 @@ func (l *Ledger) Approve(ctx context.Context, req ApproveRequest) (Approval, err
 	if req.TTL <= 0 {
 		return Approval{}, fmt.Errorf("%w: the approval's TTL must be positive", ErrInvalidArgument)
 	}
+	bounds, err := checkBoundaries(req.Boundaries)
+	if err != nil {
+		return Approval{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return Approval{}, err
 	}
 	var out Approval
-	err := l.update(func(w *wtx) error {
+	err = l.update(func(w *wtx) error {
 		var existing approvalRecord
 		if ok, err := get(w.tx, bucketApprovals, []byte(req.Action), &existing); err != nil {
 			return err
 		} else if ok {
 			return fmt.Errorf("%w: %q", ErrAlreadyApproved, req.Action)
 		}
+		for _, b := range bounds {
+			if _, err := w.receiver(b.Receiver); err != nil {
+				return fmt.Errorf("boundary %s: %w", b, err)
+			}
+		}
+		// The boundaries go into the entry as well as the record: a
+		// containment reads them from the record and checks them against
+		// the entry, so that a boundary dropped from the file is seen.
 		seq, err := w.appendAudit(&audit.Entry{Kind: KindApprove, Action: req.Action, Executor: req.Approver,
-			RequestSHA256: req.RequestSHA256[:], Decision: req.Decision})
+			RequestSHA256: req.RequestSHA256[:], Decision: req.Decision, Note: boundariesNote(bounds)})
 		if err != nil {
 			return err
 		}
 		rec := approvalRecord{Action: req.Action, RequestSHA256: req.RequestSHA256[:], ActionChecked: checked, Approver: req.Approver,
-			Decision: req.Decision, ApprovedAt: w.now.UnixNano(), ExpiresAt: w.now.Add(req.TTL).UnixNano(), AuditSeq: seq}
+			Decision: req.Decision, ApprovedAt: w.now.UnixNano(), ExpiresAt: w.now.Add(req.TTL).UnixNano(), AuditSeq: seq,
+			Boundaries: bounds}
 		out = rec.public()
 		return put(w.tx, bucketApprovals, []byte(req.Action), &rec)
 	})

@@ -21,6 +21,12 @@ var (
 
 	allBuckets = [][]byte{bucketMeta, bucketApprovals, bucketActions, bucketClaims, bucketAudit, bucketCheckpoints}
 
+	// Buckets added after format kvfence-ledger/1 was first written: a
+	// file without them is read as having none of their records, and the
+	// first write that needs one creates it.
+	bucketReceivers    = []byte("receivers")
+	bucketContainments = []byte("containments")
+
 	metaFormat     = []byte("format")
 	metaLedger     = []byte("ledger")
 	metaKey        = []byte("ledger_key")
@@ -54,6 +60,17 @@ type approvalRecord struct {
 	ExpiresAt int64 `cbor:"expires_at"`
 	// AuditSeq is Approval.AuditSeq.
 	AuditSeq uint64 `cbor:"audit_seq"`
+	// Boundaries is Approval.Boundaries; absent in files written before
+	// boundaries existed, and for an approval that names none.
+	Boundaries []boundaryRecord `cbor:"boundaries,omitempty"`
+}
+
+// boundaryRecord is a Boundary as stored in its approval.
+type boundaryRecord struct {
+	// Receiver is Boundary.Receiver.
+	Receiver string `cbor:"receiver"`
+	// Scope is Boundary.Scope.
+	Scope string `cbor:"scope"`
 }
 
 // actionRecord is an action's claims, stored under its name.
@@ -176,6 +193,9 @@ func (r *approvalRecord) public() Approval {
 	a := Approval{Action: r.Action, ActionChecked: r.ActionChecked, Approver: r.Approver, Decision: r.Decision,
 		ApprovedAt: unixTime(r.ApprovedAt), ExpiresAt: unixTime(r.ExpiresAt), AuditSeq: r.AuditSeq}
 	copy(a.RequestSHA256[:], r.RequestSHA256)
+	for _, b := range r.Boundaries {
+		a.Boundaries = append(a.Boundaries, Boundary{Receiver: b.Receiver, Scope: b.Scope})
+	}
 	return a
 }
 

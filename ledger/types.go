@@ -34,6 +34,16 @@ const (
 	KindFinish    = "finish"
 	KindTakeover  = "takeover"
 	KindReconcile = "reconcile"
+	// KindReceiver registers a receiver and pins its key.
+	KindReceiver = "receiver"
+	// KindContain begins a containment.
+	KindContain = "contain"
+	// KindContainRecord records hold attempts' results at boundaries.
+	KindContainRecord = "contain_record"
+	// KindContainAlternate records an alternate containment of a boundary.
+	KindContainAlternate = "contain_alternate"
+	// KindContainSuccessor records a successor's grants.
+	KindContainSuccessor = "contain_successor"
 )
 
 // DefaultLockTimeout is how long Open waits for the file lock when

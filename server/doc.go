@@ -29,12 +29,17 @@
 //	POST /v1/targets   {"scope","target","value_b64"}               admin
 //	POST /v1/activate  {"scope","executor","claim","request_b64",
 //	                    "ttl","decision","epoch"}                   admin
-//	POST /v1/hold      {"scopes":[...],"reason"}                    admin
+//	POST /v1/hold      {"scopes":[...],"reason"[,"hold_id"]         admin
+//	                    [,"expect_epoch"]}; the answer carries the signed
+//	                   "checkpoint", each scope's signed "ack" and
+//	                   "repeated" (a repeat of hold_id wrote nothing);
+//	                   hold_id_conflict and epoch_mismatch are 409
 //	                   or {"all":true,"reason"}: every open scope, in one
 //	                   transaction; the answer adds "already_held"
 //	GET  /v1/status[?scope=S]                                       admin
 //	GET  /v1/target?target=K                                        admin
 //	GET  /v1/receipt?scope=S&action=A                               admin
+//	GET  /v1/receipts?scope=S&claim=C   {"receipts":[...]}          admin
 //	GET  /v1/grant?id=G                                             admin
 //	GET  /v1/target-list[?scope=S]      {"targets":[...]}           admin
 //	GET  /v1/events?since=N[&limit=M]   {"events":[...]}            admin

@@ -112,6 +112,7 @@ func New(opts Options) (*Handler, error) {
 	}
 	h.routes[api.PathGrant] = route{http.MethodGet, true, h.grant}
 	h.routes[api.PathTargetList] = route{http.MethodGet, true, h.targetList}
+	h.routes[api.PathReceipts] = route{http.MethodGet, true, h.receipts}
 	return h, nil
 }
 
@@ -483,6 +484,12 @@ func (h *Handler) hold(w http.ResponseWriter, r *http.Request, caller string) er
 		if len(req.Scopes) != 0 {
 			return errorf(http.StatusBadRequest, api.CodeBadRequest, "all and scopes do not go together")
 		}
+		// A hold of every open scope names no scope to be idempotent on or
+		// to compare an epoch of; taking them and doing without would
+		// leave the caller believing the hold was conditional.
+		if req.HoldID != "" || req.ExpectEpoch != 0 {
+			return errorf(http.StatusBadRequest, api.CodeBadRequest, "hold_id and expect_epoch do not go with all")
+		}
 		res, err := h.r.Admin().As(caller).HoldAll(r.Context(), req.Reason)
 		if err != nil {
 			return err
@@ -490,7 +497,8 @@ func (h *Handler) hold(w http.ResponseWriter, r *http.Request, caller string) er
 		writeJSON(w, http.StatusOK, api.HoldAllOf(res))
 		return nil
 	}
-	res, err := h.r.Admin().As(caller).Hold(r.Context(), kvfence.HoldRequest{Scopes: req.Scopes, Reason: req.Reason})
+	res, err := h.r.Admin().As(caller).Hold(r.Context(), kvfence.HoldRequest{Scopes: req.Scopes, Reason: req.Reason,
+		ID: req.HoldID, ExpectEpoch: req.ExpectEpoch})
 	if err != nil {
 		return err
 	}
@@ -600,6 +608,29 @@ func (h *Handler) receipt(w http.ResponseWriter, r *http.Request, _ string) erro
 		return err
 	}
 	writeJSON(w, http.StatusOK, api.ReceiptOf(rc))
+	return nil
+}
+
+// receipts answers the receipts of a scope applied under a claim's grants.
+func (h *Handler) receipts(w http.ResponseWriter, r *http.Request, _ string) error {
+	q, err := query(r, "scope", "claim")
+	if err != nil {
+		return err
+	}
+	for _, k := range []string{"scope", "claim"} {
+		if q.Get(k) == "" {
+			return errorf(http.StatusBadRequest, api.CodeBadRequest, "%s is required and not empty", k)
+		}
+	}
+	rcs, err := h.r.ReceiptsByClaim(q.Get("scope"), q.Get("claim"))
+	if err != nil {
+		return err
+	}
+	out := api.Receipts{Receipts: []api.Receipt{}}
+	for _, rc := range rcs {
+		out.Receipts = append(out.Receipts, api.ReceiptOf(rc))
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/audit/etcdanchor"
 	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/contain"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
@@ -62,6 +63,7 @@ var integrityCodes = []errorCodeEntry{
 	{"admission_not_yet_valid", audit.ErrAdmissionNotYetValid},
 	{"admission_replayed", audit.ErrAdmissionReplayed},
 	{api.CodeIntegrity, client.ErrIntegrity},
+	{"containment_mismatch", contain.ErrVerifyMismatch},
 }
 
 // cliCodes are the codes of errors that internal/api does not define,
@@ -111,6 +113,11 @@ var cliCodes = []errorCodeEntry{
 	{"superseded", ledger.ErrSuperseded},
 	{"bad_transition", ledger.ErrBadTransition},
 	{"not_found", ledger.ErrNotFound},
+	// contain: a successor refused or activated at some boundaries only.
+	{"not_contained", ledger.ErrNotContained},
+	{"not_reconciled", ledger.ErrNotReconciled},
+	{"not_successor", contain.ErrNotSuccessor},
+	{"activation_incomplete", contain.ErrActivationIncomplete},
 	{api.CodeUnauthenticated, client.ErrUnauthenticated},
 	{api.CodeForbidden, client.ErrForbidden},
 	{api.CodeTooLarge, client.ErrTooLarge},
@@ -131,6 +138,7 @@ const (
 	codeDenied    = "denied"
 	codeRefused   = "refused"
 	codeWarning   = "anchor_slot_damaged"
+	codePartial   = "partial_containment"
 	codeError     = "error"
 	codeIntegrity = api.CodeIntegrity
 )
@@ -147,6 +155,7 @@ func errorCode(err error) string {
 	var ue *usageError
 	var de *deniedError
 	var we *warningError
+	var pe *partialError
 	switch {
 	case errors.Is(err, kvfence.ErrNotAcknowledged):
 		return "not_acknowledged"
@@ -172,6 +181,8 @@ func errorCode(err error) string {
 	switch {
 	case errors.As(err, &we):
 		return codeWarning
+	case errors.As(err, &pe):
+		return codePartial
 	case errors.As(err, &ue):
 		return codeUsage
 	case errors.As(err, &de):
@@ -209,7 +220,7 @@ func allErrorCodes() []string {
 	for _, e := range cliCodes {
 		add(e.code)
 	}
-	for _, c := range []string{codeWarning, codeUsage, codeDenied, codeIntegrity, codeRefused, codeError} {
+	for _, c := range []string{codeWarning, codePartial, codeUsage, codeDenied, codeIntegrity, codeRefused, codeError} {
 		add(c)
 	}
 	return codes

@@ -253,7 +253,7 @@ func TestErrorJSON_READMECodes(t *testing.T) {
 	exits := map[string][]int{"not_acknowledged": {exitCode(kvfence.ErrNotAcknowledged)},
 		"anchor_write_conflict": {exitCode(audit.ErrWriteConflict)}, "malformed_patch": {exitCode(kvfence.ErrMalformedPatch)},
 		codeUsage: {ExitUsage}, codeDenied: {ExitDenied}, codeRefused: {ExitDenied}, codeIntegrity: {ExitIntegrity},
-		codeWarning: {ExitWarning}, codeError: {ExitError}}
+		codeWarning: {ExitWarning}, codePartial: {ExitPartial}, codeError: {ExitError}}
 	for _, e := range append(append([]errorCodeEntry{}, integrityCodes...), cliCodes...) {
 		exits[e.code] = append(exits[e.code], exitCode(e.err))
 	}

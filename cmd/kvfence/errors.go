@@ -11,6 +11,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/audit/etcdanchor"
 	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/contain"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 	"github.com/kvfence/kvfence/ledger"
@@ -25,6 +26,7 @@ const (
 	ExitIntegrity = 4 // rollback, fork, tampering, bad signature, missing anchor
 	ExitBusy      = 5 // the database lock was not obtained in time
 	ExitWarning   = 6 // verify-chain: the chain verifies, but the anchor file holds a damaged slot
+	ExitPartial   = 8 // contain: the containment is partial or none; the record was written and printed
 )
 
 // exitCode maps an error returned by a command to the process exit code.
@@ -44,11 +46,17 @@ func exitCode(err error) int {
 	var ue *usageError
 	var de *deniedError
 	var we *warningError
+	var pe *partialError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
-	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity), errors.Is(err, etcdanchor.ErrClusterMismatch):
+	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity), errors.Is(err, etcdanchor.ErrClusterMismatch),
+		errors.Is(err, contain.ErrVerifyMismatch):
 		return ExitIntegrity
+	case errors.As(err, &pe):
+		return ExitPartial
+	case isContainRefusal(err):
+		return ExitDenied
 	case errors.As(err, &we):
 		return ExitWarning
 	case errors.As(err, &ue), isMalformedInput(err), errors.Is(err, kvfence.ErrAnchorNotApart),
@@ -56,13 +64,21 @@ func exitCode(err error) int {
 		// The command line names the store's cluster as the anchor, or
 		// must state the anchor's cluster: corrected there.
 		return ExitUsage
-	case errors.As(err, &de), kvfence.IsRefusal(err), ledger.IsRefusal(err):
+	case errors.As(err, &de), kvfence.IsRefusal(err), ledger.IsRefusal(err), errors.Is(err, kvfence.ErrHoldIDConflict):
 		return ExitDenied
 	case errors.Is(err, kvfence.ErrStorageBusy), errors.Is(err, ledger.ErrStorageBusy):
 		return ExitBusy
 	default:
 		return ExitError
 	}
+}
+
+// isContainRefusal reports whether err is a refusal of a contain command:
+// a successor refused before anything was activated, or activated at some
+// boundaries only.
+func isContainRefusal(err error) bool {
+	return errors.Is(err, ledger.ErrNotContained) || errors.Is(err, ledger.ErrNotReconciled) ||
+		errors.Is(err, contain.ErrNotSuccessor) || errors.Is(err, contain.ErrActivationIncomplete)
 }
 
 // isMalformedInput reports whether err says that request, envelope or
@@ -222,6 +238,8 @@ func hint(err error) string {
 		return "kvfence hold --scope S --reason R, then activate"
 	case errors.Is(err, kvfence.ErrEpochMismatch):
 		return "kvfence status --scope S, to see the current epoch"
+	case errors.Is(err, kvfence.ErrHoldIDConflict):
+		return "a hold id names one hold: repeat it with the same --scope, --reason and --expect-epoch, or choose another --hold-id"
 	case errors.Is(err, kvfence.ErrTTLTooLong):
 		return "ask for a shorter --ttl; kvfence scope list shows each scope's maximum grant ttl"
 	case errors.Is(err, fs.ErrExist):

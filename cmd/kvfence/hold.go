@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/kvfence/kvfence/internal/api"
+	"io"
 	"strings"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -35,6 +37,8 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 	fs.Var(&scopes, "scope", "")
 	reason := fs.String("reason", "", "")
 	all := fs.Bool("all", false, "")
+	holdID := fs.String("hold-id", "", "")
+	expectEpoch := fs.Uint64("expect-epoch", 0, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
@@ -52,6 +56,16 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 		return &usageError{msg: "kvfence hold: --all and --scope are mutually exclusive", hint: "kvfence hold -h"}
 	case !*all && len(scopes) == 0:
 		return &usageError{msg: "kvfence hold: --scope or --all is required", hint: "kvfence hold -h"}
+	case *all && (isSet(fs, "hold-id") || isSet(fs, "expect-epoch")):
+		return &usageError{msg: "kvfence hold: --hold-id and --expect-epoch name scopes; they do not go with --all",
+			hint: "kvfence hold -h"}
+	case isSet(fs, "hold-id") && *holdID == "":
+		return &usageError{msg: "kvfence hold: --hold-id is empty", hint: "kvfence hold -h"}
+	case isSet(fs, "expect-epoch") && *expectEpoch == 0:
+		return &usageError{msg: "kvfence hold: --expect-epoch must be an epoch, 1 or more", hint: "kvfence hold -h"}
+	case *expectEpoch != 0 && len(scopes) != 1:
+		return &usageError{msg: "kvfence hold: --expect-epoch compares one scope's epoch; name exactly one --scope",
+			hint: "kvfence hold -h"}
 	}
 	if err := require("hold", [2]string{"reason", *reason}); err != nil {
 		return err
@@ -59,7 +73,7 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 	if *all {
 		return c.holdAll(ctx, &cf, &rf, *reason)
 	}
-	req := kvfence.HoldRequest{Scopes: scopes, Reason: *reason}
+	req := kvfence.HoldRequest{Scopes: scopes, Reason: *reason, ID: *holdID, ExpectEpoch: *expectEpoch}
 	res, err := either(&cf, &rf, true, c.m.warn,
 		func(r *kvfence.Receiver) (kvfence.HoldResult, error) { return localAdmin(r).Hold(ctx, req) },
 		func(cl *client.Client) (kvfence.HoldResult, error) { return cl.Hold(ctx, req) })
@@ -79,7 +93,26 @@ func (c *HoldCommand) Run(ctx context.Context, args []string) (err error) {
 	fmt.Fprintf(tw, "hold requested at\t%s\n", humanTime(res.HoldRequestedAt))
 	fmt.Fprintf(tw, "hold committed at\t%s\n", humanTime(res.HoldCommittedAt))
 	fmt.Fprintf(tw, "audit seq\t%d\n", res.AuditSeq)
+	printHoldEvidence(tw, req.ID, res)
 	return tw.Flush()
+}
+
+// printHoldEvidence prints what makes a hold checkable and repeatable:
+// its id, whether this run repeated it, and the signed checkpoint.
+func printHoldEvidence(w io.Writer, id string, res kvfence.HoldResult) {
+	if id != "" {
+		fmt.Fprintf(w, "hold id\t%s\n", id)
+	}
+	if cp := res.Checkpoint; cp != (audit.SignedCheckpoint{}) {
+		fmt.Fprintf(w, "checkpoint seq\t%d\n", cp.Seq)
+		fmt.Fprintf(w, "checkpoint head\t%x\n", cp.Head[:])
+		fmt.Fprintf(w, "key fingerprint\t%s\n", cp.Key)
+	}
+	if res.Repeated {
+		// Last, and without a tab: the epochs above are the first hold's,
+		// and this says so in words a reader cannot miss.
+		fmt.Fprintln(w, "repeated: no new generation; this hold id was held before, and the result above is that hold's")
+	}
 }
 
 // holdAllJSON is the --json shape of hold --all: hold's shape, with the
@@ -114,12 +147,16 @@ func (c *HoldCommand) holdAll(ctx context.Context, cf *commonFlags, rf *remoteFl
 		fmt.Fprintf(tw, "hold committed at\t%s\n", humanTime(res.HoldCommittedAt))
 	}
 	fmt.Fprintf(tw, "audit seq\t%d\n", res.AuditSeq)
+	if len(out.Scopes) > 0 {
+		printHoldEvidence(tw, "", res.HoldResult)
+	}
 	return tw.Flush()
 }
 
 // Usage prints the command's help.
 func (c *HoldCommand) Usage() {
-	fmt.Fprint(c.m.Stderr, `Usage: kvfence hold --scope S [--scope S2 ...] --reason R [common arguments]
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence hold --scope S [--scope S2 ...] --reason R
+                    [--hold-id ID] [--expect-epoch N] [common arguments]
        kvfence hold --all --reason R [common arguments]
 
 Holds the named scopes: each one's epoch advances by one, its active grant
@@ -140,5 +177,22 @@ Arguments:
 	    listed ("already held") and left at their epoch.
 	--reason R
 	    Why, recorded in the audit chain.
+	--hold-id ID
+	    Make the hold idempotent: the first hold with ID advances the
+	    epochs; running the same command again (the same ID, scopes,
+	    reason and --expect-epoch) writes nothing and prints the first
+	    hold's result with "repeated", even if a scope was activated
+	    since. Use it whenever the command may be repeated, as after a
+	    lost answer. The same ID with other scopes, another reason or
+	    another --expect-epoch is refused (hold_id_conflict, exit 3).
+	    At most 128 bytes.
+	--expect-epoch N
+	    Hold only if the one named scope is at epoch N; otherwise
+	    epoch_mismatch (exit 3) and nothing changes.
+
+The result carries the receiver's signed checkpoint that covers the hold
+and, per scope, the receiver's signed acknowledgment of it (with --json,
+"checkpoint" and "ack", each with "signed_b64"): checkable offline with
+the receiver's public key.
 `+usageKey+usageDB+usageServer+usageJSON)
 }

@@ -120,6 +120,8 @@
 //	5  storage busy (the database lock was not obtained in --lock-timeout)
 //	6  verify-chain only: the chain verifies, but a slot of the anchor file
 //	   is damaged (a crash during an anchor write, or tampering)
+//	8  contain only: the containment is partial or none (the record was
+//	   written and printed); a successor may not be activated
 //
 // Any command that opens a receiver with its anchor prints a damaged anchor
 // slot as "Warning: ..." on stderr; status and verify-chain also report it
@@ -280,7 +282,7 @@ func anchorArg(args []string, getenv func(string) string) string {
 	switch {
 	case set:
 		return path
-	case len(args) > 0 && args[0] == "ledger":
+	case len(args) > 0 && (args[0] == "ledger" || args[0] == "contain"):
 		return getenv(envLedgerAnchor)
 	}
 	return getenv(envAnchor)
@@ -387,6 +389,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &RecoverCommand{m}, args, nil
 	case "ledger":
 		return &LedgerCommand{m}, args, nil
+	case "contain":
+		return &ContainCommand{m}, args, nil
 	case "lab":
 		return &LabCommand{m}, args, nil
 	case "serve":
@@ -411,7 +415,7 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 
 // commandNames are the commands "kvfence help" lists, for suggestions.
 var commandNames = []string{"keygen", "init", "scope", "target", "request", "activate", "envelope", "submit", "hold",
-	"status", "observe", "verify-chain", "admission", "recover", "ledger", "serve", "cert", "lab", "bench", "version"}
+	"status", "observe", "verify-chain", "admission", "recover", "ledger", "contain", "serve", "cert", "lab", "bench", "version"}
 
 // isHelpFlag reports whether arg asks for help, as the flag package
 // understands it.

@@ -53,13 +53,15 @@ func (c *ObserveCommand) Run(ctx context.Context, args []string) error {
 			c.Usage()
 			return flag.ErrHelp
 		}
-		return &usageError{msg: "kvfence observe: missing subcommand (target, receipt, grant or events)", hint: "kvfence observe -h"}
+		return &usageError{msg: "kvfence observe: missing subcommand (target, receipt, receipts, grant or events)", hint: "kvfence observe -h"}
 	}
 	switch args[0] {
 	case "target":
 		return c.target(ctx, args[1:])
 	case "receipt":
 		return c.receipt(ctx, args[1:])
+	case "receipts":
+		return c.receipts(ctx, args[1:])
 	case "events":
 		return c.events(ctx, args[1:])
 	case "grant":
@@ -155,6 +157,56 @@ func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error)
 	fmt.Fprintf(tw, "revision\t%d -> %d\n", out.RevBefore, out.RevAfter)
 	fmt.Fprintf(tw, "audit seq\t%d\n", out.AuditSeq)
 	fmt.Fprintf(tw, "at\t%s\n", humanTime(rc.At))
+	return tw.Flush()
+}
+
+// observeReceiptsJSON is the --json shape of observe receipts, the served
+// answer's.
+type observeReceiptsJSON = api.Receipts
+
+// receipts prints the receipts a claim's grants applied in one scope: the
+// effects a superseded worker left, which a takeover must reconcile.
+func (c *ObserveCommand) receipts(ctx context.Context, args []string) (err error) {
+	fs := newFlagSet("observe receipts")
+	cf := commonFlags{name: "observe receipts"}
+	cf.register(fs, withDB)
+	var rf remoteFlags
+	rf.register(fs)
+	scope := fs.String("scope", "", "")
+	claim := fs.String("claim", "", "")
+	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
+		return err
+	}
+	cf.resolve(fs, c.m.Getenv)
+	if err := rf.check(fs, "observe receipts"); err != nil {
+		return err
+	}
+	if err := require("observe receipts", [2]string{"scope", *scope}, [2]string{"claim", *claim}); err != nil {
+		return err
+	}
+	rcs, err := either(&cf, &rf, false, c.m.warn,
+		func(r *kvfence.Receiver) ([]kvfence.Receipt, error) { return r.ReceiptsByClaim(*scope, *claim) },
+		func(cl *client.Client) ([]kvfence.Receipt, error) { return cl.ReceiptsByClaim(ctx, *scope, *claim) })
+	if err != nil {
+		return err
+	}
+	out := observeReceiptsJSON{Receipts: []api.Receipt{}}
+	for _, rc := range rcs {
+		out.Receipts = append(out.Receipts, api.ReceiptOf(rc))
+	}
+	if cf.json {
+		return writeJSON(c.m.Stdout, out)
+	}
+	tw := newTable(c.m.Stdout)
+	if len(rcs) == 0 {
+		fmt.Fprintf(tw, "no receipt in scope %s under claim %s: nothing applied under its grants\n", *scope, *claim)
+		return tw.Flush()
+	}
+	fmt.Fprintln(tw, "AUDIT SEQ\tAT\tACTION\tTARGET\tREVISION\tGRANT")
+	for _, rc := range rcs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d -> %d\t%s\n", rc.AuditSeq, humanTime(rc.At), quoteIfNeeded(rc.Action),
+			quoteIfNeeded(rc.Target), rc.RevBefore, rc.RevAfter, rc.Grant)
+	}
 	return tw.Flush()
 }
 
@@ -445,6 +497,7 @@ func (c *ObserveCommand) Usage() {
 
 	kvfence observe target K [common arguments]
 	kvfence observe receipt --scope S --action A [common arguments]
+	kvfence observe receipts --scope S --claim C [common arguments]
 	kvfence observe grant ID [common arguments]
 	kvfence observe events [--since SEQ] [--until SEQ] [--scope S] [--kind K ...]
 	                       [--follow [--interval DURATION]] [common arguments]
@@ -456,6 +509,10 @@ Prints state without changing it; the database is opened read-only.
 	          "value_b64" is always the value in base64.
 	receipt   the receipt of an applied action: grant, request digest,
 	          revisions before and after, audit seq and time.
+	receipts  the receipts of scope S applied under grants that carried
+	          the ledger claim C, oldest first: what that claim's worker
+	          already did there, to reconcile after a takeover. With
+	          --json, {"receipts":[...]}, each in observe receipt's shape.
 	grant     a grant by id: scope, epoch, executor, claim, action,
 	          request digest, validity window ("expired" once the
 	          receiver's clock is past it), decision, its activate entry's
@@ -472,6 +529,8 @@ Arguments:
 
 	--scope S, --action A
 	    The receipt's scope and logical action id.
+	--scope S, --claim C
+	    For receipts: the scope and the ledger claim ref the grants bound.
 	--since SEQ
 	    The first audit seq to print.
 	--until SEQ

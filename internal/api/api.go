@@ -31,6 +31,9 @@ const (
 	PathGrant = "/v1/grant"
 	// PathTargetList is GET [?scope=]: the targets, of every scope or one.
 	PathTargetList = "/v1/target-list"
+	// PathReceipts is GET ?scope=&claim=: the receipts applied under a
+	// claim's grants.
+	PathReceipts = "/v1/receipts"
 )
 
 // Media types of request and response bodies.
@@ -61,12 +64,16 @@ type Submit struct {
 	Revision uint64 `json:"revision"`
 	// AuditSeq is the seq of the audit entry that records the decision.
 	AuditSeq uint64 `json:"audit_seq"`
+	// ReceiptSeq is, on a denial of a request the scope applied already
+	// and only for the executor of the grant it was applied under, the
+	// audit seq of the applied decision; omitted when 0.
+	ReceiptSeq uint64 `json:"receipt_seq,omitempty"`
 }
 
 // SubmitOf returns the response for a decision.
 func SubmitOf(r kvfence.Result) Submit {
 	return Submit{Outcome: string(r.Outcome), Reason: string(r.Reason), Detail: r.Detail, Scope: r.Scope,
-		Epoch: r.Epoch, Grant: r.Grant, Action: r.Action, Target: r.Target, Revision: r.Revision, AuditSeq: r.AuditSeq}
+		Epoch: r.Epoch, Grant: r.Grant, Action: r.Action, Target: r.Target, Revision: r.Revision, AuditSeq: r.AuditSeq, ReceiptSeq: r.ReceiptSeq}
 }
 
 // Result returns the decision a response carries.
@@ -78,7 +85,7 @@ func (s Submit) Result() (kvfence.Result, error) {
 	}
 	return kvfence.Result{Outcome: kvfence.Outcome(s.Outcome), Reason: kvfence.Reason(s.Reason), Detail: s.Detail,
 		Scope: s.Scope, Epoch: s.Epoch, Grant: s.Grant, Action: s.Action, Target: s.Target, Revision: s.Revision,
-		AuditSeq: s.AuditSeq}, nil
+		AuditSeq: s.AuditSeq, ReceiptSeq: s.ReceiptSeq}, nil
 }
 
 // ScopeCreateRequest is the body of POST /v1/scopes.
@@ -205,6 +212,12 @@ type HoldRequest struct {
 	// All holds every open scope in one transaction (Admin.HoldAll);
 	// Scopes must then be empty, and the response is a HoldAll.
 	All bool `json:"all,omitempty"`
+	// HoldID makes the hold idempotent (kvfence.HoldRequest.ID): a repeat
+	// of it returns the first hold's result and issues no new epoch.
+	HoldID string `json:"hold_id,omitempty"`
+	// ExpectEpoch, when not zero, holds only if the one named scope is at
+	// this epoch (kvfence.HoldRequest.ExpectEpoch).
+	ExpectEpoch uint64 `json:"expect_epoch,omitempty"`
 }
 
 // HoldAll is the response of POST /v1/hold with "all": the hold, and the
@@ -230,56 +243,6 @@ func HoldAllOf(res kvfence.HoldAllResult) HoldAll {
 type TargetList struct {
 	// Targets are the targets, ordered by name.
 	Targets []Target `json:"targets"`
-}
-
-// Hold is the response of POST /v1/hold.
-type Hold struct {
-	// Scopes lists each held scope.
-	Scopes []HoldScope `json:"scopes"`
-	// HoldRequestedAt is the receiver's clock when the hold was requested.
-	HoldRequestedAt *string `json:"hold_requested_at"`
-	// HoldCommittedAt is the receiver's clock in the transaction that
-	// committed the hold.
-	HoldCommittedAt *string `json:"hold_committed_at"`
-	// AuditSeq is the seq of the last scope's hold entry.
-	AuditSeq uint64 `json:"audit_seq"`
-}
-
-// HoldScope is one scope's part of a hold.
-type HoldScope struct {
-	// Scope is the held scope's name.
-	Scope string `json:"scope"`
-	// PreviousEpoch is the scope's epoch before the hold.
-	PreviousEpoch uint64 `json:"previous_epoch"`
-	// Epoch is the scope's new epoch.
-	Epoch uint64 `json:"epoch"`
-	// Mode is held.
-	Mode string `json:"mode"`
-}
-
-// HoldOf returns the response for a committed hold.
-func HoldOf(res kvfence.HoldResult) Hold {
-	out := Hold{Scopes: []HoldScope{}, HoldRequestedAt: Time(res.HoldRequestedAt),
-		HoldCommittedAt: Time(res.HoldCommittedAt), AuditSeq: res.AuditSeq}
-	for _, s := range res.Scopes {
-		out.Scopes = append(out.Scopes, HoldScope{Scope: s.Scope, PreviousEpoch: s.PreviousEpoch, Epoch: s.Epoch,
-			Mode: string(kvfence.ModeHeld)})
-	}
-	return out
-}
-
-// Result returns the hold a response describes.
-func (h Hold) Result() (kvfence.HoldResult, error) {
-	out := kvfence.HoldResult{AuditSeq: h.AuditSeq}
-	for _, s := range h.Scopes {
-		out.Scopes = append(out.Scopes, kvfence.HeldScope{Scope: s.Scope, PreviousEpoch: s.PreviousEpoch, Epoch: s.Epoch})
-	}
-	var err error
-	if out.HoldRequestedAt, err = ParseTime(h.HoldRequestedAt); err != nil {
-		return out, err
-	}
-	out.HoldCommittedAt, err = ParseTime(h.HoldCommittedAt)
-	return out, err
 }
 
 // Status is the response of GET /v1/status. AnchorChecked is always true
@@ -467,6 +430,13 @@ func (r Receipt) ToReceipt() (kvfence.Receipt, error) {
 	var err error
 	out.At, err = ParseTime(r.At)
 	return out, err
+}
+
+// Receipts is the response of GET /v1/receipts: the receipts of one
+// scope applied under grants that carried one claim, oldest first.
+type Receipts struct {
+	// Receipts are the receipts, in audit order.
+	Receipts []Receipt `json:"receipts"`
 }
 
 // Events is the response of GET /v1/events: entries in chain order, at

@@ -72,6 +72,7 @@ var Sentinels = []Sentinel{
 	{"target_exists", http.StatusConflict, kvfence.ErrTargetExists},
 	{"not_held", http.StatusConflict, kvfence.ErrNotHeld},
 	{"epoch_mismatch", http.StatusConflict, kvfence.ErrEpochMismatch},
+	{"hold_id_conflict", http.StatusConflict, kvfence.ErrHoldIDConflict},
 	{"epoch_exhausted", http.StatusConflict, kvfence.ErrEpochExhausted},
 	{"unknown_scope", http.StatusNotFound, kvfence.ErrUnknownScope},
 	{"unknown_target", http.StatusNotFound, kvfence.ErrUnknownTarget},

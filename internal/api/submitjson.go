@@ -31,6 +31,10 @@ func (s *Submit) AppendJSON(b []byte) []byte {
 	b = strconv.AppendUint(b, s.Revision, 10)
 	b = append(b, `,"audit_seq":`...)
 	b = strconv.AppendUint(b, s.AuditSeq, 10)
+	if s.ReceiptSeq != 0 {
+		b = append(b, `,"receipt_seq":`...)
+		b = strconv.AppendUint(b, s.ReceiptSeq, 10)
+	}
 	return append(b, "}\n"...)
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/kvfence/kvfence/kvfence"
 )
 
 // encodeStd is what the reflective encoder writes for s, the bytes
@@ -33,7 +35,7 @@ func TestSubmitAppendJSON(t *testing.T) {
 	for _, s := range strs {
 		for _, n := range []uint64{0, 1, 1 << 63, ^uint64(0)} {
 			in := Submit{Outcome: s, Reason: s, Detail: s, Scope: s, Epoch: n, Grant: s, Action: s, Target: s,
-				Revision: n + 1, AuditSeq: n ^ 7}
+				Revision: n + 1, AuditSeq: n ^ 7, ReceiptSeq: n}
 			want := encodeStd(t, in)
 			if got := in.AppendJSON([]byte("prefix")); !bytes.Equal(got, append([]byte("prefix"), want...)) {
 				t.Errorf("AppendJSON(%q, %d):\n got %q\nwant prefix%q", s, n, got, want)
@@ -48,7 +50,7 @@ func FuzzSubmitAppendJSON(f *testing.F) {
 	f.Add("applied", "", "\u2028", uint64(0))
 	f.Fuzz(func(t *testing.T, outcome, reason, detail string, n uint64) {
 		in := Submit{Outcome: outcome, Reason: reason, Detail: detail, Scope: detail + outcome, Epoch: n,
-			Grant: reason, Action: outcome, Target: detail, Revision: n * 3, AuditSeq: ^n}
+			Grant: reason, Action: outcome, Target: detail, Revision: n * 3, AuditSeq: ^n, ReceiptSeq: n / 2}
 		if got, want := in.AppendJSON(nil), encodeStd(t, in); !bytes.Equal(got, want) {
 			t.Fatalf("AppendJSON:\n got %q\nwant %q", got, want)
 		}
@@ -76,10 +78,39 @@ func TestParseSubmitJSON(t *testing.T) {
 		string(b) + "{}",                                                                // more after it
 		strings.Replace(string(b), `"reason"`, `"Reason"`, 1),                           // another key
 		`{"error":{"code":"internal","message":"x"}}` + "\n",
+		strings.Replace(string(b), "}\n", `,"receipt_seq":0}`+"\n", 1),  // a 0 that AppendJSON omits
+		strings.Replace(string(b), "}\n", `,"receipt_seq":}`+"\n", 1),   // no number
+		strings.Replace(string(b), "}\n", `,"receipt_seq":01}`+"\n", 1), // a leading zero
 	}
 	for _, s := range refused {
 		if got, ok := ParseSubmitJSON([]byte(s)); ok {
 			t.Errorf("ParseSubmitJSON(%q) = %+v, true; want false", s, got)
+		}
+	}
+}
+
+// Ensure that a denial's receipt_seq crosses the wire: written when set,
+// omitted when 0, read back by both readers and carried into the result.
+func TestSubmit_ReceiptSeq(t *testing.T) {
+	for _, n := range []uint64{0, 1, 42, ^uint64(0)} {
+		res := kvfence.Result{Outcome: kvfence.Denied, Reason: "stale_or_unknown_epoch", Scope: "s", Epoch: 3,
+			AuditSeq: 9, ReceiptSeq: n}
+		in := SubmitOf(res)
+		b := in.AppendJSON(nil)
+		if has := bytes.Contains(b, []byte(`"receipt_seq"`)); has != (n != 0) {
+			t.Fatalf("receipt_seq %d: answer %s", n, b)
+		}
+		fast, ok := ParseSubmitJSON(b)
+		if !ok || fast != in {
+			t.Fatalf("ParseSubmitJSON(%s) = %+v, %v", b, fast, ok)
+		}
+		var slow Submit
+		if err := DecodeAnswer(b, &slow); err != nil || slow != in {
+			t.Fatalf("DecodeAnswer(%s) = %+v, %v", b, slow, err)
+		}
+		back, err := slow.Result()
+		if err != nil || back != res {
+			t.Fatalf("Result = %+v, %v; want %+v", back, err, res)
 		}
 	}
 }
@@ -89,6 +120,7 @@ func TestParseSubmitJSON(t *testing.T) {
 func FuzzParseSubmitJSON(f *testing.F) {
 	f.Add(Submit{Outcome: "applied", Scope: "s", Epoch: 1, Revision: 2, AuditSeq: 3}.appendForFuzz())
 	f.Add([]byte(`{"outcome":"a","reason":"","detail":"","scope":"","epoch":0,"grant":"","action":"","target":"","revision":0,"audit_seq":0}` + "\n"))
+	f.Add(Submit{Outcome: "denied", Scope: "s", Epoch: 1, AuditSeq: 3, ReceiptSeq: 2}.appendForFuzz())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, ok := ParseSubmitJSON(b)
 		if !ok {

@@ -26,6 +26,8 @@ func ParseSubmitJSON(b []byte) (Submit, bool) {
 		p.lit(`,"target":`) && p.str(&s.Target) &&
 		p.lit(`,"revision":`) && p.num(&s.Revision) &&
 		p.lit(`,"audit_seq":`) && p.num(&s.AuditSeq) &&
+		// receipt_seq is omitted when 0, so a 0 is not AppendJSON's.
+		(!p.lit(`,"receipt_seq":`) || p.num(&s.ReceiptSeq) && s.ReceiptSeq != 0) &&
 		p.lit("}\n") && len(p.b) == 0
 	if !ok {
 		return Submit{}, false
