@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/internal/api"
@@ -149,10 +152,31 @@ func (c *Coordinator) hold(ctx context.Context, rec ledger.Containment, b ledger
 // earlier answer is kept: epochs and evidence come only from an
 // acknowledgment that verifies.
 func failed(b ledger.BoundaryContainment, result ledger.BoundaryResult, code string, err error) ledger.BoundaryContainment {
-	b.Result, b.ErrorCode, b.Error = result, code, err.Error()
+	b.Result, b.ErrorCode, b.Error = result, printable(code, 64), printable(err.Error(), maxErrorText)
 	b.AcknowledgedAt, b.PreviousEpoch, b.InstalledEpoch = time.Time{}, 0, 0
 	b.Ack, b.Checkpoint = nil, nil
 	return b
+}
+
+// maxErrorText bounds a recorded error, within the ledger's limit.
+const maxErrorText = 1000
+
+// printable returns s as the ledger records free text: valid UTF-8
+// without control characters, at most max bytes. An error's text may come
+// from the receiver, which is not trusted to send printable text, and a
+// result the ledger refused would leave every boundary unrecorded.
+func printable(s string, max int) string {
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "?") {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			r = '?'
+		}
+		if b.Len()+utf8.RuneLen(r) > max {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // classify maps a hold's error to a boundary result and an error code:

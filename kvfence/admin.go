@@ -1,10 +1,13 @@
 package kvfence
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
@@ -244,6 +247,14 @@ type HoldRequest struct {
 // puts it in held mode, all in one transaction: every scope is held or, on
 // any error, none is. A scope at the largest epoch makes the whole hold fail
 // with ErrEpochExhausted.
+//
+// The result is returned only once the anchor holds a checkpoint that covers
+// the hold's entries: HoldResult.Checkpoint is that checkpoint, and each
+// scope's Ack is signed with the receiver's key after the anchor write,
+// naming it. A hold with an ID that repeats an earlier one (HoldRequest.ID)
+// writes nothing and returns the earlier result, with the acknowledgments
+// signed again over the receiver's current anchor, which covers the earlier
+// entries.
 func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 	requested := a.r.opts.Now()
 	if err := a.checkActor(); err != nil {
@@ -265,11 +276,29 @@ func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 	if err := checkName("reason", req.Reason); err != nil {
 		return HoldResult{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
+	if req.ID != "" {
+		if err := checkName("hold id", req.ID); err != nil {
+			return HoldResult{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+		if len(req.ID) > audit.MaxHoldIDLen {
+			return HoldResult{}, fmt.Errorf("%w: hold id is %d bytes, over the %d-byte limit", ErrInvalidArgument, len(req.ID), audit.MaxHoldIDLen)
+		}
+	}
+	if req.ExpectEpoch != 0 && len(req.Scopes) != 1 {
+		// One number cannot be every scope's epoch: scopes move apart.
+		return HoldResult{}, fmt.Errorf("%w: an expected epoch names one scope; this hold names %d", ErrInvalidArgument, len(req.Scopes))
+	}
 	if err := ctx.Err(); err != nil {
 		return HoldResult{}, err
 	}
-	return update(a.r, len(req.Reason), func(w *wtx) (HoldResult, error) {
-		res := HoldResult{HoldRequestedAt: requested.UTC(), HoldCommittedAt: w.now.UTC()}
+	fp := holdFingerprint(&req)
+	res, anchored, err := updateAnchored(a.r, len(req.Reason)+len(req.ID), func(w *wtx) (HoldResult, error) {
+		if req.ID != "" {
+			if res, ok, err := a.repeatHold(w, &req, fp); err != nil || ok {
+				return res, err
+			}
+		}
+		res := HoldResult{HoldRequestedAt: fromNanos(requested.UnixNano()), HoldCommittedAt: fromNanos(w.now.UnixNano())}
 		for _, s := range req.Scopes {
 			c, err := w.control(s)
 			if err != nil {
@@ -278,17 +307,136 @@ func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 			if c == nil {
 				return HoldResult{}, fmt.Errorf("%w: %s", ErrUnknownScope, s)
 			}
-			if err := a.holdScope(w, &res, s, c, requested, req.Reason); err != nil {
+			if req.ExpectEpoch != 0 && c.Epoch != req.ExpectEpoch {
+				return HoldResult{}, fmt.Errorf("%w: %s is at epoch %d, the hold expects %d", ErrEpochMismatch, s, c.Epoch, req.ExpectEpoch)
+			}
+			if err := a.holdScope(w, &res, s, c, requested, req.Reason, req.ID); err != nil {
+				return HoldResult{}, err
+			}
+			if req.ID == "" {
+				continue
+			}
+			held := res.Scopes[len(res.Scopes)-1].Ack.HoldAck
+			if err := w.putHold(s, req.ID, &holdRecord{Request: fp[:], PreviousEpoch: held.PreviousEpoch, Epoch: held.Epoch,
+				RequestedAt: held.RequestedAt, CommittedAt: held.At, AuditSeq: held.AuditSeq}); err != nil {
 				return HoldResult{}, err
 			}
 		}
 		return res, nil
 	})
+	if err != nil {
+		return HoldResult{}, err
+	}
+	if anchored != nil {
+		res.Checkpoint = *anchored
+	}
+	if err := a.r.signHoldAcks(&res); err != nil {
+		return HoldResult{}, err
+	}
+	return res, nil
+}
+
+// holdFingerprint is the SHA-256 of everything a repeat of req must
+// repeat: its id, scopes in order, reason and expected epoch, each
+// length-prefixed so that no two requests hash the same bytes.
+func holdFingerprint(req *HoldRequest) [sha256.Size]byte {
+	h := sha256.New()
+	var b []byte
+	field := func(s string) {
+		b = binary.AppendUvarint(b[:0], uint64(len(s)))
+		h.Write(b)
+		h.Write([]byte(s))
+	}
+	h.Write([]byte("kvfence/hold-request/v1\n"))
+	field(req.ID)
+	field(req.Reason)
+	b = binary.AppendUvarint(b[:0], req.ExpectEpoch)
+	b = binary.AppendUvarint(b, uint64(len(req.Scopes)))
+	h.Write(b)
+	for _, s := range req.Scopes {
+		field(s)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// repeatHold looks req's id up on every scope it names. It reports false
+// when no scope knows it (a first hold), and the earlier result when every
+// scope knows it from this very request. An id known on only some of the
+// scopes, or from a request that differs, is ErrHoldIDConflict. A repeat
+// writes nothing: when the anchor already covers the earlier entries, the
+// call is idle and names that anchor; otherwise (the earlier hold's anchor
+// write failed, or is under way) it commits with its batch, whose anchor
+// then covers them.
+func (a *Admin) repeatHold(w *wtx, req *HoldRequest, fp [sha256.Size]byte) (HoldResult, bool, error) {
+	recs := make([]*holdRecord, len(req.Scopes))
+	var known, unknown []string
+	for i, s := range req.Scopes {
+		h, err := w.holdAt(s, req.ID)
+		if err != nil {
+			return HoldResult{}, false, err
+		}
+		recs[i] = h
+		if h == nil {
+			unknown = append(unknown, s)
+		} else {
+			known = append(known, s)
+		}
+	}
+	switch {
+	case len(known) == 0:
+		return HoldResult{}, false, nil
+	case len(unknown) > 0:
+		return HoldResult{}, false, fmt.Errorf("%w: hold id %q held %s but not %s", ErrHoldIDConflict, req.ID,
+			strings.Join(known, ", "), strings.Join(unknown, ", "))
+	}
+	res := HoldResult{Repeated: true, HoldRequestedAt: fromNanos(recs[0].RequestedAt), HoldCommittedAt: fromNanos(recs[0].CommittedAt)}
+	var last uint64
+	for i, h := range recs {
+		if !bytes.Equal(h.Request, fp[:]) {
+			return HoldResult{}, false, fmt.Errorf("%w: hold id %q held %s with other scopes, another reason or another expected epoch",
+				ErrHoldIDConflict, req.ID, req.Scopes[i])
+		}
+		res.Scopes = append(res.Scopes, HeldScope{Scope: req.Scopes[i], PreviousEpoch: h.PreviousEpoch, Epoch: h.Epoch,
+			Ack: audit.SignedHoldAck{HoldAck: audit.HoldAck{Receiver: a.r.id, Scope: req.Scopes[i], HoldID: req.ID,
+				PreviousEpoch: h.PreviousEpoch, Epoch: h.Epoch, AuditSeq: h.AuditSeq, RequestedAt: h.RequestedAt, At: h.CommittedAt}}})
+		last = max(last, h.AuditSeq)
+	}
+	res.AuditSeq = recs[len(recs)-1].AuditSeq
+	if w.anchor != nil && w.anchor.Seq >= last {
+		res.Checkpoint = *w.anchor
+		w.idle++
+	}
+	return res, true, nil
+}
+
+// signHoldAcks signs each held scope's acknowledgment, whose hold fields
+// the transaction filled in, naming res.Checkpoint. It runs after the
+// anchor write, outside the write transaction.
+func (r *Receiver) signHoldAcks(res *HoldResult) error {
+	cp := res.Checkpoint
+	for i := range res.Scopes {
+		ack := res.Scopes[i].Ack.HoldAck
+		if cp.Receiver != r.id || cp.Seq < ack.AuditSeq {
+			// Never: the anchor covers every acknowledged commit.
+			return fmt.Errorf("%w: %s: no checkpoint covers the hold's entry at seq %d", ErrNotAcknowledged, r.path, ack.AuditSeq)
+		}
+		ack.CheckpointSeq, ack.CheckpointHead = cp.Seq, cp.Head
+		sa, err := audit.SignHoldAck(r.opts.Key, ack)
+		if err != nil {
+			return fmt.Errorf("%w: %s: signing the hold acknowledgment of %s: %w", ErrNotAcknowledged, r.path, ack.Scope, err)
+		}
+		res.Scopes[i].Ack = sa
+	}
+	return nil
 }
 
 // holdScope holds one scope inside w: its epoch advances, its grant is
-// cleared, and an audit entry records it. It adds the scope to res.
-func (a *Admin) holdScope(w *wtx, res *HoldResult, s string, c *controlRecord, requested time.Time, reason string) error {
+// cleared, and an audit entry records it, with id if the hold has one. It
+// adds the scope to res, with its acknowledgment's hold fields filled in
+// and not yet signed (signHoldAcks).
+func (a *Admin) holdScope(w *wtx, res *HoldResult, s string, c *controlRecord, requested time.Time, reason, id string) error {
 	if c.Epoch == math.MaxUint64 {
 		return fmt.Errorf("%w: %s is at epoch %d", ErrEpochExhausted, s, c.Epoch)
 	}
@@ -302,13 +450,18 @@ func (a *Admin) holdScope(w *wtx, res *HoldResult, s string, c *controlRecord, r
 	if err := w.raiseEpochHighWater(c.Epoch); err != nil {
 		return err
 	}
-	seq, err := w.appendAudit(&audit.Entry{Kind: KindHold, Scope: s, Epoch: c.Epoch,
-		Note: fmt.Sprintf("previous epoch %d; requested %s; reason: %s", prev,
-			requested.UTC().Format(time.RFC3339Nano), reason), Actor: a.actor})
+	note := fmt.Sprintf("previous epoch %d; requested %s; ", prev, requested.UTC().Format(time.RFC3339Nano))
+	if id != "" {
+		// Quoted, the id cannot be read as part of the reason after it.
+		note += fmt.Sprintf("hold id %q; ", id)
+	}
+	seq, err := w.appendAudit(&audit.Entry{Kind: KindHold, Scope: s, Epoch: c.Epoch, Note: note + "reason: " + reason, Actor: a.actor})
 	if err != nil {
 		return err
 	}
-	res.Scopes = append(res.Scopes, HeldScope{Scope: s, PreviousEpoch: prev, Epoch: c.Epoch})
+	res.Scopes = append(res.Scopes, HeldScope{Scope: s, PreviousEpoch: prev, Epoch: c.Epoch,
+		Ack: audit.SignedHoldAck{HoldAck: audit.HoldAck{Receiver: a.r.id, Scope: s, HoldID: id, PreviousEpoch: prev, Epoch: c.Epoch,
+			AuditSeq: seq, RequestedAt: c.HoldRequestedAt, At: c.HoldCommittedAt}}})
 	res.AuditSeq = seq
 	return nil
 }

@@ -56,6 +56,11 @@ type call struct {
 	// before it wakes the caller.
 	res any
 	err error
+	// anchored is the signed checkpoint that acknowledged the call's
+	// commit, set with res once the anchor holds it (or, for a receiver
+	// without an anchor, once the commit is made); nil for a call whose
+	// batch wrote nothing (wtx.idle).
+	anchored *audit.SignedCheckpoint
 	// lead, when wake fires, means the call has not run yet and its caller
 	// must lead the next batch.
 	lead bool
@@ -93,6 +98,19 @@ func update[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, error)
 	return res.(T), nil
 }
 
+// updateAnchored is update that also returns the signed checkpoint the
+// anchor was moved to for the call's commit: one that covers every entry
+// the call appended. It is nil when the call's batch wrote nothing
+// (wtx.idle); such a call answers from what the store already held.
+func updateAnchored[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, *audit.SignedCheckpoint, error) {
+	c := r.writeCall(size, false, nil, func(w *wtx) (any, error) { return fn(w) })
+	if c.err != nil {
+		var zero T
+		return zero, nil, c.err
+	}
+	return c.res.(T), c.anchored, nil
+}
+
 // exec is update for a call whose only outcome is an error.
 func (r *Receiver) exec(size int, fn func(w *wtx) error) error {
 	_, err := r.write(size, false, nil, func(w *wtx) (any, error) { return nil, fn(w) })
@@ -123,8 +141,14 @@ func (r *Receiver) decideCall(s *submission, size int) (Result, error) {
 // when no commit is running. sub is the submission of a Submit call, or
 // nil.
 func (r *Receiver) write(size int, worker bool, sub *submission, fn func(w *wtx) (any, error)) (any, error) {
+	c := r.writeCall(size, worker, sub, fn)
+	return c.res, c.err
+}
+
+// writeCall is write that returns the call, whose outcome is set.
+func (r *Receiver) writeCall(size int, worker bool, sub *submission, fn func(w *wtx) (any, error)) *call {
 	if r.opts.ReadOnly {
-		return nil, ErrReadOnly
+		return &call{err: ErrReadOnly}
 	}
 	c := &call{fn: fn, size: size, worker: worker, sub: sub, wake: make(chan struct{}, 1)}
 	q := &r.queue
@@ -134,14 +158,14 @@ func (r *Receiver) write(size int, worker bool, sub *submission, fn func(w *wtx)
 		q.mu.Unlock()
 		<-c.wake
 		if !c.lead {
-			return c.res, c.err
+			return c
 		}
 	} else {
 		q.leading = true
 		q.mu.Unlock()
 	}
 	r.lead(c)
-	return c.res, c.err
+	return c
 }
 
 // lead runs one batch from the head of the queue, whose first call is
@@ -260,6 +284,12 @@ func (r *Receiver) anchorCommits(work *anchorWork) {
 	}()
 	if err != nil {
 		r.notAcknowledged(work.calls, err)
+	} else {
+		for _, c := range work.calls {
+			if c.err == nil {
+				c.anchored = &work.sc
+			}
+		}
 	}
 	for _, c := range work.commits {
 		r.observe(c.stats, c.start, err)
@@ -455,6 +485,11 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 			break
 		}
 	}
+	if errors.Is(err, errIdle) {
+		// Every call answered from what the store held: there is nothing
+		// to commit or anchor, and the results stand.
+		return nil
+	}
 	if err != nil {
 		return r.writeErr(err)
 	}
@@ -474,6 +509,9 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 	r.queue.commits.Add(1)
 	stats := r.commitStats(batch)
 	if r.opts.Anchor == nil {
+		for _, c := range batch {
+			c.anchored = &sc
+		}
 		r.observe(stats, start, nil)
 		return nil
 	}
@@ -515,6 +553,16 @@ func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wt
 			return err
 		}
 		w.terms = &r.terms
+		start := w.chain.Head()
+		switch {
+		case anchor != nil:
+			w.anchor = anchor
+		case r.opts.Anchor != nil:
+			// On a file the anchor may be one commit behind the head
+			// (lead): that only makes it cover less.
+			a := r.anchorNow()
+			w.anchor = &a
+		}
 		if len(batch) > 1 && r.file {
 			// A lone call has nothing to decide while its digest is
 			// hashed: a second goroutine would cost it more than it
@@ -544,6 +592,9 @@ func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wt
 			}
 			c.res = res
 		}
+		if w.idle == len(batch) && w.chain.Head() == start && !w.stateDirty {
+			return errIdle
+		}
 		if sc, err = w.checkpoint(r.id, r.opts.Key); err != nil {
 			return err
 		}
@@ -571,6 +622,11 @@ func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wt
 		return cur.CheckAdvance(sc.Checkpoint)
 	})
 }
+
+// errIdle ends a write transaction in which every call answered from
+// what the store already held and wrote nothing (wtx.idle): it commits
+// nothing, not even a checkpoint, and its calls keep their results.
+var errIdle = errors.New("kvfence: nothing to commit")
 
 // newerAdmission reports whether a names an admission consumed after the
 // one cur names (or cur names none): admissions are consumed in the order

@@ -26,7 +26,9 @@ type HoldAllResult struct {
 // an approver's pending compare-and-swap activation (ActivateRequest.Epoch)
 // stays valid. A receiver without open scopes commits nothing. As with Hold,
 // every open scope is held or, on any error, none is: an open scope at the
-// largest epoch makes the whole call fail with ErrEpochExhausted.
+// largest epoch makes the whole call fail with ErrEpochExhausted. As with
+// Hold, the result carries the anchored checkpoint and each held scope's
+// signed acknowledgment.
 func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, error) {
 	requested := a.r.opts.Now()
 	if err := a.checkActor(); err != nil {
@@ -38,7 +40,7 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 	if err := ctx.Err(); err != nil {
 		return HoldAllResult{}, err
 	}
-	return update(a.r, len(reason), func(w *wtx) (HoldAllResult, error) {
+	res, anchored, err := updateAnchored(a.r, len(reason), func(w *wtx) (HoldAllResult, error) {
 		res := HoldAllResult{HoldResult: HoldResult{HoldRequestedAt: requested.UTC(), HoldCommittedAt: w.now.UTC()}}
 		// Scope names are collected first: a cursor must not walk a
 		// bucket that the loop below writes to.
@@ -63,7 +65,7 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 				res.AlreadyHeld = append(res.AlreadyHeld, s)
 				continue
 			}
-			if err := a.holdScope(w, &res.HoldResult, s, c, requested, reason); err != nil {
+			if err := a.holdScope(w, &res.HoldResult, s, c, requested, reason, ""); err != nil {
 				return HoldAllResult{}, err
 			}
 		}
@@ -72,4 +74,14 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 		}
 		return res, nil
 	})
+	if err != nil {
+		return HoldAllResult{}, err
+	}
+	if anchored != nil {
+		res.Checkpoint = *anchored
+	}
+	if err := a.r.signHoldAcks(&res.HoldResult); err != nil {
+		return HoldAllResult{}, err
+	}
+	return res, nil
 }

@@ -33,8 +33,8 @@ import (
 // edited one look known. Slots are never removed: no state record is ever
 // deleted, and a rewrite replaces its slot's fingerprint in place.
 
-// DefaultMaxRecords is the number of state records (control, grant, target
-// and receipt records together) a writable receiver keeps fingerprints of
+// DefaultMaxRecords is the number of state records (control, grant, target,
+// receipt and hold records together) a writable receiver keeps fingerprints of
 // when Options.MaxRecords is zero: 1,000,000 scopes with a grant, a target
 // and a receipt each, with as many again to spare. At the bound the tables
 // take about 400 MiB.
@@ -46,7 +46,7 @@ const DefaultMaxRecords = 8 << 20
 type knownRecords struct {
 	seed maphash.Seed
 	salt [16]byte
-	tabs [4]recordTable // in the order of stateBuckets
+	tabs [5]recordTable // in the order of stateBuckets
 	// limit bounds the records of all tables together.
 	limit int
 	// broken is set when a commit's change could not be applied to the
@@ -108,6 +108,8 @@ func stateBucketIndex(bucket []byte) int {
 		return 2
 	case string(bucketReceipts):
 		return 3
+	case string(bucketHolds):
+		return 4
 	}
 	return -1
 }
@@ -287,7 +289,7 @@ type txRecords struct {
 	list  []touched
 	// added counts records this transaction creates, addedIn per bucket.
 	added   int
-	addedIn [4]int
+	addedIn [5]int
 	// buf holds copies of the records read (copy).
 	buf []byte
 }
@@ -320,7 +322,7 @@ func (x *txRecords) reset(k *knownRecords) *txRecords {
 	}
 	clear(x.index)
 	x.list = x.list[:0]
-	x.added, x.addedIn = 0, [4]int{}
+	x.added, x.addedIn = 0, [5]int{}
 	// Copies handed out in an earlier transaction may still be held by
 	// its results: a new buffer is started, never the old one reused.
 	x.buf = nil

@@ -1,8 +1,10 @@
 package kvfence
 
 import (
-	"errors"
+	"bytes"
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
@@ -76,9 +78,7 @@ func (r *Receiver) Receipt(scope, action string) (Receipt, error) {
 		if rc == nil {
 			return fmt.Errorf("%w: no receipt for action %q in scope %s", ErrNotFound, action, scope)
 		}
-		out = Receipt{Scope: scope, Action: action, Grant: rc.Grant, Target: rc.Target,
-			RevBefore: rc.RevBefore, RevAfter: rc.RevAfter, AuditSeq: rc.AuditSeq, At: fromNanos(rc.At)}
-		copy(out.RequestSHA256[:], rc.RequestSHA256)
+		out = rc.public(scope, action)
 		return nil
 	})
 	return out, err
@@ -160,8 +160,69 @@ func (c *controlRecord) public(scope string) ScopeStatus {
 }
 
 // ReceiptsByClaim returns the receipts of scope whose grant carried the
-// ledger claim ref claim, oldest first: the effects that a claim's worker
-// applied, which a containment lists as outstanding.
+// ledger claim ref claim, oldest first (by AuditSeq): the effects that a
+// claim's worker applied, which a containment lists as outstanding. A scope
+// that does not exist is ErrUnknownScope; one without such receipts gives
+// none. It reads in one read transaction.
 func (r *Receiver) ReceiptsByClaim(scope, claim string) ([]Receipt, error) {
-	return nil, errors.New("kvfence: ReceiptsByClaim is not built yet")
+	if err := checkName("scope", scope); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if err := checkName("claim", claim); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	var out []Receipt
+	err := r.view(func(tx engine.Tx) error {
+		out = out[:0] // the function may run more than once
+		c, err := getControl(tx, scope)
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			return fmt.Errorf("%w: %s", ErrUnknownScope, scope)
+		}
+		// Scope names hold no zero byte, so the scope's receipts are
+		// exactly the keys under this prefix.
+		prefix := receiptKey(scope, "")
+		claims := make(map[string]bool)
+		return tx.Scan(bucketReceipts, prefix, func(k, v []byte) error {
+			if !bytes.HasPrefix(k, prefix) {
+				return engine.StopScan
+			}
+			rc, err := parseReceiptKey(k, v)
+			if err != nil {
+				return err
+			}
+			match, seen := claims[rc.Grant]
+			if !seen {
+				g, err := getGrant(tx, rc.Grant)
+				if err != nil {
+					return err
+				}
+				if g == nil {
+					return fmt.Errorf("%w: receipt %q names grant %q, which the store does not hold", ErrBadFormat, k, rc.Grant)
+				}
+				match = g.Claim == claim && g.Scope == scope
+				claims[rc.Grant] = match
+			}
+			if !match {
+				return nil
+			}
+			out = append(out, rc.public(scope, string(k[len(prefix):])))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Receipt) int { return cmp.Compare(a.AuditSeq, b.AuditSeq) })
+	return out, nil
+}
+
+// public is the receipt's observable form.
+func (rc *receiptRecord) public(scope, action string) Receipt {
+	out := Receipt{Scope: scope, Action: action, Grant: rc.Grant, Target: rc.Target,
+		RevBefore: rc.RevBefore, RevAfter: rc.RevAfter, AuditSeq: rc.AuditSeq, At: fromNanos(rc.At)}
+	copy(out.RequestSHA256[:], rc.RequestSHA256)
+	return out
 }

@@ -638,6 +638,15 @@ type wtx struct {
 	// hw is the epoch high-water as the receiver verified or wrote it,
 	// which the stored one must equal when recs is set.
 	hw uint64
+	// anchor is the anchor as of the transaction's start, signed by this
+	// receiver and in its chain, or nil if it has none: what covers the
+	// entries committed before. A call that answers from earlier entries
+	// may name it instead of waiting for a commit of its own.
+	anchor *audit.SignedCheckpoint
+	// idle counts the calls that wrote nothing and need no commit (a
+	// repeated hold); when every call of a batch is idle, the
+	// transaction commits nothing (errIdle).
+	idle int
 }
 
 // appendAudit fills in e's time, links it into the chain and stores it. It

@@ -234,7 +234,9 @@ func TestHold_SeveralScopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []HeldScope{{Scope: fixScope, PreviousEpoch: 1, Epoch: 2}, {Scope: "other", PreviousEpoch: 1, Epoch: 2}}
-	same := func(a, b HeldScope) bool { return a.Scope == b.Scope && a.PreviousEpoch == b.PreviousEpoch && a.Epoch == b.Epoch }
+	same := func(a, b HeldScope) bool {
+		return a.Scope == b.Scope && a.PreviousEpoch == b.PreviousEpoch && a.Epoch == b.Epoch
+	}
 	if len(res.Scopes) != 2 || !same(res.Scopes[0], want[0]) || !same(res.Scopes[1], want[1]) {
 		t.Fatalf("hold result %+v, want %+v", res.Scopes, want)
 	}

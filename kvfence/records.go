@@ -8,8 +8,8 @@ import (
 )
 
 // Bucket names. Keys: control and receipts by scope (receipts by scope, a
-// zero byte, then action), grants by grant id, targets by target name, audit
-// by 8-byte big-endian seq.
+// zero byte, then action), grants by grant id, targets by target name, holds
+// by scope, a zero byte, then hold id, audit by 8-byte big-endian seq.
 var (
 	bucketMeta        = []byte("meta")
 	bucketControl     = []byte("control")
@@ -18,6 +18,11 @@ var (
 	bucketReceipts    = []byte("receipts")
 	bucketAudit       = []byte("audit")
 	bucketCheckpoints = []byte("checkpoints")
+	// bucketHolds keeps the hold ids of idempotent holds. A database made
+	// before them has no such bucket: it is not in allBuckets, which Open
+	// requires, and the first hold that records an id creates it
+	// (ensureHolds). A missing bucket reads as one without records.
+	bucketHolds = []byte("holds")
 
 	allBuckets = [][]byte{bucketMeta, bucketControl, bucketGrants, bucketTargets, bucketReceipts, bucketAudit, bucketCheckpoints}
 
@@ -102,6 +107,31 @@ type receiptRecord struct {
 	RevAfter      uint64 `cbor:"rev_after"`
 	AuditSeq      uint64 `cbor:"audit_seq"`
 	At            int64  `cbor:"at"`
+}
+
+// holdRecord is the stored form of one scope's part of an idempotent
+// hold, under holdKey(scope, id): what a repeat of the hold returns. Times
+// are Unix nanoseconds on the receiver's clock.
+type holdRecord struct {
+	// Request is holdFingerprint of the hold request that made it: a
+	// repeat must name the same scopes, in order, reason and expected
+	// epoch.
+	Request       []byte `cbor:"request"`
+	PreviousEpoch uint64 `cbor:"previous_epoch"`
+	Epoch         uint64 `cbor:"epoch"`
+	RequestedAt   int64  `cbor:"requested_at"`
+	CommittedAt   int64  `cbor:"committed_at"`
+	// AuditSeq is the seq of this scope's hold entry.
+	AuditSeq uint64 `cbor:"audit_seq"`
+}
+
+// holdKey is the key of scope's record of hold id: names hold no control
+// character, so the zero byte between them is unambiguous.
+func holdKey(scope, id string) []byte {
+	k := make([]byte, 0, len(scope)+1+len(id))
+	k = append(k, scope...)
+	k = append(k, 0)
+	return append(k, id...)
 }
 
 var recordDec cbor.DecMode

@@ -472,6 +472,9 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 			if base == math.MaxUint64 {
 				return fmt.Errorf("%w: %s", ErrEpochExhausted, scope)
 			}
+			// No Ack: a recovery may move an epoch by more than one, which
+			// no hold acknowledgment states; its admission and the
+			// recovered entry are its evidence.
 			res.Scopes = append(res.Scopes, HeldScope{Scope: scope, PreviousEpoch: ctl.Epoch, Epoch: base + 1})
 			ctl.Epoch, ctl.Mode, ctl.ActiveGrant = base+1, ModeHeld, ""
 			ctl.HoldRequestedAt, ctl.HoldCommittedAt = w.now.UnixNano(), w.now.UnixNano()

@@ -1,7 +1,9 @@
 package kvfence
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 
@@ -212,4 +214,47 @@ func newGrantID(rnd io.Reader) (string, error) {
 		return "", fmt.Errorf("kvfence: grant id: %w", err)
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// holdAt reads scope's record of hold id, or nil. A database made before
+// hold ids has no holds bucket: that reads as no record, checked against
+// the known records like any absent one, so that a bucket deleted under
+// the running receiver is not taken for one that never held a record.
+func (w *wtx) holdAt(scope, id string) (*holdRecord, error) {
+	key := holdKey(scope, id)
+	raw, err := w.getState(bucketHolds, key)
+	if errors.Is(err, engine.ErrBucketNotFound) {
+		if w.recs != nil {
+			if _, err := w.recs.check(stateBucketIndex(bucketHolds), key, nil); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	var h holdRecord
+	if err := decodeRecord(bucketHolds, key, raw, &h); err != nil {
+		return nil, err
+	}
+	if len(h.Request) != sha256.Size || h.Epoch == 0 || h.PreviousEpoch+1 != h.Epoch || h.AuditSeq == 0 {
+		return nil, fmt.Errorf("%w: hold record %q is not one a hold writes", ErrBadFormat, key)
+	}
+	return &h, nil
+}
+
+// putHold stores scope's record of hold id, creating the holds bucket in
+// this transaction if the database has none yet.
+func (w *wtx) putHold(scope, id string, h *holdRecord) error {
+	ok, err := w.tx.HasBucket(bucketHolds)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := w.tx.CreateBucket(bucketHolds); err != nil {
+			return err
+		}
+	}
+	return w.put(bucketHolds, holdKey(scope, id), h)
 }

@@ -17,7 +17,16 @@ import (
 // Every checkpoint commits to their digest (audit.StateHash), so a database
 // whose state was put back or edited apart from its history is refused even
 // when its chain is whole (docs/design.md §7.4).
-var stateBuckets = [][]byte{bucketControl, bucketGrants, bucketTargets, bucketReceipts}
+//
+// The holds bucket came later: a database made before it has none, which
+// reads as a bucket without records (optionalBucket). The digest is a sum
+// of one term per record, so an empty or missing bucket adds nothing, and
+// checkpoints signed before it still verify.
+var stateBuckets = [][]byte{bucketControl, bucketGrants, bucketTargets, bucketReceipts, bucketHolds}
+
+// optionalBucket reports whether a state bucket may be missing from a
+// database that is otherwise whole: then it holds no records.
+func optionalBucket(bucket []byte) bool { return bytes.Equal(bucket, bucketHolds) }
 
 // stateBucketNames are stateBuckets as strings, made once: a digest
 // change names its bucket as a string, and converting on every put would
@@ -362,7 +371,7 @@ func storedState(tx engine.Tx) (audit.StateHash, error) {
 // checked against are exactly the ones this digest was computed from.
 func (r *Receiver) computeState(known *knownRecords) (audit.StateHash, error) {
 	if !r.file {
-		// On a store that other processes may write (etcd), the four
+		// On a store that other processes may write (etcd), the state
 		// buckets must be read at one revision: one transaction.
 		var s audit.StateHash
 		err := r.view(func(tx engine.Tx) (err error) {
@@ -387,6 +396,9 @@ func (r *Receiver) computeState(known *knownRecords) (audit.StateHash, error) {
 					return fill.add(k, v)
 				})
 				if errors.Is(err, engine.ErrBucketNotFound) {
+					if optionalBucket(name) {
+						return nil
+					}
 					return fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, r.path, name)
 				}
 				if errors.Is(err, engine.ErrCorrupt) {
@@ -423,6 +435,9 @@ func (r *Receiver) computeStateTx(tx engine.Tx, known *knownRecords) (audit.Stat
 			s.Add(string(name), k, v)
 			return fill.add(k, v)
 		})
+		if errors.Is(err, engine.ErrBucketNotFound) && optionalBucket(name) {
+			continue
+		}
 		if errors.Is(err, engine.ErrBucketNotFound) {
 			return s, fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, r.path, name)
 		}
@@ -528,7 +543,7 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 		return sc, fmt.Errorf("%w: the database's newest checkpoint covers seq %d (%x), but its chain ends at seq %d (%x): history was copied in without the state it describes",
 			audit.ErrStateMismatch, latest.Seq, latest.Head[:], r.head.Seq, r.head.Hash[:])
 	case sc.Computed != latest.State:
-		return sc, fmt.Errorf("%w: the control, grant, target and receipt records hash to %x, but the checkpoint of seq %d commits to %x: state was restored or edited apart from its history",
+		return sc, fmt.Errorf("%w: the control, grant, target, receipt and hold records hash to %x, but the checkpoint of seq %d commits to %x: state was restored or edited apart from its history",
 			audit.ErrStateMismatch, sc.Computed[:], latest.Seq, latest.State[:])
 	case stored != computed:
 		return sc, fmt.Errorf("%w: the stored state digest disagrees with the records", audit.ErrStateMismatch)

@@ -295,6 +295,18 @@ func (w *wtx) denyStale(ctl *controlRecord, s *submission, reason Reason, detail
 		// Only the answer says so: the audit entry keeps its bounded note,
 		// and the receipt is in the chain already.
 		res.Detail += fmt.Sprintf("; this exact request was applied earlier: its receipt is at audit seq %d", rc.AuditSeq)
+		// The machine-readable seq says "your effect is in": it is given
+		// only to the executor of the grant the receipt was applied
+		// under, not to a worker whose same request a successor applied.
+		applier := s.grant
+		if rc.Grant != s.grant.ID {
+			if applier, err = w.grant(rc.Grant); err != nil {
+				return Result{}, err
+			}
+		}
+		if applier != nil && applier.Executor == s.caller {
+			res.ReceiptSeq = rc.AuditSeq
+		}
 	}
 	return res, err
 }

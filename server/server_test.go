@@ -131,6 +131,7 @@ func TestAdmin_OnlyAdministrators(t *testing.T) {
 		{http.MethodGet, api.PathTarget + "?target=" + url.QueryEscape(scope), nil},
 		{http.MethodGet, api.PathReceipt + "?scope=" + url.QueryEscape(scope) + "&action=a1", nil},
 		{http.MethodGet, api.PathEvents + "?since=1", nil},
+		{http.MethodGet, api.PathReceipts + "?scope=" + url.QueryEscape(scope) + "&claim=c", nil},
 	}
 	for _, c := range calls {
 		var resp response

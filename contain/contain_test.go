@@ -1,0 +1,340 @@
+package contain_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/contain"
+	"github.com/kvfence/kvfence/kvfence"
+	"github.com/kvfence/kvfence/ledger"
+)
+
+const testTimeout = 2 * time.Second
+
+func mustContain(t *testing.T, co *contain.Coordinator, sc *scenario) ledger.Containment {
+	t.Helper()
+	rec, err := co.Contain(context.Background(), contain.ContainRequest{Action: sc.action, Reason: "worker-a paused", Operator: "op"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func results(rec ledger.Containment) []ledger.BoundaryResult {
+	var out []ledger.BoundaryResult
+	for _, b := range rec.Boundaries {
+		out = append(out, b.Result)
+	}
+	return out
+}
+
+// Ensure that a hold whose answer was lost is repeated, not reissued, on
+// the rerun: every boundary's epoch advances once, the rerun
+// acknowledges with the first hold's epoch, and a third run sends
+// nothing.
+func TestContain_RerunIssuesNoNewGeneration(t *testing.T) {
+	w := newWorld(t, 2)
+	sc := w.newScenario(2)
+	fs := w.installFaults(sc, faultLost, faultSlowAfter)
+	co := w.coordinator(200 * time.Millisecond)
+	rec := mustContain(t, co, sc)
+	if rec.State != ledger.ContainmentNone || rec.Boundaries[0].Result != ledger.BoundaryUnknown || rec.Boundaries[1].Result != ledger.BoundaryTimeout {
+		t.Fatalf("first run: %s %v", rec.State, results(rec))
+	}
+	for _, f := range fs {
+		f.set(faultNone)
+	}
+	rec = mustContain(t, co, sc)
+	if rec.State != ledger.ContainmentFull {
+		t.Fatalf("rerun: %s %v", rec.State, results(rec))
+	}
+	rec = mustContain(t, co, sc)
+	for _, b := range rec.Boundaries {
+		bd := ledger.Boundary{Receiver: b.Receiver, Scope: b.Scope}
+		st := w.status(bd)
+		if st.Epoch != sc.before[bd]+1 || b.InstalledEpoch != st.Epoch || b.PreviousEpoch != sc.before[bd] {
+			t.Errorf("%v: epoch before %d, now %d, recorded %d -> %d", bd, sc.before[bd], st.Epoch, b.PreviousEpoch, b.InstalledEpoch)
+		}
+		if b.HoldRequestedAt.IsZero() || b.AcknowledgedAt.IsZero() {
+			t.Errorf("%v: times not recorded: %+v", bd, b)
+		}
+	}
+}
+
+// Ensure that an acknowledgment that does not verify under the pinned key
+// (re-signed by another receiver's key, its epochs changed, another
+// scope's) is recorded as unverified, never acknowledged, and that the
+// same hold, asked again of an honest answer, is acknowledged with the
+// epoch the receiver really installed.
+func TestContain_ForgedAcknowledgmentIsUnverified(t *testing.T) {
+	for _, f := range []fault{faultForgedKey, faultForgedEpoch, faultForgedScope} {
+		t.Run(f.String(), func(t *testing.T) {
+			w := newWorld(t, 2)
+			sc := w.newScenario(1)
+			fs := w.installFaults(sc, f)
+			co := w.coordinator(testTimeout)
+			rec := mustContain(t, co, sc)
+			b := rec.Boundaries[0]
+			if rec.State != ledger.ContainmentNone || b.Result != ledger.BoundaryUnverified || b.InstalledEpoch != 0 {
+				t.Fatalf("forged: %s %+v", rec.State, b)
+			}
+			fs[sc.bounds[0].Receiver].set(faultNone)
+			rec = mustContain(t, co, sc)
+			b = rec.Boundaries[0]
+			if rec.State != ledger.ContainmentFull || b.InstalledEpoch != sc.before[sc.bounds[0]]+1 {
+				t.Fatalf("healed: %s %+v", rec.State, b)
+			}
+		})
+	}
+}
+
+// Ensure that each way a hold can fail is recorded as what it is.
+func TestContain_Results(t *testing.T) {
+	w := newWorld(t, 4)
+	sc := w.newScenario(4)
+	w.installFaults(sc, faultDown, faultSlowBefore, faultLost, faultNone)
+	rec := mustContain(t, w.coordinator(200*time.Millisecond), sc)
+	want := []ledger.BoundaryResult{ledger.BoundaryFailed, ledger.BoundaryTimeout, ledger.BoundaryUnknown, ledger.BoundaryAcknowledged}
+	for i, b := range rec.Boundaries {
+		if b.Result != want[i] {
+			t.Errorf("boundary %d: %s (%s %s), want %s", i, b.Result, b.ErrorCode, b.Error, want[i])
+		}
+	}
+	if rec.State != ledger.ContainmentPartial || rec.Boundaries[0].ErrorCode != "unreachable" {
+		t.Fatalf("%s %+v", rec.State, rec.Boundaries[0])
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, tt := range []struct {
+		err    error
+		result ledger.BoundaryResult
+		code   string
+	}{
+		{kvfence.ErrUnknownScope, ledger.BoundaryFailed, "unknown_scope"},
+		{kvfence.ErrHoldIDConflict, ledger.BoundaryFailed, "hold_id_conflict"},
+		{client.ErrOutcomeUnknown, ledger.BoundaryUnknown, "outcome_unknown"},
+		{kvfence.ErrNotAcknowledged, ledger.BoundaryUnknown, "not_acknowledged"},
+		{context.DeadlineExceeded, ledger.BoundaryTimeout, "timeout"},
+		{client.ErrProtocol, ledger.BoundaryUnverified, "bad_answer"},
+		{errors.New("connection reset"), ledger.BoundaryUnknown, "transport"},
+	} {
+		r, c := contain.Classify(tt.err)
+		if r != tt.result || c != tt.code {
+			t.Errorf("%v: %s %s, want %s %s", tt.err, r, c, tt.result, tt.code)
+		}
+	}
+}
+
+// Ensure that a successor is refused, with nothing activated anywhere,
+// while the containment is partial, even with the claim reconciled.
+func TestActivate_RefusedWhilePartial(t *testing.T) {
+	w := newWorld(t, 3)
+	sc := w.newScenario(3)
+	w.installFaults(sc, faultNone, faultDown, faultNone)
+	co := w.coordinator(testTimeout)
+	if rec := mustContain(t, co, sc); rec.State != ledger.ContainmentPartial {
+		t.Fatalf("%s %v", rec.State, results(rec))
+	}
+	w.reconcile(sc)
+	_, err := co.Activate(context.Background(), w.activateReq(sc))
+	if !errors.Is(err, ledger.ErrNotContained) {
+		t.Fatalf("activate on partial: %v", err)
+	}
+	if got := w.successorGrants(sc); len(got) != 0 {
+		t.Fatalf("successor activated at %v while partial", got)
+	}
+}
+
+// Ensure that a successor is refused, with nothing activated anywhere,
+// while the superseded claim is not reconciled, even when fully contained.
+func TestActivate_RefusedUnreconciled(t *testing.T) {
+	w := newWorld(t, 2)
+	sc := w.newScenario(2)
+	co := w.coordinator(testTimeout)
+	if rec := mustContain(t, co, sc); rec.State != ledger.ContainmentFull {
+		t.Fatalf("%s %v", rec.State, results(rec))
+	}
+	_, err := co.Activate(context.Background(), w.activateReq(sc))
+	if !errors.Is(err, ledger.ErrNotReconciled) {
+		t.Fatalf("activate unreconciled: %v", err)
+	}
+	if got := w.successorGrants(sc); len(got) != 0 {
+		t.Fatalf("successor activated at %v before reconcile", got)
+	}
+}
+
+// Ensure that the successor must be the action's live claim with the
+// approved request: the superseded claim, or other bytes, are refused
+// with nothing activated.
+func TestActivate_RefusedNotSuccessor(t *testing.T) {
+	w := newWorld(t, 1)
+	sc := w.newScenario(1)
+	co := w.coordinator(testTimeout)
+	mustContain(t, co, sc)
+	w.reconcile(sc)
+	oldClaim := w.activateReq(sc)
+	oldClaim.Claim = sc.claimA.Ref
+	other := w.activateReq(sc)
+	v := []byte("other")
+	var err error
+	if other.Request, err = kvfence.EncodeRequest(&kvfence.Request{V: kvfence.WireVersion, Action: sc.action, Target: "x", Set: &v}); err != nil {
+		t.Fatal(err)
+	}
+	for name, req := range map[string]contain.ActivateRequest{"superseded claim": oldClaim, "other request": other} {
+		if _, err := co.Activate(context.Background(), req); !errors.Is(err, contain.ErrNotSuccessor) {
+			t.Errorf("%s: %v", name, err)
+		}
+		if got := w.successorGrants(sc); len(got) != 0 {
+			t.Fatalf("%s: activated at %v", name, got)
+		}
+		for _, b := range sc.bounds {
+			if st := w.status(b); st.ActiveGrant != "" {
+				t.Fatalf("%s: %v open under %s", name, b, st.ActiveGrant)
+			}
+		}
+	}
+}
+
+// Ensure that a full containment with a reconciled claim activates the
+// successor at every acknowledged boundary, at the installed epoch, with a
+// decision that names the containment and the superseded claim, skips an
+// alternate boundary, and records the grants.
+func TestActivate_FullWithAlternate(t *testing.T) {
+	w := newWorld(t, 3)
+	sc := w.newScenario(3)
+	w.installFaults(sc, faultNone, faultNone, faultDown)
+	co := w.coordinator(testTimeout)
+	mustContain(t, co, sc)
+	rec, err := co.Alternate(context.Background(), ledger.AlternateRequest{Action: sc.action, Receiver: sc.bounds[2].Receiver,
+		Operator: "op", Reason: "network path cut by the firewall team"})
+	if err != nil || rec.State != ledger.ContainmentFullWithAlternate {
+		t.Fatalf("alternate: %v %s", err, rec.State)
+	}
+	w.reconcile(sc)
+	res, err := co.Activate(context.Background(), w.activateReq(sc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Activated) != 2 || len(res.NotActivated) != 1 || res.NotActivated[0].Code != contain.CodeAlternate {
+		t.Fatalf("%+v", res)
+	}
+	for _, g := range res.Activated {
+		b := ledger.Boundary{Receiver: g.Receiver, Scope: g.Scope}
+		st := w.status(b)
+		if st.Grant == nil || st.Grant.ID != g.Grant || st.Epoch != sc.before[b]+1 || g.Epoch != st.Epoch {
+			t.Errorf("%v: %+v, grant %+v", b, st, g)
+		}
+		if !strings.Contains(st.Grant.Decision, "review-7") || !strings.Contains(st.Grant.Decision, rec.ID) ||
+			!strings.Contains(st.Grant.Decision, sc.claimA.Ref) {
+			t.Errorf("decision %q does not name the review, the containment and the superseded claim", st.Grant.Decision)
+		}
+	}
+	if got := w.successorGrants(sc); len(got) != 2 || got[0] != sc.bounds[0] || got[1] != sc.bounds[1] {
+		t.Fatalf("successor at %v", got)
+	}
+	if len(res.Containment.Successor) != 2 {
+		t.Fatalf("recorded %+v", res.Containment.Successor)
+	}
+}
+
+// Ensure that a hold made after the containment makes that boundary's
+// activation fail (the installed epoch is no longer current), and that
+// the result says which boundaries took the grant.
+func TestActivate_HeldSinceFails(t *testing.T) {
+	w := newWorld(t, 2)
+	sc := w.newScenario(2)
+	co := w.coordinator(testTimeout)
+	mustContain(t, co, sc)
+	w.reconcile(sc)
+	b := sc.bounds[1]
+	if _, err := w.byName[b.Receiver].r.Admin().Hold(context.Background(), kvfence.HoldRequest{Scopes: []string{b.Scope}, Reason: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := co.Activate(context.Background(), w.activateReq(sc))
+	if !errors.Is(err, contain.ErrActivationIncomplete) {
+		t.Fatalf("%v", err)
+	}
+	if len(res.Activated) != 1 || res.Activated[0].Scope != sc.bounds[0].Scope || len(res.NotActivated) != 1 ||
+		res.NotActivated[0].Code != "epoch_mismatch" {
+		t.Fatalf("%+v", res)
+	}
+	if got := w.successorGrants(sc); len(got) != 1 || got[0] != sc.bounds[0] {
+		t.Fatalf("successor at %v", got)
+	}
+}
+
+// restored is a boundary whose receiver was restored from a backup taken
+// before the containment: its scope reports the epoch before the hold.
+type restored struct {
+	contain.Boundary
+	epoch uint64
+}
+
+func (r restored) Status(ctx context.Context, scope string) (kvfence.ScopeStatus, error) {
+	st, err := r.Boundary.Status(ctx, scope)
+	st.Epoch = r.epoch
+	return st, err
+}
+
+// Ensure that Verify reports a receiver whose epoch is below the one the
+// containment installed, and passes while it is not.
+func TestVerify_EpochBelowInstalled(t *testing.T) {
+	w := newWorld(t, 2)
+	sc := w.newScenario(2)
+	co := w.coordinator(testTimeout)
+	mustContain(t, co, sc)
+	res, err := co.Verify(context.Background(), sc.action)
+	if err != nil || len(res.Checked) != 2 || !res.Checked[0].Reached {
+		t.Fatalf("sound: %v %+v", err, res)
+	}
+	b := sc.bounds[1]
+	dial := func(ctx context.Context, r ledger.Receiver) (contain.Boundary, error) {
+		bd := contain.Embedded(w.byName[r.Name].r)
+		if r.Name == b.Receiver {
+			return restored{bd, sc.before[b]}, nil
+		}
+		return bd, nil
+	}
+	co2, err := contain.New(contain.Options{Ledger: w.l, Dial: dial, Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = co2.Verify(context.Background(), sc.action)
+	if !errors.Is(err, contain.ErrVerifyMismatch) || len(res.Mismatches) != 1 || res.Mismatches[0].Kind != contain.MismatchEpoch ||
+		res.Mismatches[0].Scope != b.Scope {
+		t.Fatalf("restored: %v %+v", err, res.Mismatches)
+	}
+}
+
+// Ensure that a recorded acknowledgment whose signature was corrupted, or
+// whose record says other epochs than it signs, does not verify.
+func TestVerifyStored_Corrupted(t *testing.T) {
+	w := newWorld(t, 1)
+	sc := w.newScenario(1)
+	rec := mustContain(t, w.coordinator(testTimeout), sc)
+	pinned, err := w.l.Receiver(sc.bounds[0].Receiver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := rec.Boundaries[0]
+	if err := contain.VerifyStored(b, pinned); err != nil {
+		t.Fatalf("sound: %v", err)
+	}
+	sig := b
+	sig.Ack = append([]byte(nil), b.Ack...)
+	sig.Ack[len(sig.Ack)-1] ^= 1
+	if err := contain.VerifyStored(sig, pinned); err == nil {
+		t.Error("a corrupted signature verified")
+	}
+	other := pinned
+	other.PublicKey = key(200).Public().(ed25519.PublicKey)
+	if err := contain.VerifyStored(b, other); err == nil {
+		t.Error("an acknowledgment verified under a key that is not the pinned one")
+	}
+}
