@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/internal/fixture"
 	"github.com/kvfence/kvfence/kvfence"
+	"github.com/kvfence/kvfence/ledger"
 )
 
 // containedDemonstration is demonstration 7's directory under the output.
@@ -431,16 +433,18 @@ func (l *lab) containedWorkflow(ctx context.Context, name string) (*containedRep
 	}
 	ledgerFlags := []string{"--ledger", lf.db, "--anchor", lf.anchor, "--key", lf.key}
 	withLedger := func(args ...string) []string { return append(args, ledgerFlags...) }
-	for _, r := range cr.receivers {
-		if _, err := must("ledger receiver add "+r.name+" (unix://"+r.sock+", pinned key)", withLedger("ledger", "receiver", "add",
-			"--name", r.name, "--server", "unix://"+r.sock, "--receiver-pub", r.rc.key+".pub", "--operator", containedOperator)...); err != nil {
-			return nil, err
+	// TEMPORARY: library registration until ledger receiver add lands.
+	if err := lf.with(func(lg *ledger.Ledger) error {
+		for _, r := range cr.receivers {
+			if _, err := lg.AddReceiver(ctx, ledger.AddReceiverRequest{Name: r.name, Server: "unix://" + r.sock,
+				ReceiverID: r.report.ReceiverID, PublicKey: r.rc.priv.Public().(ed25519.PublicKey), Operator: containedOperator}); err != nil {
+				return err
+			}
 		}
-	}
-	if _, err := must("ledger approve with boundaries "+names[0]+":"+cr.receivers[0].scope+" and "+names[1]+":"+cr.receivers[1].scope,
-		withLedger("ledger", "approve", "--action", actionID, "--approver", "approver", "--decision", "approval-7",
-			"--request", reqFile, "--boundary", names[0]+":"+cr.receivers[0].scope,
-			"--boundary", names[1]+":"+cr.receivers[1].scope)...); err != nil {
+		_, err := lg.Approve(ctx, ledger.ApproveRequest{Action: actionID, Request: req, Approver: "approver", Decision: "approval-7",
+			TTL: time.Hour, Boundaries: []ledger.Boundary{{Receiver: names[0], Scope: cr.receivers[0].scope}, {Receiver: names[1], Scope: cr.receivers[1].scope}}})
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	c, err := must("ledger claim for worker-a", withLedger("ledger", "claim", "--action", actionID, "--worker", servedWorkerA, "--json")...)
@@ -700,7 +704,16 @@ func (rep *containedReport) observe(o *Observations) {
 	for i, r := range rep.Receivers {
 		names[i] = r.Name
 	}
-	denied := func(w workerResult) bool { return w.Outcome == string(kvfence.Denied) }
+	// A denial counts only as the fence's answer to stale authority: one
+	// for another reason (a malformed or mismatched envelope) would show
+	// nothing about containment.
+	denied := func(w workerResult) bool {
+		switch kvfence.Reason(w.Reason) {
+		case kvfence.ReasonReceiverHeld, kvfence.ReasonStaleEpoch, kvfence.ReasonInactiveGrant:
+			return w.Outcome == string(kvfence.Denied)
+		}
+		return false
+	}
 	applied := func(w workerResult) bool { return w.Outcome == string(kvfence.Applied) }
 	first, ok1 := rep.FirstContain.Record.acknowledged(names)
 	second, ok2 := rep.SecondContain.Record.acknowledged(names)

@@ -146,7 +146,7 @@ func TestContainedReport_Observe(t *testing.T) {
 			}
 			return r
 		}
-		denied := workerResult{Outcome: "denied"}
+		denied := workerResult{Outcome: "denied", Reason: "receiver_held"}
 		applied := workerResult{Outcome: "applied"}
 		return &containedReport{
 			Receivers:                        []containedReceiver{{Name: "receiver-1"}, {Name: "receiver-2"}},
@@ -193,6 +193,8 @@ func TestContainedReport_Observe(t *testing.T) {
 		{"a boundary renamed in the second record", func(r *containedReport) { r.SecondContain.Record.Boundaries[1].Receiver = "receiver-3" },
 			"contain_full_after_retry"},
 		{"stale applied while partial", func(r *containedReport) { r.StaleWhilePartial.Outcome = "applied" }, "contain_stale_denied_at_every_boundary"},
+		{"stale denied for another reason", func(r *containedReport) { r.StaleAfterFull[0].Reason = "claim_mismatch" },
+			"contain_stale_denied_at_every_boundary"},
 		{"stale applied at receiver 2", func(r *containedReport) { r.StaleAfterFull[1].Outcome = "applied" }, "contain_stale_denied_at_every_boundary"},
 		{"stale not tried at receiver 2", func(r *containedReport) { r.StaleAfterFull = r.StaleAfterFull[:1] }, "contain_stale_denied_at_every_boundary"},
 		{"target changed before the successor", func(r *containedReport) { r.TargetsBeforeSuccessor[0].Revision = 2 },
