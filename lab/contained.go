@@ -2,8 +2,8 @@ package lab
 
 import (
 	"bytes"
-	"crypto/ed25519"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
