@@ -144,7 +144,7 @@ func writeContained(p func(string, ...any), ct *containedReport) {
 		ct.RefusedActivation.ExitCode, ct.Receiver1AfterRefusal.Mode, ct.Receiver1AfterRefusal.Epoch)
 	p("A's envelope at receiver 1 was **%s**. Receiver 2 restarted on the same files; `kvfence contain` again recorded",
 		decision(ct.StaleWhilePartial))
-	p("**%s** (exit %d), and receiver 1's epoch went from %d to %d between the two runs: the rerun reused its hold id.",
+	p("**%s** (exit %d), and receiver 1's epoch went from %d to %d between the two runs: the rerun retried only receiver 2.",
 		ct.SecondContain.Record.State, ct.SecondContain.ExitCode, ct.Receiver1EpochAfterFirstContain, ct.Receiver1EpochAfterSecondContain)
 	for i, w := range ct.StaleAfterFull {
 		if i < len(ct.Receivers) {
@@ -161,13 +161,13 @@ func writeContained(p func(string, ...any), ct *containedReport) {
 	p("")
 	p("The record keeps different times apart, per boundary:")
 	p("")
-	p("| boundary | hold requested (coordinator) | acknowledged (receiver) | last stale rejection |")
+	p("| boundary | hold requested (coordinator's clock) | acknowledged (receiver's commit) | latest stale rejection (receiver) |")
 	p("|---|---|---|---|")
 	for _, r := range ct.Receivers {
 		p("| %s | %s | %s | %s |", r.Name, ct.HoldRequestedAt[r.Name], ct.AcknowledgedAt[r.Name], ct.LastStaleRejectionAt[r.Name])
 	}
 	p("")
-	p("Outstanding effects under A's claim: %d.", len(ct.OutstandingEffects))
+	p("Outstanding effects under A's claim, as the record lists them: %d (A applied nothing before it paused).", len(ct.OutstandingEffects))
 	p("")
 	p("Supports: partial containment stays visible and blocks the successor everywhere; a rerun retries only what was not")
 	p("acknowledged, without a new generation; the successor is activated only after every boundary acknowledged and the")
