@@ -330,25 +330,29 @@ func (l *lab) containedWorkflow(ctx context.Context, name string) (*containedRep
 		rep.Steps = append(rep.Steps, step{At: time.Now().UTC(), Actor: actor, Action: action, Result: result})
 	}
 	uid := "unix:uid:" + strconv.Itoa(os.Getuid())
-	// run runs an operator's kvfence command and records it.
-	run := func(what string, args ...string) (cliRun, error) {
+	// runAs runs a kvfence command as a process on actor's behalf and
+	// records it; run does so for the operator.
+	runAs := func(actor, what string, args ...string) (cliRun, error) {
 		c, err := l.kvfence(ctx, args...)
 		rep.Commands = append(rep.Commands, c)
 		if err != nil {
 			return c, err
 		}
-		record(containedOperator, what, "exit "+strconv.Itoa(c.ExitCode))
+		record(actor, "kvfence "+what, "exit "+strconv.Itoa(c.ExitCode))
 		return c, nil
 	}
-	// must runs a command that has to succeed for the schedule to go on.
-	must := func(what string, args ...string) (cliRun, error) {
-		c, err := run(what, args...)
+	run := func(what string, args ...string) (cliRun, error) { return runAs(containedOperator, what, args...) }
+	// mustAs runs a command that has to succeed for the schedule to go on;
+	// must does so for the operator.
+	mustAs := func(actor, what string, args ...string) (cliRun, error) {
+		c, err := runAs(actor, what, args...)
 		if err == nil && c.ExitCode != 0 {
 			err = fmt.Errorf("lab: %s: kvfence %s exited %d: %s", name, strings.Join(args[:min(2, len(args))], " "),
 				c.ExitCode, strings.TrimSpace(c.Stderr))
 		}
 		return c, err
 	}
+	must := func(what string, args ...string) (cliRun, error) { return mustAs(containedOperator, what, args...) }
 
 	value, patch, err := fixture.Load()
 	if err != nil {
@@ -447,14 +451,14 @@ func (l *lab) containedWorkflow(ctx context.Context, name string) (*containedRep
 	}); err != nil {
 		return nil, err
 	}
-	c, err := must("ledger claim for worker-a", withLedger("ledger", "claim", "--action", actionID, "--worker", servedWorkerA, "--json")...)
+	c, err := mustAs("worker-a", "ledger claim", withLedger("ledger", "claim", "--action", actionID, "--worker", servedWorkerA, "--json")...)
 	if err != nil {
 		return nil, err
 	}
 	if rep.ClaimA, err = claimRef(c); err != nil {
 		return nil, err
 	}
-	record("worker-a", "claims the action in the ledger", rep.ClaimA)
+	rep.Steps[len(rep.Steps)-1].Result += ", claim " + rep.ClaimA
 
 	// The operator activates A's grant at both receivers; A gets its
 	// envelopes and pauses, one process per receiver, each holding A's
