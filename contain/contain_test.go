@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func TestContain_RerunIssuesNoNewGeneration(t *testing.T) {
 // same hold, asked again of an honest answer, is acknowledged with the
 // epoch the receiver really installed.
 func TestContain_ForgedAcknowledgmentIsUnverified(t *testing.T) {
-	for _, f := range []fault{faultForgedKey, faultForgedEpoch, faultForgedScope} {
+	for _, f := range []fault{faultForgedKey, faultForgedEpoch, faultForgedScope, faultUnsignedEpoch} {
 		t.Run(f.String(), func(t *testing.T) {
 			w := newWorld(t, 2)
 			sc := w.newScenario(1)
@@ -95,11 +96,12 @@ func TestContain_ForgedAcknowledgmentIsUnverified(t *testing.T) {
 
 // Ensure that each way a hold can fail is recorded as what it is.
 func TestContain_Results(t *testing.T) {
-	w := newWorld(t, 4)
-	sc := w.newScenario(4)
-	w.installFaults(sc, faultDown, faultSlowBefore, faultLost, faultNone)
+	w := newWorld(t, 5)
+	sc := w.newScenario(5)
+	w.installFaults(sc, faultDown, faultSlowBefore, faultLost, faultGarbled, faultNone)
 	rec := mustContain(t, w.coordinator(200*time.Millisecond), sc)
-	want := []ledger.BoundaryResult{ledger.BoundaryFailed, ledger.BoundaryTimeout, ledger.BoundaryUnknown, ledger.BoundaryAcknowledged}
+	want := []ledger.BoundaryResult{ledger.BoundaryFailed, ledger.BoundaryTimeout, ledger.BoundaryUnknown, ledger.BoundaryUnknown,
+		ledger.BoundaryAcknowledged}
 	for i, b := range rec.Boundaries {
 		if b.Result != want[i] {
 			t.Errorf("boundary %d: %s (%s %s), want %s", i, b.Result, b.ErrorCode, b.Error, want[i])
@@ -107,6 +109,10 @@ func TestContain_Results(t *testing.T) {
 	}
 	if rec.State != ledger.ContainmentPartial || rec.Boundaries[0].ErrorCode != "unreachable" {
 		t.Fatalf("%s %+v", rec.State, rec.Boundaries[0])
+	}
+	// A receiver's error text is recorded printable and bounded.
+	if e := rec.Boundaries[3].Error; len(e) > 512 || strings.ContainsAny(e, "\x1b\n\x00\u202e") || !strings.Contains(e, "garbage") {
+		t.Fatalf("garbled error recorded as %q", e)
 	}
 }
 
@@ -183,7 +189,8 @@ func TestActivate_RefusedNotSuccessor(t *testing.T) {
 	other := w.activateReq(sc)
 	v := []byte("other")
 	var err error
-	if other.Request, err = kvfence.EncodeRequest(&kvfence.Request{V: kvfence.WireVersion, Action: sc.action, Target: "x", Set: &v}); err != nil {
+	if other.Request, err = kvfence.EncodeRequest(&kvfence.Request{V: kvfence.WireVersion, Action: sc.action, Target: fmt.Sprintf("t-%d", w.n),
+		Set: &v}); err != nil {
 		t.Fatal(err)
 	}
 	for name, req := range map[string]contain.ActivateRequest{"superseded claim": oldClaim, "other request": other} {

@@ -159,7 +159,7 @@ func failed(b ledger.BoundaryContainment, result ledger.BoundaryResult, code str
 }
 
 // maxErrorText bounds a recorded error, within the ledger's limit.
-const maxErrorText = 1000
+const maxErrorText = 500
 
 // printable returns s as the ledger records free text: valid UTF-8
 // without control characters, at most max bytes. An error's text may come

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/contain"
+	"github.com/kvfence/kvfence/engine/boltengine"
 	"github.com/kvfence/kvfence/kvfence"
 	"github.com/kvfence/kvfence/ledger"
 )
@@ -53,11 +55,17 @@ func newWorld(t testing.TB, n int) *world {
 	dir := t.TempDir()
 	ctx := context.Background()
 	lk := key(100)
-	lpath, lanchor := filepath.Join(dir, "ledger.db"), audit.FileAnchor{Path: filepath.Join(dir, "ledger.anchor")}
+	// The anchors are in memory and the stores skip fsync: the tests are
+	// about the coordinator's logic, not durability, and must stay fast.
+	lpath, lanchor := filepath.Join(dir, "ledger.db"), &audit.MemAnchor{}
 	if err := ledger.Init(lpath, &ledger.InitOptions{LedgerID: "ledger-1", Key: lk, Anchor: lanchor}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := ledger.Open(lpath, &ledger.Options{Key: lk, Anchor: lanchor})
+	e, err := boltengine.OpenFile(lpath, boltengine.FileOptions{NoSync: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.OpenEngine(e, &ledger.Options{Key: lk, Anchor: lanchor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +74,10 @@ func newWorld(t testing.TB, n int) *world {
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("r%d", i+1)
 		tr := &testReceiver{name: name, priv: key(byte(i + 1)), db: filepath.Join(dir, name+".db"), anch: filepath.Join(dir, name+".anchor")}
-		anchor := audit.FileAnchor{Path: tr.anch}
+		anchor := &audit.MemAnchor{}
 		if err := kvfence.Init(tr.db, &kvfence.InitOptions{ReceiverID: "receiver-" + name, Key: tr.priv, Anchor: anchor}); err != nil {
 			t.Fatal(err)
 		}
-		// NoSync: the test is about logic, not durability, and must stay
-		// fast.
 		r, err := kvfence.Open(tr.db, &kvfence.Options{Key: tr.priv, Anchor: anchor, NoSync: true})
 		if err != nil {
 			t.Fatal(err)
@@ -212,19 +218,22 @@ func (w *world) activateReq(sc *scenario) contain.ActivateRequest {
 type fault int
 
 const (
-	faultNone        fault = iota
-	faultDown              // no connection: nothing sent
-	faultSlowBefore        // no answer before the timeout; nothing held
-	faultSlowAfter         // the hold commits, its answer comes after the timeout
-	faultLost              // the hold commits, its answer is lost
-	faultForgedKey         // the acknowledgment re-signed by another receiver's key
-	faultForgedEpoch       // the acknowledgment's epochs changed
-	faultForgedScope       // the acknowledgment names another scope, re-signed with another key
+	faultNone          fault = iota
+	faultDown                // no connection: nothing sent
+	faultSlowBefore          // no answer before the timeout; nothing held
+	faultSlowAfter           // the hold commits, its answer comes after the timeout
+	faultLost                // the hold commits, its answer is lost
+	faultForgedKey           // the acknowledgment re-signed by another receiver's key
+	faultForgedEpoch         // the acknowledgment's epochs changed
+	faultForgedScope         // the acknowledgment names another scope, re-signed with another key
+	faultUnsignedEpoch       // the answer's own epochs differ from those its acknowledgment signs
+	faultGarbled             // an error whose text is long and full of control characters
 	numFaults
 )
 
 func (f fault) String() string {
-	return [...]string{"none", "down", "slow-before", "slow-after", "lost", "forged-key", "forged-epoch", "forged-scope"}[f]
+	return [...]string{"none", "down", "slow-before", "slow-after", "lost", "forged-key", "forged-epoch", "forged-scope",
+		"unsigned-epoch", "garbled"}[f]
 }
 
 // faulty is a Boundary in front of a real receiver that misbehaves as
@@ -263,6 +272,8 @@ func (f *faulty) Hold(ctx context.Context, req kvfence.HoldRequest) (kvfence.Hol
 	case faultSlowBefore:
 		<-ctx.Done()
 		return kvfence.HoldResult{}, ctx.Err()
+	case faultGarbled:
+		return kvfence.HoldResult{}, errors.New("\x1b[2J\n" + strings.Repeat("\u202egarbage\x00", 600))
 	}
 	res, err := f.real.Hold(ctx, req)
 	if err != nil {
@@ -296,6 +307,8 @@ func (f *faulty) Hold(ctx context.Context, req kvfence.HoldRequest) (kvfence.Hol
 		res.Scopes[0].Ack.PreviousEpoch++
 		res.Scopes[0].Ack.Epoch++
 		res.Scopes[0].PreviousEpoch++
+		res.Scopes[0].Epoch++
+	case faultUnsignedEpoch:
 		res.Scopes[0].Epoch++
 	case faultForgedScope:
 		a := res.Scopes[0].Ack.HoldAck

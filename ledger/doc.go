@@ -35,10 +35,15 @@
 //
 // Buckets: meta (format, ledger id, signing key), approvals (action ->
 // approval), actions (action -> live claim and claim history), claims (claim
-// ref -> claim), audit and checkpoints. Records are canonical CBOR. Every
-// change appends to an audit chain of the audit package (kinds init,
-// approve, claim, heartbeat, dispatch, finish, takeover, reconcile; an
-// entry's Decision holds the claim ref and Epoch the claim's generation) and
+// ref -> claim), audit and checkpoints; receivers (name -> receiver and its
+// pinned key) and containments (containment id -> record), which files
+// written before them lack and the first write that needs them creates.
+// Records are canonical CBOR. Every change appends to an audit chain of the
+// audit package (kinds init, approve, claim, heartbeat, dispatch, finish,
+// takeover, reconcile; an entry's Decision holds the claim ref and Epoch the
+// claim's generation; receiver, contain, contain_record, contain_alternate
+// and contain_successor carry the SHA-256 of the record they stored, which
+// a read checks) and
 // signs a checkpoint that is written to an anchor kept apart from the file,
 // exactly as the receiver does; Events lists the chain and VerifyChain
 // checks it against the anchor. Opening a ledger whose chain ends before its

@@ -51,7 +51,7 @@ func exitCode(err error) int {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
 	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity), errors.Is(err, etcdanchor.ErrClusterMismatch),
-		errors.Is(err, contain.ErrVerifyMismatch):
+		errors.Is(err, contain.ErrVerifyMismatch), errors.Is(err, ledger.ErrContainmentTampered):
 		return ExitIntegrity
 	case errors.As(err, &pe):
 		return ExitPartial

@@ -16,6 +16,7 @@ import (
 	"github.com/kvfence/kvfence/engine/etcdengine"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/internal/reqwire"
+	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 	"github.com/kvfence/kvfence/ledger"
 )
@@ -184,6 +185,17 @@ func (c *LedgerCommand) Run(ctx context.Context, args []string) (err error) {
 		return &usageError{msg: "kvfence ledger: missing subcommand", hint: "kvfence ledger -h"}
 	}
 	name := args[0]
+	if name == "receiver" {
+		// Two words name it: receiver add, receiver list.
+		if len(args) < 2 || strings.HasPrefix(args[1], "-") {
+			if len(args) > 1 && isHelpFlag(args[1]) {
+				c.Usage()
+				return flag.ErrHelp
+			}
+			return &usageError{msg: "kvfence ledger receiver: missing subcommand (add or list)", hint: "kvfence ledger -h"}
+		}
+		name, args = "receiver "+args[1], args[1:]
+	}
 	switch name {
 	case "init":
 		return c.init(ctx, args[1:])
@@ -308,11 +320,23 @@ func ledgerSubs(m *Main) map[string]ledgerSub {
 			action, approver, decision := fs.String("action", "", ""), fs.String("approver", "", ""), fs.String("decision", "", "")
 			reqFile, digest := fs.String("request", "", ""), fs.String("request-sha256", "", "")
 			ttl := fs.Duration("ttl", time.Hour, "")
+			var boundaryArgs stringList
+			fs.Var(&boundaryArgs, "boundary", "")
 			var sum [32]byte
 			var request []byte
+			var bounds []ledger.Boundary
 			check := func() error {
 				if err := require("ledger approve", [2]string{"action", *action}, [2]string{"approver", *approver}); err != nil {
 					return err
+				}
+				bounds = bounds[:0]
+				for _, b := range boundaryArgs {
+					recv, scope, ok := strings.Cut(b, ":")
+					if !ok || recv == "" || scope == "" {
+						return &usageError{msg: fmt.Sprintf("kvfence ledger approve: --boundary %q: want RECEIVER:SCOPE", b),
+							hint: "name a receiver registered with kvfence ledger receiver add, e.g. --boundary orders:payments"}
+					}
+					bounds = append(bounds, ledger.Boundary{Receiver: recv, Scope: scope})
 				}
 				if *ttl <= 0 {
 					return usageErrorf("kvfence ledger approve: --ttl must be positive")
@@ -345,7 +369,11 @@ func ledgerSubs(m *Main) map[string]ledgerSub {
 			}
 			return check, func(l *ledger.Ledger, ctx context.Context) (any, error) {
 				a, err := l.Approve(ctx, ledger.ApproveRequest{Action: *action, Request: request, RequestSHA256: sum,
-					Approver: *approver, Decision: *decision, TTL: *ttl})
+					Approver: *approver, Decision: *decision, TTL: *ttl, Boundaries: bounds})
+				if errors.Is(err, ledger.ErrUnknownReceiver) {
+					return nil, withHint(err, "register it first: kvfence ledger receiver add --name N --server URL --receiver-id ID "+
+						"--receiver-pub FILE --operator O; kvfence ledger receiver list shows the registered ones")
+				}
 				if errors.Is(err, ledger.ErrActionMismatch) {
 					return nil, withHint(err, "approve the request under the action it names, or build the request "+
 						"for this action (kvfence request build --action "+*action+")")
@@ -354,6 +382,88 @@ func ledgerSubs(m *Main) map[string]ledgerSub {
 					return nil, err
 				}
 				return approvalView(a), nil
+			}
+		}},
+		"receiver add": {write: true, flags: func(fs *flag.FlagSet) (func() error, runFunc) {
+			name, server, receiverID := fs.String("name", "", ""), fs.String("server", "", ""), fs.String("receiver-id", "", "")
+			db, recvAnchor := fs.String("db", "", ""), fs.String("receiver-anchor", "", "")
+			pubFile, operator := fs.String("receiver-pub", "", ""), fs.String("operator", "", "")
+			var req ledger.AddReceiverRequest
+			check := func() error {
+				const cmd = "ledger receiver add"
+				if err := require(cmd, [2]string{"name", *name}, [2]string{"receiver-pub", *pubFile}, [2]string{"operator", *operator}); err != nil {
+					return err
+				}
+				switch {
+				case (*server == "") == (*db == ""):
+					return usageErrorf("kvfence %s: give exactly one of --server URL (a served receiver) and --db DB (a receiver on this host)", cmd)
+				case *server != "":
+					if *recvAnchor != "" {
+						return usageErrorf("kvfence %s: --receiver-anchor goes with --db, not with --server", cmd)
+					}
+					if err := require(cmd, [2]string{"receiver-id", *receiverID}); err != nil {
+						return err
+					}
+				default:
+					if *recvAnchor == "" {
+						return &usageError{msg: fmt.Sprintf("kvfence %s: --db needs --receiver-anchor, the receiver's anchor", cmd),
+							hint: "--anchor is the ledger's own anchor; the receiver's goes in --receiver-anchor"}
+					}
+					if isEtcdAnchor(*recvAnchor) {
+						return usageErrorf("kvfence %s: --receiver-anchor: a receiver on this host is registered with its anchor file", cmd)
+					}
+				}
+				pub, err := keyfile.LoadPublic(*pubFile)
+				if err != nil {
+					return fmt.Errorf("kvfence %s: --receiver-pub %s: %w", cmd, *pubFile, err)
+				}
+				req = ledger.AddReceiverRequest{Name: *name, Server: *server, DB: *db, Anchor: *recvAnchor, ReceiverID: *receiverID,
+					PublicKey: pub, Operator: *operator}
+				if *db == "" {
+					return nil
+				}
+				// The id and key are read from the receiver itself, checked
+				// against its anchor: a key the database does not record
+				// would pin a boundary that no acknowledgment can satisfy,
+				// or one that someone else's key satisfies.
+				r, err := kvfence.Open(*db, &kvfence.Options{ReadOnly: true,
+					Anchor: audit.FileAnchor{Path: *recvAnchor}, Warn: func(string) {}})
+				if err != nil {
+					return fmt.Errorf("kvfence %s: --db %s: %w", cmd, *db, err)
+				}
+				defer r.Close()
+				if !pub.Equal(r.PublicKey()) {
+					return withHint(fmt.Errorf("kvfence %s: --receiver-pub %s: %w", cmd, *pubFile, errPubMismatch),
+						"pass the public key that kvfence init wrote for this receiver")
+				}
+				if *receiverID != "" && *receiverID != r.ID() {
+					return usageErrorf("kvfence %s: --receiver-id %q, but the receiver in %s is %q", cmd, *receiverID, *db, r.ID())
+				}
+				req.ReceiverID = r.ID()
+				return nil
+			}
+			return check, func(l *ledger.Ledger, ctx context.Context) (any, error) {
+				r, err := l.AddReceiver(ctx, req)
+				if errors.Is(err, ledger.ErrReceiverKeyPinned) {
+					return nil, withHint(err, "each receiver has its own key; check --receiver-pub, or kvfence ledger receiver list")
+				}
+				if err != nil {
+					return nil, err
+				}
+				return receiverView(r), nil
+			}
+		}},
+		"receiver list": {write: false, flags: func(fs *flag.FlagSet) (func() error, runFunc) {
+			return func() error { return nil }, func(l *ledger.Ledger, ctx context.Context) (any, error) {
+				rs, err := l.Receivers()
+				if err != nil {
+					return nil, err
+				}
+				out := ledgerReceiversJSON{Ledger: l.ID(), Receivers: []ledgerReceiverJSON{}}
+				for _, r := range rs {
+					out.Receivers = append(out.Receivers, receiverView(r))
+				}
+				return out, nil
 			}
 		}},
 		"claim": {write: true, flags: func(fs *flag.FlagSet) (func() error, runFunc) {
@@ -501,6 +611,28 @@ type (
 		ApprovedAt    *string `json:"approved_at"`
 		ExpiresAt     *string `json:"expires_at"`
 		AuditSeq      uint64  `json:"audit_seq"`
+		// Boundaries is empty, never absent, for an approval without any.
+		Boundaries []ledgerBoundaryJSON `json:"boundaries"`
+	}
+	ledgerBoundaryJSON struct {
+		Receiver string `json:"receiver"`
+		Scope    string `json:"scope"`
+	}
+	ledgerReceiverJSON struct {
+		Name           string  `json:"name"`
+		Server         string  `json:"server"`
+		DB             string  `json:"db"`
+		Anchor         string  `json:"anchor"`
+		ReceiverID     string  `json:"receiver_id"`
+		PublicKey      string  `json:"public_key"`
+		KeyFingerprint string  `json:"key_fingerprint"`
+		AddedBy        string  `json:"added_by"`
+		AddedAt        *string `json:"added_at"`
+		AuditSeq       uint64  `json:"audit_seq"`
+	}
+	ledgerReceiversJSON struct {
+		Ledger    string               `json:"ledger"`
+		Receivers []ledgerReceiverJSON `json:"receivers"`
 	}
 	ledgerClaimJSON struct {
 		Claim           string  `json:"claim"`
@@ -537,9 +669,32 @@ type (
 )
 
 func approvalView(a ledger.Approval) ledgerApprovalJSON {
-	return ledgerApprovalJSON{Action: a.Action, RequestSHA256: hex.EncodeToString(a.RequestSHA256[:]),
+	v := ledgerApprovalJSON{Action: a.Action, RequestSHA256: hex.EncodeToString(a.RequestSHA256[:]),
 		ActionChecked: a.ActionChecked, Approver: a.Approver,
-		Decision: a.Decision, ApprovedAt: api.Time(a.ApprovedAt), ExpiresAt: api.Time(a.ExpiresAt), AuditSeq: a.AuditSeq}
+		Decision: a.Decision, ApprovedAt: api.Time(a.ApprovedAt), ExpiresAt: api.Time(a.ExpiresAt), AuditSeq: a.AuditSeq,
+		Boundaries: []ledgerBoundaryJSON{}}
+	for _, b := range a.Boundaries {
+		v.Boundaries = append(v.Boundaries, ledgerBoundaryJSON{Receiver: b.Receiver, Scope: b.Scope})
+	}
+	return v
+}
+
+func receiverView(r ledger.Receiver) ledgerReceiverJSON {
+	return ledgerReceiverJSON{Name: r.Name, Server: r.Server, DB: r.DB, Anchor: r.Anchor, ReceiverID: r.ReceiverID,
+		PublicKey: publicLine(r.PublicKey), KeyFingerprint: audit.KeyFingerprint(r.PublicKey).String(), AddedBy: r.AddedBy,
+		AddedAt: api.Time(r.AddedAt), AuditSeq: r.AuditSeq}
+}
+
+// boundariesText lists an approval's boundaries on one line.
+func boundariesText(bs []ledgerBoundaryJSON) string {
+	if len(bs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(bs))
+	for i, b := range bs {
+		parts[i] = b.Receiver + ":" + b.Scope
+	}
+	return strings.Join(parts, " ")
 }
 
 func claimView(c ledger.Claim, now time.Time) ledgerClaimJSON {
@@ -589,12 +744,35 @@ func printLedger(m *Main, v any) error {
 		}
 		fmt.Fprintf(tw, "audit seq\t%d\n", c.AuditSeq)
 	}
+	receiver := func(r ledgerReceiverJSON) {
+		fmt.Fprintf(tw, "receiver\t%s\n", r.Name)
+		if r.Server != "" {
+			fmt.Fprintf(tw, "server\t%s\n", r.Server)
+		} else {
+			fmt.Fprintf(tw, "database\t%s (anchor %s)\n", r.DB, r.Anchor)
+		}
+		fmt.Fprintf(tw, "receiver id\t%s\n", r.ReceiverID)
+		fmt.Fprintf(tw, "pinned key\t%s\n", r.KeyFingerprint)
+		fmt.Fprintf(tw, "added\tby %s at %s\n", r.AddedBy, str(r.AddedAt))
+		fmt.Fprintf(tw, "audit seq\t%d\n", r.AuditSeq)
+	}
 	switch v := v.(type) {
 	case ledgerInitJSON:
 		fmt.Fprintf(tw, "ledger\t%s\nfile\t%s\nanchor\t%s\npublic key\t%s\n", v.Ledger, v.File, v.Anchor, v.PublicKey)
 	case ledgerApprovalJSON:
-		fmt.Fprintf(tw, "action\t%s\nrequest sha256\t%s\naction checked\t%s\napprover\t%s\nexpires at\t%s\naudit seq\t%d\n",
-			v.Action, v.RequestSHA256, actionChecked(v.ActionChecked), v.Approver, str(v.ExpiresAt), v.AuditSeq)
+		fmt.Fprintf(tw, "action\t%s\nrequest sha256\t%s\naction checked\t%s\napprover\t%s\nexpires at\t%s\nboundaries\t%s\naudit seq\t%d\n",
+			v.Action, v.RequestSHA256, actionChecked(v.ActionChecked), v.Approver, str(v.ExpiresAt), boundariesText(v.Boundaries), v.AuditSeq)
+	case ledgerReceiverJSON:
+		receiver(v)
+	case ledgerReceiversJSON:
+		fmt.Fprintf(tw, "ledger\t%s\n", v.Ledger)
+		if len(v.Receivers) == 0 {
+			fmt.Fprintf(tw, "receivers\tnone registered\n")
+		}
+		for _, r := range v.Receivers {
+			fmt.Fprintln(tw)
+			receiver(r)
+		}
 	case ledgerClaimJSON:
 		claim(v)
 	case ledgerShowJSON:
@@ -604,6 +782,7 @@ func printLedger(m *Main, v any) error {
 			if a.Approval != nil {
 				fmt.Fprintf(tw, "approved by\t%s, until %s\n", a.Approval.Approver, str(a.Approval.ExpiresAt))
 				fmt.Fprintf(tw, "action checked\t%s\n", actionChecked(a.Approval.ActionChecked))
+				fmt.Fprintf(tw, "boundaries\t%s\n", boundariesText(a.Approval.Boundaries))
 			}
 			fmt.Fprintf(tw, "live claim\t%s\n", orDash(a.Live))
 			for _, c := range a.Claims {
@@ -636,13 +815,27 @@ Subcommands:
 
 	init --id LEDGER_ID
 	    Create the ledger file and its anchor.
+	receiver add --name N (--server URL --receiver-id ID | --db DB
+	        --receiver-anchor FILE) --receiver-pub FILE --operator O
+	    Register a receiving boundary and pin its public key: only
+	    acknowledgments that key signs, naming that receiver id, count.
+	    --server is https://HOST:PORT or unix:///PATH. For a receiver on
+	    this host, --db and its anchor are opened read-only: the id is
+	    read from them, and a --receiver-pub other than the key the
+	    database records is refused. A name registered already, or a key
+	    pinned for another name (two boundaries signing with one key
+	    could answer for each other), is refused with exit code 3.
+	receiver list
+	    Print the registered receivers and their pinned keys.
 	approve --action A (--request REQ.cbor | --request-sha256 HEX)
-	        --approver P [--ttl 1h] [--decision REF]
+	        --approver P [--ttl 1h] [--decision REF] [--boundary N:SCOPE ...]
 	    Approve an action, bound to the digest of its exact request. With
 	    --request, the request must name action A (else exit code 3) and
 	    be well formed (else exit code 2); with --request-sha256 the
 	    ledger cannot read the action, and the approval says so
-	    ("action_checked": false).
+	    ("action_checked": false). Each --boundary (repeatable) names a
+	    scope at a registered receiver that the action's effects can
+	    reach: kvfence contain holds every one of them after a takeover.
 	claim --action A --worker W [--lease 30s]
 	    Claim an approved action. A worker that restarted gets its own
 	    live claim back ("resumed"). Another worker's claim is refused
@@ -659,8 +852,8 @@ Subcommands:
 	reconcile --claim REF --operator O --outcome succeeded|failed
 	    Settle an uncertain claim once its effect is known.
 	show [--action A]
-	    Print approvals and claims (read-only; checked against --anchor
-	    when it is given). A settled claim shows no lease: settled_at is
+	    Print approvals (with their boundaries) and claims (read-only;
+	    checked against --anchor when it is given). A settled claim shows no lease: settled_at is
 	    when it stopped being live (for a taken-over claim, the takeover),
 	    reconciled_at when an operator reconciled it.
 	events [--since SEQ] [--action A]
