@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/kvfence/kvfence/internal/api"
@@ -80,6 +81,7 @@ func TestHold_IDAndExpectEpoch(t *testing.T) {
 		{`{"scopes":[],"reason":"r","all":true,"hold_id":"x"}`, http.StatusBadRequest, api.CodeBadRequest, true},
 		{`{"scopes":[],"reason":"r","all":true,"expect_epoch":2}`, http.StatusBadRequest, api.CodeBadRequest, true},
 		{fmt.Sprintf(`{"scopes":[%q],"reason":"r","hold_id":"x","Hold_id":"y"}`, scope), http.StatusBadRequest, api.CodeBadRequest, true},
+		{fmt.Sprintf(`{"scopes":[%q],"reason":"r","hold_id":%q}`, scope, strings.Repeat("x", 129)), http.StatusBadRequest, "invalid_argument", true},
 	} {
 		resp := e.must(admin, http.MethodPost, api.PathHold, api.ContentJSON, []byte(c.body))
 		if resp.status != c.status || resp.errorCode() != c.code {
@@ -124,6 +126,7 @@ func TestReceipts_ByClaim(t *testing.T) {
 		{"admin", q("", g.Claim), http.StatusBadRequest, api.CodeBadRequest},
 		{"admin", q(scope, g.Claim) + "&claim=x", http.StatusBadRequest, api.CodeBadRequest},
 		{"admin", q(scope, g.Claim) + "&action=a1", http.StatusBadRequest, api.CodeBadRequest},
+		{"admin", q("nope", g.Claim), http.StatusNotFound, "unknown_scope"},
 	} {
 		cl := admin
 		if c.who == "worker" {

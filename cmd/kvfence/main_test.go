@@ -138,6 +138,9 @@ var (
 	// and key fingerprints in free text (details, tables).
 	reAnyHash     = regexp.MustCompile(`\b[0-9a-f]{64}\b`)
 	reFingerprint = regexp.MustCompile(`SHA256:[A-Za-z0-9+/]{43}`)
+	// reSigned is the signed forms and signatures of JSON outputs, which
+	// sign times.
+	reSigned = regexp.MustCompile(`"(signed_b64|signature_b64)": "[A-Za-z0-9+/=]+"`)
 )
 
 // mask replaces what differs between runs (times, grant ids, chain hashes
@@ -150,6 +153,7 @@ func (c *cli) mask(s string, grants map[string]string) string {
 	s = reTime.ReplaceAllString(s, "TIME")
 	s = reHash.ReplaceAllString(s, `"$1": "HASH"`)
 	s = reUID.ReplaceAllString(s, "unix:uid:UID")
+	s = reSigned.ReplaceAllString(s, `"$1": "SIGNED"`)
 	return reKey.ReplaceAllString(s, "ssh-ed25519 KEY")
 }
 

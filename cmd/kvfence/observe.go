@@ -205,7 +205,7 @@ func (c *ObserveCommand) receipts(ctx context.Context, args []string) (err error
 	fmt.Fprintln(tw, "AUDIT SEQ\tAT\tACTION\tTARGET\tREVISION\tGRANT")
 	for _, rc := range rcs {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d -> %d\t%s\n", rc.AuditSeq, humanTime(rc.At), quoteIfNeeded(rc.Action),
-			quoteIfNeeded(rc.Target), rc.RevBefore, rc.RevAfter, rc.Grant)
+			quoteIfNeeded(rc.Target), rc.RevBefore, rc.RevAfter, quoteIfNeeded(rc.Grant))
 	}
 	return tw.Flush()
 }
