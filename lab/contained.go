@@ -3,7 +3,6 @@ package lab
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/internal/fixture"
 	"github.com/kvfence/kvfence/kvfence"
-	"github.com/kvfence/kvfence/ledger"
 )
 
 // containedDemonstration is demonstration 7's directory under the output.
@@ -437,18 +435,17 @@ func (l *lab) containedWorkflow(ctx context.Context, name string) (*containedRep
 	}
 	ledgerFlags := []string{"--ledger", lf.db, "--anchor", lf.anchor, "--key", lf.key}
 	withLedger := func(args ...string) []string { return append(args, ledgerFlags...) }
-	// TEMPORARY: library registration until ledger receiver add lands.
-	if err := lf.with(func(lg *ledger.Ledger) error {
-		for _, r := range cr.receivers {
-			if _, err := lg.AddReceiver(ctx, ledger.AddReceiverRequest{Name: r.name, Server: "unix://" + r.sock,
-				ReceiverID: r.report.ReceiverID, PublicKey: r.rc.priv.Public().(ed25519.PublicKey), Operator: containedOperator}); err != nil {
-				return err
-			}
+	for _, r := range cr.receivers {
+		if _, err := must("ledger receiver add "+r.name+" (unix://"+r.sock+", pinned key)", withLedger("ledger", "receiver", "add",
+			"--name", r.name, "--server", "unix://"+r.sock, "--receiver-id", r.report.ReceiverID,
+			"--receiver-pub", r.rc.key+".pub", "--operator", containedOperator)...); err != nil {
+			return nil, err
 		}
-		_, err := lg.Approve(ctx, ledger.ApproveRequest{Action: actionID, Request: req, Approver: "approver", Decision: "approval-7",
-			TTL: time.Hour, Boundaries: []ledger.Boundary{{Receiver: names[0], Scope: cr.receivers[0].scope}, {Receiver: names[1], Scope: cr.receivers[1].scope}}})
-		return err
-	}); err != nil {
+	}
+	if _, err := must("ledger approve with boundaries "+names[0]+":"+cr.receivers[0].scope+" and "+names[1]+":"+cr.receivers[1].scope,
+		withLedger("ledger", "approve", "--action", actionID, "--approver", "approver", "--decision", "approval-7",
+			"--request", reqFile, "--boundary", names[0]+":"+cr.receivers[0].scope,
+			"--boundary", names[1]+":"+cr.receivers[1].scope)...); err != nil {
 		return nil, err
 	}
 	c, err := mustAs("worker-a", "ledger claim", withLedger("ledger", "claim", "--action", actionID, "--worker", servedWorkerA, "--json")...)
