@@ -90,9 +90,11 @@ type containedReport struct {
 	// Boundaries are the final containment record's boundaries, with the
 	// times it distinguishes, as kvfence contain show --json printed them.
 	Boundaries []containBoundary `json:"boundaries"`
-	// HoldRequestedAt, AcknowledgedAt and LastStaleRejectionAt are per
-	// boundary (receiver name): different events, never one "contained"
-	// time.
+	// HoldRequestedAt (the coordinator's clock) and AcknowledgedAt (the
+	// receiver's commit) are per boundary (receiver name), from the final
+	// containment record; LastStaleRejectionAt is the latest stale-authority
+	// denial there, the record's or, when later, the receiver's status at
+	// the end. Different events, never one "contained" time.
 	HoldRequestedAt      map[string]string `json:"hold_requested_at"`
 	AcknowledgedAt       map[string]string `json:"acknowledged_at"`
 	LastStaleRejectionAt map[string]string `json:"last_stale_rejection_at"`

@@ -182,6 +182,8 @@ func TestContainedReport_Observe(t *testing.T) {
 			"contain_partial_blocked_successor"},
 		{"a boundary missing from the first record", func(r *containedReport) { r.FirstContain.Record.Boundaries = r.FirstContain.Record.Boundaries[:1] },
 			"contain_partial_blocked_successor"},
+		{"receiver 2 missing from the first record, another in its place",
+			func(r *containedReport) { r.FirstContain.Record.Boundaries[1].Receiver = "receiver-3" }, "contain_partial_blocked_successor"},
 		{"activation not refused", func(r *containedReport) { r.RefusedActivation.ExitCode = 0 }, "contain_partial_blocked_successor"},
 		{"grant active after the refusal", func(r *containedReport) { r.Receiver1AfterRefusal.ActiveGrant = "g" }, "contain_partial_blocked_successor"},
 		{"receiver 1 open after the refusal", func(r *containedReport) { r.Receiver1AfterRefusal.Mode = "open" }, "contain_partial_blocked_successor"},
@@ -192,6 +194,10 @@ func TestContainedReport_Observe(t *testing.T) {
 			"contain_full_after_retry"},
 		{"a boundary renamed in the second record", func(r *containedReport) { r.SecondContain.Record.Boundaries[1].Receiver = "receiver-3" },
 			"contain_full_after_retry"},
+		{"a third boundary in the second record", func(r *containedReport) {
+			r.SecondContain.Record.Boundaries = append(r.SecondContain.Record.Boundaries,
+				containBoundary{Receiver: "receiver-3", Result: resultAcknowledge})
+		}, "contain_full_after_retry"},
 		{"stale applied while partial", func(r *containedReport) { r.StaleWhilePartial.Outcome = "applied" }, "contain_stale_denied_at_every_boundary"},
 		{"stale denied for another reason", func(r *containedReport) { r.StaleAfterFull[0].Reason = "claim_mismatch" },
 			"contain_stale_denied_at_every_boundary"},
