@@ -69,11 +69,13 @@ func TestContain_RerunIssuesNoNewGeneration(t *testing.T) {
 
 // Ensure that an acknowledgment that does not verify under the pinned key
 // (re-signed by another receiver's key, its epochs changed, another
-// scope's) is recorded as unverified, never acknowledged, and that the
+// scope's), or that the receiver's own key signed for another hold id (a
+// replay from an earlier containment), or whose answer disagrees with it,
+// is recorded as unverified, never acknowledged, and that the
 // same hold, asked again of an honest answer, is acknowledged with the
 // epoch the receiver really installed.
 func TestContain_ForgedAcknowledgmentIsUnverified(t *testing.T) {
-	for _, f := range []fault{faultForgedKey, faultForgedEpoch, faultForgedScope, faultUnsignedEpoch} {
+	for _, f := range []fault{faultForgedKey, faultForgedEpoch, faultForgedScope, faultUnsignedEpoch, faultReplayed} {
 		t.Run(f.String(), func(t *testing.T) {
 			w := newWorld(t, 2)
 			sc := w.newScenario(1)

@@ -227,13 +227,14 @@ const (
 	faultForgedEpoch         // the acknowledgment's epochs changed
 	faultForgedScope         // the acknowledgment names another scope, re-signed with another key
 	faultUnsignedEpoch       // the answer's own epochs differ from those its acknowledgment signs
+	faultReplayed            // the receiver's own signature over an acknowledgment of another hold id
 	faultGarbled             // an error whose text is long and full of control characters
 	numFaults
 )
 
 func (f fault) String() string {
 	return [...]string{"none", "down", "slow-before", "slow-after", "lost", "forged-key", "forged-epoch", "forged-scope",
-		"unsigned-epoch", "garbled"}[f]
+		"unsigned-epoch", "replayed", "garbled"}[f]
 }
 
 // faulty is a Boundary in front of a real receiver that misbehaves as
@@ -241,6 +242,7 @@ func (f fault) String() string {
 type faulty struct {
 	real  contain.Boundary
 	other ed25519.PrivateKey // a key that is not the receiver's
+	own   ed25519.PrivateKey // the receiver's own key
 	mu    sync.Mutex
 	f     fault
 	// realAcks are the acknowledgments the receiver really gave, by
@@ -310,6 +312,14 @@ func (f *faulty) Hold(ctx context.Context, req kvfence.HoldRequest) (kvfence.Hol
 		res.Scopes[0].Epoch++
 	case faultUnsignedEpoch:
 		res.Scopes[0].Epoch++
+	case faultReplayed:
+		a := res.Scopes[0].Ack.HoldAck
+		a.HoldID = "h-an-earlier-containment"
+		sa, serr := audit.SignHoldAck(f.own, a)
+		if serr != nil {
+			return kvfence.HoldResult{}, serr
+		}
+		res.Scopes[0].Ack = sa
 	case faultForgedScope:
 		a := res.Scopes[0].Ack.HoldAck
 		a.Scope += "-other"
@@ -356,6 +366,7 @@ func (w *world) installFaults(sc *scenario, fs ...fault) map[string]*faulty {
 			other = key(200)
 		}
 		f := newFaulty(contain.Embedded(tr.r), other)
+		f.own = tr.priv
 		if i < len(fs) {
 			f.f = fs[i]
 		}

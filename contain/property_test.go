@@ -48,7 +48,7 @@ func wantState(bs []ledger.BoundaryContainment) ledger.ContainmentState {
 // one its boundaries' results make; and no acknowledgment the receiver
 // did not give is recorded as acknowledged.
 func TestContain_Property(t *testing.T) {
-	cases := 250
+	cases := 200
 	if testing.Short() {
 		cases = 60
 	}
@@ -146,7 +146,10 @@ func TestContain_Property(t *testing.T) {
 				}
 			case 2:
 				i := rng.IntN(n)
-				f := randomFault()
+				f := faultNone // heal as often as break, so that some cases reach full
+				if rng.IntN(2) == 0 {
+					f = randomFault()
+				}
 				log = append(log, fmt.Sprintf("%d:%s", i, f))
 				fs[sc.bounds[i].Receiver].set(f)
 			case 3:

@@ -38,16 +38,10 @@ type containFlags struct {
 	tlsCert, tlsKey, tlsCA string
 	serverUID              string
 	serverUIDs             []uint32
-	receiverKeys           multiFlag
+	receiverKeys           stringList
 	keys                   map[string]ed25519.PrivateKey
 	timeout                time.Duration
 }
-
-// multiFlag is a repeatable string flag.
-type multiFlag []string
-
-func (f *multiFlag) String() string     { return strings.Join(*f, ",") }
-func (f *multiFlag) Set(v string) error { *f = append(*f, v); return nil }
 
 func (cf *containFlags) register(fs *flag.FlagSet) {
 	cf.lf.register(fs)
