@@ -378,9 +378,16 @@ func (a *Admin) repeatHold(w *wtx, req *HoldRequest, fp [sha256.Size]byte) (Hold
 			return HoldResult{}, false, err
 		}
 		recs[i] = h
-		if h == nil {
+		switch {
+		case h == nil:
 			unknown = append(unknown, s)
-		} else {
+		case !bytes.Equal(h.Request, fp[:]):
+			// The scopes, in order, are part of the fingerprint: a
+			// request that names more, fewer or other scopes is refused
+			// here, on the first scope the id is known on.
+			return HoldResult{}, false, fmt.Errorf("%w: hold id %q held %s with other scopes, another reason or another expected epoch",
+				ErrHoldIDConflict, req.ID, s)
+		default:
 			known = append(known, s)
 		}
 	}
@@ -388,24 +395,31 @@ func (a *Admin) repeatHold(w *wtx, req *HoldRequest, fp [sha256.Size]byte) (Hold
 	case len(known) == 0:
 		return HoldResult{}, false, nil
 	case len(unknown) > 0:
+		// The first hold wrote every scope's record in one transaction,
+		// so this is a store that lost some (restored in part, and
+		// accepted since): holding the rest anew would be a second
+		// generation under one id.
 		return HoldResult{}, false, fmt.Errorf("%w: hold id %q held %s but not %s", ErrHoldIDConflict, req.ID,
 			strings.Join(known, ", "), strings.Join(unknown, ", "))
 	}
 	res := HoldResult{Repeated: true, HoldRequestedAt: fromNanos(recs[0].RequestedAt), HoldCommittedAt: fromNanos(recs[0].CommittedAt)}
 	var last uint64
 	for i, h := range recs {
-		if !bytes.Equal(h.Request, fp[:]) {
-			return HoldResult{}, false, fmt.Errorf("%w: hold id %q held %s with other scopes, another reason or another expected epoch",
-				ErrHoldIDConflict, req.ID, req.Scopes[i])
-		}
 		res.Scopes = append(res.Scopes, HeldScope{Scope: req.Scopes[i], PreviousEpoch: h.PreviousEpoch, Epoch: h.Epoch,
 			Ack: audit.SignedHoldAck{HoldAck: audit.HoldAck{Receiver: a.r.id, Scope: req.Scopes[i], HoldID: req.ID,
 				PreviousEpoch: h.PreviousEpoch, Epoch: h.Epoch, AuditSeq: h.AuditSeq, RequestedAt: h.RequestedAt, At: h.CommittedAt}}})
 		last = max(last, h.AuditSeq)
 	}
 	res.AuditSeq = recs[len(recs)-1].AuditSeq
-	if w.anchor != nil && w.anchor.Seq >= last {
-		res.Checkpoint = *w.anchor
+	cover := w.anchor
+	if cover == nil && a.r.opts.Anchor != nil {
+		// On a file the anchor may be one commit behind the head (lead):
+		// that only makes it cover less.
+		cur := a.r.anchorNow()
+		cover = &cur
+	}
+	if cover != nil && cover.Seq >= last {
+		res.Checkpoint = *cover
 		w.idle++
 	}
 	return res, true, nil

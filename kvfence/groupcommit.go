@@ -554,15 +554,7 @@ func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wt
 		}
 		w.terms = &r.terms
 		start := w.chain.Head()
-		switch {
-		case anchor != nil:
-			w.anchor = anchor
-		case r.opts.Anchor != nil:
-			// On a file the anchor may be one commit behind the head
-			// (lead): that only makes it cover less.
-			a := r.anchorNow()
-			w.anchor = &a
-		}
+		w.anchor = anchor
 		if len(batch) > 1 && r.file {
 			// A lone call has nothing to decide while its digest is
 			// hashed: a second goroutine would cost it more than it

@@ -153,6 +153,15 @@ func TestHoldID_Conflict(t *testing.T) {
 			}
 		})
 	}
+	// A store that lost one scope's record of a two-scope hold (and was
+	// taken as it is since) knows the id on the other scope only: a
+	// conflict, never a second generation on either.
+	storePut(t, f, bucketHolds, string(holdKey("other", "pair")), nil)
+	f.r.trustStore(t)
+	head := f.r.Head()
+	if res, err := f.admin.Hold(f.ctx, holdReq("pair", fixScope, "other")); !errors.Is(err, ErrHoldIDConflict) || f.r.Head() != head {
+		t.Fatalf("Hold with the id known on one scope of two = %+v, %v; want ErrHoldIDConflict and nothing written", res, err)
+	}
 	// The id is per scope: on a scope that never saw it, it is a first hold.
 	if res := f.holdOK(holdReq("cas", fixScope)); res.Repeated || res.Scopes[0].Epoch != 3 {
 		t.Fatalf("first use of an id on another scope = %+v", res)

@@ -638,10 +638,10 @@ type wtx struct {
 	// hw is the epoch high-water as the receiver verified or wrote it,
 	// which the stored one must equal when recs is set.
 	hw uint64
-	// anchor is the anchor as of the transaction's start, signed by this
-	// receiver and in its chain, or nil if it has none: what covers the
-	// entries committed before. A call that answers from earlier entries
-	// may name it instead of waiting for a commit of its own.
+	// anchor is the anchor read before the transaction on a store that
+	// other processes write (currentAnchor), signed by this receiver and
+	// in its chain; nil on a file, where the receiver's own last anchor
+	// write is the anchor (anchorNow).
 	anchor *audit.SignedCheckpoint
 	// idle counts the calls that wrote nothing and need no commit (a
 	// repeated hold); when every call of a batch is idle, the
