@@ -76,6 +76,47 @@ func ExampleClient_Activate() {
 	// open under the assignment's grant: true
 }
 
+// An operator holds a scope with a hold id, so that the call can be
+// repeated when its answer is lost, and checks the receiver's signed
+// acknowledgment with the receiver's public key, pinned beforehand. The
+// repeat issues no new epoch: it answers the first hold, marked repeated.
+func ExampleClient_Hold() {
+	dir, err := os.MkdirTemp("", "client-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock, stop := serveExample(dir)
+	defer stop()
+	// The pinned key: the receiver's public key, obtained out of band.
+	pinned := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)).Public().(ed25519.PublicKey)
+
+	c, err := client.New("unix://"+sock, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	const scope = "configmap/prod/backup-policy"
+	if _, err := c.CreateScope(ctx, scope); err != nil {
+		log.Fatal(err)
+	}
+	req := kvfence.HoldRequest{Scopes: []string{scope}, Reason: "worker-a stalled", ID: "incident-42"}
+	for range 2 {
+		res, err := c.Hold(ctx, req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		ack := res.Scopes[0].Ack
+		verified := ack.Verify(pinned) == nil && res.Checkpoint.Verify(pinned) == nil &&
+			ack.CoveredBy(res.Checkpoint.Checkpoint) == nil
+		fmt.Println(ack.Scope, ack.PreviousEpoch, "->", ack.Epoch, "verified:", verified, "repeated:", res.Repeated)
+	}
+	// Output:
+	// configmap/prod/backup-policy 1 -> 2 verified: true repeated: false
+	// configmap/prod/backup-policy 1 -> 2 verified: true repeated: true
+}
+
 // serveExample initialises a receiver in dir and serves it on an admin
 // socket there, admitting this process's user. It returns the socket's
 // path and a function that stops the server and closes the receiver.

@@ -228,3 +228,33 @@ func TestAttack_ReceiptsAnswers(t *testing.T) {
 		})
 	}
 }
+
+// Ensure that a hold of every open scope carries the same evidence: a
+// checkpoint and an acknowledgment per held scope, both signed by the
+// receiver's key.
+func TestClient_HoldAllCarriesEvidence(t *testing.T) {
+	s := serve(t)
+	ctx := context.Background()
+	adm := s.r.Admin()
+	if err := adm.CreateScope(ctx, scope); err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.CreateTarget(ctx, scope, scope, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.Activate(ctx, kvfence.ActivateRequest{Scope: scope, Executor: workerA, Claim: "c",
+		Request: request(t, "raise")}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.client(operator).HoldAll(ctx, "incident")
+	if err != nil || len(res.Scopes) != 1 {
+		t.Fatalf("HoldAll: %+v, %v", res, err)
+	}
+	pub := s.r.PublicKey()
+	if err := res.Checkpoint.Verify(pub); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	if a := res.Scopes[0].Ack; a.Verify(pub) != nil || a.Scope != scope || a.Epoch != 2 {
+		t.Fatalf("ack %+v", a)
+	}
+}

@@ -139,6 +139,11 @@ func TestWalkthrough(t *testing.T) {
 	if out["grant"] != grantB || out["rev_before"].(float64) != 1 || out["rev_after"].(float64) != 2 {
 		t.Fatalf("receipt: %v", out)
 	}
+	out = c.json(0, common("observe", "receipts", "--scope", fixtureScope, "--claim", "claim-b")...)
+	golden(t, "observe-receipts.json", c.mask(c.last, grants))
+	if rcs := out["receipts"].([]any); len(rcs) != 1 || rcs[0].(map[string]any)["grant"] != grantB {
+		t.Fatalf("receipts of B's claim: %v", out)
+	}
 	out = c.json(0, common("status")...)
 	golden(t, "status.json", c.mask(c.last, grants))
 	st := out["scopes"].([]any)[0].(map[string]any)
