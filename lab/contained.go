@@ -87,6 +87,10 @@ type containedReport struct {
 	Activation cliBrief `json:"successor_activation"`
 	// Successor is worker B's envelope at each receiver, in receiver order.
 	Successor []workerResult `json:"successor"`
+	// ContainVerify is kvfence contain verify at the end: every
+	// acknowledgment re-checked against the pinned keys, every installed
+	// epoch at or below the receiver's current one (exit 0), or not (4).
+	ContainVerify cliBrief `json:"contain_verify"`
 	// Boundaries are the final containment record's boundaries, with the
 	// times it distinguishes, as kvfence contain show --json printed them.
 	Boundaries []containBoundary `json:"boundaries"`
@@ -513,7 +517,11 @@ func (l *lab) containedWorkflow(ctx context.Context, name string) (*containedRep
 		return nil, fmt.Errorf("%w: %s: %s still answers on its admin socket after it was stopped", ErrPrecondition, name, r2.name)
 	}
 
-	containArgs := withLedger("contain", "--action", actionID, "--reason", "worker-a superseded by takeover", "--timeout", "5s", "--json")
+	// The coordinator reaches the receivers over their admin sockets and
+	// accepts only a server running as this uid there.
+	self := strconv.Itoa(os.Getuid())
+	containArgs := withLedger("contain", "--action", actionID, "--reason", "worker-a superseded by takeover", "--timeout", "5s",
+		"--server-uid", self, "--json")
 	if rep.FirstContain, err = l.contain(run, "contain (receiver-2 stopped)", containArgs, filepath.Join(dir, "contain-1.json")); err != nil {
 		return nil, err
 	}
@@ -524,7 +532,7 @@ func (l *lab) containedWorkflow(ctx context.Context, name string) (*containedRep
 	rep.Receiver1EpochAfterFirstContain = s1.Epoch
 
 	activateArgs := withLedger("contain", "activate", "--action", actionID, "--executor", servedWorkerB, "--claim", rep.ClaimB,
-		"--request", reqFile, "--decision", "successor-of-"+rep.ClaimA)
+		"--request", reqFile, "--decision", "successor-of-"+rep.ClaimA, "--server-uid", self)
 	c, err = run("contain activate worker-b (containment partial)", activateArgs...)
 	if err != nil {
 		return nil, err
@@ -640,6 +648,11 @@ func (l *lab) containedWorkflow(ctx context.Context, name string) (*containedRep
 	if err != nil {
 		return nil, err
 	}
+	c, err = run("contain verify", withLedger("contain", "verify", "--action", actionID, "--server-uid", self)...)
+	if err != nil {
+		return nil, err
+	}
+	rep.ContainVerify = c.brief()
 	var final containRecord
 	if err := json.Unmarshal([]byte(show.Stdout), &final); err != nil {
 		return nil, fmt.Errorf("lab: %s: kvfence contain show --json printed %q: %w", name, show.Stdout, err)

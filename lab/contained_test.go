@@ -44,6 +44,8 @@ func checkContained(t *testing.T, dir string) {
 	case r.Successor[0].Revision != 2 || r.Successor[1].Revision != 2 || r.Receivers[0].FinalTarget.Revision != 2 ||
 		r.Receivers[1].FinalTarget.Revision != 2:
 		t.Fatalf("successor: %+v, receivers %+v", r.Successor, r.Receivers)
+	case r.ContainVerify.ExitCode != 0:
+		t.Fatalf("contain verify: %+v", r.ContainVerify)
 	case len(r.OutstandingEffects) != 0:
 		t.Fatalf("outstanding effects %s: worker-a applied nothing", r.OutstandingEffects)
 	}

@@ -152,7 +152,8 @@ func writeContained(p func(string, ...any), ct *containedReport) {
 		}
 	}
 	p("")
-	p("A's claim was reconciled, and `kvfence contain activate` for B exited %d.", ct.Activation.ExitCode)
+	p("A's claim was reconciled, and `kvfence contain activate` for B exited %d; `kvfence contain verify` at the end exited %d.",
+		ct.Activation.ExitCode, ct.ContainVerify.ExitCode)
 	for i, w := range ct.Successor {
 		if i < len(ct.Receivers) {
 			p("- B's envelope at %s: **%s**; the target is now revision %d", ct.Receivers[i].Name, decision(w), ct.Receivers[i].FinalTarget.Revision)
