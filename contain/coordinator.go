@@ -319,7 +319,11 @@ func (s *session) dial(ctx context.Context, name string) (ledger.Receiver, Bound
 			d.err = fmt.Errorf("%w: %s: %w", ErrUnreachable, name, d.err)
 			return
 		}
-		d.b, d.err = s.c.o.Dial(ctx, d.r)
+		// Dialling is bounded like the calls: a receiver that cannot be
+		// reached must not hold up the others' record.
+		dctx, cancel := context.WithTimeout(ctx, s.c.o.Timeout)
+		defer cancel()
+		d.b, d.err = s.c.o.Dial(dctx, d.r)
 		if d.err == nil && d.b == nil {
 			d.err = errors.New("no boundary")
 		}

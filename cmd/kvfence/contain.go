@@ -147,15 +147,14 @@ func (c *ContainCommand) Run(ctx context.Context, args []string) (err error) {
 	cf.lf.name = strings.TrimSpace("contain " + sub)
 	fs := newFlagSet(cf.lf.name)
 	cf.register(fs)
+	var check func() error
 	var run func(co *contain.Coordinator) (any, error)
 	write := true
 	switch sub {
 	case "":
 		action, reason, operator := fs.String("action", "", ""), fs.String("reason", "", ""), fs.String("operator", "", "")
+		check = func() error { return require("contain", [2]string{"action", *action}, [2]string{"reason", *reason}) }
 		run = func(co *contain.Coordinator) (any, error) {
-			if err := require("contain", [2]string{"action", *action}, [2]string{"reason", *reason}); err != nil {
-				return nil, err
-			}
 			if *operator == "" {
 				*operator = "operator"
 			}
@@ -168,27 +167,14 @@ func (c *ContainCommand) Run(ctx context.Context, args []string) (err error) {
 	case "alternate":
 		action, boundary := fs.String("action", "", ""), fs.String("boundary", "", "")
 		operator, reason := fs.String("operator", "", ""), fs.String("reason", "", "")
+		check = func() error {
+			return require("contain alternate", [2]string{"action", *action}, [2]string{"boundary", *boundary},
+				[2]string{"operator", *operator}, [2]string{"reason", *reason})
+		}
 		run = func(co *contain.Coordinator) (any, error) {
-			if err := require("contain alternate", [2]string{"action", *action}, [2]string{"boundary", *boundary},
-				[2]string{"operator", *operator}, [2]string{"reason", *reason}); err != nil {
-				return nil, err
-			}
+			// N alone names the receiver's only boundary of the action; the
+			// ledger refuses it when there are several.
 			recv, scope, _ := strings.Cut(*boundary, ":")
-			if scope == "" {
-				// N alone names the action's only boundary at N.
-				rec, err := co.Show(*action)
-				if err != nil {
-					return nil, err
-				}
-				for _, b := range rec.Boundaries {
-					if b.Receiver == recv {
-						if scope != "" {
-							return nil, usageErrorf("kvfence contain alternate: %s holds several of the action's scopes; give --boundary %s:SCOPE", recv, recv)
-						}
-						scope = b.Scope
-					}
-				}
-			}
 			rec, err := co.Alternate(ctx, ledger.AlternateRequest{Action: *action, Receiver: recv, Scope: scope, Operator: *operator, Reason: *reason})
 			if err != nil {
 				return nil, err
@@ -198,10 +184,8 @@ func (c *ContainCommand) Run(ctx context.Context, args []string) (err error) {
 	case "show":
 		write = false
 		action := fs.String("action", "", "")
+		check = func() error { return require("contain show", [2]string{"action", *action}) }
 		run = func(co *contain.Coordinator) (any, error) {
-			if err := require("contain show", [2]string{"action", *action}); err != nil {
-				return nil, err
-			}
 			rec, err := co.Show(*action)
 			if err != nil {
 				return nil, err
@@ -211,10 +195,8 @@ func (c *ContainCommand) Run(ctx context.Context, args []string) (err error) {
 	case "verify":
 		write = false
 		action := fs.String("action", "", "")
+		check = func() error { return require("contain verify", [2]string{"action", *action}) }
 		run = func(co *contain.Coordinator) (any, error) {
-			if err := require("contain verify", [2]string{"action", *action}); err != nil {
-				return nil, err
-			}
 			res, verr := co.Verify(ctx, *action)
 			if verr != nil && !errors.Is(verr, contain.ErrVerifyMismatch) {
 				return nil, verr
@@ -224,18 +206,19 @@ func (c *ContainCommand) Run(ctx context.Context, args []string) (err error) {
 	case "activate":
 		action, executor, claim := fs.String("action", "", ""), fs.String("executor", "", ""), fs.String("claim", "", "")
 		reqFile, decision, ttl := fs.String("request", "", ""), fs.String("decision", "", ""), fs.Duration("ttl", 0, "")
-		run = func(co *contain.Coordinator) (any, error) {
+		var b []byte
+		check = func() (err error) {
 			if err := require("contain activate", [2]string{"action", *action}, [2]string{"executor", *executor},
 				[2]string{"claim", *claim}, [2]string{"request", *reqFile}, [2]string{"decision", *decision}); err != nil {
-				return nil, err
+				return err
 			}
 			if *ttl < 0 {
-				return nil, usageErrorf("kvfence contain activate: --ttl must not be negative")
+				return usageErrorf("kvfence contain activate: --ttl must not be negative")
 			}
-			b, err := c.m.readInput(*reqFile)
-			if err != nil {
-				return nil, err
-			}
+			b, err = c.m.readInput(*reqFile)
+			return err
+		}
+		run = func(co *contain.Coordinator) (any, error) {
 			res, aerr := co.Activate(ctx, contain.ActivateRequest{Action: *action, Executor: *executor, Claim: *claim,
 				Request: b, Decision: *decision, TTL: *ttl})
 			if aerr != nil && res.Activated == nil {
@@ -251,6 +234,11 @@ func (c *ContainCommand) Run(ctx context.Context, args []string) (err error) {
 	}
 	cf.lf.resolve(fs, c.m.Getenv)
 	if err := cf.check(write); err != nil {
+		return err
+	}
+	// Every usage error comes before the ledger is opened: nothing is
+	// locked or written for a command line that cannot run.
+	if err := check(); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -284,7 +272,10 @@ func (c *ContainCommand) Run(ctx context.Context, args []string) (err error) {
 	if rerr != nil {
 		return rerr
 	}
-	if cj, ok := out.(containmentJSON); ok && sub == "" && cj.State != string(ledger.ContainmentFull) {
+	// full_with_alternate is contained (it says so, never full); partial
+	// and none are not.
+	if cj, ok := out.(containmentJSON); ok && sub == "" &&
+		(cj.State == string(ledger.ContainmentPartial) || cj.State == string(ledger.ContainmentNone)) {
 		return &partialError{state: ledger.ContainmentState(cj.State)}
 	}
 	return nil
@@ -524,7 +515,8 @@ socket, ones on this host with --receiver-key NAME=FILE.
 	    Hold every boundary not yet acknowledged, with the containment's
 	    hold ids (a rerun never issues a second generation), verify each
 	    acknowledgment against the pinned key and record the result.
-	    Exit 0 when the state is full, 8 when partial or none.
+	    Exit 0 when the state is full (or full_with_alternate), 8 when
+	    partial or none.
 	contain alternate --action A --boundary N[:SCOPE] --operator O --reason R
 	    Record that another authorised path contained a boundary; the
 	    state then reads full_with_alternate, never full.

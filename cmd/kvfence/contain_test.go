@@ -115,6 +115,11 @@ func TestContain_CLI(t *testing.T) {
 		t.Errorf("activate unreconciled: %s", r)
 	}
 	c.must(ExitOK, "ledger", "reconcile", "--claim", claimA, "--operator", "op", "--outcome", "failed")
+	superseded := append([]string{}, activate...)
+	superseded[7] = claimA
+	if r := c.must(ExitDenied, superseded...); !strings.Contains(r.stderr, "not the action's successor") {
+		t.Errorf("activate with the superseded claim: %s", r)
+	}
 	c.must(ExitOK, activate...)
 	for _, rc := range []string{"r1", "r2"} {
 		if st := c.scopeAt(rc); st["mode"] != "open" || st["grant"].(map[string]any)["claim"] != claimB {
@@ -191,5 +196,35 @@ func TestContain_CLIServed(t *testing.T) {
 	st := c.json(ExitOK, append([]string{"status", "--server", addrs["r1"], "--scope", fixtureScope}, tlsArgs...)...)
 	if g := st["scopes"].([]any)[0].(map[string]any)["grant"].(map[string]any); g["claim"] != claimB || g["epoch"] != 2.0 {
 		t.Fatalf("r1: %v", st)
+	}
+}
+
+// Ensure contain alternate: a boundary that cannot acknowledge, recorded as
+// contained by another path, makes the state full_with_alternate (exit 0
+// on the rerun, never "full"), and the successor is activated only at the
+// acknowledged boundary.
+func TestContain_CLIAlternate(t *testing.T) {
+	c, claimA, claimB := containSetup(t)
+	k1 := "r1=" + c.path("r1.key")
+	c.must(ExitPartial, "contain", "--action", "raise-retention", "--reason", "worker-a paused", "--receiver-key", k1)
+	c.must(ExitUsage, "contain", "alternate", "--action", "raise-retention", "--boundary", "r2", "--operator", "op")
+	rec := c.json(ExitOK, "contain", "alternate", "--action", "raise-retention", "--boundary", "r2", "--operator", "op",
+		"--reason", "r2 cut off at the network by the firewall team")
+	b := rec["boundaries"].([]any)[1].(map[string]any)
+	if rec["state"] != "full_with_alternate" || b["result"] != "alternate" || b["alternate"].(map[string]any)["operator"] != "op" {
+		t.Fatalf("alternate: %v", rec)
+	}
+	if got := c.json(ExitOK, "contain", "--action", "raise-retention", "--reason", "worker-a paused", "--receiver-key", k1); got["state"] != "full_with_alternate" {
+		t.Fatalf("rerun: %v", got)
+	}
+	c.must(ExitOK, "ledger", "reconcile", "--claim", claimA, "--operator", "op", "--outcome", "succeeded")
+	act := c.json(ExitOK, "contain", "activate", "--action", "raise-retention", "--executor", "worker-b", "--claim", claimB,
+		"--request", c.path("req.cbor"), "--decision", "review-7", "--receiver-key", k1)
+	na := act["not_activated"].([]any)
+	if len(act["activated"].([]any)) != 1 || len(na) != 1 || na[0].(map[string]any)["code"] != "alternate" {
+		t.Fatalf("activate: %v", act)
+	}
+	if st := c.scopeAt("r2"); st["grant"] != nil {
+		t.Fatalf("r2 activated though contained by an alternate: %v", st)
 	}
 }

@@ -48,6 +48,9 @@
 //
 //	ledger          init, approve, claim, heartbeat, dispatch, finish,
 //	                takeover, reconcile, show, events, verify-chain
+//	contain         hold an action at every boundary of its approval and
+//	                keep the evidence; alternate, show, verify, activate
+//	                (a successor, only after full containment)
 //
 // Serving (docs/design.md §12):
 //
@@ -468,6 +471,7 @@ The commands are:
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission
 	ledger          approvals and claims in the execution ledger
+	contain         hold an action at every boundary; activate its successor
 	serve           run a receiver as a service (mTLS, admin socket)
 	cert            make test certificates for serve
 	lab             run the fencing lab in real processes (lab build only)
