@@ -197,6 +197,14 @@ func TestClient_ReceiptsByClaim(t *testing.T) {
 	if _, err := a.ReceiptsByClaim(ctx, scope, "claim-a"); !errors.Is(err, client.ErrForbidden) {
 		t.Fatalf("a worker: %v, want ErrForbidden", err)
 	}
+	// The worker's stale retry, after a hold, is denied and names the
+	// receipt of its own applied request.
+	if _, err := op.Hold(ctx, kvfence.HoldRequest{Scopes: []string{scope}, Reason: "r", ID: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := a.Submit(ctx, env); err != nil || res.Outcome != kvfence.Denied || res.ReceiptSeq != want.AuditSeq {
+		t.Fatalf("stale retry: %+v, %v; want denied with receipt_seq %d", res, err, want.AuditSeq)
+	}
 }
 
 // Ensure that a receipts answer with a receipt of another scope, out of

@@ -161,3 +161,22 @@ func TestObserveReceipts(t *testing.T) {
 		})
 	}
 }
+
+// Ensure that the executor's stale retry of its applied request, denied
+// after a hold, names the applied decision's seq: receipt_seq with
+// --json, "receipt seq" in text.
+func TestSubmit_StaleRetryReceiptSeq(t *testing.T) {
+	c := newCLI(t)
+	c.receiver()
+	c.activate("worker-a", "claim-a", "a.cbor")
+	applied := c.json(0, "submit", "--as", "worker-a", "--envelope", c.path("a.cbor"))
+	c.must(0, "hold", "--scope", fixtureScope, "--reason", "r")
+	denied := c.json(ExitDenied, "submit", "--as", "worker-a", "--envelope", c.path("a.cbor"))
+	if denied["outcome"] != "denied" || jsonNum(denied["receipt_seq"]) != jsonNum(applied["audit_seq"]) {
+		t.Fatalf("stale retry: %v, want receipt_seq %v", denied, applied["audit_seq"])
+	}
+	r := c.must(ExitDenied, "submit", "--as", "worker-a", "--envelope", c.path("a.cbor"))
+	if !strings.Contains(r.stdout, "receipt seq") || !strings.Contains(r.stdout, jsonNum(applied["audit_seq"])) {
+		t.Fatalf("text: %s", r.stdout)
+	}
+}

@@ -93,6 +93,11 @@ func printSubmit(m *Main, out submitJSON) error {
 		fmt.Fprintf(tw, "revision\t%d\n", out.Revision)
 	}
 	fmt.Fprintf(tw, "audit seq\t%d\n", out.AuditSeq)
+	if out.ReceiptSeq != 0 {
+		// The caller's own request, applied before: a stale retry, not a
+		// lost effect.
+		fmt.Fprintf(tw, "receipt seq\t%d\n", out.ReceiptSeq)
+	}
 	return tw.Flush()
 }
 

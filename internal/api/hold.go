@@ -263,12 +263,9 @@ func unixTime(ns int64) *string {
 	return &s
 }
 
-// sameUnixTime reports whether s is exactly the time ns, as unixTime
-// writes it.
+// sameUnixTime reports whether s is the instant ns spelled as the
+// receiver spells it (unixTime): one spelling, so that the JSON and the
+// signed bytes cannot be made to differ in anything a reader might parse.
 func sameUnixTime(s *string, ns int64) bool {
-	if s == nil {
-		return false
-	}
-	t, err := time.Parse(time.RFC3339Nano, *s)
-	return err == nil && t.UnixNano() == ns && *s == *unixTime(ns)
+	return s != nil && *s == *unixTime(ns)
 }
