@@ -34,6 +34,15 @@
 //	                                 cannot hold, and a hold made over the
 //	                                 admin socket while it serves denies the
 //	                                 stale worker
+//	07-contained-workflow            one action at two served receivers and
+//	                                 a ledger: with receiver 2 stopped,
+//	                                 kvfence contain is partial and the
+//	                                 successor's activation is refused;
+//	                                 rerun once it is back, contain is full
+//	                                 with no new generation at receiver 1;
+//	                                 the stale worker is denied at both,
+//	                                 and the successor, activated through
+//	                                 contain activate, is applied at both
 //
 // Some demonstrations need a receiver or ledger that skips a check on
 // purpose. Those exist only in a binary built with the kvfencelab tag

@@ -123,6 +123,28 @@ type Observations struct {
 	// ServedCurrentWorkerAccepted says worker B's envelope, sent with B's
 	// certificate, was applied.
 	ServedCurrentWorkerAccepted bool `json:"served_current_worker_accepted"`
+	// ContainPartialBlockedSuccessor says that with receiver 2 stopped,
+	// kvfence contain recorded partial containment (exit 8) with receiver 1
+	// acknowledged, the successor's activation was refused (exit 3), and
+	// receiver 1 stayed held with no grant active (demonstration 7).
+	ContainPartialBlockedSuccessor bool `json:"contain_partial_blocked_successor"`
+	// ContainRetryNewGenerations counts the epochs receiver 1's scope
+	// advanced between the first and the second kvfence contain
+	// (demonstration 7).
+	ContainRetryNewGenerations uint64 `json:"contain_retry_new_generations"`
+	// ContainFullAfterRetry says the second kvfence contain, receiver 2
+	// back, recorded full containment (exit 0) with both boundaries
+	// acknowledged (demonstration 7).
+	ContainFullAfterRetry bool `json:"contain_full_after_retry"`
+	// ContainStaleDeniedAtEveryBoundary says worker A's envelope was denied
+	// at receiver 1 while the containment was partial and at both receivers
+	// once it was full, and neither target changed before worker B wrote
+	// (demonstration 7).
+	ContainStaleDeniedAtEveryBoundary bool `json:"contain_stale_denied_at_every_boundary"`
+	// ContainSuccessorAccepted says kvfence contain activate activated
+	// worker B at both boundaries (exit 0) and B's envelopes were applied
+	// at both (demonstration 7).
+	ContainSuccessorAccepted bool `json:"contain_successor_accepted"`
 	// ProductionAuthorization is always "not_assessed": the lab does not
 	// assess production authorization.
 	ProductionAuthorization string `json:"production_authorization"`
@@ -148,6 +170,9 @@ type hooks struct {
 	// afterServedActivate runs in demonstration 6 after worker B's grant
 	// is active and before worker A presents any envelope.
 	afterServedActivate func(sv *served) error
+	// afterReceiverStop runs in demonstration 7 after receiver 2's serve
+	// stopped and before the first containment.
+	afterReceiverStop func(cr *containedRun) error
 }
 
 func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
@@ -227,11 +252,17 @@ func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
 		d6.MutationsBeforeCurrentWorker == 0
 	sum.ServedCurrentWorkerAccepted = d6.Current.Outcome == string(kvfence.Applied)
 
+	d7, err := l.containedWorkflow(ctx, containedDemonstration)
+	if err != nil {
+		return nil, err
+	}
+	d7.observe(&sum.Observations)
+
 	sum.judge()
 	if err := writeJSON(filepath.Join(opts.Output, "summary.json"), sum); err != nil {
 		return nil, err
 	}
-	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2, d3u, d3a, d4, d5, d6); err != nil {
+	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2, d3u, d3a, d4, d5, d6, d7); err != nil {
 		return nil, err
 	}
 	return sum, nil
@@ -727,8 +758,11 @@ func writeJSON(path string, v any) error {
 }
 
 // exportState writes the receiver's receipts and events as JSON beside it.
-func exportState(dir string, r *kvfence.Receiver) error {
-	rc, err := r.Receipt(fixture.Scope, actionID)
+func exportState(dir string, r *kvfence.Receiver) error { return exportStateOf(dir, r, fixture.Scope) }
+
+// exportStateOf is exportState for the lab action's receipt in scope.
+func exportStateOf(dir string, r *kvfence.Receiver, scope string) error {
+	rc, err := r.Receipt(scope, actionID)
 	var receipts []any
 	if err == nil {
 		receipts = append(receipts, map[string]any{"scope": rc.Scope, "action": rc.Action, "grant": rc.Grant,

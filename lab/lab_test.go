@@ -72,6 +72,11 @@ func TestRun(t *testing.T) {
 		ServedWorkerHoldForbidden:               true,
 		ServedHoldWhileServingDeniedStaleWorker: true,
 		ServedCurrentWorkerAccepted:             true,
+		ContainPartialBlockedSuccessor:          true,
+		ContainRetryNewGenerations:              0,
+		ContainFullAfterRetry:                   true,
+		ContainStaleDeniedAtEveryBoundary:       true,
+		ContainSuccessorAccepted:                true,
 		ProductionAuthorization:                 "not_assessed",
 	}
 	if sum.Observations != want || sum.Verdict != VerdictAsExpected || len(sum.Unexpected()) != 0 {
@@ -125,6 +130,7 @@ func TestRun(t *testing.T) {
 	}
 	checkRestoredLedger(t, out)
 	checkServed(t, out)
+	checkContained(t, filepath.Join(out, containedDemonstration))
 }
 
 // checkServed checks demonstration 6's report: every attempt of worker A

@@ -10,7 +10,7 @@ import (
 // writeReport writes report.md: what each demonstration supports and what
 // it does not, in plain words, with the numbers from this run.
 func writeReport(path string, sum *Summary, paused, defective *pausedReport, ledgerCopy, ledgerAnchored *ledgerReport,
-	unanchored, anchored *restoredReport, sv *servedReport) error {
+	unanchored, anchored *restoredReport, sv *servedReport, ct *containedReport) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("# kvfence lab report")
@@ -103,6 +103,7 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport, led
 	p("administrative endpoints, and an operator can hold a running receiver without stopping it, which fences the stale worker at once.")
 	p("Does not show: anything about a real PKI (the CA here is a one-hour test CA), certificate revocation, or other machines.")
 	p("")
+	writeContained(p, ct)
 	p("## Summary")
 	p("")
 	writeVerdict(&b, sum)
@@ -121,6 +122,59 @@ func writeReport(path string, sum *Summary, paused, defective *pausedReport, led
 		p("| %s | %v | %v | %s | %s | %s |", e.key, c.Observed, c.Expected, ok, c.Kind, c.Meaning)
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// writeContained writes demonstration 7's section of report.md.
+func writeContained(p func(string, ...any), ct *containedReport) {
+	p("## 7. Contained workflow (%s)", ct.Demonstration)
+	p("")
+	p("One approved action reaches two receivers, each a `kvfence serve` process with its own database, anchor and key,")
+	p("the same target in a scope of its own. Both were registered in the ledger by their admin sockets with their public")
+	p("keys pinned, and the approval names both boundaries. Worker A claimed (%s), was activated at both receivers and paused", ct.ClaimA)
+	p("holding its envelopes; `ledger takeover` gave the action to worker B (%s). Every operator step was a kvfence command", ct.ClaimB)
+	p("run as a process; the commands, their exit codes and output are in report.json.")
+	p("")
+	p("Receiver 2 was stopped (SIGTERM, exit %d). `kvfence contain` then recorded **%s** (exit %d):", ct.Receiver2StopExitCode,
+		ct.FirstContain.Record.State, ct.FirstContain.ExitCode)
+	for _, b := range ct.FirstContain.Record.Boundaries {
+		p("- %s `%s`: %s %s (epoch %d -> %d)", b.Receiver, b.Scope, b.Result, b.ErrorCode, b.PreviousEpoch, b.InstalledEpoch)
+	}
+	p("")
+	p("`kvfence contain activate` for B was refused (exit %d); receiver 1 stayed %s at epoch %d with no active grant.",
+		ct.RefusedActivation.ExitCode, ct.Receiver1AfterRefusal.Mode, ct.Receiver1AfterRefusal.Epoch)
+	p("A's envelope at receiver 1 was **%s**. Receiver 2 restarted on the same files; `kvfence contain` again recorded",
+		decision(ct.StaleWhilePartial))
+	p("**%s** (exit %d), and receiver 1's epoch went from %d to %d between the two runs: the rerun retried only receiver 2.",
+		ct.SecondContain.Record.State, ct.SecondContain.ExitCode, ct.Receiver1EpochAfterFirstContain, ct.Receiver1EpochAfterSecondContain)
+	for i, w := range ct.StaleAfterFull {
+		if i < len(ct.Receivers) {
+			p("- A's envelope at %s: **%s**", ct.Receivers[i].Name, decision(w))
+		}
+	}
+	p("")
+	p("A's claim was reconciled, and `kvfence contain activate` for B exited %d; `kvfence contain verify` at the end exited %d.",
+		ct.Activation.ExitCode, ct.ContainVerify.ExitCode)
+	for i, w := range ct.Successor {
+		if i < len(ct.Receivers) {
+			p("- B's envelope at %s: **%s**; the target is now revision %d", ct.Receivers[i].Name, decision(w), ct.Receivers[i].FinalTarget.Revision)
+		}
+	}
+	p("")
+	p("The record keeps different times apart, per boundary:")
+	p("")
+	p("| boundary | hold requested (coordinator's clock) | acknowledged (receiver's commit) | latest stale rejection (receiver) |")
+	p("|---|---|---|---|")
+	for _, r := range ct.Receivers {
+		p("| %s | %s | %s | %s |", r.Name, ct.HoldRequestedAt[r.Name], ct.AcknowledgedAt[r.Name], ct.LastStaleRejectionAt[r.Name])
+	}
+	p("")
+	p("Outstanding effects under A's claim, as the record lists them: %d (A applied nothing before it paused).", len(ct.OutstandingEffects))
+	p("")
+	p("Supports: partial containment stays visible and blocks the successor everywhere; a rerun retries only what was not")
+	p("acknowledged, without a new generation; the successor is activated only after every boundary acknowledged and the")
+	p("superseded claim was reconciled. Does not show: receivers on other machines, or a boundary that can never acknowledge")
+	p("(`kvfence contain alternate` records another path for that).")
+	p("")
 }
 
 // writeVerdict writes the overall verdict line of report.md.

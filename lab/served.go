@@ -126,10 +126,12 @@ type servedReport struct {
 
 // served is a running kvfence serve and the files of its demonstration.
 type served struct {
-	dir string
-	rc  *receiverFiles
-	cmd *exec.Cmd
-	log *os.File
+	// dir holds serve's log; pki holds the certificates, dir unless
+	// several receivers share one test CA.
+	dir, pki string
+	rc       *receiverFiles
+	cmd      *exec.Cmd
+	log      *os.File
 	// ready is what serve printed once it listened.
 	ready  serveReady
 	exited chan error
@@ -149,12 +151,12 @@ type serveReady struct {
 
 // certFiles returns the certificate and key paths of a party.
 func (sv *served) certFiles(name string) (cert, key string) {
-	return filepath.Join(sv.dir, name+".crt"), filepath.Join(sv.dir, name+".key")
+	return filepath.Join(sv.pki, name+".crt"), filepath.Join(sv.pki, name+".key")
 }
 
 // caFile is the test CA's certificate: clients trust it for the server,
 // and serve trusts it for clients.
-func (sv *served) caFile() string { return filepath.Join(sv.dir, "ca.crt") }
+func (sv *served) caFile() string { return filepath.Join(sv.pki, "ca.crt") }
 
 // clientFor returns an mTLS client of the served receiver holding the
 // named party's certificate.
@@ -240,14 +242,40 @@ func (l *lab) startServe(ctx context.Context, dir string, rc *receiverFiles) (*s
 	if err != nil {
 		return nil, err
 	}
-	sv := &served{dir: dir, rc: rc, exited: make(chan error, 1), cleanup: cleanup}
-	if sv.log, err = os.OpenFile(filepath.Join(dir, "serve.log"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+	return l.startServeWith(ctx, serveConfig{dir: dir, pki: dir, rc: rc, sock: sock, listen: "127.0.0.1:0",
+		log: "serve.log", cleanup: cleanup})
+}
+
+// serveConfig is where one kvfence serve process keeps its files and
+// listens.
+type serveConfig struct {
+	// dir receives the log; pki holds ca.crt, server.crt and server.key.
+	dir, pki string
+	rc       *receiverFiles
+	// sock is the admin socket's path, listen the TLS address.
+	sock, listen string
+	// log is the log file's name in dir; it must not exist.
+	log string
+	// cleanup runs once serve stopped, or failed to start; nil for none.
+	cleanup func()
+}
+
+// startServeWith starts kvfence serve as cfg says and returns once serve
+// printed where it listens.
+func (l *lab) startServeWith(ctx context.Context, cfg serveConfig) (*served, error) {
+	cleanup, sock, rc := cfg.cleanup, cfg.sock, cfg.rc
+	if cleanup == nil {
+		cleanup = func() {}
+	}
+	sv := &served{dir: cfg.dir, pki: cfg.pki, rc: rc, exited: make(chan error, 1), cleanup: cleanup}
+	var err error
+	if sv.log, err = os.OpenFile(filepath.Join(cfg.dir, cfg.log), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
 		cleanup()
 		return nil, fmt.Errorf("lab: %w", err)
 	}
 	cert, key := sv.certFiles("server")
 	args := []string{"serve", "--db", rc.db, "--anchor", rc.anchor, "--key", rc.key, "--lock-timeout", "10s",
-		"--listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key, "--client-ca", sv.caFile(),
+		"--listen", cfg.listen, "--tls-cert", cert, "--tls-key", key, "--client-ca", sv.caFile(),
 		"--admin", servedOperator, "--admin-socket", sock, "--admin-uid", strconv.Itoa(os.Getuid()), "--json"}
 	sv.cmd = exec.CommandContext(ctx, l.opts.Executable, args...)
 	sv.cmd.Env = append(os.Environ(), l.opts.Env...)

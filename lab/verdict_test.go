@@ -65,7 +65,7 @@ func TestExpectations_CoverEveryKey(t *testing.T) {
 func TestJudge_AsExpected(t *testing.T) {
 	s := Summary{Observations: expectedObservations(t)}
 	s.judge()
-	if s.Verdict != VerdictAsExpected || len(s.Unexpected()) != 0 || !strings.HasPrefix(s.VerdictDetail, "all 15 checks as expected") {
+	if s.Verdict != VerdictAsExpected || len(s.Unexpected()) != 0 || !strings.HasPrefix(s.VerdictDetail, "all 20 checks as expected") {
 		t.Fatalf("verdict %s: %s; unexpected %v", s.Verdict, s.VerdictDetail, s.Unexpected())
 	}
 	raw, err := json.Marshal(&s)

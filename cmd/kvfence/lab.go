@@ -76,8 +76,9 @@ func (c *LabCommand) Usage() {
 
 Runs the receiver-fencing lab in real processes (this binary, re-executed
 as paused workers and, for the served receiver, as kvfence serve with
-workers that hold only their own test certificates) on the backup-policy
-fixture, and writes the evidence to DIR: summary.json, report.md, source
+workers that hold only their own test certificates, and as the operator's
+ledger and contain commands for a workflow contained across two served
+receivers) on the backup-policy fixture, and writes the evidence to DIR: summary.json, report.md, source
 and environment manifests, and per demonstration a report, the receiver
 database, receipts and events. summary.json keeps one flat key per
 observation and, under "checks", each with its expected value, whether it
