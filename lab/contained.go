@@ -192,7 +192,7 @@ type containRun struct {
 }
 
 // containRecord is the part of kvfence contain's --json record the lab
-// reads (DESIGN §14); times are kept as printed.
+// reads (docs/design.md §8.2); times are kept as printed.
 type containRecord struct {
 	Containment     string            `json:"containment"`
 	Action          string            `json:"action"`

@@ -68,9 +68,13 @@ type Receiver struct {
 // AddReceiverRequest asks AddReceiver to register a receiver. Exactly one
 // of Server and DB is set; Anchor goes with DB.
 type AddReceiverRequest struct {
+	// Name, Server, DB, Anchor and ReceiverID are Receiver's fields of the
+	// same names.
 	Name, Server, DB, Anchor, ReceiverID string
-	PublicKey                            ed25519.PublicKey
-	Operator                             string
+	// PublicKey is the receiver's Ed25519 public key, to pin.
+	PublicKey ed25519.PublicKey
+	// Operator is who registers it.
+	Operator string
 }
 
 // Boundary is one receiving boundary an approved action needs held: a
@@ -111,22 +115,30 @@ const (
 // Effect is a receipt applied under the superseded claim: an outstanding
 // effect to reconcile.
 type Effect struct {
+	// Receiver, Scope and Action name the boundary and the applied action.
 	Receiver, Scope, Action string
-	AuditSeq                uint64
-	AppliedAt               time.Time
-	Target                  string
-	Revision                uint64
+	// AuditSeq is the receiver's audit entry of the applied decision.
+	AuditSeq uint64
+	// AppliedAt is when it was applied, on the receiver's clock.
+	AppliedAt time.Time
+	// Target is the target the request changed.
+	Target string
+	// Revision is the target's revision after the change.
+	Revision uint64
 }
 
 // Alternate records that a boundary which could not acknowledge was
 // contained by another, independently authorised path.
 type Alternate struct {
+	// Operator and Reason say who recorded it and on what grounds.
 	Operator, Reason string
-	At               time.Time
+	// At is when it was recorded.
+	At time.Time
 }
 
 // BoundaryContainment is one boundary's part of a containment.
 type BoundaryContainment struct {
+	// Receiver and Scope name the boundary.
 	Receiver, Scope string
 	// HoldID is the deterministic hold id used at this boundary on every
 	// attempt (HoldID).
@@ -159,11 +171,17 @@ type BoundaryContainment struct {
 
 // SuccessorGrant is a successor's grant activated at one boundary.
 type SuccessorGrant struct {
+	// Receiver and Scope name the boundary; Grant is the grant's id there.
 	Receiver, Scope, Grant string
-	Epoch                  uint64
-	Executor, Claim        string
-	Decision               string
-	ActivatedAt            time.Time
+	// Epoch is the grant's epoch: the one the containment installed.
+	Epoch uint64
+	// Executor and Claim are who may submit under it and the claim ref
+	// its envelopes carry.
+	Executor, Claim string
+	// Decision is the grant's decision reference.
+	Decision string
+	// ActivatedAt is the grant's creation time at the receiver.
+	ActivatedAt time.Time
 }
 
 // Containment is the record of holding an action at every boundary after
@@ -171,21 +189,30 @@ type SuccessorGrant struct {
 type Containment struct {
 	// ID is derived from the ledger, the action and the superseded claim
 	// (ContainmentID), so that every rerun finds the same record.
-	ID                      string
+	ID string
+	// Action is the contained action; SupersededClaim the claim whose
+	// worker is being fenced.
 	Action, SupersededClaim string
-	Reason                  string
+	// Reason is the first run's reason, given to every hold.
+	Reason string
 	// State is derived from the boundaries' results by the ledger.
-	State      ContainmentState
+	State ContainmentState
+	// Boundaries are the approval's boundaries, in its order.
 	Boundaries []BoundaryContainment
-	StartedAt  time.Time
-	UpdatedAt  time.Time
-	Successor  []SuccessorGrant
+	// StartedAt and UpdatedAt are when the record was made and last
+	// changed.
+	StartedAt, UpdatedAt time.Time
+	// Successor are the successor's grants, once activated.
+	Successor []SuccessorGrant
 	// AuditSeq is the entry of the record's latest change.
 	AuditSeq uint64
 }
 
 // AlternateRequest asks RecordAlternate to record an alternate containment.
 type AlternateRequest struct {
+	// Action is the contained action; Receiver and Scope name the
+	// boundary (Scope may be empty when the receiver has one boundary).
 	Action, Receiver, Scope string
-	Operator, Reason        string
+	// Operator and Reason say who records it and why.
+	Operator, Reason string
 }
