@@ -405,3 +405,44 @@ func TestContain_HoldIDTakenElsewhere(t *testing.T) {
 		t.Fatalf("epoch %d, before %d", st.Epoch, sc.before[b])
 	}
 }
+
+// Ensure that a rerun reads an acknowledged boundary again: a stale
+// rejection the receiver made after the acknowledgment shows in the
+// record, and a reading that fails says so instead of leaving an empty
+// list of effects that would read as "none".
+func TestContain_ObservesAcknowledgedBoundariesAgain(t *testing.T) {
+	w := newWorld(t, 1)
+	sc := w.newScenario(1)
+	fs := w.installFaults(sc, faultNone)
+	co := w.coordinator(testTimeout)
+	rec := mustContain(t, co, sc)
+	if rec.State != ledger.ContainmentFull || !rec.Boundaries[0].LastStaleRejectionAt.IsZero() || rec.Boundaries[0].ObservedAt.IsZero() {
+		t.Fatalf("first run: %s %+v", rec.State, rec.Boundaries[0])
+	}
+	b := sc.bounds[0]
+	env, err := kvfence.EncodeEnvelope(&kvfence.Envelope{V: kvfence.WireVersion, Scope: b.Scope, Epoch: sc.before[b],
+		Grant: strings.Repeat("0", 32), Executor: "worker-a", Claim: sc.claimA.Ref, Request: sc.request})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.byName[b.Receiver].r.Submit(context.Background(), "worker-a", env)
+	if err != nil || res.Outcome != kvfence.Denied {
+		t.Fatalf("stale submit: %+v, %v", res, err)
+	}
+	rejected := w.status(b).LastStaleRejectionAt
+	if rejected.IsZero() {
+		t.Fatal("the receiver recorded no stale rejection")
+	}
+	rec = mustContain(t, co, sc)
+	got := rec.Boundaries[0]
+	if !got.LastStaleRejectionAt.Equal(rejected) || got.Attempts != 1 || got.ObservationError != "" {
+		t.Fatalf("rerun: last stale rejection %v (receiver: %v), attempts %d, observation error %q", got.LastStaleRejectionAt,
+			rejected, got.Attempts, got.ObservationError)
+	}
+	fs[b.Receiver].failReceipts = true
+	rec = mustContain(t, co, sc)
+	if got := rec.Boundaries[0]; got.ObservationError == "" || !got.LastStaleRejectionAt.Equal(rejected) ||
+		rec.State != ledger.ContainmentFull {
+		t.Fatalf("failed reading: %s %+v", rec.State, got)
+	}
+}

@@ -105,8 +105,17 @@ func (c *Coordinator) Contain(ctx context.Context, req ContainRequest) (ledger.C
 	c.byReceiver(ctx, s, rec.Boundaries, func(ctx context.Context, i int, r ledger.Receiver, bd Boundary, derr error) {
 		b := rec.Boundaries[i]
 		// A boundary acknowledged or contained by an alternate is never
-		// asked again: its record stands, and the ledger keeps it.
-		if b.Result == ledger.BoundaryAcknowledged || b.Result == ledger.BoundaryAlternate {
+		// held again: its record stands, and the ledger keeps it. An
+		// acknowledged one that answers is read again, so that the record
+		// shows the stale rejections and effects seen since.
+		if b.Result == ledger.BoundaryAlternate {
+			return
+		}
+		if b.Result == ledger.BoundaryAcknowledged {
+			if derr == nil {
+				c.observe(ctx, rec, &b, bd)
+				results[i] = &b
+			}
 			return
 		}
 		b = c.hold(ctx, rec, b, r, bd, derr)
@@ -261,30 +270,44 @@ func acknowledge(b ledger.BoundaryContainment, r ledger.Receiver, res kvfence.Ho
 func (c *Coordinator) observe(ctx context.Context, rec ledger.Containment, b *ledger.BoundaryContainment, bd Boundary) {
 	octx, cancel := context.WithTimeout(ctx, c.o.Timeout)
 	defer cancel()
+	at := c.o.Now().UTC()
+	// A reading that fails keeps the last values and says so: an empty
+	// list of effects must mean that the receiver reported none.
+	fail := func(what string, err error) {
+		b.ObservationError = printable(what+": "+err.Error(), maxErrorText)
+	}
 	st, err := bd.Status(octx, b.Scope)
-	if err != nil || st.Scope != b.Scope {
+	if err == nil && st.Scope != b.Scope {
+		err = fmt.Errorf("%w: status of scope %q answered for %q", ErrBadAnswer, b.Scope, st.Scope)
+	}
+	if err != nil {
+		fail("status", err)
 		return
+	}
+	rs, err := bd.ReceiptsByClaim(octx, b.Scope, rec.SupersededClaim)
+	if err != nil {
+		fail("receipts", err)
+		return
+	}
+	effects := make([]ledger.Effect, 0, min(len(rs), ledger.MaxOutstanding))
+	for _, r := range rs {
+		if r.Scope != b.Scope {
+			fail("receipts", fmt.Errorf("%w: a receipt of scope %q among scope %q's", ErrBadAnswer, r.Scope, b.Scope))
+			return
+		}
+		if len(effects) < ledger.MaxOutstanding {
+			effects = append(effects, ledger.Effect{Receiver: b.Receiver, Scope: b.Scope, Action: r.Action, AuditSeq: r.AuditSeq,
+				AppliedAt: r.At.UTC(), Target: r.Target, Revision: r.RevAfter})
+		}
 	}
 	b.LastStaleRejectionAt = st.LastStaleRejectionAt.UTC()
 	if st.LastStaleRejectionAt.IsZero() {
 		b.LastStaleRejectionAt = time.Time{}
 	}
-	if rec.SupersededClaim == "" {
-		return
+	b.Outstanding, b.ObservedAt, b.ObservationError = effects, at, ""
+	if len(rs) > len(effects) {
+		b.ObservationError = fmt.Sprintf("%d receipts under the superseded claim; the oldest %d are listed", len(rs), len(effects))
 	}
-	rs, err := bd.ReceiptsByClaim(octx, b.Scope, rec.SupersededClaim)
-	if err != nil || len(rs) > ledger.MaxOutstanding {
-		return
-	}
-	effects := make([]ledger.Effect, 0, len(rs))
-	for _, r := range rs {
-		if r.Scope != b.Scope {
-			return
-		}
-		effects = append(effects, ledger.Effect{Receiver: b.Receiver, Scope: b.Scope, Action: r.Action, AuditSeq: r.AuditSeq,
-			AppliedAt: r.At.UTC(), Target: r.Target, Revision: r.RevAfter})
-	}
-	b.Outstanding = effects
 }
 
 // session dials each receiver once per call and closes what it dialled.

@@ -248,6 +248,8 @@ type faulty struct {
 	// realAcks are the acknowledgments the receiver really gave, by
 	// scope, whatever the wrapper answered.
 	realAcks map[string][]byte
+	// failReceipts makes ReceiptsByClaim fail.
+	failReceipts bool
 }
 
 func newFaulty(real contain.Boundary, other ed25519.PrivateKey) *faulty {
@@ -333,7 +335,10 @@ func (f *faulty) Hold(ctx context.Context, req kvfence.HoldRequest) (kvfence.Hol
 }
 
 func (f *faulty) ReceiptsByClaim(ctx context.Context, scope, claim string) ([]kvfence.Receipt, error) {
-	if f.get() == faultDown {
+	f.mu.Lock()
+	fail := f.failReceipts
+	f.mu.Unlock()
+	if f.get() == faultDown || fail {
 		return nil, errors.New("connection refused")
 	}
 	return f.real.ReceiptsByClaim(ctx, scope, claim)

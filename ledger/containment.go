@@ -163,6 +163,14 @@ type BoundaryContainment struct {
 	LastStaleRejectionAt time.Time
 	// Outstanding are the receipts applied under the superseded claim.
 	Outstanding []Effect
+	// ObservedAt is the coordinator's clock when LastStaleRejectionAt and
+	// Outstanding were last read from the receiver; zero if they never
+	// were.
+	ObservedAt time.Time
+	// ObservationError says why the latest reading of them failed or is
+	// incomplete; empty when it succeeded. The values above are then the
+	// last ones read, which may be out of date.
+	ObservationError string
 	// Alternate is set when Result is BoundaryAlternate.
 	Alternate *Alternate
 	// Attempts counts the hold attempts recorded.

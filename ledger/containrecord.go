@@ -70,6 +70,11 @@ type boundaryContainmentRecord struct {
 	LastStaleRejectionAt int64 `cbor:"last_stale_rejection_at,omitempty"`
 	// Outstanding is BoundaryContainment.Outstanding.
 	Outstanding []effectRecord `cbor:"outstanding,omitempty"`
+	// ObservedAt is BoundaryContainment.ObservedAt; absent in records
+	// written before it was kept.
+	ObservedAt int64 `cbor:"observed_at,omitempty"`
+	// ObservationError is BoundaryContainment.ObservationError.
+	ObservationError string `cbor:"observation_error,omitempty"`
 	// Alternate is BoundaryContainment.Alternate.
 	Alternate *alternateRecord `cbor:"alternate,omitempty"`
 	// Attempts is BoundaryContainment.Attempts.
@@ -209,7 +214,8 @@ func (c *containmentRecord) public() Containment {
 		p := BoundaryContainment{Receiver: b.Receiver, Scope: b.Scope, HoldID: b.HoldID, Result: b.Result, ErrorCode: b.ErrorCode,
 			Error: b.Error, HoldRequestedAt: unixTime(b.HoldRequestedAt), AcknowledgedAt: unixTime(b.AcknowledgedAt),
 			PreviousEpoch: b.PreviousEpoch, InstalledEpoch: b.InstalledEpoch, Ack: clone(b.Ack), Checkpoint: clone(b.Checkpoint),
-			LastStaleRejectionAt: unixTime(b.LastStaleRejectionAt), Attempts: b.Attempts}
+			LastStaleRejectionAt: unixTime(b.LastStaleRejectionAt), Attempts: b.Attempts, ObservedAt: unixTime(b.ObservedAt),
+			ObservationError: b.ObservationError}
 		for _, e := range b.Outstanding {
 			p.Outstanding = append(p.Outstanding, Effect{Receiver: e.Receiver, Scope: e.Scope, Action: e.Action, AuditSeq: e.AuditSeq,
 				AppliedAt: unixTime(e.AppliedAt), Target: e.Target, Revision: e.Revision})
@@ -410,6 +416,9 @@ func checkResult(r *BoundaryContainment) error {
 	if err := checkText("error", r.Error); err != nil {
 		return err
 	}
+	if err := checkText("observation error", r.ObservationError); err != nil {
+		return err
+	}
 	if len(r.Ack) > audit.MaxHoldAckSize || len(r.Checkpoint) > audit.MaxCheckpointSize {
 		return fmt.Errorf("%w: boundary %s: acknowledgment or checkpoint over its size limit", ErrInvalidArgument, Boundary{r.Receiver, r.Scope})
 	}
@@ -520,35 +529,46 @@ func (c *containmentRecord) boundary(receiver, scope string) int {
 // the entry's note describes it.
 func mergeResult(cur *boundaryContainmentRecord, r *BoundaryContainment) (string, error) {
 	name := Boundary{cur.Receiver, cur.Scope}.String()
-	cur.Attempts++
 	acked := r.Result == BoundaryAcknowledged
-	switch {
-	case cur.Result == BoundaryAcknowledged && acked:
+	if cur.Result == BoundaryAcknowledged && acked {
+		// The acknowledgment stands; a rerun brings what it saw since
+		// (stale rejections, effects), which only a later reading has.
 		if r.InstalledEpoch != cur.InstalledEpoch {
 			return "", fmt.Errorf("%w: boundary %s acknowledged epoch %d, this acknowledgment says %d", ErrAcknowledgmentConflict,
 				name, cur.InstalledEpoch, r.InstalledEpoch)
 		}
-		return name + " acknowledged again", nil
+		observe(cur, r)
+		return name + " acknowledged, observed again", nil
+	}
+	cur.Attempts++
+	switch {
 	case (cur.Result == BoundaryAcknowledged || cur.Result == BoundaryAlternate) && !acked:
 		return name + " " + string(r.Result) + " ignored (" + string(cur.Result) + " kept)", nil
 	}
 	next := boundaryContainmentRecord{Receiver: cur.Receiver, Scope: cur.Scope, HoldID: cur.HoldID, Result: r.Result,
 		ErrorCode: r.ErrorCode, Error: r.Error, HoldRequestedAt: nanos(r.HoldRequestedAt), Ack: clone(r.Ack),
-		Checkpoint: clone(r.Checkpoint), LastStaleRejectionAt: nanos(r.LastStaleRejectionAt), Alternate: cur.Alternate,
-		Attempts: cur.Attempts}
+		Checkpoint: clone(r.Checkpoint), Alternate: cur.Alternate, Attempts: cur.Attempts}
 	if acked {
 		next.AcknowledgedAt, next.PreviousEpoch, next.InstalledEpoch = nanos(r.AcknowledgedAt), r.PreviousEpoch, r.InstalledEpoch
 	}
-	for _, e := range r.Outstanding {
-		next.Outstanding = append(next.Outstanding, effectRecord{Receiver: e.Receiver, Scope: e.Scope, Action: e.Action,
-			AuditSeq: e.AuditSeq, AppliedAt: nanos(e.AppliedAt), Target: e.Target, Revision: e.Revision})
-	}
+	observe(&next, r)
 	*cur = next
 	note := name + " " + string(r.Result)
 	if acked {
 		note += fmt.Sprintf(" epoch %d", r.InstalledEpoch)
 	}
 	return note, nil
+}
+
+// observe sets cur's observations of the receiver (stale rejections,
+// outstanding effects) to r's.
+func observe(cur *boundaryContainmentRecord, r *BoundaryContainment) {
+	cur.LastStaleRejectionAt, cur.ObservedAt, cur.ObservationError = nanos(r.LastStaleRejectionAt), nanos(r.ObservedAt), r.ObservationError
+	cur.Outstanding = nil
+	for _, e := range r.Outstanding {
+		cur.Outstanding = append(cur.Outstanding, effectRecord{Receiver: e.Receiver, Scope: e.Scope, Action: e.Action,
+			AuditSeq: e.AuditSeq, AppliedAt: nanos(e.AppliedAt), Target: e.Target, Revision: e.Revision})
+	}
 }
 
 // RecordAlternate records that a boundary of the action's newest

@@ -309,6 +309,8 @@ type boundaryJSON struct {
 	Checkpoint           *checkpointJSON `json:"checkpoint"`
 	LastStaleRejectionAt *string         `json:"last_stale_rejection_at"`
 	Outstanding          []effectJSON    `json:"outstanding"`
+	ObservedAt           *string         `json:"observed_at"`
+	ObservationError     string          `json:"observation_error"`
 	Alternate            *alternateJSON  `json:"alternate"`
 	Attempts             uint64          `json:"attempts"`
 }
@@ -353,7 +355,7 @@ func containmentJSONOf(c ledger.Containment) containmentJSON {
 		bj := boundaryJSON{Receiver: b.Receiver, Scope: b.Scope, HoldID: b.HoldID, Result: string(b.Result), ErrorCode: b.ErrorCode,
 			Error: b.Error, HoldRequestedAt: api.Time(b.HoldRequestedAt), AcknowledgedAt: api.Time(b.AcknowledgedAt),
 			PreviousEpoch: b.PreviousEpoch, InstalledEpoch: b.InstalledEpoch, LastStaleRejectionAt: api.Time(b.LastStaleRejectionAt),
-			Outstanding: []effectJSON{}, Attempts: b.Attempts}
+			Outstanding: []effectJSON{}, ObservedAt: api.Time(b.ObservedAt), ObservationError: b.ObservationError, Attempts: b.Attempts}
 		if len(b.Checkpoint) > 0 {
 			if sc, err := audit.ParseSignedCheckpoint(b.Checkpoint); err == nil {
 				bj.Checkpoint = &checkpointJSON{Seq: sc.Seq, Head: hex.EncodeToString(sc.Head[:])}
@@ -468,6 +470,10 @@ func printContain(m *Main, v any) error {
 			fmt.Fprintf(tw, "boundary %s:%s\t%s\n", b.Receiver, b.Scope, line)
 			fmt.Fprintf(tw, "  hold requested at\t%s\n", timeOrDash(b.HoldRequestedAt))
 			fmt.Fprintf(tw, "  last stale rejection\t%s\n", timeOrDash(b.LastStaleRejectionAt))
+			fmt.Fprintf(tw, "  observed at\t%s\n", timeOrDash(b.ObservedAt))
+			if b.ObservationError != "" {
+				fmt.Fprintf(tw, "  observation failed\t%s\n", b.ObservationError)
+			}
 			for _, e := range b.Outstanding {
 				fmt.Fprintf(tw, "  outstanding\t%s on %s rev %d (audit seq %d, %s)\n", e.Action, e.Target, e.Revision, e.AuditSeq, timeOrDash(e.AppliedAt))
 			}
