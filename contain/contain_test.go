@@ -195,7 +195,10 @@ func TestActivate_RefusedNotSuccessor(t *testing.T) {
 		Set: &v}); err != nil {
 		t.Fatal(err)
 	}
-	for name, req := range map[string]contain.ActivateRequest{"superseded claim": oldClaim, "other request": other} {
+	otherWorker := w.activateReq(sc)
+	otherWorker.Executor = "worker-c"
+	for name, req := range map[string]contain.ActivateRequest{"superseded claim": oldClaim, "other request": other,
+		"executor other than the live claim's worker": otherWorker} {
 		if _, err := co.Activate(context.Background(), req); !errors.Is(err, contain.ErrNotSuccessor) {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -349,8 +352,12 @@ func TestVerifyStored_Corrupted(t *testing.T) {
 }
 
 // lying is a boundary that activates for real but reports a grant of
-// another scope and epoch.
+// another scope and epoch, and whose status cannot be read.
 type lying struct{ contain.Boundary }
+
+func (l lying) Status(ctx context.Context, scope string) (kvfence.ScopeStatus, error) {
+	return kvfence.ScopeStatus{}, errors.New("status unavailable")
+}
 
 func (l lying) Activate(ctx context.Context, req kvfence.ActivateRequest) (kvfence.Grant, error) {
 	g, err := l.Boundary.Activate(ctx, req)
@@ -359,7 +366,8 @@ func (l lying) Activate(ctx context.Context, req kvfence.ActivateRequest) (kvfen
 }
 
 // Ensure that a grant answer that names another scope or epoch than was
-// asked is not recorded as the successor's grant.
+// asked is not recorded as the successor's grant when the receiver's
+// status cannot show that the successor's grant is the one in force.
 func TestActivate_GrantAnswerChecked(t *testing.T) {
 	w := newWorld(t, 2)
 	sc := w.newScenario(2)
@@ -444,5 +452,64 @@ func TestContain_ObservesAcknowledgedBoundariesAgain(t *testing.T) {
 	if got := rec.Boundaries[0]; got.ObservationError == "" || !got.LastStaleRejectionAt.Equal(rejected) ||
 		rec.State != ledger.ContainmentFull {
 		t.Fatalf("failed reading: %s %+v", rec.State, got)
+	}
+}
+
+// lostActivation activates for real and then loses the answer.
+type lostActivation struct{ contain.Boundary }
+
+func (l lostActivation) Activate(ctx context.Context, req kvfence.ActivateRequest) (kvfence.Grant, error) {
+	if _, err := l.Boundary.Activate(ctx, req); err != nil {
+		return kvfence.Grant{}, err
+	}
+	return kvfence.Grant{}, fmt.Errorf("%w: connection reset after the request was sent", kvfence.ErrOutcomeUnknown)
+}
+
+// Ensure that activate can be repeated: a grant the ledger recorded is
+// reported as activated and not asked for again, and a grant whose answer
+// was lost is found at the receiver and recorded, instead of the repeat
+// failing at a scope the successor already holds.
+func TestActivate_Repeat(t *testing.T) {
+	w := newWorld(t, 2)
+	sc := w.newScenario(2)
+	co := w.coordinator(testTimeout)
+	mustContain(t, co, sc)
+	w.reconcile(sc)
+	lost := sc.bounds[1].Receiver
+	w.mu.Lock()
+	w.wrap = func(name string, b contain.Boundary) contain.Boundary {
+		if name == lost {
+			return lostActivation{b}
+		}
+		return b
+	}
+	w.mu.Unlock()
+	res, err := co.Activate(context.Background(), w.activateReq(sc))
+	if err != nil || len(res.Activated) != 2 || len(res.Containment.Successor) != 2 {
+		t.Fatalf("first activate: %+v, %v", res, err)
+	}
+	first := map[string]string{}
+	for _, g := range res.Activated {
+		first[g.Receiver] = g.Grant
+	}
+	res, err = co.Activate(context.Background(), w.activateReq(sc))
+	if err != nil || len(res.Activated) != 2 || len(res.NotActivated) != 0 {
+		t.Fatalf("repeat: %+v, %v", res, err)
+	}
+	for _, g := range res.Activated {
+		if first[g.Receiver] != g.Grant {
+			t.Errorf("%s: repeat reports grant %s, first %s", g.Receiver, g.Grant, first[g.Receiver])
+		}
+		st := w.status(ledger.Boundary{Receiver: g.Receiver, Scope: g.Scope})
+		if st.Grant == nil || st.Grant.ID != g.Grant {
+			t.Errorf("%s: receiver has %+v, recorded %s", g.Receiver, st.Grant, g.Grant)
+		}
+	}
+	// A receiver that cannot be reached on a repeat is reported by what
+	// the ledger recorded of it.
+	w.installFaults(sc, faultDown, faultNone)
+	res, err = co.Activate(context.Background(), w.activateReq(sc))
+	if err != nil || len(res.Activated) != 2 || res.Activated[0].Grant != first[sc.bounds[0].Receiver] {
+		t.Fatalf("repeat with %s down: %+v, %v", sc.bounds[0].Receiver, res, err)
 	}
 }

@@ -40,6 +40,9 @@ type world struct {
 
 	mu     sync.Mutex
 	faults map[string]*faulty // by receiver name, for the current case
+	// wrap, when set, puts a Boundary in front of each receiver without a
+	// fault wrapper.
+	wrap func(name string, b contain.Boundary) contain.Boundary
 }
 
 func key(seed byte) ed25519.PrivateKey {
@@ -101,9 +104,12 @@ func (w *world) dial(ctx context.Context, r ledger.Receiver) (contain.Boundary, 
 		return nil, fmt.Errorf("no receiver %s", r.Name)
 	}
 	w.mu.Lock()
-	f := w.faults[r.Name]
+	f, wrap := w.faults[r.Name], w.wrap
 	w.mu.Unlock()
 	if f == nil {
+		if wrap != nil {
+			return wrap(r.Name, contain.Embedded(tr.r)), nil
+		}
 		return contain.Embedded(tr.r), nil
 	}
 	if f.get() == faultDown {

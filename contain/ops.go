@@ -268,6 +268,14 @@ func (c *Coordinator) Activate(ctx context.Context, req ActivateRequest) (Activa
 			outcomes[i] = &BoundaryOutcome{b.Receiver, b.Scope, CodeAlternate, "contained by an alternate path; no grant is activated there"}
 			return
 		}
+		// A repeat activates nothing twice: a grant the ledger recorded
+		// stands as it is.
+		for _, g := range rec.Successor {
+			if g.Receiver == b.Receiver && g.Scope == b.Scope && g.Claim == req.Claim && g.Executor == req.Executor {
+				grants[i] = &g
+				return
+			}
+		}
 		if derr != nil {
 			outcomes[i] = &BoundaryOutcome{b.Receiver, b.Scope, "unreachable", derr.Error()}
 			return
@@ -278,6 +286,14 @@ func (c *Coordinator) Activate(ctx context.Context, req ActivateRequest) (Activa
 			Request: req.Request, Epoch: b.InstalledEpoch, TTL: req.TTL, Decision: decision})
 		if err == nil && (g.Scope != b.Scope || g.Epoch != b.InstalledEpoch || g.ID == "") {
 			err = fmt.Errorf("%w: asked for a grant of %q at epoch %d, got %q at %d", ErrBadAnswer, b.Scope, b.InstalledEpoch, g.Scope, g.Epoch)
+		}
+		if err != nil {
+			// An activation whose answer was lost has opened the scope
+			// with exactly the successor's grant: adopt it rather than
+			// report a boundary that has it as one that does not.
+			if found, ok := c.activeSuccessor(ctx, bd, b, req); ok {
+				g, err = found, nil
+			}
 		}
 		if err != nil {
 			_, code := classify(err)
@@ -313,6 +329,23 @@ func (c *Coordinator) Activate(ctx context.Context, req ActivateRequest) (Activa
 	return res, nil
 }
 
+// activeSuccessor returns the grant that opens b's scope if it is the one
+// req asks for, at the epoch the containment installed.
+func (c *Coordinator) activeSuccessor(ctx context.Context, bd Boundary, b ledger.BoundaryContainment, req ActivateRequest) (kvfence.Grant, bool) {
+	sctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
+	defer cancel()
+	st, err := bd.Status(sctx, b.Scope)
+	if err != nil || st.Scope != b.Scope || st.Mode != kvfence.ModeOpen || st.Grant == nil {
+		return kvfence.Grant{}, false
+	}
+	g := *st.Grant
+	if g.Scope != b.Scope || g.Epoch != b.InstalledEpoch || st.Epoch != b.InstalledEpoch || g.Claim != req.Claim ||
+		g.Executor != req.Executor || g.RequestSHA256 != sha256.Sum256(req.Request) || g.ID == "" {
+		return kvfence.Grant{}, false
+	}
+	return g, true
+}
+
 // checkSuccessor is every refusal of Activate that comes before anything
 // is sent to a receiver.
 func (c *Coordinator) checkSuccessor(rec ledger.Containment, req ActivateRequest) error {
@@ -346,6 +379,15 @@ func (c *Coordinator) checkSuccessor(rec ledger.Containment, req ActivateRequest
 	}
 	if req.Claim == rec.SupersededClaim || req.Claim != view.Live {
 		return fmt.Errorf("%w: the successor's claim must be the action's live claim (%q), not %q", ErrNotSuccessor, view.Live, req.Claim)
+	}
+	// The grant goes to the worker that holds the live claim, by the name
+	// the receiver authenticates (a SPIFFE ID when served); a grant to
+	// anyone else would open the scope to a worker the ledger never
+	// gave the action.
+	for _, cl := range view.Claims {
+		if cl.Ref == view.Live && cl.Worker != req.Executor {
+			return fmt.Errorf("%w: the live claim %s is worker %q's; the grant names executor %q", ErrNotSuccessor, cl.Ref, cl.Worker, req.Executor)
+		}
 	}
 	if view.Approval == nil {
 		return fmt.Errorf("%w: %s", ledger.ErrNotApproved, rec.Action)

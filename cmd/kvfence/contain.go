@@ -30,6 +30,11 @@ func (e *partialError) Error() string {
 	return fmt.Sprintf("containment is %s: not every boundary acknowledged its hold", e.state)
 }
 
+// errNotReached means contain verify checked every acknowledgment offline
+// but could not read the current epoch of some receiver: the check is not
+// complete, so it is not reported as passed.
+var errNotReached = errors.New("kvfence contain verify: some receivers were not reached; their epochs are unchecked")
+
 // containFlags are the flags every contain subcommand shares: the
 // ledger's, the coordinator's admin TLS identity for served receivers, and
 // the keys of receivers on this host.
@@ -201,7 +206,11 @@ func (c *ContainCommand) Run(ctx context.Context, args []string) (err error) {
 			if verr != nil && !errors.Is(verr, contain.ErrVerifyMismatch) {
 				return nil, verr
 			}
-			return verifyJSONOf(res), verr
+			out := verifyJSONOf(res)
+			if verr == nil && !out.OK {
+				verr = errNotReached
+			}
+			return out, verr
 		}
 	case "activate":
 		action, executor, claim := fs.String("action", "", ""), fs.String("executor", "", ""), fs.String("claim", "", "")
@@ -221,7 +230,9 @@ func (c *ContainCommand) Run(ctx context.Context, args []string) (err error) {
 		run = func(co *contain.Coordinator) (any, error) {
 			res, aerr := co.Activate(ctx, contain.ActivateRequest{Action: *action, Executor: *executor, Claim: *claim,
 				Request: b, Decision: *decision, TTL: *ttl})
-			if aerr != nil && res.Activated == nil {
+			// A refusal activated nothing and tried nothing: the error is
+			// the answer. Otherwise say which boundaries took the grant.
+			if aerr != nil && res.Activated == nil && res.NotActivated == nil {
 				return nil, aerr
 			}
 			return containActivateJSONOf(res), aerr
@@ -404,6 +415,8 @@ type mismatchJSON struct {
 }
 
 func verifyJSONOf(r contain.VerifyResult) verifyJSON {
+	// A boundary not reached leaves its epoch unchecked: not ok, though
+	// not a mismatch either.
 	out := verifyJSON{OK: len(r.Mismatches) == 0, Containment: r.Containment.ID, Action: r.Containment.Action,
 		State: string(r.Containment.State), Checked: []checkedJSON{}, Mismatches: []mismatchJSON{}}
 	for _, c := range r.Checked {
@@ -411,6 +424,8 @@ func verifyJSONOf(r contain.VerifyResult) verifyJSON {
 		if c.Reached {
 			e := c.CurrentEpoch
 			cj.CurrentEpoch = &e
+		} else {
+			out.OK = false
 		}
 		out.Checked = append(out.Checked, cj)
 	}
@@ -494,7 +509,9 @@ func printContain(m *Main, v any) error {
 			fmt.Fprintf(tw, "MISMATCH %s:%s\t%s: %s\n", mm.Receiver, mm.Scope, mm.Kind, mm.Detail)
 		}
 		if o.OK {
-			fmt.Fprintf(tw, "ok\tevery acknowledgment verifies\n")
+			fmt.Fprintf(tw, "ok\tevery acknowledgment verifies; every receiver is at or above its installed epoch\n")
+		} else if len(o.Mismatches) == 0 {
+			fmt.Fprintf(tw, "incomplete\tevery acknowledgment verifies; the receivers not reached are unchecked\n")
 		}
 	case containActivateJSON:
 		for _, g := range o.Activated {

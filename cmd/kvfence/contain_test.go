@@ -109,6 +109,11 @@ func TestContain_CLI(t *testing.T) {
 		t.Fatalf("the rerun moved r1 from epoch %v to %v", epoch1, got)
 	}
 	c.must(ExitOK, "contain", "verify", "--action", "raise-retention", "--receiver-key", k1, "--receiver-key", k2)
+	// Without r2's key its epoch cannot be read: not a pass.
+	r = c.must(ExitError, "contain", "verify", "--action", "raise-retention", "--receiver-key", k1, "--json")
+	if !strings.Contains(r.stdout, `"ok": false`) || !strings.Contains(r.stdout, `"mismatches": []`) {
+		t.Fatalf("verify with r2 unreached: %s", r)
+	}
 
 	r = c.must(ExitDenied, activate...)
 	if !strings.Contains(r.stderr, "not reconciled") {
@@ -121,6 +126,10 @@ func TestContain_CLI(t *testing.T) {
 		t.Errorf("activate with the superseded claim: %s", r)
 	}
 	c.must(ExitOK, activate...)
+	// A repeat, as after a lost answer, activates nothing twice.
+	if r := c.must(ExitOK, activate...); strings.Contains(r.stdout, "not activated") {
+		t.Fatalf("repeated activate: %s", r)
+	}
 	for _, rc := range []string{"r1", "r2"} {
 		if st := c.scopeAt(rc); st["mode"] != "open" || st["grant"].(map[string]any)["claim"] != claimB {
 			t.Fatalf("%s after activate: %v", rc, st)

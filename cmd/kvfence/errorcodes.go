@@ -70,6 +70,7 @@ var integrityCodes = []errorCodeEntry{
 // because they never cross the served API: files, keys, the ledger, the
 // command line. A code that api.Sentinels defines is never redefined here.
 var cliCodes = []errorCodeEntry{
+	{"not_reached", errNotReached},
 	{"not_initialized", kvfence.ErrNotInitialized},
 	{"already_initialized", kvfence.ErrAlreadyInitialized},
 	{"bad_format", kvfence.ErrBadFormat},

@@ -417,6 +417,17 @@ func ledgerSubs(m *Main) map[string]ledgerSub {
 				if err != nil {
 					return fmt.Errorf("kvfence %s: --receiver-pub %s: %w", cmd, *pubFile, err)
 				}
+				if *db != "" {
+					// The ledger is read from other directories than this
+					// one (contain, verify): a relative path would name
+					// another file there, or none.
+					if *db, err = filepath.Abs(*db); err != nil {
+						return fmt.Errorf("kvfence %s: --db: %w", cmd, err)
+					}
+					if *recvAnchor, err = filepath.Abs(*recvAnchor); err != nil {
+						return fmt.Errorf("kvfence %s: --receiver-anchor: %w", cmd, err)
+					}
+				}
 				req = ledger.AddReceiverRequest{Name: *name, Server: *server, DB: *db, Anchor: *recvAnchor, ReceiverID: *receiverID,
 					PublicKey: pub, Operator: *operator}
 				if *db == "" {

@@ -92,6 +92,21 @@ func TestLedgerReceiver_AddList(t *testing.T) {
 	c.must(ExitUsage, "ledger", "receiver", "remove")
 }
 
+// Ensure that relative paths are registered as absolute ones: contain
+// reads the ledger from other directories, where they would name other
+// files or none.
+func TestLedgerReceiver_RelativePaths(t *testing.T) {
+	c := ledgerWithReceivers(t)
+	c.must(ExitOK, "init", "--db", c.path("r2.db"), "--anchor", c.path("r2.anchor"), "--key", c.path("r2.key"), "--id", "recv-local",
+		"--no-recovery-key")
+	t.Chdir(c.dir)
+	rel := c.json(ExitOK, "ledger", "receiver", "add", "--name", "relative", "--db", "r2.db", "--receiver-anchor", "r2.anchor",
+		"--receiver-pub", c.path("r2.key.pub"), "--operator", "op")
+	if rel["db"] != c.path("r2.db") || rel["anchor"] != c.path("r2.anchor") {
+		t.Fatalf("receiver add with relative paths = %v", rel)
+	}
+}
+
 // Ensure that ledger approve --boundary records the boundaries, which show
 // prints, and refuses a malformed or unregistered one.
 func TestLedgerApprove_Boundaries(t *testing.T) {
