@@ -418,7 +418,10 @@ func (a *Admin) repeatHold(w *wtx, req *HoldRequest, fp [sha256.Size]byte) (Hold
 		cur := a.r.anchorNow()
 		cover = &cur
 	}
-	if cover != nil && cover.Seq >= last {
+	// A checkpoint whose anchor write failed may be in the anchor without
+	// being durable: the repeat then commits, and its anchor write covers
+	// the entries again.
+	if cover != nil && cover.Seq >= last && a.r.durableAnchor(*cover) {
 		res.Checkpoint = *cover
 		w.idle++
 	}
