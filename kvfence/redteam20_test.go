@@ -2,6 +2,8 @@ package kvfence
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/kvfence/kvfence/audit"
@@ -53,4 +55,105 @@ func TestRedteam20_RepeatAfterFailedAnchorSync(t *testing.T) {
 			res.AuditSeq, res.Checkpoint.Seq)
 	}
 	wantAcks(t, res, "h")
+}
+
+// faultyAnchor20 makes every third Store fail, half of those after the
+// checkpoint reached the anchor, and keeps the checkpoints whose Store
+// succeeded.
+type faultyAnchor20 struct {
+	audit.AnchorStore
+	mu     sync.Mutex
+	n      int
+	stored map[audit.SignedCheckpoint]bool
+}
+
+func (a *faultyAnchor20) Store(old *audit.SignedCheckpoint, next audit.SignedCheckpoint) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.n++
+	switch a.n % 6 {
+	case 2:
+		return errors.New("injected failure before the anchor write")
+	case 5:
+		if err := a.AnchorStore.Store(old, next); err != nil {
+			return err
+		}
+		return errors.New("injected fdatasync failure after the anchor write")
+	}
+	err := a.AnchorStore.Store(old, next)
+	if err == nil {
+		a.stored[next] = true
+	}
+	return err
+}
+
+func (a *faultyAnchor20) durable(sc audit.SignedCheckpoint) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stored[sc]
+}
+
+// Ensure that, with first holds, repeats and other writes running
+// concurrently while anchor writes fail before and after they take
+// effect, every hold that is acknowledged names a checkpoint that an
+// anchor write stored successfully and that covers it, and no hold id
+// ever issues a second generation.
+func TestRedteam20_ConcurrentRepeatsUnderAnchorFaults(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	fa := &faultyAnchor20{AnchorStore: f.anchor, stored: map[audit.SignedCheckpoint]bool{}}
+	f.r.opts.Anchor = fa
+	const ids, workers, rounds = 3, 6, 12
+	scopes := make([]string, ids)
+	for i := range ids {
+		scopes[i] = fmt.Sprintf("s%d", i)
+		for {
+			err := f.admin.CreateScope(f.ctx, scopes[i])
+			if err == nil || errors.Is(err, ErrScopeExists) {
+				break
+			}
+			if !errors.Is(err, ErrNotAcknowledged) {
+				t.Fatal(err)
+			}
+		}
+	}
+	var mu sync.Mutex
+	epochs := map[string]uint64{}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				if w == 0 {
+					// Real writes beside the holds: their batches carry
+					// the repeats that are not idle.
+					_ = f.admin.CreateScope(f.ctx, fmt.Sprintf("x%d", i))
+					continue
+				}
+				k := (w + i) % ids
+				res, err := f.admin.Hold(f.ctx, HoldRequest{Scopes: []string{scopes[k]}, Reason: "contain", ID: fmt.Sprintf("id-%d", k)})
+				if errors.Is(err, ErrNotAcknowledged) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !fa.durable(res.Checkpoint) || res.Checkpoint.Seq < res.AuditSeq {
+					t.Errorf("hold %s acknowledged with checkpoint %d (entry %d), which no successful anchor write stored",
+						scopes[k], res.Checkpoint.Seq, res.AuditSeq)
+				}
+				mu.Lock()
+				if e, ok := epochs[scopes[k]]; ok && e != res.Scopes[0].Epoch {
+					t.Errorf("hold id on %s installed epoch %d and %d", scopes[k], e, res.Scopes[0].Epoch)
+				}
+				epochs[scopes[k]] = res.Scopes[0].Epoch
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, s := range scopes {
+		if st, err := f.r.Status(s); err != nil || st.Epoch > 2 {
+			t.Fatalf("scope %s at epoch %d (%v) after holds of one id", s, st.Epoch, err)
+		}
+	}
 }
