@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
@@ -46,6 +47,7 @@ func TestRedteam20_RepeatAfterFailedAnchorSync(t *testing.T) {
 	if _, err := f.admin.Hold(f.ctx, holdReq("h", fixScope)); !errors.Is(err, ErrNotAcknowledged) {
 		t.Fatalf("Hold with a failing anchor sync = %v, want ErrNotAcknowledged", err)
 	}
+	f.clock.Add(time.Second) // a checkpoint signed again differs
 	res := f.holdOK(holdReq("h", fixScope))
 	if !res.Repeated || res.Scopes[0].Epoch != 2 {
 		t.Fatalf("repeat = %+v", res)
@@ -54,11 +56,14 @@ func TestRedteam20_RepeatAfterFailedAnchorSync(t *testing.T) {
 		t.Fatalf("repeat acknowledged hold entry %d with checkpoint %d, which no successful anchor write holds",
 			res.AuditSeq, res.Checkpoint.Seq)
 	}
+	if a, err := f.anchor.Load(); err != nil || a != res.Checkpoint {
+		t.Fatalf("anchor %d (%v); the repeat names checkpoint %d", a.Seq, err, res.Checkpoint.Seq)
+	}
 	wantAcks(t, res, "h")
 }
 
-// faultyAnchor20 makes every third Store fail, half of those after the
-// checkpoint reached the anchor, and keeps the checkpoints whose Store
+// faultyAnchor20 makes two Stores in six fail, one before the write and
+// one after the checkpoint reached the anchor, and keeps the checkpoints whose Store
 // succeeded.
 type faultyAnchor20 struct {
 	audit.AnchorStore
