@@ -41,25 +41,27 @@ func (a *syncFailAnchor) Store(old *audit.SignedCheckpoint, next audit.SignedChe
 // on the strength of that write: the checkpoint it names must come from
 // an anchor write that succeeded.
 func TestRedteam20_RepeatAfterFailedAnchorSync(t *testing.T) {
-	f := newFixture(t, defect.Variant{})
-	fa := &syncFailAnchor{AnchorStore: f.anchor, fail: true}
-	f.r.opts.Anchor = fa
-	if _, err := f.admin.Hold(f.ctx, holdReq("h", fixScope)); !errors.Is(err, ErrNotAcknowledged) {
-		t.Fatalf("Hold with a failing anchor sync = %v, want ErrNotAcknowledged", err)
-	}
-	f.clock.Add(time.Second) // a checkpoint signed again differs
-	res := f.holdOK(holdReq("h", fixScope))
-	if !res.Repeated || res.Scopes[0].Epoch != 2 {
-		t.Fatalf("repeat = %+v", res)
-	}
-	if fa.stored == 0 {
-		t.Fatalf("repeat acknowledged hold entry %d with checkpoint %d, which no successful anchor write holds",
-			res.AuditSeq, res.Checkpoint.Seq)
-	}
-	if a, err := f.anchor.Load(); err != nil || a != res.Checkpoint {
-		t.Fatalf("anchor %d (%v); the repeat names checkpoint %d", a.Seq, err, res.Checkpoint.Seq)
-	}
-	wantAcks(t, res, "h")
+	forEngines(t, func(t *testing.T, s *store) {
+		f := newFixtureOn(t, s, defect.Variant{})
+		fa := &syncFailAnchor{AnchorStore: f.anchor, fail: true}
+		f.r.opts.Anchor = fa
+		if _, err := f.admin.Hold(f.ctx, holdReq("h", fixScope)); !errors.Is(err, ErrNotAcknowledged) {
+			t.Fatalf("Hold with a failing anchor sync = %v, want ErrNotAcknowledged", err)
+		}
+		f.clock.Add(time.Second) // a checkpoint signed again differs
+		res := f.holdOK(holdReq("h", fixScope))
+		if !res.Repeated || res.Scopes[0].Epoch != 2 {
+			t.Fatalf("repeat = %+v", res)
+		}
+		if fa.stored == 0 {
+			t.Fatalf("repeat acknowledged hold entry %d with checkpoint %d, which no successful anchor write holds",
+				res.AuditSeq, res.Checkpoint.Seq)
+		}
+		if a, err := f.anchor.Load(); err != nil || a != res.Checkpoint {
+			t.Fatalf("anchor %d (%v); the repeat names checkpoint %d", a.Seq, err, res.Checkpoint.Seq)
+		}
+		wantAcks(t, res, "h")
+	})
 }
 
 // faultyAnchor20 makes two Stores in six fail, one before the write and
