@@ -206,6 +206,7 @@
 //	admission:              "kvfence/admission/v3\n" || admission bytes
 //	lost-anchor admission:  "kvfence/reanchor/v3\n" || admission bytes
 //	archive statement:      "kvfence/archive/v1\n" || statement bytes
+//	hold acknowledgment:    "kvfence/hold-ack/v1\n" || acknowledgment bytes
 //
 // The prefixes make a signature on one kind of statement worthless as any
 // other, even under one key. A key is named by its [Fingerprint]: the SHA-256

@@ -367,8 +367,8 @@ func holdFingerprint(req *HoldRequest) [sha256.Size]byte {
 // scopes, or from a request that differs, is ErrHoldIDConflict. A repeat
 // writes nothing: when the anchor already covers the earlier entries, the
 // call is idle and names that anchor; otherwise (the earlier hold's anchor
-// write failed, or is under way) it commits with its batch, whose anchor
-// then covers them.
+// write failed, even after the anchor took it, or is under way) it commits
+// with its batch, whose anchor then covers them.
 func (a *Admin) repeatHold(w *wtx, req *HoldRequest, fp [sha256.Size]byte) (HoldResult, bool, error) {
 	recs := make([]*holdRecord, len(req.Scopes))
 	var known, unknown []string
@@ -418,7 +418,10 @@ func (a *Admin) repeatHold(w *wtx, req *HoldRequest, fp [sha256.Size]byte) (Hold
 		cur := a.r.anchorNow()
 		cover = &cur
 	}
-	if cover != nil && cover.Seq >= last {
+	// A checkpoint whose anchor write failed may be in the anchor without
+	// being durable: the repeat then commits, and its anchor write covers
+	// the entries again.
+	if cover != nil && cover.Seq >= last && a.r.durableAnchor(*cover) {
 		res.Checkpoint = *cover
 		w.idle++
 	}

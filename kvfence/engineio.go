@@ -198,8 +198,18 @@ func (r *Receiver) chainHolds(tx engine.Tx, head audit.Head) error {
 // its chain; one at or past sc already covers the commit.
 func (r *Receiver) advanceAnchor(sc audit.SignedCheckpoint) error {
 	cur := r.anchorNow()
-	defer func() { r.setAnchor(cur) }()
-	return chain.Advance(r.opts.Anchor, &cur, sc, func(got audit.SignedCheckpoint) error {
+	// Any failure, a panic of the store included, leaves the anchor's
+	// durability unknown (durableAnchor).
+	stored := false
+	defer func() {
+		r.anchorMu.Lock()
+		r.anchor, r.unsureSeq = cur, 0
+		if !stored {
+			r.unsureSeq = sc.Seq
+		}
+		r.anchorMu.Unlock()
+	}()
+	err := chain.Advance(r.opts.Anchor, &cur, sc, func(got audit.SignedCheckpoint) error {
 		if err := got.Verify(r.pub); err != nil {
 			return err
 		}
@@ -214,6 +224,18 @@ func (r *Receiver) advanceAnchor(sc audit.SignedCheckpoint) error {
 			return nil
 		})
 	})
+	stored = err == nil
+	return err
+}
+
+// durableAnchor reports whether a, an anchor as read or written, may be
+// taken as durable: false when it is the checkpoint whose anchor write
+// last failed (unsureSeq), which the anchor may hold without its
+// fdatasync.
+func (r *Receiver) durableAnchor(a audit.SignedCheckpoint) bool {
+	r.anchorMu.Lock()
+	defer r.anchorMu.Unlock()
+	return r.unsureSeq == 0 || a.Seq != r.unsureSeq
 }
 
 // anchorNow returns the anchor as last read or written.

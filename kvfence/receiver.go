@@ -175,6 +175,12 @@ type Receiver struct {
 	// the next.
 	anchorMu sync.Mutex
 	anchor   audit.SignedCheckpoint
+	// unsureSeq, guarded by anchorMu, is the seq of the checkpoint whose
+	// anchor write last failed, until a write succeeds: a failure can come
+	// after the checkpoint reached the anchor (a failed fdatasync), and
+	// anchor then holds a checkpoint that may not be durable. Zero when the
+	// last write succeeded.
+	unsureSeq uint64
 	// anchorDamage is the damaged anchor slot Open found, or nil. It is
 	// set before Open returns and never changed.
 	anchorDamage *audit.SlotDamage

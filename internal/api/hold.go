@@ -217,6 +217,7 @@ func (h Hold) Result() (kvfence.HoldResult, error) {
 				out.Checkpoint.Seq, h.AuditSeq)
 		}
 	}
+	var last uint64
 	for _, s := range h.Scopes {
 		hs := kvfence.HeldScope{Scope: s.Scope, PreviousEpoch: s.PreviousEpoch, Epoch: s.Epoch}
 		if s.Ack != nil {
@@ -226,8 +227,14 @@ func (h Hold) Result() (kvfence.HoldResult, error) {
 			if err := ackFits(&hs, &out); err != nil {
 				return out, fmt.Errorf("scope %q: %w", s.Scope, err)
 			}
+			last = max(last, hs.Ack.AuditSeq)
 		}
 		out.Scopes = append(out.Scopes, hs)
+	}
+	if last != 0 && last != out.AuditSeq {
+		// The hold's entries are its scopes', one each, the last of them
+		// at audit_seq: the acknowledgments sign where they are.
+		return out, fmt.Errorf("%w: the answer's audit seq is %d, its last acknowledged entry %d", ErrHoldMismatch, out.AuditSeq, last)
 	}
 	return out, nil
 }
