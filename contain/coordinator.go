@@ -111,7 +111,10 @@ func (c *Coordinator) Contain(ctx context.Context, req ContainRequest) (ledger.C
 		}
 		b = c.hold(ctx, rec, b, r, bd, derr)
 		if derr == nil && b.Result != ledger.BoundaryTimeout {
-			c.observe(ctx, rec, &b, bd)
+			st, serr := c.observe(ctx, rec, &b, bd)
+			if b.Result == ledger.BoundaryAcknowledged {
+				b = stillHeld(b, st, serr)
+			}
 		}
 		results[i] = &b
 	})
@@ -255,36 +258,66 @@ func acknowledge(b ledger.BoundaryContainment, r ledger.Receiver, res kvfence.Ho
 	return nb
 }
 
+// stillHeld returns b, acknowledged, if the scope's status read after the
+// hold shows it held at the installed epoch or later; otherwise b is not
+// acknowledged. A hold acknowledged under the containment's id fences only
+// the grants activated before it: a receiver repeats a hold id's first
+// result even if the scope was activated since, and a hold id can be
+// derived by anyone who knows the action and the superseded claim, so a
+// hold with that id committed before the superseded worker's grant (or a
+// grant activated after it) would otherwise read as containing a scope
+// that is open.
+func stillHeld(b ledger.BoundaryContainment, st kvfence.ScopeStatus, err error) ledger.BoundaryContainment {
+	switch {
+	case err != nil:
+		return failed(b, ledger.BoundaryUnknown, "status_unknown",
+			fmt.Errorf("the hold was acknowledged, but the scope's status after it could not be read: %w", err))
+	case st.Epoch < b.InstalledEpoch:
+		return failed(b, ledger.BoundaryUnverified, "bad_answer",
+			fmt.Errorf("%w: scope %q is at epoch %d, below the %d its hold installed", ErrBadAnswer, b.Scope, st.Epoch, b.InstalledEpoch))
+	case st.Mode != kvfence.ModeHeld || st.ActiveGrant != "" || st.Grant != nil:
+		return failed(b, ledger.BoundaryFailed, "scope_open",
+			fmt.Errorf("scope %q is open at epoch %d under grant %q after the hold acknowledged at epoch %d: the hold with the containment's id does not fence it",
+				b.Scope, st.Epoch, st.ActiveGrant, b.InstalledEpoch))
+	}
+	return b
+}
+
 // observe reads the scope's latest stale rejection and the effects
-// applied under the superseded claim into b. An answer that does not fit
-// the question, or none, changes nothing.
-func (c *Coordinator) observe(ctx context.Context, rec ledger.Containment, b *ledger.BoundaryContainment, bd Boundary) {
+// applied under the superseded claim into b, and returns the status it
+// read. An answer that does not fit the question, or none, changes
+// nothing in b.
+func (c *Coordinator) observe(ctx context.Context, rec ledger.Containment, b *ledger.BoundaryContainment, bd Boundary) (kvfence.ScopeStatus, error) {
 	octx, cancel := context.WithTimeout(ctx, c.o.Timeout)
 	defer cancel()
 	st, err := bd.Status(octx, b.Scope)
-	if err != nil || st.Scope != b.Scope {
-		return
+	if err == nil && st.Scope != b.Scope {
+		err = fmt.Errorf("%w: asked for the status of scope %q, got %q", ErrBadAnswer, b.Scope, st.Scope)
+	}
+	if err != nil {
+		return st, err
 	}
 	b.LastStaleRejectionAt = st.LastStaleRejectionAt.UTC()
 	if st.LastStaleRejectionAt.IsZero() {
 		b.LastStaleRejectionAt = time.Time{}
 	}
 	if rec.SupersededClaim == "" {
-		return
+		return st, nil
 	}
 	rs, err := bd.ReceiptsByClaim(octx, b.Scope, rec.SupersededClaim)
 	if err != nil || len(rs) > ledger.MaxOutstanding {
-		return
+		return st, nil
 	}
 	effects := make([]ledger.Effect, 0, len(rs))
 	for _, r := range rs {
 		if r.Scope != b.Scope {
-			return
+			return st, nil
 		}
 		effects = append(effects, ledger.Effect{Receiver: b.Receiver, Scope: b.Scope, Action: r.Action, AuditSeq: r.AuditSeq,
 			AppliedAt: r.At.UTC(), Target: r.Target, Revision: r.RevAfter})
 	}
 	b.Outstanding = effects
+	return st, nil
 }
 
 // session dials each receiver once per call and closes what it dialled.

@@ -40,6 +40,10 @@ type world struct {
 
 	mu     sync.Mutex
 	faults map[string]*faulty // by receiver name, for the current case
+
+	// beforeActivate, if set, runs in newScenario after worker A's claim
+	// and before its grants are activated.
+	beforeActivate func(sc *scenario)
 }
 
 func key(seed byte) ed25519.PrivateKey {
@@ -163,6 +167,9 @@ func (w *world) newScenario(n int) *scenario {
 	}
 	if sc.claimA, err = w.l.Claim(ctx, ledger.ClaimRequest{Action: sc.action, Worker: "worker-a"}); err != nil {
 		t.Fatal(err)
+	}
+	if w.beforeActivate != nil {
+		w.beforeActivate(sc)
 	}
 	for _, b := range sc.bounds {
 		r := w.byName[b.Receiver].r
