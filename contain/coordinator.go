@@ -304,19 +304,37 @@ func (c *Coordinator) observe(ctx context.Context, rec ledger.Containment, b *le
 	if rec.SupersededClaim == "" {
 		return st, nil
 	}
+	// An acknowledged boundary is not asked again, so effects it could not
+	// list are never listed: the record says so rather than read as none.
+	unlisted := func(format string, args ...any) {
+		if b.Result == ledger.BoundaryAcknowledged {
+			b.ErrorCode, b.Error = CodeOutstandingUnlisted, printable(fmt.Sprintf(format, args...), maxErrorText)
+		}
+	}
 	rs, err := bd.ReceiptsByClaim(octx, b.Scope, rec.SupersededClaim)
-	if err != nil || len(rs) > ledger.MaxOutstanding {
+	if err != nil {
+		unlisted("the receipts of claim %s could not be read: %v", rec.SupersededClaim, err)
 		return st, nil
 	}
-	effects := make([]ledger.Effect, 0, len(rs))
+	effects := make([]ledger.Effect, 0, min(len(rs), ledger.MaxOutstanding))
 	for _, r := range rs {
 		if r.Scope != b.Scope {
+			unlisted("asked for the receipts of scope %q, got one of %q", b.Scope, r.Scope)
 			return st, nil
 		}
-		effects = append(effects, ledger.Effect{Receiver: b.Receiver, Scope: b.Scope, Action: r.Action, AuditSeq: r.AuditSeq,
-			AppliedAt: r.At.UTC(), Target: r.Target, Revision: r.RevAfter})
+		if ident.Check("action", r.Action) != nil || ident.Check("target", r.Target) != nil {
+			unlisted("a receipt's action or target is not a name")
+			return st, nil
+		}
+		if len(effects) < ledger.MaxOutstanding {
+			effects = append(effects, ledger.Effect{Receiver: b.Receiver, Scope: b.Scope, Action: r.Action, AuditSeq: r.AuditSeq,
+				AppliedAt: r.At.UTC(), Target: r.Target, Revision: r.RevAfter})
+		}
 	}
 	b.Outstanding = effects
+	if len(rs) > ledger.MaxOutstanding {
+		unlisted("%d receipts under claim %s; the first %d are recorded", len(rs), rec.SupersededClaim, ledger.MaxOutstanding)
+	}
 	return st, nil
 }
 
@@ -404,3 +422,9 @@ func (c *Coordinator) byReceiver(ctx context.Context, s *session, bs []ledger.Bo
 	}
 	wg.Wait()
 }
+
+// CodeOutstandingUnlisted is the error code of an acknowledged boundary
+// whose outstanding effects could not be listed in full: the receiver's
+// receipts answer failed, was too large, or did not fit the question.
+// The effects recorded, if any, are not all of them.
+const CodeOutstandingUnlisted = "outstanding_unlisted"

@@ -335,14 +335,10 @@ func (c *Coordinator) checkSuccessor(rec ledger.Containment, req ActivateRequest
 	if err != nil {
 		return err
 	}
-	reconciled := false
-	for _, cl := range view.Claims {
-		if cl.Ref == rec.SupersededClaim {
-			reconciled = cl.ReconciledBy != "" && (cl.State == ledger.StateSucceeded || cl.State == ledger.StateFailed)
-		}
-	}
-	if !reconciled {
-		return fmt.Errorf("%w: claim %s of %s", ledger.ErrNotReconciled, rec.SupersededClaim, rec.Action)
+	// Reconciled by the ledger's own check: the record says so and the
+	// audit chain holds the reconcile entry.
+	if err := c.o.Ledger.CheckReconciled(rec.SupersededClaim); err != nil {
+		return fmt.Errorf("claim %s of %s: %w", rec.SupersededClaim, rec.Action, err)
 	}
 	if req.Claim == rec.SupersededClaim || req.Claim != view.Live {
 		return fmt.Errorf("%w: the successor's claim must be the action's live claim (%q), not %q", ErrNotSuccessor, view.Live, req.Claim)

@@ -2,7 +2,14 @@ package contain_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
+	"unicode"
+
+	"github.com/kvfence/kvfence/contain"
 
 	"github.com/kvfence/kvfence/kvfence"
 	"github.com/kvfence/kvfence/ledger"
@@ -51,5 +58,73 @@ func TestRedteam20_PlantedHoldBeforeGrant(t *testing.T) {
 	}
 	if g := w.successorGrants(sc); len(g) != 0 {
 		t.Fatalf("successor grants at %v", g)
+	}
+}
+
+// hostileReceipts is a receiver whose receipts answer is whatever the test
+// makes it.
+type hostileReceipts struct {
+	contain.Boundary
+	receipts func(scope string) ([]kvfence.Receipt, error)
+}
+
+func (h hostileReceipts) ReceiptsByClaim(ctx context.Context, scope, claim string) ([]kvfence.Receipt, error) {
+	return h.receipts(scope)
+}
+
+// Ensure that a receiver's receipts answer is recorded only as names that
+// print as what they are, and that an answer too large, or none, is not
+// recorded as "no outstanding effects": the record says the effects were
+// not listed.
+func TestRedteam20_HostileReceipts(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		receipts func(scope string) ([]kvfence.Receipt, error)
+		want     int // effects recorded
+	}{
+		{"control characters", func(scope string) ([]kvfence.Receipt, error) {
+			return []kvfence.Receipt{{Scope: scope, Action: "act\x1b[2J\u202e", Target: "t\n", AuditSeq: 3, At: time.Now()}}, nil
+		}, 0},
+		{"too many", func(scope string) ([]kvfence.Receipt, error) {
+			rs := make([]kvfence.Receipt, ledger.MaxOutstanding+1)
+			for i := range rs {
+				rs[i] = kvfence.Receipt{Scope: scope, Action: fmt.Sprintf("a%d", i), Target: "t", AuditSeq: uint64(i + 1), At: time.Now()}
+			}
+			return rs, nil
+		}, ledger.MaxOutstanding},
+		{"failed", func(scope string) ([]kvfence.Receipt, error) { return nil, errors.New("connection reset") }, 0},
+		{"other scope", func(scope string) ([]kvfence.Receipt, error) {
+			return []kvfence.Receipt{{Scope: scope + "x", Action: "a", Target: "t", AuditSeq: 1}}, nil
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, 1)
+			sc := w.newScenario(1)
+			co, err := contain.New(contain.Options{Ledger: w.l, Timeout: testTimeout,
+				Dial: func(ctx context.Context, r ledger.Receiver) (contain.Boundary, error) {
+					return hostileReceipts{contain.Embedded(w.byName[r.Name].r), tc.receipts}, nil
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := co.Contain(context.Background(), contain.ContainRequest{Action: sc.action, Reason: "worker-a paused", Operator: "op"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := rec.Boundaries[0]
+			if b.Result != ledger.BoundaryAcknowledged || len(b.Outstanding) != tc.want {
+				t.Fatalf("%s with %d effects", b.Result, len(b.Outstanding))
+			}
+			for _, e := range b.Outstanding {
+				for _, s := range []string{e.Action, e.Target} {
+					if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) }) {
+						t.Fatalf("recorded effect name %q", s)
+					}
+				}
+			}
+			if b.ErrorCode != contain.CodeOutstandingUnlisted || b.Error == "" {
+				t.Fatalf("effects not listed, and the record says %q %q", b.ErrorCode, b.Error)
+			}
+		})
 	}
 }
