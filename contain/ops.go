@@ -346,7 +346,13 @@ func (c *Coordinator) checkSuccessor(rec ledger.Containment, req ActivateRequest
 	if view.Approval == nil {
 		return fmt.Errorf("%w: %s", ledger.ErrNotApproved, rec.Action)
 	}
-	if sha256.Sum256(req.Request) != view.Approval.RequestSHA256 {
+	// The digest as the approval's audit entry recorded it, not only as
+	// the file now says.
+	approved, err := c.o.Ledger.ApprovedRequest(rec.Action)
+	if err != nil {
+		return err
+	}
+	if sha256.Sum256(req.Request) != approved || approved != view.Approval.RequestSHA256 {
 		return fmt.Errorf("%w: the request is not the one approved for %s", ErrNotSuccessor, rec.Action)
 	}
 	return nil

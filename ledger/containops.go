@@ -394,9 +394,38 @@ func checkApprovalBoundaries(tx engine.Tx, a *approvalRecord) error {
 			return fmt.Errorf("%w: audit entry %d: %v", ErrBadFormat, a.AuditSeq, err)
 		}
 	}
-	if v == nil || e.Kind != KindApprove || e.Action != a.Action || e.Note != boundariesNote(a.Boundaries) {
-		return fmt.Errorf("%w: the boundaries of %q's approval are not those its audit entry %d recorded",
+	if v == nil || e.Kind != KindApprove || e.Action != a.Action || e.Note != boundariesNote(a.Boundaries) ||
+		!bytes.Equal(e.RequestSHA256, a.RequestSHA256) {
+		return fmt.Errorf("%w: the boundaries or request of %q's approval are not those its audit entry %d recorded",
 			ErrContainmentTampered, a.Action, a.AuditSeq)
 	}
 	return nil
+}
+
+// ApprovedRequest returns the SHA-256 of the request approved for action,
+// checked against the approval's audit entry: a digest edited in the file
+// is ErrContainmentTampered, so that a successor is never activated with
+// a request the approval did not name. No approval is ErrNotApproved.
+func (l *Ledger) ApprovedRequest(action string) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	if err := checkIdents("action", action); err != nil {
+		return sum, err
+	}
+	err := l.view(func(tx engine.Tx) error {
+		var a approvalRecord
+		if ok, err := get(tx, bucketApprovals, []byte(action), &a); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("%w: %q", ErrNotApproved, action)
+		}
+		if err := checkApprovalBoundaries(tx, &a); err != nil {
+			return err
+		}
+		if len(a.RequestSHA256) != sha256.Size {
+			return fmt.Errorf("%w: %q's approval has no request digest", ErrBadFormat, action)
+		}
+		copy(sum[:], a.RequestSHA256)
+		return nil
+	})
+	return sum, err
 }
