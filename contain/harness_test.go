@@ -41,6 +41,10 @@ type world struct {
 	mu     sync.Mutex
 	faults map[string]*faulty // by receiver name, for the current case
 
+	lpath   string
+	lkey    ed25519.PrivateKey
+	lanchor *audit.MemAnchor
+
 	// beforeActivate, if set, runs in newScenario after worker A's claim
 	// and before its grants are activated.
 	beforeActivate func(sc *scenario)
@@ -74,7 +78,8 @@ func newWorld(t testing.TB, n int) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	w := &world{t: t, dir: dir, l: l, byName: map[string]*testReceiver{}, faults: map[string]*faulty{}}
+	w := &world{t: t, dir: dir, l: l, byName: map[string]*testReceiver{}, faults: map[string]*faulty{},
+		lpath: lpath, lkey: lk, lanchor: lanchor}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("r%d", i+1)
 		tr := &testReceiver{name: name, priv: key(byte(i + 1)), db: filepath.Join(dir, name+".db"), anch: filepath.Join(dir, name+".anchor")}

@@ -1,7 +1,9 @@
 package contain_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,7 +11,10 @@ import (
 	"time"
 	"unicode"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/kvfence/kvfence/contain"
+	"github.com/kvfence/kvfence/engine/boltengine"
 
 	"github.com/kvfence/kvfence/kvfence"
 	"github.com/kvfence/kvfence/ledger"
@@ -126,5 +131,116 @@ func TestRedteam20_HostileReceipts(t *testing.T) {
 				t.Fatalf("effects not listed, and the record says %q %q", b.ErrorCode, b.Error)
 			}
 		})
+	}
+}
+
+// reopenLedger closes the world's ledger, lets edit change its file, and
+// opens it again.
+func (w *world) reopenLedger(edit func(db *bolt.DB)) {
+	t := w.t
+	if err := w.l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(w.lpath, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(db)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := boltengine.OpenFile(w.lpath, boltengine.FileOptions{NoSync: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.l, err = ledger.OpenEngine(e, &ledger.Options{Key: w.lkey, Anchor: w.lanchor}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.l.Close() })
+}
+
+// Ensure that an approval whose request digest was edited in the ledger's
+// file does not let the successor be activated with a request other than
+// the one approved: nothing is activated anywhere.
+func TestRedteam20_ApprovalDigestEdited(t *testing.T) {
+	w := newWorld(t, 2)
+	sc := w.newScenario(2)
+	if rec := mustContain(t, w.coordinator(testTimeout), sc); rec.State != ledger.ContainmentFull {
+		t.Fatalf("state %s", rec.State)
+	}
+	w.reconcile(sc)
+	v := []byte("mallory's value")
+	other, err := kvfence.EncodeRequest(&kvfence.Request{V: kvfence.WireVersion, Action: sc.action, Target: "t-1", Set: &v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.reopenLedger(func(db *bolt.DB) {
+		if err := db.Update(func(tx *bolt.Tx) error {
+			b := tx.Bucket([]byte("approvals"))
+			raw := b.Get([]byte(sc.action))
+			old, sum := sha256.Sum256(sc.request), sha256.Sum256(other)
+			i := bytes.Index(raw, old[:])
+			if i < 0 {
+				return errors.New("approval has no request digest")
+			}
+			edited := append([]byte(nil), raw...)
+			copy(edited[i:], sum[:])
+			return b.Put([]byte(sc.action), edited)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	co := w.coordinator(testTimeout)
+	req := w.activateReq(sc)
+	req.Request = other
+	if _, err := co.Activate(context.Background(), req); err == nil {
+		t.Fatal("successor activated with a request the approval's entry does not name")
+	}
+	if g := w.successorGrants(sc); len(g) != 0 {
+		t.Fatalf("successor grants at %v", g)
+	}
+}
+
+// Ensure that a successor activated twice, or after a hold by someone
+// else, never leaves a boundary open at an epoch other than the one the
+// containment installed, and that contain rerun after activation issues
+// no new generation.
+func TestRedteam20_ActivateTwiceAndRaces(t *testing.T) {
+	w := newWorld(t, 2)
+	sc := w.newScenario(2)
+	co := w.coordinator(testTimeout)
+	rec := mustContain(t, co, sc)
+	w.reconcile(sc)
+	ctx := context.Background()
+	if _, err := co.Activate(ctx, w.activateReq(sc)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := co.Activate(ctx, w.activateReq(sc))
+	t.Logf("second activation: %v, %d activated", err, len(res.Activated))
+	for i, b := range sc.bounds {
+		st := w.status(b)
+		if st.Epoch != rec.Boundaries[i].InstalledEpoch || st.Grant == nil || st.Grant.Claim != sc.claimB.Ref {
+			t.Fatalf("%s after two activations: epoch %d (installed %d), grant %+v", b, st.Epoch, rec.Boundaries[i].InstalledEpoch, st.Grant)
+		}
+	}
+	if again := mustContain(t, co, sc); again.State != ledger.ContainmentFull {
+		t.Fatalf("rerun after activation: %s", again.State)
+	}
+	for i, b := range sc.bounds {
+		if st := w.status(b); st.Epoch != rec.Boundaries[i].InstalledEpoch {
+			t.Fatalf("%s: rerun moved the epoch to %d", b, st.Epoch)
+		}
+	}
+	// Someone else holds boundary 0: a further activation is refused
+	// there, and the successor's grant at boundary 1 is the only one open.
+	b0 := sc.bounds[0]
+	if _, err := w.byName[b0.Receiver].r.Admin().Hold(ctx, kvfence.HoldRequest{Scopes: []string{b0.Scope}, Reason: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := co.Activate(ctx, w.activateReq(sc)); !errors.Is(err, contain.ErrActivationIncomplete) {
+		t.Fatalf("activation after another hold: %v", err)
+	}
+	if st := w.status(b0); st.Grant != nil {
+		t.Fatalf("%s open after another hold: %+v", b0, st.Grant)
 	}
 }
