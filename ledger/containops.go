@@ -129,6 +129,13 @@ func (l *Ledger) AddReceiver(ctx context.Context, req AddReceiverRequest) (Recei
 	if err := checkIdents("receiver name", req.Name, "receiver id", req.ReceiverID, "operator", req.Operator); err != nil {
 		return Receiver{}, err
 	}
+	if strings.Contains(req.Name, ":") {
+		// A boundary is named RECEIVER:SCOPE and split at the first colon:
+		// a receiver named with one could not be named, and would make
+		// another receiver's boundary read as its own.
+		return Receiver{}, fmt.Errorf("%w: receiver name %q holds a colon, which separates a boundary's receiver from its scope",
+			ErrInvalidArgument, req.Name)
+	}
 	switch {
 	case (req.Server == "") == (req.DB == ""):
 		return Receiver{}, fmt.Errorf("%w: give exactly one of a server address and a database", ErrInvalidArgument)

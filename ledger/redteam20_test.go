@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"testing"
 
@@ -87,4 +88,21 @@ func TestRedteam20_CheckpointAsAcknowledgment(t *testing.T) {
 		}
 		unchanged(t, l, before, name)
 	}
+}
+
+// Ensure that a receiver's name holds no colon: a boundary is named
+// RECEIVER:SCOPE, split at the first colon, so that receiver "eu:west"
+// could never be named, and "eu:west:orders" would name scope
+// "west:orders" of receiver "eu" instead.
+func TestRedteam20_ReceiverNameWithSeparator(t *testing.T) {
+	f := newFixture(t)
+	l := f.open()
+	defer l.Close()
+	before := l.Head()
+	_, err := l.AddReceiver(ctx, AddReceiverRequest{Name: "eu:west", Server: "https://eu-west.example:8443", ReceiverID: "id-eu-west",
+		PublicKey: keyFor("eu-west").Public().(ed25519.PublicKey), Operator: "op"})
+	if !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("receiver named eu:west: %v, want ErrInvalidArgument", err)
+	}
+	unchanged(t, l, before, "receiver name with a colon")
 }
