@@ -134,7 +134,7 @@ func (c *Coordinator) Verify(ctx context.Context, action string) (VerifyResult, 
 			found[i] = append(found[i], Mismatch{b.Receiver, b.Scope, MismatchSignature, err.Error()})
 		}
 		if derr != nil {
-			cb.Error = derr.Error()
+			cb.Error = printable(derr.Error(), maxErrorText)
 			return
 		}
 		sctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
@@ -144,7 +144,7 @@ func (c *Coordinator) Verify(ctx context.Context, action string) (VerifyResult, 
 			err = fmt.Errorf("%w: asked for scope %q, got %q", ErrBadAnswer, b.Scope, st.Scope)
 		}
 		if err != nil {
-			cb.Error = err.Error()
+			cb.Error = printable(err.Error(), maxErrorText)
 			return
 		}
 		cb.Reached, cb.CurrentEpoch = true, st.Epoch
@@ -269,7 +269,7 @@ func (c *Coordinator) Activate(ctx context.Context, req ActivateRequest) (Activa
 			return
 		}
 		if derr != nil {
-			outcomes[i] = &BoundaryOutcome{b.Receiver, b.Scope, "unreachable", derr.Error()}
+			outcomes[i] = &BoundaryOutcome{b.Receiver, b.Scope, "unreachable", printable(derr.Error(), maxErrorText)}
 			return
 		}
 		actx, cancel := context.WithTimeout(ctx, c.o.Timeout)
@@ -280,8 +280,10 @@ func (c *Coordinator) Activate(ctx context.Context, req ActivateRequest) (Activa
 			err = fmt.Errorf("%w: asked for a grant of %q at epoch %d, got %q at %d", ErrBadAnswer, b.Scope, b.InstalledEpoch, g.Scope, g.Epoch)
 		}
 		if err != nil {
+			// The code and text may be the receiver's: printed as they
+			// are, they must print as text.
 			_, code := classify(err)
-			outcomes[i] = &BoundaryOutcome{b.Receiver, b.Scope, code, err.Error()}
+			outcomes[i] = &BoundaryOutcome{b.Receiver, b.Scope, printable(code, 64), printable(err.Error(), maxErrorText)}
 			return
 		}
 		grants[i] = &ledger.SuccessorGrant{Receiver: b.Receiver, Scope: b.Scope, Grant: g.ID, Epoch: g.Epoch,

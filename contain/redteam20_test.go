@@ -13,6 +13,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/contain"
 	"github.com/kvfence/kvfence/engine/boltengine"
 
@@ -242,5 +243,47 @@ func TestRedteam20_ActivateTwiceAndRaces(t *testing.T) {
 	}
 	if st := w.status(b0); st.Grant != nil {
 		t.Fatalf("%s open after another hold: %+v", b0, st.Grant)
+	}
+}
+
+// hostileActivate is a receiver whose activation refusal is whatever the
+// test makes it.
+type hostileActivate struct {
+	contain.Boundary
+	err error
+}
+
+func (h hostileActivate) Activate(ctx context.Context, req kvfence.ActivateRequest) (kvfence.Grant, error) {
+	return kvfence.Grant{}, h.err
+}
+
+// Ensure that a receiver's refusal of a successor's activation reaches the
+// result, which the CLI prints, as printable and bounded text: a served
+// receiver chooses its error's code and message.
+func TestRedteam20_HostileActivateRefusal(t *testing.T) {
+	w := newWorld(t, 1)
+	sc := w.newScenario(1)
+	if rec := mustContain(t, w.coordinator(testTimeout), sc); rec.State != ledger.ContainmentFull {
+		t.Fatalf("state %s", rec.State)
+	}
+	w.reconcile(sc)
+	hostile := &client.Error{Status: 409, Code: "epoch_mismatch\x1b[2J", Message: "\x1b]0;owned\x07\u202e" + strings.Repeat("x\n", 1<<15)}
+	co, err := contain.New(contain.Options{Ledger: w.l, Timeout: testTimeout,
+		Dial: func(ctx context.Context, r ledger.Receiver) (contain.Boundary, error) {
+			return hostileActivate{contain.Embedded(w.byName[r.Name].r), hostile}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := co.Activate(context.Background(), w.activateReq(sc))
+	if !errors.Is(err, contain.ErrActivationIncomplete) || len(res.NotActivated) != 1 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	o := res.NotActivated[0]
+	bad := func(s string) bool {
+		return len(s) > 1024 || strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) })
+	}
+	if bad(o.Code) || bad(o.Error) {
+		t.Fatalf("outcome code %q, error of %d bytes: %.80q", o.Code, len(o.Error), o.Error)
 	}
 }
