@@ -3,6 +3,7 @@ package contain_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -285,5 +286,84 @@ func TestRedteam20_HostileActivateRefusal(t *testing.T) {
 	}
 	if bad(o.Code) || bad(o.Error) {
 		t.Fatalf("outcome code %q, error of %d bytes: %.80q", o.Code, len(o.Error), o.Error)
+	}
+}
+
+// Ensure that one receiver cannot answer for another: a receiver
+// registered under the id of another, with its own key, whose endpoint is
+// in fact the other receiver's, gets that receiver's real, signed answer,
+// which does not verify under its pinned key; the containment is not full.
+func TestRedteam20_BoundaryAnswersForAnother(t *testing.T) {
+	w := newWorld(t, 2)
+	ctx := context.Background()
+	r1 := w.byName["r1"]
+	if _, err := w.l.AddReceiver(ctx, ledger.AddReceiverRequest{Name: "r1-alias", Server: "https://r1.example:8443",
+		ReceiverID: "receiver-r1", PublicKey: key(77).Public().(ed25519.PublicKey), Operator: "op"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.l.AddReceiver(ctx, ledger.AddReceiverRequest{Name: "r1-again", Server: "https://r1.example:8443",
+		ReceiverID: "receiver-r1", PublicKey: r1.priv.Public().(ed25519.PublicKey), Operator: "op"}); !errors.Is(err, ledger.ErrReceiverKeyPinned) {
+		t.Fatalf("r1 registered again under another name: %v", err)
+	}
+	scope := "s-alias"
+	if err := r1.r.Admin().CreateScope(ctx, scope); err != nil {
+		t.Fatal(err)
+	}
+	// The action names the alias, whose endpoint is r1.
+	v := []byte("v")
+	req, _ := kvfence.EncodeRequest(&kvfence.Request{V: kvfence.WireVersion, Action: "alias-act", Target: "t", Set: &v})
+	if _, err := w.l.Approve(ctx, ledger.ApproveRequest{Action: "alias-act", Request: req, Approver: "alice", TTL: time.Hour,
+		Boundaries: []ledger.Boundary{{Receiver: "r1-alias", Scope: scope}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.l.Claim(ctx, ledger.ClaimRequest{Action: "alias-act", Worker: "worker-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.l.Takeover(ctx, ledger.TakeoverRequest{Action: "alias-act", Operator: "op", Worker: "worker-b", Reason: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	co, err := contain.New(contain.Options{Ledger: w.l, Timeout: testTimeout,
+		Dial: func(ctx context.Context, r ledger.Receiver) (contain.Boundary, error) {
+			return contain.Embedded(r1.r), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := co.Contain(ctx, contain.ContainRequest{Action: "alias-act", Reason: "x", Operator: "op"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != ledger.ContainmentNone || rec.Boundaries[0].Result != ledger.BoundaryUnverified {
+		t.Fatalf("r1 answering for r1-alias: %s %+v", rec.State, rec.Boundaries[0])
+	}
+}
+
+// Ensure that a hold planted between runs, with the id the record shows
+// and the containment's reason, at a boundary the first run could not
+// reach, and a grant for the superseded worker activated after it, do not
+// read as that boundary's containment on the rerun.
+func TestRedteam20_PlantedHoldBetweenRuns(t *testing.T) {
+	w := newWorld(t, 2)
+	ctx := context.Background()
+	sc := w.newScenario(2)
+	fs := w.installFaults(sc, faultNone, faultDown)
+	co := w.coordinator(testTimeout)
+	rec := mustContain(t, co, sc)
+	if rec.State != ledger.ContainmentPartial {
+		t.Fatalf("first run: %s", rec.State)
+	}
+	b := rec.Boundaries[1]
+	r := w.byName[b.Receiver].r
+	if _, err := r.Admin().Hold(ctx, kvfence.HoldRequest{Scopes: []string{b.Scope}, Reason: rec.Reason, ID: b.HoldID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Admin().Activate(ctx, kvfence.ActivateRequest{Scope: b.Scope, Executor: "worker-a", Claim: sc.claimA.Ref,
+		Request: sc.request, Decision: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	fs[b.Receiver].set(faultNone)
+	rec = mustContain(t, co, sc)
+	if rec.State == ledger.ContainmentFull || rec.Boundaries[1].Result == ledger.BoundaryAcknowledged {
+		t.Fatalf("rerun: %s, %s %s", rec.State, b.Receiver, rec.Boundaries[1].Result)
 	}
 }
