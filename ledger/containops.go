@@ -339,7 +339,11 @@ func checkSealed(tx engine.Tx, what string, raw []byte, seq uint64, target strin
 		return fmt.Errorf("%w: %s is not the record that audit entry %d wrote", ErrContainmentTampered, what, seq)
 	}
 	needle := []byte(target)
+	link := linker(seq, v)
 	return tx.Scan(bucketAudit, audit.SeqKey(seq+1), func(k, v []byte) error {
+		if err := link(v); err != nil {
+			return err
+		}
 		if !bytes.Contains(v, needle) {
 			return nil
 		}
@@ -352,6 +356,33 @@ func checkSealed(tx engine.Tx, what string, raw []byte, seq uint64, target strin
 		}
 		return nil
 	})
+}
+
+// linker returns a function to call with every entry after seq, whose
+// bytes are raw, in order: it fails with ErrContainmentTampered unless
+// each holds the hash of the one before it. An entry edited in the file,
+// with the record it seals, then no longer links to the chain after it,
+// which the anchor covers up to its head: to hide the edit, every later
+// entry up to the anchored one would have to change too. The check is a
+// byte search for the 32-byte hash, which only an entry that names it as
+// its prev holds.
+func linker(seq uint64, raw []byte) func(v []byte) error {
+	prev, at := audit.HashEntry(raw), seq
+	return func(v []byte) error {
+		at++
+		if !bytes.Contains(v, prev[:]) {
+			return fmt.Errorf("%w: audit entry %d does not link to entry %d: the chain was edited after it", ErrContainmentTampered, at, at-1)
+		}
+		prev = audit.HashEntry(v)
+		return nil
+	}
+}
+
+// checkLinked checks that the entry at seq, whose bytes are raw, links to
+// every later entry up to the head (linker).
+func checkLinked(tx engine.Tx, seq uint64, raw []byte) error {
+	link := linker(seq, raw)
+	return tx.Scan(bucketAudit, audit.SeqKey(seq+1), func(_, v []byte) error { return link(v) })
 }
 
 // checkBoundaries checks an approval's boundaries: each a receiver and a
@@ -406,7 +437,7 @@ func checkApprovalBoundaries(tx engine.Tx, a *approvalRecord) error {
 		return fmt.Errorf("%w: the boundaries or request of %q's approval are not those its audit entry %d recorded",
 			ErrContainmentTampered, a.Action, a.AuditSeq)
 	}
-	return nil
+	return checkLinked(tx, a.AuditSeq, v)
 }
 
 // ApprovedRequest returns the SHA-256 of the request approved for action,

@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -798,18 +799,28 @@ func checkReconciled(tx engine.Tx, c *claimRecord) error {
 		return err
 	} else if v != nil {
 		if ok, err := is(v); err != nil || ok {
+			if err == nil {
+				err = checkLinked(tx, c.AuditSeq, v)
+			}
 			return err
 		}
 	}
 	needle, found := []byte(c.Ref), false
-	err := tx.Scan(bucketAudit, nil, func(_, v []byte) error {
+	var foundSeq uint64
+	var foundRaw []byte
+	err := tx.Scan(bucketAudit, nil, func(k, v []byte) error {
 		if found || !bytes.Contains(v, needle) {
 			return nil
 		}
 		ok, err := is(v)
-		found = ok
+		if ok && err == nil {
+			found, foundSeq, foundRaw = true, binary.BigEndian.Uint64(k), append([]byte(nil), v...)
+		}
 		return err
 	})
+	if err == nil && found {
+		err = checkLinked(tx, foundSeq, foundRaw)
+	}
 	if err != nil {
 		return err
 	}
