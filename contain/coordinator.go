@@ -120,7 +120,10 @@ func (c *Coordinator) Contain(ctx context.Context, req ContainRequest) (ledger.C
 		}
 		b = c.hold(ctx, rec, b, r, bd, derr)
 		if derr == nil && b.Result != ledger.BoundaryTimeout {
-			c.observe(ctx, rec, &b, bd)
+			st, serr := c.observe(ctx, rec, &b, bd)
+			if b.Result == ledger.BoundaryAcknowledged {
+				b = stillHeld(b, st, serr)
+			}
 		}
 		results[i] = &b
 	})
@@ -264,36 +267,66 @@ func acknowledge(b ledger.BoundaryContainment, r ledger.Receiver, res kvfence.Ho
 	return nb
 }
 
+// stillHeld returns b, acknowledged, if the scope's status read after the
+// hold shows it held at the installed epoch or later; otherwise b is not
+// acknowledged. A hold acknowledged under the containment's id fences only
+// the grants activated before it: a receiver repeats a hold id's first
+// result even if the scope was activated since, and a hold id can be
+// derived by anyone who knows the action and the superseded claim, so a
+// hold with that id committed before the superseded worker's grant (or a
+// grant activated after it) would otherwise read as containing a scope
+// that is open.
+func stillHeld(b ledger.BoundaryContainment, st kvfence.ScopeStatus, err error) ledger.BoundaryContainment {
+	switch {
+	case err != nil:
+		return failed(b, ledger.BoundaryUnknown, "status_unknown",
+			fmt.Errorf("the hold was acknowledged, but the scope's status after it could not be read: %w", err))
+	case st.Epoch < b.InstalledEpoch:
+		return failed(b, ledger.BoundaryUnverified, "bad_answer",
+			fmt.Errorf("%w: scope %q is at epoch %d, below the %d its hold installed", ErrBadAnswer, b.Scope, st.Epoch, b.InstalledEpoch))
+	case st.Mode != kvfence.ModeHeld || st.ActiveGrant != "" || st.Grant != nil:
+		return failed(b, ledger.BoundaryFailed, "scope_open",
+			fmt.Errorf("scope %q is open at epoch %d under grant %q after the hold acknowledged at epoch %d: the hold with the containment's id does not fence it",
+				b.Scope, st.Epoch, st.ActiveGrant, b.InstalledEpoch))
+	}
+	return b
+}
+
 // observe reads the scope's latest stale rejection and the effects
-// applied under the superseded claim into b. An answer that does not fit
-// the question, or none, changes nothing.
-func (c *Coordinator) observe(ctx context.Context, rec ledger.Containment, b *ledger.BoundaryContainment, bd Boundary) {
+// applied under the superseded claim into b, with when it read them, and
+// returns the status it read. A reading that fails, or an answer that
+// does not fit the question, keeps the last values and says so in
+// b.ObservationError: an empty list of effects must mean that the
+// receiver reported none.
+func (c *Coordinator) observe(ctx context.Context, rec ledger.Containment, b *ledger.BoundaryContainment, bd Boundary) (kvfence.ScopeStatus, error) {
 	octx, cancel := context.WithTimeout(ctx, c.o.Timeout)
 	defer cancel()
 	at := c.o.Now().UTC()
-	// A reading that fails keeps the last values and says so: an empty
-	// list of effects must mean that the receiver reported none.
-	fail := func(what string, err error) {
-		b.ObservationError = printable(what+": "+err.Error(), maxErrorText)
+	fail := func(format string, args ...any) {
+		b.ObservationError = printable(fmt.Sprintf(format, args...), maxErrorText)
 	}
 	st, err := bd.Status(octx, b.Scope)
 	if err == nil && st.Scope != b.Scope {
-		err = fmt.Errorf("%w: status of scope %q answered for %q", ErrBadAnswer, b.Scope, st.Scope)
+		err = fmt.Errorf("%w: asked for the status of scope %q, got %q", ErrBadAnswer, b.Scope, st.Scope)
 	}
 	if err != nil {
-		fail("status", err)
-		return
+		fail("status: %v", err)
+		return st, err
 	}
 	rs, err := bd.ReceiptsByClaim(octx, b.Scope, rec.SupersededClaim)
 	if err != nil {
-		fail("receipts", err)
-		return
+		fail("the receipts of claim %s could not be read: %v", rec.SupersededClaim, err)
+		return st, nil
 	}
 	effects := make([]ledger.Effect, 0, min(len(rs), ledger.MaxOutstanding))
 	for _, r := range rs {
 		if r.Scope != b.Scope {
-			fail("receipts", fmt.Errorf("%w: a receipt of scope %q among scope %q's", ErrBadAnswer, r.Scope, b.Scope))
-			return
+			fail("asked for the receipts of scope %q, got one of %q", b.Scope, r.Scope)
+			return st, nil
+		}
+		if ident.Check("action", r.Action) != nil || ident.Check("target", r.Target) != nil {
+			fail("a receipt's action or target is not a name")
+			return st, nil
 		}
 		if len(effects) < ledger.MaxOutstanding {
 			effects = append(effects, ledger.Effect{Receiver: b.Receiver, Scope: b.Scope, Action: r.Action, AuditSeq: r.AuditSeq,
@@ -306,8 +339,9 @@ func (c *Coordinator) observe(ctx context.Context, rec ledger.Containment, b *le
 	}
 	b.Outstanding, b.ObservedAt, b.ObservationError = effects, at, ""
 	if len(rs) > len(effects) {
-		b.ObservationError = fmt.Sprintf("%d receipts under the superseded claim; the oldest %d are listed", len(rs), len(effects))
+		fail("%d receipts under claim %s; the oldest %d are listed", len(rs), rec.SupersededClaim, len(effects))
 	}
+	return st, nil
 }
 
 // session dials each receiver once per call and closes what it dialled.

@@ -43,6 +43,14 @@ type world struct {
 	// wrap, when set, puts a Boundary in front of each receiver without a
 	// fault wrapper.
 	wrap func(name string, b contain.Boundary) contain.Boundary
+
+	lpath   string
+	lkey    ed25519.PrivateKey
+	lanchor *audit.MemAnchor
+
+	// beforeActivate, if set, runs in newScenario after worker A's claim
+	// and before its grants are activated.
+	beforeActivate func(sc *scenario)
 }
 
 func key(seed byte) ed25519.PrivateKey {
@@ -73,7 +81,8 @@ func newWorld(t testing.TB, n int) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	w := &world{t: t, dir: dir, l: l, byName: map[string]*testReceiver{}, faults: map[string]*faulty{}}
+	w := &world{t: t, dir: dir, l: l, byName: map[string]*testReceiver{}, faults: map[string]*faulty{},
+		lpath: lpath, lkey: lk, lanchor: lanchor}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("r%d", i+1)
 		tr := &testReceiver{name: name, priv: key(byte(i + 1)), db: filepath.Join(dir, name+".db"), anch: filepath.Join(dir, name+".anchor")}
@@ -169,6 +178,9 @@ func (w *world) newScenario(n int) *scenario {
 	}
 	if sc.claimA, err = w.l.Claim(ctx, ledger.ClaimRequest{Action: sc.action, Worker: "worker-a"}); err != nil {
 		t.Fatal(err)
+	}
+	if w.beforeActivate != nil {
+		w.beforeActivate(sc)
 	}
 	for _, b := range sc.bounds {
 		r := w.byName[b.Receiver].r

@@ -134,7 +134,7 @@ func (c *Coordinator) Verify(ctx context.Context, action string) (VerifyResult, 
 			found[i] = append(found[i], Mismatch{b.Receiver, b.Scope, MismatchSignature, err.Error()})
 		}
 		if derr != nil {
-			cb.Error = derr.Error()
+			cb.Error = printable(derr.Error(), maxErrorText)
 			return
 		}
 		sctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
@@ -144,7 +144,7 @@ func (c *Coordinator) Verify(ctx context.Context, action string) (VerifyResult, 
 			err = fmt.Errorf("%w: asked for scope %q, got %q", ErrBadAnswer, b.Scope, st.Scope)
 		}
 		if err != nil {
-			cb.Error = err.Error()
+			cb.Error = printable(err.Error(), maxErrorText)
 			return
 		}
 		cb.Reached, cb.CurrentEpoch = true, st.Epoch
@@ -268,16 +268,8 @@ func (c *Coordinator) Activate(ctx context.Context, req ActivateRequest) (Activa
 			outcomes[i] = &BoundaryOutcome{b.Receiver, b.Scope, CodeAlternate, "contained by an alternate path; no grant is activated there"}
 			return
 		}
-		// A repeat activates nothing twice: a grant the ledger recorded
-		// stands as it is.
-		for _, g := range rec.Successor {
-			if g.Receiver == b.Receiver && g.Scope == b.Scope && g.Claim == req.Claim && g.Executor == req.Executor {
-				grants[i] = &g
-				return
-			}
-		}
 		if derr != nil {
-			outcomes[i] = &BoundaryOutcome{b.Receiver, b.Scope, "unreachable", derr.Error()}
+			outcomes[i] = &BoundaryOutcome{b.Receiver, b.Scope, "unreachable", printable(derr.Error(), maxErrorText)}
 			return
 		}
 		actx, cancel := context.WithTimeout(ctx, c.o.Timeout)
@@ -296,8 +288,10 @@ func (c *Coordinator) Activate(ctx context.Context, req ActivateRequest) (Activa
 			}
 		}
 		if err != nil {
+			// The code and text may be the receiver's: printed as they
+			// are, they must print as text.
 			_, code := classify(err)
-			outcomes[i] = &BoundaryOutcome{b.Receiver, b.Scope, code, err.Error()}
+			outcomes[i] = &BoundaryOutcome{b.Receiver, b.Scope, printable(code, 64), printable(err.Error(), maxErrorText)}
 			return
 		}
 		grants[i] = &ledger.SuccessorGrant{Receiver: b.Receiver, Scope: b.Scope, Grant: g.ID, Epoch: g.Epoch,
@@ -368,14 +362,10 @@ func (c *Coordinator) checkSuccessor(rec ledger.Containment, req ActivateRequest
 	if err != nil {
 		return err
 	}
-	reconciled := false
-	for _, cl := range view.Claims {
-		if cl.Ref == rec.SupersededClaim {
-			reconciled = cl.ReconciledBy != "" && (cl.State == ledger.StateSucceeded || cl.State == ledger.StateFailed)
-		}
-	}
-	if !reconciled {
-		return fmt.Errorf("%w: claim %s of %s", ledger.ErrNotReconciled, rec.SupersededClaim, rec.Action)
+	// Reconciled by the ledger's own check: the record says so and the
+	// audit chain holds the reconcile entry.
+	if err := c.o.Ledger.CheckReconciled(rec.SupersededClaim); err != nil {
+		return fmt.Errorf("claim %s of %s: %w", rec.SupersededClaim, rec.Action, err)
 	}
 	if req.Claim == rec.SupersededClaim || req.Claim != view.Live {
 		return fmt.Errorf("%w: the successor's claim must be the action's live claim (%q), not %q", ErrNotSuccessor, view.Live, req.Claim)
@@ -392,7 +382,13 @@ func (c *Coordinator) checkSuccessor(rec ledger.Containment, req ActivateRequest
 	if view.Approval == nil {
 		return fmt.Errorf("%w: %s", ledger.ErrNotApproved, rec.Action)
 	}
-	if sha256.Sum256(req.Request) != view.Approval.RequestSHA256 {
+	// The digest as the approval's audit entry recorded it, not only as
+	// the file now says.
+	approved, err := c.o.Ledger.ApprovedRequest(rec.Action)
+	if err != nil {
+		return err
+	}
+	if sha256.Sum256(req.Request) != approved || approved != view.Approval.RequestSHA256 {
 		return fmt.Errorf("%w: the request is not the one approved for %s", ErrNotSuccessor, rec.Action)
 	}
 	return nil

@@ -129,6 +129,13 @@ func (l *Ledger) AddReceiver(ctx context.Context, req AddReceiverRequest) (Recei
 	if err := checkIdents("receiver name", req.Name, "receiver id", req.ReceiverID, "operator", req.Operator); err != nil {
 		return Receiver{}, err
 	}
+	if strings.Contains(req.Name, ":") {
+		// A boundary is named RECEIVER:SCOPE and split at the first colon:
+		// a receiver named with one could not be named, and would make
+		// another receiver's boundary read as its own.
+		return Receiver{}, fmt.Errorf("%w: receiver name %q holds a colon, which separates a boundary's receiver from its scope",
+			ErrInvalidArgument, req.Name)
+	}
 	switch {
 	case (req.Server == "") == (req.DB == ""):
 		return Receiver{}, fmt.Errorf("%w: give exactly one of a server address and a database", ErrInvalidArgument)
@@ -332,7 +339,11 @@ func checkSealed(tx engine.Tx, what string, raw []byte, seq uint64, target strin
 		return fmt.Errorf("%w: %s is not the record that audit entry %d wrote", ErrContainmentTampered, what, seq)
 	}
 	needle := []byte(target)
+	link := linker(seq, v)
 	return tx.Scan(bucketAudit, audit.SeqKey(seq+1), func(k, v []byte) error {
+		if err := link(v); err != nil {
+			return err
+		}
 		if !bytes.Contains(v, needle) {
 			return nil
 		}
@@ -345,6 +356,33 @@ func checkSealed(tx engine.Tx, what string, raw []byte, seq uint64, target strin
 		}
 		return nil
 	})
+}
+
+// linker returns a function to call with every entry after seq, whose
+// bytes are raw, in order: it fails with ErrContainmentTampered unless
+// each holds the hash of the one before it. An entry edited in the file,
+// with the record it seals, then no longer links to the chain after it,
+// which the anchor covers up to its head: to hide the edit, every later
+// entry up to the anchored one would have to change too. The check is a
+// byte search for the 32-byte hash, which only an entry that names it as
+// its prev holds.
+func linker(seq uint64, raw []byte) func(v []byte) error {
+	prev, at := audit.HashEntry(raw), seq
+	return func(v []byte) error {
+		at++
+		if !bytes.Contains(v, prev[:]) {
+			return fmt.Errorf("%w: audit entry %d does not link to entry %d: the chain was edited after it", ErrContainmentTampered, at, at-1)
+		}
+		prev = audit.HashEntry(v)
+		return nil
+	}
+}
+
+// checkLinked checks that the entry at seq, whose bytes are raw, links to
+// every later entry up to the head (linker).
+func checkLinked(tx engine.Tx, seq uint64, raw []byte) error {
+	link := linker(seq, raw)
+	return tx.Scan(bucketAudit, audit.SeqKey(seq+1), func(_, v []byte) error { return link(v) })
 }
 
 // checkBoundaries checks an approval's boundaries: each a receiver and a
@@ -394,9 +432,38 @@ func checkApprovalBoundaries(tx engine.Tx, a *approvalRecord) error {
 			return fmt.Errorf("%w: audit entry %d: %v", ErrBadFormat, a.AuditSeq, err)
 		}
 	}
-	if v == nil || e.Kind != KindApprove || e.Action != a.Action || e.Note != boundariesNote(a.Boundaries) {
-		return fmt.Errorf("%w: the boundaries of %q's approval are not those its audit entry %d recorded",
+	if v == nil || e.Kind != KindApprove || e.Action != a.Action || e.Note != boundariesNote(a.Boundaries) ||
+		!bytes.Equal(e.RequestSHA256, a.RequestSHA256) {
+		return fmt.Errorf("%w: the boundaries or request of %q's approval are not those its audit entry %d recorded",
 			ErrContainmentTampered, a.Action, a.AuditSeq)
 	}
-	return nil
+	return checkLinked(tx, a.AuditSeq, v)
+}
+
+// ApprovedRequest returns the SHA-256 of the request approved for action,
+// checked against the approval's audit entry: a digest edited in the file
+// is ErrContainmentTampered, so that a successor is never activated with
+// a request the approval did not name. No approval is ErrNotApproved.
+func (l *Ledger) ApprovedRequest(action string) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	if err := checkIdents("action", action); err != nil {
+		return sum, err
+	}
+	err := l.view(func(tx engine.Tx) error {
+		var a approvalRecord
+		if ok, err := get(tx, bucketApprovals, []byte(action), &a); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("%w: %q", ErrNotApproved, action)
+		}
+		if err := checkApprovalBoundaries(tx, &a); err != nil {
+			return err
+		}
+		if len(a.RequestSHA256) != sha256.Size {
+			return fmt.Errorf("%w: %q's approval has no request digest", ErrBadFormat, action)
+		}
+		copy(sum[:], a.RequestSHA256)
+		return nil
+	})
+	return sum, err
 }

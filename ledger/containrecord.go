@@ -1,13 +1,14 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/kvfence/kvfence/audit"
@@ -427,10 +428,11 @@ func checkResult(r *BoundaryContainment) error {
 			Boundary{r.Receiver, r.Scope}, len(r.Outstanding), MaxOutstanding)
 	}
 	for _, e := range r.Outstanding {
+		// The names come from the receiver: they are recorded, and
+		// printed, only if they print as what they are.
 		for _, s := range []string{e.Receiver, e.Scope, e.Action, e.Target} {
-			if len(s) > ident.MaxLen || !utf8.ValidString(s) {
-				return fmt.Errorf("%w: boundary %s: an outstanding effect's name is not UTF-8 of at most %d bytes",
-					ErrInvalidArgument, Boundary{r.Receiver, r.Scope}, ident.MaxLen)
+			if err := checkText("outstanding effect's name", s); err != nil {
+				return fmt.Errorf("%w: boundary %s: %v", ErrInvalidArgument, Boundary{r.Receiver, r.Scope}, err)
 			}
 		}
 	}
@@ -680,8 +682,8 @@ func (l *Ledger) RecordSuccessor(ctx context.Context, id string, grants []Succes
 		if err != nil {
 			return err
 		}
-		if old.ReconciledBy == "" || (old.State != StateSucceeded && old.State != StateFailed) {
-			return fmt.Errorf("%w: claim %s is %s; reconcile it first", ErrNotReconciled, old.Ref, old.State)
+		if err := checkReconciled(w.tx, old); err != nil {
+			return err
 		}
 		seen := make(map[int]bool)
 		var notes []string
@@ -777,4 +779,74 @@ func (b BoundaryContainment) VerifyAcknowledgment(r Receiver) (audit.SignedHoldA
 			nanos(b.AcknowledgedAt), ack.PreviousEpoch, ack.Epoch, ack.At)
 	}
 	return ack, cp, nil
+}
+
+// CheckReconciled returns nil if claim ref was reconciled: its record says
+// so and the audit chain holds the reconcile entry that did it. A claim
+// still uncertain is ErrNotReconciled; a record that says reconciled with
+// no such entry was edited in the file, ErrContainmentTampered.
+func (l *Ledger) CheckReconciled(ref string) error {
+	if err := checkIdents("claim", ref); err != nil {
+		return err
+	}
+	return l.view(func(tx engine.Tx) error {
+		var c claimRecord
+		if ok, err := get(tx, bucketClaims, []byte(ref), &c); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("%w: %s", ErrNoClaim, ref)
+		}
+		return checkReconciled(tx, &c)
+	})
+}
+
+// checkReconciled checks that c was reconciled by the entry it names.
+func checkReconciled(tx engine.Tx, c *claimRecord) error {
+	if c.ReconciledBy == "" || (c.State != StateSucceeded && c.State != StateFailed) {
+		return fmt.Errorf("%w: claim %s is %s; reconcile it first", ErrNotReconciled, c.Ref, c.State)
+	}
+	// The claim's record is not sealed: the chain, which its anchor
+	// covers, is what says that an operator reconciled it.
+	is := func(v []byte) (bool, error) {
+		e, err := audit.DecodeEntry(v)
+		if err != nil {
+			return false, fmt.Errorf("%w: audit entry: %v", ErrBadFormat, err)
+		}
+		return e.Kind == KindReconcile && e.Decision == c.Ref && e.Action == c.Action && e.Outcome == string(c.State) &&
+			e.Executor == c.ReconciledBy, nil
+	}
+	if v, err := tx.Get(bucketAudit, audit.SeqKey(c.AuditSeq)); err != nil {
+		return err
+	} else if v != nil {
+		if ok, err := is(v); err != nil || ok {
+			if err == nil {
+				err = checkLinked(tx, c.AuditSeq, v)
+			}
+			return err
+		}
+	}
+	needle, found := []byte(c.Ref), false
+	var foundSeq uint64
+	var foundRaw []byte
+	err := tx.Scan(bucketAudit, nil, func(k, v []byte) error {
+		if found || !bytes.Contains(v, needle) {
+			return nil
+		}
+		ok, err := is(v)
+		if ok && err == nil {
+			found, foundSeq, foundRaw = true, binary.BigEndian.Uint64(k), append([]byte(nil), v...)
+		}
+		return err
+	})
+	if err == nil && found {
+		err = checkLinked(tx, foundSeq, foundRaw)
+	}
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("%w: claim %s reads %s, reconciled by %q, but no reconcile entry in the audit chain says so",
+			ErrContainmentTampered, c.Ref, c.State, c.ReconciledBy)
+	}
+	return nil
 }

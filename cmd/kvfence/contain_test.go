@@ -181,8 +181,10 @@ func TestContain_CLIServed(t *testing.T) {
 		"--patch-file", filepath.Join(fixtureDir, "patch.json"), "--out", c.path("req.cbor"))
 	c.must(ExitOK, "ledger", "approve", "--action", "raise-retention", "--request", c.path("req.cbor"), "--approver", "alice",
 		"--boundary", "r1:"+fixtureScope, "--boundary", "r2:"+fixtureScope)
-	claimA := c.json(ExitOK, "ledger", "claim", "--action", "raise-retention", "--worker", "worker-a")["claim"].(string)
-	claimB := c.json(ExitOK, "ledger", "takeover", "--action", "raise-retention", "--operator", "op", "--worker", "worker-b",
+	// The ledger knows the workers by the identities the receivers
+	// authenticate: their SPIFFE IDs.
+	claimA := c.json(ExitOK, "ledger", "claim", "--action", "raise-retention", "--worker", spiffeWorker+"a")["claim"].(string)
+	claimB := c.json(ExitOK, "ledger", "takeover", "--action", "raise-retention", "--operator", "op", "--worker", spiffeWorker+"b",
 		"--reason", "worker-a paused")["claim"].(string)
 	tlsArgs := []string{"--tls-cert", c.path("t-operator.crt"), "--tls-key", c.path("t-operator.key"), "--tls-ca", c.path("t-ca.crt")}
 
