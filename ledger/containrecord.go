@@ -259,6 +259,16 @@ func loadContainment(tx engine.Tx, id string) (c containmentRecord, found bool, 
 	return c, true, nil
 }
 
+// loadExistingContainment is loadContainment for a containment that must
+// exist: none is ErrNoContainment.
+func loadExistingContainment(tx engine.Tx, id string) (containmentRecord, error) {
+	c, found, err := loadContainment(tx, id)
+	if err == nil && !found {
+		err = fmt.Errorf("%w: %q", ErrNoContainment, id)
+	}
+	return c, err
+}
+
 // supersededClaim returns the action's newest claim that a takeover
 // superseded, or ErrNoClaim.
 func supersededClaim(tx engine.Tx, action string) (*claimRecord, error) {
@@ -472,12 +482,9 @@ func (l *Ledger) RecordBoundaries(ctx context.Context, id string, results []Boun
 	}
 	var out Containment
 	err := l.update(func(w *wtx) error {
-		c, found, err := loadContainment(w.tx, id)
+		c, err := loadExistingContainment(w.tx, id)
 		if err != nil {
 			return err
-		}
-		if !found {
-			return fmt.Errorf("%w: %q", ErrNoContainment, id)
 		}
 		seen := make(map[int]bool)
 		var notes []string
@@ -657,12 +664,9 @@ func (l *Ledger) RecordSuccessor(ctx context.Context, id string, grants []Succes
 	}
 	var out Containment
 	err := l.update(func(w *wtx) error {
-		c, found, err := loadContainment(w.tx, id)
+		c, err := loadExistingContainment(w.tx, id)
 		if err != nil {
 			return err
-		}
-		if !found {
-			return fmt.Errorf("%w: %q", ErrNoContainment, id)
 		}
 		if c.State != ContainmentFull && c.State != ContainmentFullWithAlternate {
 			return fmt.Errorf("%w: containment %s of %q is %s", ErrNotContained, id, c.Action, c.State)
