@@ -374,10 +374,22 @@ func (c *Coordinator) checkSuccessor(rec ledger.Containment, req ActivateRequest
 	// the receiver authenticates (a SPIFFE ID when served); a grant to
 	// anyone else would open the scope to a worker the ledger never
 	// gave the action.
+	found := false
 	for _, cl := range view.Claims {
-		if cl.Ref == view.Live && cl.Worker != req.Executor {
+		if cl.Ref != view.Live {
+			continue
+		}
+		found = true
+		if cl.Worker != req.Executor {
 			return fmt.Errorf("%w: the live claim %s is worker %q's; the grant names executor %q", ErrNotSuccessor, cl.Ref, cl.Worker, req.Executor)
 		}
+	}
+	if !found {
+		return fmt.Errorf("%w: the live claim %s of %s has no record", ErrNotSuccessor, view.Live, rec.Action)
+	}
+	// The claim records are not sealed: the chain says who holds it.
+	if err := c.o.Ledger.CheckLiveClaim(rec.Action, req.Claim, req.Executor); err != nil {
+		return fmt.Errorf("claim %s of %s: %w", req.Claim, rec.Action, err)
 	}
 	if view.Approval == nil {
 		return fmt.Errorf("%w: %s", ledger.ErrNotApproved, rec.Action)

@@ -467,3 +467,55 @@ func (l *Ledger) ApprovedRequest(action string) ([sha256.Size]byte, error) {
 	})
 	return sum, err
 }
+
+// CheckLiveClaim returns nil if the ledger's audit chain gives action's
+// live claim to worker as claim ref: the chain's newest claim or takeover
+// entry of the action names ref and worker, no later finish entry settles
+// ref, and that entry links to every later one up to the head. Claim and
+// action records are not sealed; the chain, which the anchor covers, is
+// what says who holds an action. A chain that says otherwise than a
+// caller who read the records is ErrContainmentTampered.
+func (l *Ledger) CheckLiveClaim(action, ref, worker string) error {
+	if err := checkIdents("action", action, "claim", ref, "worker", worker); err != nil {
+		return err
+	}
+	return l.view(func(tx engine.Tx) error {
+		var last audit.Entry
+		var lastSeq uint64
+		var lastRaw []byte
+		settled := false
+		needle := []byte(action)
+		err := tx.Scan(bucketAudit, nil, func(k, v []byte) error {
+			if !bytes.Contains(v, needle) {
+				return nil
+			}
+			e, err := audit.DecodeEntry(v)
+			if err != nil {
+				return fmt.Errorf("%w: audit entry: %v", ErrBadFormat, err)
+			}
+			if e.Action != action {
+				return nil
+			}
+			switch e.Kind {
+			case KindClaim, KindTakeover:
+				last, lastSeq, lastRaw, settled = e, binary.BigEndian.Uint64(k), append([]byte(nil), v...), false
+			case KindFinish:
+				settled = settled || e.Decision == last.Decision
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		switch {
+		case lastRaw == nil:
+			return fmt.Errorf("%w: no claim of %q is in the audit chain", ErrContainmentTampered, action)
+		case last.Decision != ref || last.Executor != worker:
+			return fmt.Errorf("%w: the audit chain gives %q's live claim to %q as %s, not to %q as %s", ErrContainmentTampered,
+				action, last.Executor, last.Decision, worker, ref)
+		case settled:
+			return fmt.Errorf("%w: the audit chain says claim %s of %q was finished", ErrContainmentTampered, ref, action)
+		}
+		return checkLinked(tx, lastSeq, lastRaw)
+	})
+}
