@@ -1,10 +1,12 @@
 package contain
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -333,15 +335,62 @@ func (c *Coordinator) observe(ctx context.Context, rec ledger.Containment, b *le
 				AppliedAt: r.At.UTC(), Target: r.Target, Revision: r.RevAfter})
 		}
 	}
-	b.LastStaleRejectionAt = st.LastStaleRejectionAt.UTC()
+	var notes []string
+	// A receipt and a stale rejection, once seen, stay: the receiver's
+	// audit keeps them, so a reading without them (a receiver restored
+	// from before them, or one that lies) is not evidence that they are
+	// gone. The record keeps what it saw and says the reading disagreed.
+	stale := st.LastStaleRejectionAt.UTC()
 	if st.LastStaleRejectionAt.IsZero() {
-		b.LastStaleRejectionAt = time.Time{}
+		stale = time.Time{}
 	}
+	if stale.Before(b.LastStaleRejectionAt) {
+		notes = append(notes, fmt.Sprintf("the receiver reports its last stale rejection at %s, before the %s observed earlier",
+			stale.Format(time.RFC3339Nano), b.LastStaleRejectionAt.Format(time.RFC3339Nano)))
+		stale = b.LastStaleRejectionAt
+	}
+	effects, missing := keepObserved(b.Outstanding, effects)
+	if missing > 0 {
+		notes = append(notes, fmt.Sprintf("%d effects observed earlier are missing from the receiver's answer or differ in it; the earlier ones are kept", missing))
+	}
+	if len(rs) > ledger.MaxOutstanding {
+		notes = append(notes, fmt.Sprintf("%d receipts under claim %s; the oldest %d are listed", len(rs), rec.SupersededClaim, len(effects)))
+	}
+	b.LastStaleRejectionAt = stale
 	b.Outstanding, b.ObservedAt, b.ObservationError = effects, at, ""
-	if len(rs) > len(effects) {
-		fail("%d receipts under claim %s; the oldest %d are listed", len(rs), rec.SupersededClaim, len(effects))
+	if len(notes) > 0 {
+		fail("%s", strings.Join(notes, "; "))
 	}
 	return st, nil
+}
+
+// keepObserved returns the effects read now together with every one
+// recorded before, ordered by audit seq and bounded as the record is
+// (the oldest kept), and how many of those recorded before the reading
+// left out or changed: an earlier effect wins over a different one at
+// the same seq.
+func keepObserved(before, now []ledger.Effect) ([]ledger.Effect, int) {
+	bySeq := make(map[uint64]ledger.Effect, len(before)+len(now))
+	for _, e := range now {
+		bySeq[e.AuditSeq] = e
+	}
+	missing := 0
+	for _, e := range before {
+		if n, ok := bySeq[e.AuditSeq]; !ok || !n.AppliedAt.Equal(e.AppliedAt) || n.Receiver != e.Receiver || n.Scope != e.Scope ||
+			n.Action != e.Action || n.Target != e.Target || n.Revision != e.Revision {
+			missing++
+			bySeq[e.AuditSeq] = e
+		}
+	}
+	out := make([]ledger.Effect, 0, len(bySeq))
+	for _, e := range bySeq {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b ledger.Effect) int { return cmp.Compare(a.AuditSeq, b.AuditSeq) })
+	if len(out) > ledger.MaxOutstanding {
+		out = out[:ledger.MaxOutstanding]
+	}
+	return out, missing
 }
 
 // session dials each receiver once per call and closes what it dialled.
