@@ -283,7 +283,7 @@ func (c *Coordinator) Activate(ctx context.Context, req ActivateRequest) (Activa
 			// An activation whose answer was lost has opened the scope
 			// with exactly the successor's grant: adopt it rather than
 			// report a boundary that has it as one that does not.
-			if found, ok := c.activeSuccessor(ctx, bd, b, req); ok {
+			if found, ok := c.activeSuccessor(ctx, bd, b, req, decision); ok {
 				g, err = found, nil
 			}
 		}
@@ -324,8 +324,11 @@ func (c *Coordinator) Activate(ctx context.Context, req ActivateRequest) (Activa
 }
 
 // activeSuccessor returns the grant that opens b's scope if it is the one
-// req asks for, at the epoch the containment installed.
-func (c *Coordinator) activeSuccessor(ctx context.Context, bd Boundary, b ledger.BoundaryContainment, req ActivateRequest) (kvfence.Grant, bool) {
+// req asks for, at the epoch the containment installed, under the
+// decision Activate gives it: a grant for the same claim activated by
+// other means, under another decision, is not the one the ledger records.
+func (c *Coordinator) activeSuccessor(ctx context.Context, bd Boundary, b ledger.BoundaryContainment, req ActivateRequest,
+	decision string) (kvfence.Grant, bool) {
 	sctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
 	defer cancel()
 	st, err := bd.Status(sctx, b.Scope)
@@ -334,7 +337,7 @@ func (c *Coordinator) activeSuccessor(ctx context.Context, bd Boundary, b ledger
 	}
 	g := *st.Grant
 	if g.Scope != b.Scope || g.Epoch != b.InstalledEpoch || st.Epoch != b.InstalledEpoch || g.Claim != req.Claim ||
-		g.Executor != req.Executor || g.RequestSHA256 != sha256.Sum256(req.Request) || g.ID == "" {
+		g.Executor != req.Executor || g.RequestSHA256 != sha256.Sum256(req.Request) || g.Decision != decision || g.ID == "" {
 		return kvfence.Grant{}, false
 	}
 	return g, true
