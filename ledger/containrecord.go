@@ -2,10 +2,12 @@ package ledger
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -556,7 +558,9 @@ func mergeResult(cur *boundaryContainmentRecord, r *BoundaryContainment) (string
 	}
 	next := boundaryContainmentRecord{Receiver: cur.Receiver, Scope: cur.Scope, HoldID: cur.HoldID, Result: r.Result,
 		ErrorCode: r.ErrorCode, Error: r.Error, HoldRequestedAt: nanos(r.HoldRequestedAt), Ack: clone(r.Ack),
-		Checkpoint: clone(r.Checkpoint), Alternate: cur.Alternate, Attempts: cur.Attempts}
+		Checkpoint: clone(r.Checkpoint), Alternate: cur.Alternate, Attempts: cur.Attempts,
+		LastStaleRejectionAt: cur.LastStaleRejectionAt, Outstanding: cur.Outstanding, ObservedAt: cur.ObservedAt,
+		ObservationError: cur.ObservationError}
 	if acked {
 		next.AcknowledgedAt, next.PreviousEpoch, next.InstalledEpoch = nanos(r.AcknowledgedAt), r.PreviousEpoch, r.InstalledEpoch
 	}
@@ -570,14 +574,29 @@ func mergeResult(cur *boundaryContainmentRecord, r *BoundaryContainment) (string
 }
 
 // observe sets cur's observations of the receiver (stale rejections,
-// outstanding effects) to r's.
+// outstanding effects) to r's, unless r's reading is older than the one
+// recorded (two coordinators rerunning at once, the one that read first
+// recording last). An effect recorded before and missing from r is kept:
+// a receipt, once applied, stays in the receiver's audit.
 func observe(cur *boundaryContainmentRecord, r *BoundaryContainment) {
-	cur.LastStaleRejectionAt, cur.ObservedAt, cur.ObservationError = nanos(r.LastStaleRejectionAt), nanos(r.ObservedAt), r.ObservationError
+	if nanos(r.ObservedAt) < cur.ObservedAt {
+		return
+	}
+	prev, prevStale := cur.Outstanding, cur.LastStaleRejectionAt
+	cur.LastStaleRejectionAt, cur.ObservedAt, cur.ObservationError = max(nanos(r.LastStaleRejectionAt), prevStale), nanos(r.ObservedAt), r.ObservationError
 	cur.Outstanding = nil
+	seen := make(map[uint64]bool, len(r.Outstanding))
 	for _, e := range r.Outstanding {
+		seen[e.AuditSeq] = true
 		cur.Outstanding = append(cur.Outstanding, effectRecord{Receiver: e.Receiver, Scope: e.Scope, Action: e.Action,
 			AuditSeq: e.AuditSeq, AppliedAt: nanos(e.AppliedAt), Target: e.Target, Revision: e.Revision})
 	}
+	for _, e := range prev {
+		if !seen[e.AuditSeq] && len(cur.Outstanding) < MaxOutstanding {
+			cur.Outstanding = append(cur.Outstanding, e)
+		}
+	}
+	slices.SortStableFunc(cur.Outstanding, func(a, b effectRecord) int { return cmp.Compare(a.AuditSeq, b.AuditSeq) })
 }
 
 // RecordAlternate records that a boundary of the action's newest
