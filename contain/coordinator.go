@@ -115,7 +115,9 @@ func (c *Coordinator) Contain(ctx context.Context, req ContainRequest) (ledger.C
 		}
 		if b.Result == ledger.BoundaryAcknowledged {
 			if derr == nil {
-				c.observe(ctx, rec, &b, bd)
+				if st, err := c.observe(ctx, rec, &b, bd); err == nil {
+					stillFenced(rec, &b, st)
+				}
 				results[i] = &b
 			}
 			return
@@ -292,6 +294,38 @@ func stillHeld(b ledger.BoundaryContainment, st kvfence.ScopeStatus, err error) 
 				b.Scope, st.Epoch, st.ActiveGrant, b.InstalledEpoch))
 	}
 	return b
+}
+
+// stillFenced notes in b's observation error what a reading of an
+// acknowledged boundary shows that its acknowledgment no longer does: the
+// scope below the installed epoch (a receiver restored from before the
+// hold), or open under a grant that is not a recorded successor's. The
+// acknowledgment stands, as the record of what the receiver signed; the
+// note keeps the scope's present state visible.
+func stillFenced(rec ledger.Containment, b *ledger.BoundaryContainment, st kvfence.ScopeStatus) {
+	var note string
+	switch {
+	case st.Epoch < b.InstalledEpoch:
+		note = fmt.Sprintf("scope is at epoch %d, below the %d its hold installed: the receiver may have been restored from a backup",
+			st.Epoch, b.InstalledEpoch)
+	case st.Grant != nil || st.ActiveGrant != "":
+		id, claim := st.ActiveGrant, ""
+		if st.Grant != nil {
+			id, claim = st.Grant.ID, st.Grant.Claim
+		}
+		for _, g := range rec.Successor {
+			if g.Receiver == b.Receiver && g.Scope == b.Scope && g.Grant == id {
+				return
+			}
+		}
+		note = fmt.Sprintf("scope is open at epoch %d under grant %q of claim %q, which is not a recorded successor's", st.Epoch, id, claim)
+	default:
+		return
+	}
+	if b.ObservationError != "" {
+		note = b.ObservationError + "; " + note
+	}
+	b.ObservationError = printable(note, maxErrorText)
 }
 
 // observe reads the scope's latest stale rejection and the effects
