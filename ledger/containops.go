@@ -203,7 +203,7 @@ func (l *Ledger) AddReceiver(ctx context.Context, req AddReceiverRequest) (Recei
 // that does not match its audit entry is ErrContainmentTampered.
 func (l *Ledger) Receiver(name string) (Receiver, error) {
 	var out Receiver
-	err := l.view(func(tx engine.Tx) (err error) {
+	err := l.checkedView(func(tx engine.Tx) (err error) {
 		out, err = loadReceiver(tx, name)
 		return err
 	})
@@ -449,7 +449,7 @@ func (l *Ledger) ApprovedRequest(action string) ([sha256.Size]byte, error) {
 	if err := checkIdents("action", action); err != nil {
 		return sum, err
 	}
-	err := l.view(func(tx engine.Tx) error {
+	err := l.checkedView(func(tx engine.Tx) error {
 		var a approvalRecord
 		if ok, err := get(tx, bucketApprovals, []byte(action), &a); err != nil {
 			return err
@@ -479,7 +479,7 @@ func (l *Ledger) CheckLiveClaim(action, ref, worker string) error {
 	if err := checkIdents("action", action, "claim", ref, "worker", worker); err != nil {
 		return err
 	}
-	return l.view(func(tx engine.Tx) error {
+	return l.checkedView(func(tx engine.Tx) error {
 		var last audit.Entry
 		var lastSeq uint64
 		var lastRaw []byte

@@ -389,7 +389,7 @@ func (l *Ledger) Containment(action string) (Containment, error) {
 		return Containment{}, err
 	}
 	var out Containment
-	err := l.view(func(tx engine.Tx) error {
+	err := l.checkedView(func(tx engine.Tx) error {
 		c, err := l.currentContainment(tx, action)
 		out = c.public()
 		return err
@@ -812,7 +812,7 @@ func (l *Ledger) CheckReconciled(ref string) error {
 	if err := checkIdents("claim", ref); err != nil {
 		return err
 	}
-	return l.view(func(tx engine.Tx) error {
+	return l.checkedView(func(tx engine.Tx) error {
 		var c claimRecord
 		if ok, err := get(tx, bucketClaims, []byte(ref), &c); err != nil {
 			return err

@@ -298,9 +298,18 @@ func (l *Ledger) checkAnchor() error {
 			return fmt.Errorf("%w: %s: %v", ErrBadFormat, l.path, err)
 		}
 		l.head = head
-		return audit.CheckAnchor(a, l.pub, l.id, l.head, func(seq uint64) (audit.Hash, error) {
+		if err := audit.CheckAnchor(a, l.pub, l.id, l.head, func(seq uint64) (audit.Hash, error) {
 			return ledgerChain.HashAt(tx, seq)
-		})
+		}); err != nil {
+			return err
+		}
+		if a.Seq != head.Seq {
+			// Past the anchor, only the store's own signed checkpoint
+			// says the entries are this ledger's (a commit whose anchor
+			// write was lost); the anchor is moved over them below.
+			return l.checkStoreHead(tx, head)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: %s: %w", l.path, err)
@@ -372,6 +381,11 @@ func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 			if err := anchor.CheckHead(head, func(seq uint64) (audit.Hash, error) { return ledgerChain.HashAt(tx, seq) }); err != nil {
 				return fmt.Errorf("ledger: %s: %w", l.path, err)
 			}
+			if head.Seq != anchor.Seq {
+				if err := l.checkStoreHead(tx, head); err != nil {
+					return err
+				}
+			}
 		}
 		w = &wtx{tx: tx, chain: ledgerChain.NewWriter(tx, head), now: l.opts.Now()}
 		if err := fn(w); err != nil {
@@ -412,6 +426,55 @@ func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, l.path, err)
 	}
 	return nil
+}
+
+// checkStoreHead checks that the store's own newest checkpoint, which
+// every commit signs and stores with its entries, is signed with the
+// ledger's key and covers head. Entries past the anchor without one were
+// not written by this ledger: someone who can write the store but does
+// not hold the key appended them (a forged reconcile, or a containment
+// record sealed by a forged entry), and nothing may be decided on them or
+// signed over them.
+func (l *Ledger) checkStoreHead(tx engine.Tx, head audit.Head) error {
+	sc, err := ledgerChain.LatestCheckpoint(tx)
+	if err == nil {
+		err = sc.Verify(l.pub)
+	}
+	if err == nil && (sc.Receiver != l.id || sc.Seq != head.Seq || sc.Head != head.Hash) {
+		err = fmt.Errorf("it covers seq %d, the head is seq %d", sc.Seq, head.Seq)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: the entries up to seq %d are not covered by a checkpoint signed with the ledger's key: %v",
+			ErrContainmentTampered, l.path, head.Seq, err)
+	}
+	return nil
+}
+
+// checkedView is view for the reads that a containment's decisions rest
+// on: the store must still hold the chain this process last anchored, and
+// any entries past it must be covered by a checkpoint signed with the
+// ledger's key, or the records they seal are not the ledger's.
+func (l *Ledger) checkedView(fn func(tx engine.Tx) error) error {
+	l.wmu.Lock()
+	anchor := l.anchor
+	l.wmu.Unlock()
+	return l.view(func(tx engine.Tx) error {
+		head, err := ledgerChain.LastHead(tx)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrBadFormat, l.path, err)
+		}
+		if anchor.Seq != 0 {
+			if err := anchor.CheckHead(head, func(seq uint64) (audit.Hash, error) { return ledgerChain.HashAt(tx, seq) }); err != nil {
+				return fmt.Errorf("ledger: %s: %w", l.path, err)
+			}
+		}
+		if head.Seq != anchor.Seq {
+			if err := l.checkStoreHead(tx, head); err != nil {
+				return err
+			}
+		}
+		return fn(tx)
+	})
 }
 
 // currentAnchor reads the anchor before a write on a shared store, or
