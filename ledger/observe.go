@@ -133,7 +133,25 @@ func (l *Ledger) verifyChain(opts VerifyOptions) (audit.Report, error) {
 		if err == nil {
 			err = scanErr
 		}
-		return err
+		if err != nil || !rep.OK() {
+			return err
+		}
+		// Every commit signs its head into the store with its entries:
+		// a head no checkpoint signed with the ledger's key covers (an
+		// entry appended past the anchor without the key) is not the
+		// ledger's, though it links to the anchored chain.
+		sc, cerr := ledgerChain.LatestCheckpoint(tx)
+		if cerr == nil {
+			cerr = sc.Verify(opts.PublicKey)
+		}
+		if cerr == nil && (sc.Receiver != l.id || sc.Seq != rep.Head.Seq || sc.Head != rep.Head.Hash) {
+			cerr = fmt.Errorf("the store's newest checkpoint covers seq %d, the chain ends at seq %d", sc.Seq, rep.Head.Seq)
+		}
+		if cerr != nil {
+			rep.Fail(audit.ProblemStateMismatch, fmt.Errorf("%w: the chain's head is not covered by a checkpoint signed with the ledger's key: %v",
+				audit.ErrStateMismatch, cerr))
+		}
+		return nil
 	})
 	return rep, err
 }
