@@ -77,28 +77,110 @@ func (l *uidList) Set(v string) error {
 	return nil
 }
 
+// envPrefix starts the name of every variable a serve flag falls back to.
+const envPrefix = "KVFENCE_"
+
+// envName is the variable that flag falls back to: KVFENCE_ and the flag's
+// name upper-cased, dashes turned to underscores (--admin-socket is
+// KVFENCE_ADMIN_SOCKET). Derived rather than listed, so that a flag added
+// to serve has its variable without anyone remembering to add it.
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// setFromEnv gives every flag of fs that the command line did not set the
+// value of its variable (envName), when that variable is set and not
+// empty; a flag on the command line wins, even when given as empty. The
+// value goes through the flag's own parser, so a variable is held to what
+// its flag accepts: a value the flag refuses is a usage error naming the
+// variable, and nothing starts. KVFENCE_ADMIN, like a repeated --admin,
+// may list several IDs, comma-separated (a SPIFFE ID has no comma).
+func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envName(f.Name)
+		v := getenv(name)
+		if err != nil || given[f.Name] || v == "" {
+			return
+		}
+		vals := []string{v}
+		if f.Name == "admin" {
+			vals = strings.Split(v, ",")
+		}
+		for _, x := range vals {
+			if e := fs.Set(f.Name, x); e != nil {
+				err = &usageError{msg: fmt.Sprintf("kvfence %s: %s=%q (for --%s): %v", strings.TrimPrefix(fs.Name(), "kvfence "), name, v, f.Name, envValueError(f, e)),
+					hint: fmt.Sprintf("unset %s or give --%s", name, f.Name)}
+				return
+			}
+		}
+	})
+	return err
+}
+
+// envValueError says what f wants when it refused a value: the flag
+// package reports a bad number or boolean only as "parse error".
+func envValueError(f *flag.Flag, err error) error {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return err
+	}
+	switch g.Get().(type) {
+	case bool:
+		return errors.New("want true or false")
+	case int, int64, uint, uint64:
+		return errors.New("want a whole number")
+	}
+	return err
+}
+
+// serveFlags holds serve's own flags.
+type serveFlags struct {
+	listen, tlsCert, tlsKey, clientCA string
+	admins                            stringList
+	adminSocket                       string
+	adminUIDs                         uidList
+	adminGroup                        string
+	maxConns, maxRecords              int
+	metricsListen                     string
+	perScope                          bool
+}
+
+// newServeFlags returns serve's flag set: the common flags and its own.
+func newServeFlags() (*flag.FlagSet, *commonFlags, *serveFlags) {
+	fs := newFlagSet("serve")
+	cf := &commonFlags{name: "serve"}
+	cf.register(fs, withDB|withKey)
+	sf := &serveFlags{}
+	fs.StringVar(&sf.listen, "listen", "", "")
+	fs.StringVar(&sf.tlsCert, "tls-cert", "", "")
+	fs.StringVar(&sf.tlsKey, "tls-key", "", "")
+	fs.StringVar(&sf.clientCA, "client-ca", "", "")
+	fs.Var(&sf.admins, "admin", "")
+	fs.StringVar(&sf.adminSocket, "admin-socket", "", "")
+	fs.Var(&sf.adminUIDs, "admin-uid", "")
+	fs.StringVar(&sf.adminGroup, "admin-socket-group", "", "")
+	fs.IntVar(&sf.maxConns, "max-connections", 0, "")
+	fs.IntVar(&sf.maxRecords, "max-records", kvfence.DefaultMaxRecords, "")
+	fs.StringVar(&sf.metricsListen, "metrics-listen", "", "")
+	fs.BoolVar(&sf.perScope, "metrics-per-scope", false, "")
+	return fs, cf, sf
+}
+
 // Run runs the command until its context is done (SIGTERM or SIGINT).
 func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
-	fs := newFlagSet("serve")
-	cf := commonFlags{name: "serve"}
-	cf.register(fs, withDB|withKey)
-	listen := fs.String("listen", "", "")
-	tlsCert := fs.String("tls-cert", "", "")
-	tlsKey := fs.String("tls-key", "", "")
-	clientCA := fs.String("client-ca", "", "")
-	var admins stringList
-	fs.Var(&admins, "admin", "")
-	adminSocket := fs.String("admin-socket", "", "")
-	var adminUIDs uidList
-	fs.Var(&adminUIDs, "admin-uid", "")
-	adminGroup := fs.String("admin-socket-group", "", "")
-	maxConns := fs.Int("max-connections", 0, "")
-	maxRecords := fs.Int("max-records", kvfence.DefaultMaxRecords, "")
-	metricsListen := fs.String("metrics-listen", "", "")
-	perScope := fs.Bool("metrics-per-scope", false, "")
+	fs, cf, sf := newServeFlags()
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
+	if err := setFromEnv(fs, c.m.Getenv); err != nil {
+		return err
+	}
+	listen, tlsCert, tlsKey, clientCA := &sf.listen, &sf.tlsCert, &sf.tlsKey, &sf.clientCA
+	admins, adminSocket, adminUIDs, adminGroup := sf.admins, &sf.adminSocket, sf.adminUIDs, &sf.adminGroup
+	maxConns, maxRecords, metricsListen, perScope := &sf.maxConns, &sf.maxRecords, &sf.metricsListen, &sf.perScope
 	cf.resolve(fs, c.m.Getenv)
 	if err := cf.requireWriter(); err != nil {
 		return err
@@ -147,7 +229,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	if *metricsListen != "" {
 		obs = metrics.New(metrics.Options{PerScope: *perScope})
 	}
-	r, err := c.open(&cf, obs, *maxRecords)
+	r, err := c.open(cf, obs, *maxRecords)
 	if err != nil {
 		return err
 	}
@@ -451,6 +533,14 @@ receiver needs for its anchor and the admin socket: at most
 --max-connections TLS connections (the rest wait in the kernel's backlog),
 32 on the admin socket and 32 on the metrics listener; a TLS connection
 that has not completed its handshake 5s after it was accepted is closed.
+
+Every argument below, and every common one, may instead come from the
+environment: KVFENCE_ and the flag's name in capitals, dashes as
+underscores (--listen is KVFENCE_LISTEN, --admin-socket is
+KVFENCE_ADMIN_SOCKET, --metrics-per-scope is KVFENCE_METRICS_PER_SCOPE;
+KVFENCE_ADMIN takes IDs separated by commas). A flag on the command line
+wins over its variable; an empty variable counts as unset; a value the
+flag would refuse is a usage error naming the variable.
 
 Arguments:
 
