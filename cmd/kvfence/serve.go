@@ -110,7 +110,13 @@ func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
 			vals = strings.Split(v, ",")
 		}
 		for _, x := range vals {
-			if e := fs.Set(f.Name, x); e != nil {
+			e := fs.Set(f.Name, x)
+			if e == nil && x == "" {
+				// "a,,b" or a trailing comma: refused here, where the
+				// variable can still be named.
+				e = errors.New("an empty item in the list")
+			}
+			if e != nil {
 				err = &usageError{msg: fmt.Sprintf("kvfence %s: %s=%q (for --%s): %v", strings.TrimPrefix(fs.Name(), "kvfence "), name, v, f.Name, envValueError(f, e)),
 					hint: fmt.Sprintf("unset %s or give --%s", name, f.Name)}
 				return

@@ -121,6 +121,7 @@ func TestServeEnvBadValue(t *testing.T) {
 		{"KVFENCE_JSON", "yes please", []string{`KVFENCE_JSON="yes please"`, "--json", "want true or false"}},
 		{"KVFENCE_ADMIN_UID", "1000,root", []string{`KVFENCE_ADMIN_UID="1000,root"`, "--admin-uid", `uid "root": not a number`}},
 		{"KVFENCE_LOCK_TIMEOUT", "soon", []string{`KVFENCE_LOCK_TIMEOUT="soon"`, "--lock-timeout", "want a duration"}},
+		{"KVFENCE_ADMIN", "spiffe://ex.org/ops/a,", []string{`KVFENCE_ADMIN="spiffe://ex.org/ops/a,"`, "--admin", "an empty item in the list"}},
 		{"KVFENCE_ETCD_MAX_TXN_OPS", "-", []string{`KVFENCE_ETCD_MAX_TXN_OPS="-"`, "--etcd-max-txn-ops", "want a whole number"}},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
