@@ -2,8 +2,12 @@ package client
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 
+	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -45,4 +49,61 @@ func NewAssignment(g kvfence.Grant, request []byte) (Assignment, error) {
 func (a Assignment) Envelope() ([]byte, error) {
 	return kvfence.EncodeEnvelope(&kvfence.Envelope{V: kvfence.WireVersion, Scope: a.Scope, Epoch: a.Epoch,
 		Grant: a.Grant, Executor: a.Executor, Claim: a.Claim, Request: a.Request})
+}
+
+// MaxAssignmentSize bounds the assignment file LoadAssignment reads: an
+// envelope's request is at most kvfence.DefaultMaxEnvelopeSize, and its
+// base64 and the other members take less than twice that.
+const MaxAssignmentSize = 2*kvfence.DefaultMaxEnvelopeSize + 4096
+
+// ErrAssignment means an assignment file is not a complete Assignment.
+var ErrAssignment = errors.New("client: invalid assignment")
+
+// LoadAssignment reads the Assignment JSON at path, as "kvfence activate
+// --assignment-out" writes it. It is read strictly (a member unknown,
+// given twice or in another case is refused) and every member must be
+// present, so that a truncated or hand-edited file fails here rather than
+// as a denial at the receiver.
+func LoadAssignment(path string) (Assignment, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Assignment{}, fmt.Errorf("client: assignment file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxAssignmentSize+1))
+	if err != nil {
+		return Assignment{}, fmt.Errorf("client: assignment file %s: %w", path, err)
+	}
+	if len(b) > MaxAssignmentSize {
+		return Assignment{}, fmt.Errorf("%w: %s is over %d bytes", ErrAssignment, path, MaxAssignmentSize)
+	}
+	a, err := DecodeAssignment(b)
+	if err != nil {
+		return Assignment{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return a, nil
+}
+
+// DecodeAssignment decodes Assignment JSON strictly and checks that every
+// member is present (a zero epoch never matches: epochs start at 1).
+func DecodeAssignment(b []byte) (Assignment, error) {
+	var a Assignment
+	if err := api.DecodeStrict(b, &a); err != nil {
+		return Assignment{}, fmt.Errorf("%w: %w", ErrAssignment, err)
+	}
+	switch {
+	case a.Scope == "":
+		return Assignment{}, fmt.Errorf("%w: no scope", ErrAssignment)
+	case a.Epoch == 0:
+		return Assignment{}, fmt.Errorf("%w: no epoch", ErrAssignment)
+	case a.Grant == "":
+		return Assignment{}, fmt.Errorf("%w: no grant", ErrAssignment)
+	case a.Executor == "":
+		return Assignment{}, fmt.Errorf("%w: no executor", ErrAssignment)
+	case a.Claim == "":
+		return Assignment{}, fmt.Errorf("%w: no claim", ErrAssignment)
+	case len(a.Request) == 0:
+		return Assignment{}, fmt.Errorf("%w: no request_b64", ErrAssignment)
+	}
+	return a, nil
 }

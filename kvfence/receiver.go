@@ -184,6 +184,8 @@ type Receiver struct {
 	// anchorDamage is the damaged anchor slot Open found, or nil. It is
 	// set before Open returns and never changed.
 	anchorDamage *audit.SlotDamage
+	// closed is set by Close, for Readiness.
+	closed atomic.Bool
 }
 
 // faultHooks lets this package's tests make a write transaction fail at a
@@ -602,7 +604,10 @@ func (r *Receiver) Path() string {
 }
 
 // Close releases the database and its lock.
-func (r *Receiver) Close() error { return r.eng.Close() }
+func (r *Receiver) Close() error {
+	r.closed.Store(true)
+	return r.eng.Close()
+}
 
 // view runs fn in a read-only transaction, turning a bbolt panic on a
 // corrupt page into an error. fn may run more than once.

@@ -31,6 +31,7 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 	ttl := fs.Duration("ttl", kvfence.DefaultGrantTTL, "")
 	decision := fs.String("decision", "", "")
 	epoch := fs.Uint64("epoch", 0, "")
+	assignmentOut := fs.String("assignment-out", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
@@ -53,9 +54,22 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 	if isSet(fs, "epoch") && *epoch == 0 {
 		return &usageError{msg: "kvfence activate: --epoch 0 never matches (epochs start at 1)", hint: "kvfence status --scope S"}
 	}
+	if *assignmentOut == outStdout {
+		return &usageError{msg: "kvfence activate: --assignment-out takes a file, not -", hint: "pass --assignment-out FILE (use ./- for a file named -)"}
+	}
 	reqBytes, err := c.m.readInput(*request)
 	if err != nil {
 		return fmt.Errorf("read --request: %w", err)
+	}
+	// The file is created before the grant is minted, so that an existing
+	// file or an unwritable directory refuses the activation rather than
+	// leave a grant no worker was handed.
+	var out *assignmentFile
+	if *assignmentOut != "" {
+		if out, err = createAssignmentFile(*assignmentOut); err != nil {
+			return fmt.Errorf("--assignment-out: %w", err)
+		}
+		defer out.abandon()
 	}
 	req := kvfence.ActivateRequest{Scope: *scope, Executor: *executor, Claim: *claim,
 		Request: reqBytes, Epoch: *epoch, TTL: *ttl, Decision: *decision}
@@ -67,6 +81,15 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 		})
 	if err != nil {
 		return err
+	}
+	if out != nil {
+		a, err := client.NewAssignment(g, reqBytes)
+		if err == nil {
+			err = out.commit(a)
+		}
+		if err != nil {
+			return fmt.Errorf("grant %s is active, but --assignment-out %s was not written: %w", g.ID, *assignmentOut, err)
+		}
 	}
 	res := api.ActivateOf(g)
 	if cf.json {
@@ -90,7 +113,8 @@ func (c *ActivateCommand) Run(ctx context.Context, args []string) (err error) {
 // Usage prints the command's help.
 func (c *ActivateCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence activate --scope S --executor W --claim C --request REQ.cbor
-                        [--ttl 15m] [--decision REF] [--epoch N] [common arguments]
+                        [--ttl 15m] [--decision REF] [--epoch N]
+                        [--assignment-out FILE] [common arguments]
 
 Mints a grant for exactly one request, bound to the held scope's current
 epoch, the executor, the claim, the SHA-256 of the request bytes and a
@@ -117,5 +141,11 @@ Arguments:
 	--epoch N
 	    Refuse unless the scope is at epoch N: a compare-and-swap against
 	    a hold the approver did not see.
+	--assignment-out FILE
+	    Also write the worker's assignment (scope, epoch, grant, executor,
+	    claim, request_b64) as JSON, which client.LoadAssignment reads.
+	    The file is created 0600 before the grant is minted; an existing
+	    one is refused and nothing is activated. Written and fsynced
+	    before activate returns, locally and with --server.
 `+usageKey+usageDB+usageServer+usageJSON)
 }

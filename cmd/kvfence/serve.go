@@ -299,6 +299,13 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
+		probes, err := server.NewProbes(server.ProbeOptions{Receiver: r})
+		if err != nil {
+			srvs.close()
+			return err
+		}
+		mux.Handle("GET /healthz", probes)
+		mux.Handle("GET /readyz", probes)
 		ml, err := listenCapped("tcp", *metricsListen, server.ListenerOptions{MaxConnections: server.MetricsMaxConnections,
 			Logger: log.With("listener", "metrics")})
 		if err != nil {
@@ -584,7 +591,10 @@ Arguments:
 	    refused at start, and a call that would create more is refused
 	    with record_limit, having written nothing.
 	--metrics-listen HOST:PORT
-	    Serve Prometheus metrics at /metrics, plain HTTP, on this address.
+	    Serve Prometheus metrics at /metrics, plain HTTP, on this address,
+	    and the probes /healthz (200 while serving) and /readyz (200 when
+	    the receiver is open, its anchor was checked at open and its last
+	    anchor write succeeded; 503 and a one-line reason otherwise).
 	--metrics-per-scope
 	    Add per-scope epoch and held gauges (one series per scope).
 `+usageKey+usageDB+usageJSON)

@@ -231,6 +231,12 @@ func TestServe_SIGTERMDuringFlood(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	metricsBody := httpGet(t, "http://"+rn.addrs.MetricsListen+"/metrics")
+	// The probes answer on the metrics listener, without a certificate.
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if b := httpGet(t, "http://"+rn.addrs.MetricsListen+p); b != "ok\n" {
+			t.Errorf("GET %s = %q", p, b)
+		}
+	}
 	if code := rn.wait(t); code != 0 {
 		t.Fatalf("serve exited %d:\n%s", code, rn.stderr.String())
 	}

@@ -1,0 +1,72 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/kvfence/kvfence/kvfence"
+)
+
+// ErrNoReceiver means ProbeOptions named no receiver.
+var ErrNoReceiver = errors.New("server: probes need a receiver")
+
+// ProbeOptions configures NewProbes.
+type ProbeOptions struct {
+	// Receiver is the receiver whose readiness /readyz reports.
+	Receiver *kvfence.Receiver
+}
+
+// The probes answer in one line of text. A reason names a condition,
+// never a value of the receiver's data or an error's text, since the
+// probes need no credential.
+const (
+	probeOK              = "ok\n"
+	probeClosed          = "not ready: receiver closed\n"
+	probeAnchorUnchecked = "not ready: anchor not checked at open\n"
+	probeAnchorFailed    = "not ready: last anchor write failed\n"
+)
+
+// NewProbes returns a handler for the liveness and readiness probes of an
+// orchestrator, meant for the plain-HTTP metrics listener, without client
+// authentication:
+//
+//	GET /healthz  200 "ok" while the process serves
+//	GET /readyz   200 "ok" when the receiver is open, its anchor was
+//	              checked at open and its last anchor write succeeded;
+//	              503 with a one-line reason otherwise
+//
+// Neither reads the receiver's records or chain.
+func NewProbes(opts ProbeOptions) (http.Handler, error) {
+	if opts.Receiver == nil {
+		return nil, ErrNoReceiver
+	}
+	r := opts.Receiver
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		probeAnswer(w, http.StatusOK, probeOK)
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		rd := r.Readiness()
+		switch {
+		case !rd.Open:
+			probeAnswer(w, http.StatusServiceUnavailable, probeClosed)
+		case !rd.AnchorChecked:
+			probeAnswer(w, http.StatusServiceUnavailable, probeAnchorUnchecked)
+		case rd.AnchorWriteFailed:
+			probeAnswer(w, http.StatusServiceUnavailable, probeAnchorFailed)
+		default:
+			probeAnswer(w, http.StatusOK, probeOK)
+		}
+	})
+	return mux, nil
+}
+
+func probeAnswer(w http.ResponseWriter, status int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	// A probe's answer is of this moment only.
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body))
+}
