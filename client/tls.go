@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -64,6 +65,10 @@ func LoadTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 // trusted for less than the operator meant.
 func caPool(b []byte) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
+	// pem.Decode skips a block it cannot decode (a damaged END line, a
+	// truncated body) as if it were text between blocks: every BEGIN line
+	// must have given a block.
+	begins := bytes.Count(b, []byte("-----BEGIN "))
 	n := 0
 	for {
 		var block *pem.Block
@@ -83,6 +88,9 @@ func caPool(b []byte) (*x509.CertPool, error) {
 	}
 	if n == 0 {
 		return nil, errors.New("no PEM certificate in it")
+	}
+	if n != begins {
+		return nil, fmt.Errorf("%d PEM blocks begin but only %d decode: a block is damaged", begins, n)
 	}
 	return pool, nil
 }
