@@ -3,6 +3,7 @@ package kvfence
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
@@ -198,12 +199,15 @@ func (r *Receiver) chainHolds(tx engine.Tx, head audit.Head) error {
 // its chain; one at or past sc already covers the commit.
 func (r *Receiver) advanceAnchor(sc audit.SignedCheckpoint) error {
 	cur := r.anchorNow()
+	r.anchorMu.Lock()
+	r.anchorSince = time.Now()
+	r.anchorMu.Unlock()
 	// Any failure, a panic of the store included, leaves the anchor's
 	// durability unknown (durableAnchor).
 	stored := false
 	defer func() {
 		r.anchorMu.Lock()
-		r.anchor, r.unsureSeq = cur, 0
+		r.anchor, r.unsureSeq, r.anchorSince = cur, 0, time.Time{}
 		if !stored {
 			r.unsureSeq = sc.Seq
 		}

@@ -1,5 +1,7 @@
 package kvfence
 
+import "time"
+
 // Readiness is what a readiness probe may know of a receiver: whether it
 // can acknowledge writes now, and nothing of the data it holds.
 type Readiness struct {
@@ -12,6 +14,11 @@ type Readiness struct {
 	// write has succeeded since: the receiver's commits since then were
 	// not acknowledged.
 	AnchorWriteFailed bool
+	// AnchorWriteSince is when the anchor write in progress started, zero
+	// when none is. A write that never returns (a hung anchor volume)
+	// neither fails nor succeeds, and holds every later acknowledgement:
+	// a probe judges how long is too long.
+	AnchorWriteSince time.Time
 }
 
 // Ready reports whether r is open, its anchor was checked at open, and
@@ -24,12 +31,13 @@ func (r Readiness) Ready() bool {
 // write holds for long, so a probe never waits on a commit.
 func (r *Receiver) Readiness() Readiness {
 	r.anchorMu.Lock()
-	failed := r.unsureSeq != 0
+	failed, since := r.unsureSeq != 0, r.anchorSince
 	r.anchorMu.Unlock()
 	return Readiness{
 		Open: !r.closed.Load(),
 		// Open sets the anchor store to nil when it skipped the check.
 		AnchorChecked:     r.opts.Anchor != nil,
 		AnchorWriteFailed: failed,
+		AnchorWriteSince:  since,
 	}
 }

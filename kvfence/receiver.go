@@ -181,6 +181,9 @@ type Receiver struct {
 	// anchor then holds a checkpoint that may not be durable. Zero when the
 	// last write succeeded.
 	unsureSeq uint64
+	// anchorSince, guarded by anchorMu, is when the anchor write in
+	// progress started; zero when none is.
+	anchorSince time.Time
 	// anchorDamage is the damaged anchor slot Open found, or nil. It is
 	// set before Open returns and never changed.
 	anchorDamage *audit.SlotDamage

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/kvfence/kvfence/kvfence"
 )
@@ -14,7 +15,15 @@ var ErrNoReceiver = errors.New("server: probes need a receiver")
 type ProbeOptions struct {
 	// Receiver is the receiver whose readiness /readyz reports.
 	Receiver *kvfence.Receiver
+	// AnchorStall is how long an anchor write may be in progress before
+	// /readyz reports the receiver not ready. Zero means
+	// DefaultAnchorStall.
+	AnchorStall time.Duration
 }
+
+// DefaultAnchorStall is ProbeOptions.AnchorStall's default: far longer than
+// an anchor write on a healthy volume, well within serve's write timeout.
+const DefaultAnchorStall = 10 * time.Second
 
 // The probes answer in one line of text. A reason names a condition,
 // never a value of the receiver's data or an error's text, since the
@@ -24,6 +33,7 @@ const (
 	probeClosed          = "not ready: receiver closed\n"
 	probeAnchorUnchecked = "not ready: anchor not checked at open\n"
 	probeAnchorFailed    = "not ready: last anchor write failed\n"
+	probeAnchorStalled   = "not ready: anchor write stalled\n"
 )
 
 // NewProbes returns a handler for the liveness and readiness probes of an
@@ -32,7 +42,8 @@ const (
 //
 //	GET /healthz  200 "ok" while the process serves
 //	GET /readyz   200 "ok" when the receiver is open, its anchor was
-//	              checked at open and its last anchor write succeeded;
+//	              checked at open, its last anchor write succeeded and
+//	              none has been in progress for over AnchorStall;
 //	              503 with a one-line reason otherwise
 //
 // Neither reads the receiver's records or chain.
@@ -41,6 +52,10 @@ func NewProbes(opts ProbeOptions) (http.Handler, error) {
 		return nil, ErrNoReceiver
 	}
 	r := opts.Receiver
+	stall := opts.AnchorStall
+	if stall <= 0 {
+		stall = DefaultAnchorStall
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		probeAnswer(w, http.StatusOK, probeOK)
@@ -54,6 +69,8 @@ func NewProbes(opts ProbeOptions) (http.Handler, error) {
 			probeAnswer(w, http.StatusServiceUnavailable, probeAnchorUnchecked)
 		case rd.AnchorWriteFailed:
 			probeAnswer(w, http.StatusServiceUnavailable, probeAnchorFailed)
+		case !rd.AnchorWriteSince.IsZero() && time.Since(rd.AnchorWriteSince) > stall:
+			probeAnswer(w, http.StatusServiceUnavailable, probeAnchorStalled)
 		default:
 			probeAnswer(w, http.StatusOK, probeOK)
 		}

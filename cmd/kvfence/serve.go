@@ -593,8 +593,9 @@ Arguments:
 	--metrics-listen HOST:PORT
 	    Serve Prometheus metrics at /metrics, plain HTTP, on this address,
 	    and the probes /healthz (200 while serving) and /readyz (200 when
-	    the receiver is open, its anchor was checked at open and its last
-	    anchor write succeeded; 503 and a one-line reason otherwise).
+	    the receiver is open, its anchor was checked at open, its last
+	    anchor write succeeded and none has been in progress for over
+	    10s; 503 and a one-line reason otherwise).
 	--metrics-per-scope
 	    Add per-scope epoch and held gauges (one series per scope).
 `+usageKey+usageDB+usageJSON)
