@@ -1,15 +1,43 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
-// Ensure that the ledger's buckets for registered receivers and
-// containments are bucket names an --etcd-prefix may not use: a receiver
-// or ledger under /l/receivers/ would otherwise write its keys into the
-// receivers bucket of a ledger at /l/, as records of that ledger.
-func TestRedteam20_EtcdPrefixInsideLedgerReceivers(t *testing.T) {
-	for _, p := range []string{"/l/receivers/", "/kvfence-ledger/containments/"} {
-		if err := checkEtcdPrefix(p); err == nil {
-			t.Errorf("checkEtcdPrefix(%q) = nil, want a refusal", p)
-		}
+// Ensure that serve refuses an administrator ID the authenticator could
+// never produce from a certificate, from the flag or from KVFENCE_ADMIN
+// (whitespace around an item, a trailing slash, an upper-case trust
+// domain), rather than serving with an administrator no one can be.
+func TestRedteam20_ServeAdminNotCanonical(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  string
+		args []string
+	}{
+		{"env trailing space", "spiffe://ex.org/ops/a ", nil},
+		{"env space after comma", "spiffe://ex.org/ops/a, spiffe://ex.org/ops/b", nil},
+		{"env trailing slash", "spiffe://ex.org/ops/a/", nil},
+		{"env upper-case trust domain", "spiffe://Ex.org/ops/a", nil},
+		{"flag trailing space", "", []string{"--admin", "spiffe://ex.org/ops/a "}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCLI(t)
+			c.env["KVFENCE_LISTEN"] = "127.0.0.1:0"
+			c.env["KVFENCE_TLS_CERT"] = c.path("s.crt")
+			c.env["KVFENCE_TLS_KEY"] = c.path("s.key")
+			c.env["KVFENCE_CLIENT_CA"] = c.path("ca.pem")
+			c.env["KVFENCE_MAX_CONNECTIONS"] = "16"
+			c.env[envDB] = c.path("r.db")
+			c.env[envAnchor] = c.path("r.anchor")
+			c.env[envKey] = c.path("r.key")
+			if tc.env != "" {
+				c.env["KVFENCE_ADMIN"] = tc.env
+			}
+			r := c.run(append([]string{"serve"}, tc.args...)...)
+			if r.code != 2 || !strings.Contains(r.stderr, "is not a SPIFFE ID") {
+				t.Fatalf("got %s, want a usage error naming the ID", r)
+			}
+		})
 	}
 }

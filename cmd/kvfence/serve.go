@@ -203,8 +203,11 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 			hint: "kvfence serve -h"}
 	}
 	for _, a := range admins {
-		if !strings.HasPrefix(a, "spiffe://") {
-			return &usageError{msg: fmt.Sprintf("kvfence serve: --admin %q is not a SPIFFE ID", a), hint: "--admin spiffe://example.org/ops/alice"}
+		// Held to what the authenticator accepts from a certificate: an ID
+		// it could never produce (a trailing space or slash, an upper-case
+		// trust domain) would admit no one, silently.
+		if _, err := parseSPIFFE(a); err != nil {
+			return &usageError{msg: fmt.Sprintf("kvfence serve: --admin %q is not a SPIFFE ID: %v", a, err), hint: "--admin spiffe://example.org/ops/alice"}
 		}
 	}
 	var sockOpts server.UnixSocketOptions
