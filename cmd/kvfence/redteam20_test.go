@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -39,5 +41,35 @@ func TestRedteam20_ServeAdminNotCanonical(t *testing.T) {
 				t.Fatalf("got %s, want a usage error naming the ID", r)
 			}
 		})
+	}
+}
+
+// Ensure that --assignment-out refuses a symbolic link at its path, one
+// whose target does not exist included (it would otherwise create the
+// target wherever the link points), and leaves the target untouched.
+func TestRedteam20_AssignmentOutSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target, existing := filepath.Join(dir, "elsewhere.json"), filepath.Join(dir, "victim")
+	if err := os.WriteFile(existing, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, to := range map[string]string{"dangling": target, "to a file": existing} {
+		link := filepath.Join(dir, "link-"+strings.ReplaceAll(name, " ", "-"))
+		if err := os.Symlink(to, link); err != nil {
+			t.Fatal(err)
+		}
+		if o, err := createAssignmentFile(link); err == nil {
+			o.abandon()
+			t.Errorf("%s: a symbolic link was opened", name)
+		}
+		if _, err := os.Lstat(link); err != nil {
+			t.Errorf("%s: the link was removed: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(target); err == nil {
+		t.Error("the link's target was created")
+	}
+	if b, err := os.ReadFile(existing); err != nil || string(b) != "keep" {
+		t.Errorf("the link's target was changed: %q %v", b, err)
 	}
 }
