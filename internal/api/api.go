@@ -34,6 +34,15 @@ const (
 	// PathReceipts is GET ?scope=&claim=: the receipts applied under a
 	// claim's grants.
 	PathReceipts = "/v1/receipts"
+	// PathGrantExtend is POST: move an active grant's expiry later, within
+	// its scope's maximum grant TTL (admin).
+	PathGrantExtend = "/v1/grant/extend"
+	// PathVerifyChain is GET: verify the running receiver's audit chain,
+	// state and anchor from one consistent view (admin).
+	PathVerifyChain = "/v1/verify-chain"
+	// PathBackup is GET: a consistent snapshot of the receiver's storage
+	// with the signed checkpoint it matches (admin).
+	PathBackup = "/v1/backup"
 )
 
 // Media types of request and response bodies.
