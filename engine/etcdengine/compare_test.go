@@ -20,8 +20,8 @@ var bk = []byte("b")
 // setup returns an engine with bucket b holding keys, and a second engine
 // on the same prefix, the other writer.
 func setup(t *testing.T, keys ...string) (*Engine, *Engine) {
-	e := newEngine(t, single, Options{ScanPage: 2})
-	other := newEngine(t, single, Options{Prefix: e.prefix})
+	e := newEngine(t, sharedSingle(t), Options{ScanPage: 2})
+	other := newEngine(t, sharedSingle(t), Options{Prefix: e.prefix})
 	err := e.Update(context.Background(), func(tx engine.Tx) error {
 		if err := tx.CreateBucket(bk); err != nil {
 			return err
@@ -222,7 +222,7 @@ func TestLimitsMatchEtcd(t *testing.T) {
 	}
 	// etcd's own refusal is ErrTxnTooLarge too: an engine that believes
 	// the limits are larger than the cluster's.
-	loose := newEngine(t, single, Options{Prefix: e.prefix, MaxTxnOps: 1000})
+	loose := newEngine(t, sharedSingle(t), Options{Prefix: e.prefix, MaxTxnOps: 1000})
 	err = loose.Update(ctx, func(tx engine.Tx) error {
 		for i := range 200 {
 			if err := tx.Put(bk, fmt.Appendf(nil, "z%03d", i), nil); err != nil {

@@ -36,7 +36,7 @@ func newEngine(t testing.TB, c *etcdtest.Cluster, o Options) *Engine {
 // Ensure that the etcd engine passes the seam's conformance suite, with
 // pages small enough that scans cross several.
 func TestConformance(t *testing.T) {
-	c := single
+	c := sharedSingle(t)
 	t.Logf("single member ready in %v", c.Ready)
 	enginetest.Run(t, func(t *testing.T, lim engine.Limits) engine.Engine {
 		return newEngine(t, c, Options{MaxTxnOps: lim.MaxOps, MaxRequestBytes: lim.MaxBytes, ScanPage: 4})

@@ -1,30 +1,46 @@
 package etcdengine
 
 import (
-	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/kvfence/kvfence/internal/etcdtest"
 )
 
-// single is the one-member cluster that this package's tests share.
-var single *etcdtest.Cluster
+// The one-member cluster that this package's tests share starts on first
+// use, inside m.Run: started before it, its serving goroutines race with
+// the testing package's own setup (under -json, m.Run reassigns
+// os.Stderr, which etcd's gateway reads).
+var (
+	singleOnce    sync.Once
+	singleCluster *etcdtest.Cluster
+	singleDir     string
+	singleErr     error
+)
+
+// sharedSingle returns the shared one-member cluster, starting it once.
+func sharedSingle(t testing.TB) *etcdtest.Cluster {
+	t.Helper()
+	singleOnce.Do(func() {
+		if singleDir, singleErr = os.MkdirTemp("", "etcdengine"); singleErr != nil {
+			return
+		}
+		singleCluster, singleErr = etcdtest.Launch(singleDir, etcdtest.Config{})
+	})
+	if singleErr != nil {
+		t.Fatalf("embedded etcd: %v", singleErr)
+	}
+	return singleCluster
+}
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "etcdengine")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	single, err = etcdtest.Launch(dir, etcdtest.Config{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	code := m.Run()
-	single.Stop()
-	os.RemoveAll(dir)
+	if singleCluster != nil {
+		singleCluster.Stop()
+	}
+	if singleDir != "" {
+		os.RemoveAll(singleDir)
+	}
 	os.Exit(code)
 }
