@@ -43,14 +43,15 @@ def load_tls(cert: _Path, key: _Path, ca: _Path) -> ssl.SSLContext:
     _read("key", key)
     begins = ca_pem.count(b"-----BEGIN ")
     blocks = _BLOCK.findall(ca_pem)
+    if len(blocks) != begins:
+        raise TLSFileError(f"CA file {os.fspath(ca)}: {begins} PEM blocks begin but {len(blocks)} decode: "
+                           "a block is damaged")
     if not blocks:
         raise TLSFileError(f"CA file {os.fspath(ca)}: no PEM certificate in it")
     for i, (typ, _) in enumerate(blocks):
         if typ != b"CERTIFICATE":
             raise TLSFileError(f"CA file {os.fspath(ca)}: PEM block {i + 1} is {typ.decode(errors='replace')!r}, "
                                "not a CERTIFICATE")
-    if len(blocks) != begins:
-        raise TLSFileError(f"CA file {os.fspath(ca)}: {begins} PEM blocks begin but only {len(blocks)} decode")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     ctx.verify_mode = ssl.CERT_REQUIRED
