@@ -189,3 +189,32 @@ def test_healthz_and_targets(receiver: Receiver) -> None:
     admin.create_target(s, s + "/a", b"\xff\x00")
     ts = admin.targets(s)
     assert [(t.name, t.value) for t in ts] == [(s + "/a", b"\xff\x00")]
+
+
+def test_readme_python_worker(receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    # The README's ten lines, run as written against this receiver.
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme[readme.index("### A Python worker"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    src = code.group(1).replace("https://127.0.0.1:8443", receiver.url)
+    assert len(src.strip().splitlines()) <= 10
+    s = _scope("readme")
+    admin = receiver.admin()
+    admin.create_scope(s)
+    admin.create_target(s, s, b"v1")
+    act = admin.activate(s, WORKER_A, "claim-r", kvfence.set_request("readme", s, b"v2").encode())
+    a = act.assignment()
+    (receiver.dir / "worker-a.json").write_text(json.dumps({
+        "scope": a.scope, "epoch": a.epoch, "grant": a.grant, "executor": a.executor, "claim": a.claim,
+        "request_b64": __import__("base64").b64encode(a.request).decode()}))
+    monkeypatch.chdir(receiver.dir)
+    exec(compile(src, "README.md", "exec"), {})
+    assert capsys.readouterr().out.startswith("applied 2 ")
+    admin.hold(s, "readme")
+    exec(compile(src, "README.md", "exec"), {})
+    assert capsys.readouterr().out == "fenced: receiver_held\n"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs the Python client's tests (clients/python) against a real
+# `kvfence serve` that they build from this repository. Needs Go, and
+# python3-venv, python3-cbor2 and python3-pytest (Debian/Ubuntu packages;
+# or pip install cbor2 pytest into the interpreter named by KVFENCE_PYTHON).
+# The virtual environment is made under .ci-local/ (or $KVFENCE_VENV) with
+# the system's site packages, and the client is installed into it
+# editable, without the network.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${KVFENCE_PYTHON:-/usr/bin/python3}
+venv=${KVFENCE_VENV:-.ci-local/python-venv}
+if [ ! -x "$venv/bin/python" ]; then
+  "$python" -m venv --system-site-packages "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation --no-index -e clients/python
+cd clients/python
+exec "../../$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
