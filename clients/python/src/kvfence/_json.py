@@ -92,7 +92,7 @@ class Obj:
             raise ValueError(f"{self.where} has no {name!r}")
         return self.v[name]
 
-    def str(self, name: str, *, optional: bool = False) -> str:
+    def text(self, name: str, *, optional: bool = False) -> str:
         """A string member; "" when optional and absent."""
         x = self._get(name, optional)
         if x is None and optional and name not in self.v:
@@ -110,7 +110,7 @@ class Obj:
             raise ValueError(f"{self.where}: {name} is {_kind(x)}, not an unsigned 64-bit integer")
         return x
 
-    def bool(self, name: str, *, optional: bool = False) -> bool:
+    def flag(self, name: str, *, optional: bool = False) -> bool:
         """A boolean member; False when optional and absent."""
         x = self._get(name, optional)
         if x is None and optional and name not in self.v:
@@ -121,12 +121,12 @@ class Obj:
 
     def b64(self, name: str, *, optional: bool = False) -> bytes:
         """A padded standard base64 member, decoded."""
-        s = self.str(name, optional=optional)
+        s = self.text(name, optional=optional)
         return b64decode(s, f"{self.where}: {name}")
 
     def hex32(self, name: str) -> bytes:
         """A SHA-256 digest member: 64 lowercase hex digits."""
-        s = self.str(name)
+        s = self.text(name)
         if not re.fullmatch(r"[0-9a-f]{64}", s):
             raise ValueError(f"{self.where}: {name} {s!r} is not 64 lowercase hex digits")
         return bytes.fromhex(s)
@@ -147,7 +147,7 @@ class Obj:
             return None
         return Obj(x, f"{self.where}.{name}", known)
 
-    def list(self, name: str, item: Callable[[Any, str], T]) -> list[T]:
+    def array(self, name: str, item: Callable[[Any, str], T]) -> list[T]:
         """An array member, each element read by item(value, where)."""
         x = self._get(name, False)
         if not isinstance(x, list):
@@ -164,7 +164,13 @@ def _kind(x: Any) -> str:
         return f"the number {x}"
     if isinstance(x, float):
         return f"the non-integer number {x!r}"
-    return {str: "a string", list: "an array", dict: "an object"}.get(type(x), type(x).__name__)
+    if isinstance(x, str):
+        return "a string"
+    if isinstance(x, list):
+        return "an array"
+    if isinstance(x, dict):
+        return "an object"
+    return type(x).__name__
 
 
 def b64decode(s: str, where: str) -> bytes:

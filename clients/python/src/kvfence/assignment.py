@@ -48,9 +48,9 @@ def decode_assignment(b: bytes) -> Assignment:
     try:
         o = _json.Obj(_json.loads(b), "assignment", ("scope", "epoch", "grant", "executor", "claim", "request_b64"),
                       strict=True)
-        a = Assignment(scope=o.str("scope", optional=True), epoch=o.uint("epoch", optional=True),
-                       grant=o.str("grant", optional=True), executor=o.str("executor", optional=True),
-                       claim=o.str("claim", optional=True), request=o.b64("request_b64", optional=True))
+        a = Assignment(scope=o.text("scope", optional=True), epoch=o.uint("epoch", optional=True),
+                       grant=o.text("grant", optional=True), executor=o.text("executor", optional=True),
+                       claim=o.text("claim", optional=True), request=o.b64("request_b64", optional=True))
     except ValueError as e:
         raise AssignmentError(f"invalid assignment: {e}") from None
     for name, missing in (("scope", a.scope == ""), ("epoch", a.epoch == 0), ("grant", a.grant == ""),

@@ -26,8 +26,10 @@ import struct
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 from urllib.parse import quote, urlsplit
+
+import cbor2
 
 from . import _json
 from .assignment import Assignment
@@ -36,7 +38,6 @@ from .errors import (
     DeniedError,
     KvfenceError,
     MalformedEnvelopeError,
-    MalformedRequestError,
     OutcomeUnknownError,
     ProtocolError,
     StaleAuthorityError,
@@ -55,7 +56,7 @@ from .types import (
     SubmitResult,
     Target,
 )
-from .wire import decode_envelope, decode_request
+from .wire import Envelope, decode_envelope
 
 __all__ = ["Client", "Activation", "MAX_ANSWER", "EVENTS_PAGE"]
 
@@ -150,6 +151,7 @@ class Client:
         self._timeout = timeout
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self._new: Callable[[], http.client.HTTPConnection]
         if u.scheme == "https":
             if tls is None:
                 raise ValueError("an https receiver needs an ssl.SSLContext with a client certificate (load_tls)")
@@ -258,7 +260,7 @@ class Client:
             o = _json.Obj(v, "error answer", ("error",))
             e = o.obj("error", ("code", "message"))
             assert e is not None
-            code, msg = e.str("code"), e.str("message")
+            code, msg = e.text("code"), e.text("message")
         except ValueError as err:
             raise ProtocolError(f"{method} {path}: {err}", status=status) from None
         if not code:
@@ -293,10 +295,10 @@ class Client:
         """
         env = bytes(envelope)
         try:
-            sent = decode_envelope(env)
-            req = decode_request(sent.request)
-        except (MalformedEnvelopeError, MalformedRequestError):
-            sent, req = None, None
+            sent: Optional[Envelope] = decode_envelope(env)
+        except MalformedEnvelopeError:
+            sent = None
+        names = _request_names(sent.request) if sent is not None else None
         status, v = self._call("POST", "/v1/submit", env, _CBOR, ok=(200, 403))
         res: SubmitResult = self._read("POST /v1/submit", SubmitResult.from_json, v)
         # The receiver answers a denial with 403 and a decision that applied
@@ -307,10 +309,10 @@ class Client:
         if res.outcome == "denied":
             cls = StaleAuthorityError if res.reason in STALE_REASONS else DeniedError
             raise cls(res, status=status)
-        if sent is None or req is None:
+        if sent is None or names is None:
             raise ProtocolError("POST /v1/submit: the receiver applied an envelope that is not canonical", status=status)
         got = (res.scope, res.epoch, res.grant, res.action, res.target)
-        want = (sent.scope, sent.epoch, sent.grant, req.action, req.target)
+        want = (sent.scope, sent.epoch, sent.grant) + names
         if got != want or res.revision == 0:
             raise ProtocolError(f"POST /v1/submit: the decision is about {got}, the envelope {want}", status=status)
         return res
@@ -344,7 +346,7 @@ class Client:
             o = _json.Obj(v, "target answer", ("target", "scope", "revision", "value_sha256"))
             if o.hex32("value_sha256") != hashlib.sha256(value).digest():
                 raise ValueError("the receiver stored a value with another sha256 than the one sent")
-            t = Target(name=o.str("target"), scope=o.str("scope"), revision=o.uint("revision"), value=value)
+            t = Target(name=o.text("target"), scope=o.text("scope"), revision=o.uint("revision"), value=value)
             if (t.name, t.scope) != (target, scope):
                 raise ValueError(f"asked for target {target!r} of {scope!r}, the answer is {t.name!r} of {t.scope!r}")
             return t
@@ -424,7 +426,7 @@ class Client:
 
         def read(v: Any) -> HoldAllResult:
             res = HoldResult.from_json(v, extra=("already_held",))
-            held = _json.Obj(v, "hold answer", ()).list("already_held", _text)
+            held = _json.Obj(v, "hold answer", ()).array("already_held", _text)
             return HoldAllResult(**res.__dict__, already_held=held)
 
         out: HoldAllResult = self._read("POST /v1/hold", read, v)
@@ -450,7 +452,7 @@ class Client:
         path = "/v1/target-list" + (f"?scope={quote(scope, safe='')}" if scope else "")
         v = self._get(path)
         ts: list[Target] = self._read("GET /v1/target-list",
-                                      lambda v: _json.Obj(v, "target list", ("targets",)).list("targets", Target.from_json), v)
+                                      lambda v: _json.Obj(v, "target list", ("targets",)).array("targets", Target.from_json), v)
         if scope and any(t.scope != scope for t in ts):
             raise ProtocolError(f"GET /v1/target-list: asked for scope {scope!r}'s targets, got another's")
         return ts
@@ -477,7 +479,7 @@ class Client:
         q = f"?scope={quote(scope, safe='')}&claim={quote(claim, safe='')}"
         v = self._get("/v1/receipts" + q)
         rcs: list[Receipt] = self._read("GET /v1/receipts",
-                                        lambda v: _json.Obj(v, "receipts", ("receipts",)).list("receipts", Receipt.from_json), v)
+                                        lambda v: _json.Obj(v, "receipts", ("receipts",)).array("receipts", Receipt.from_json), v)
         for i, rc in enumerate(rcs):
             if rc.scope != scope:
                 raise ProtocolError(f"GET /v1/receipts: asked for scope {scope!r}'s receipts, got one of {rc.scope!r}")
@@ -493,7 +495,7 @@ class Client:
         while True:
             v = self._get(f"/v1/events?since={since}&limit={EVENTS_PAGE}")
             evs: list[Event] = self._read("GET /v1/events",
-                                          lambda v: _json.Obj(v, "events", ("events",)).list("events", Event.from_json), v)
+                                          lambda v: _json.Obj(v, "events", ("events",)).array("events", Event.from_json), v)
             for ev in evs:
                 if ev.seq < since or (prev is not None and (ev.seq != prev.seq + 1 or ev.prev != prev.hash)):
                     raise ProtocolError(f"GET /v1/events: entry {ev.seq} does not follow the entry before it")
@@ -506,6 +508,19 @@ class Client:
     def healthz(self) -> None:
         """Return if the receiver is serving; raise otherwise."""
         self._get("/healthz")
+
+
+def _request_names(request: bytes) -> Optional[tuple[str, str]]:
+    """The action and target a request names, or None. Only to check that
+    an answer is about the request sent: whether the request is valid is
+    the receiver's decision, so this reads it without judging it."""
+    try:
+        m = cbor2.loads(request)
+    except Exception:  # any decoding failure of bytes the caller chose
+        return None
+    if isinstance(m, dict) and isinstance(m.get("action"), str) and isinstance(m.get("target"), str):
+        return m["action"], m["target"]
+    return None
 
 
 def _text(v: Any, where: str) -> str:

@@ -5,6 +5,7 @@ time that never happened, durations are :class:`datetime.timedelta`."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -59,9 +60,9 @@ class SubmitResult:
     def from_json(v: Any, where: str = "submit answer") -> "SubmitResult":
         """Read a submit answer; raises ValueError."""
         o = Obj(v, where, _SUBMIT)
-        r = SubmitResult(outcome=o.str("outcome"), reason=o.str("reason"), detail=o.str("detail"),
-                         scope=o.str("scope"), epoch=o.uint("epoch"), grant=o.str("grant"), action=o.str("action"),
-                         target=o.str("target"), revision=o.uint("revision"), audit_seq=o.uint("audit_seq"),
+        r = SubmitResult(outcome=o.text("outcome"), reason=o.text("reason"), detail=o.text("detail"),
+                         scope=o.text("scope"), epoch=o.uint("epoch"), grant=o.text("grant"), action=o.text("action"),
+                         target=o.text("target"), revision=o.uint("revision"), audit_seq=o.uint("audit_seq"),
                          receipt_seq=o.uint("receipt_seq", optional=True))
         if r.outcome not in OUTCOMES:
             raise ValueError(f"{where}: unknown outcome {r.outcome!r}")
@@ -84,8 +85,8 @@ class ScopeCreated:
     def from_json(v: Any, where: str = "scope answer") -> "ScopeCreated":
         """Read a POST /v1/scopes answer; raises ValueError."""
         o = Obj(v, where, ("scope", "epoch", "mode", "created_at", "max_grant_ttl"))
-        ttl = o.str("max_grant_ttl", optional=True)
-        return ScopeCreated(scope=o.str("scope"), epoch=o.uint("epoch"), mode=o.str("mode"),
+        ttl = o.text("max_grant_ttl", optional=True)
+        return ScopeCreated(scope=o.text("scope"), epoch=o.uint("epoch"), mode=o.text("mode"),
                             created_at=o.time("created_at"),
                             max_grant_ttl=parse_duration(ttl, f"{where}: max_grant_ttl") if ttl else None)
 
@@ -108,7 +109,7 @@ class Target:
         text = o.v.get("value")
         if text is not None and (not isinstance(text, str) or text.encode("utf-8") != value):
             raise ValueError(f"{where}: value and value_b64 differ")
-        return Target(name=o.str("target"), scope=o.str("scope"), revision=o.uint("revision"), value=value)
+        return Target(name=o.text("target"), scope=o.text("scope"), revision=o.uint("revision"), value=value)
 
 
 _ACTIVATE = ("grant", "scope", "epoch", "executor", "claim", "action", "request_sha256", "not_before", "not_after",
@@ -142,13 +143,13 @@ class Grant:
         ValueError."""
         known = _ACTIVATE + (("created_at", "revoked_seq", "expired") if stored else ())
         o = Obj(v, where, known)
-        g = Grant(id=o.str("grant"), scope=o.str("scope"), epoch=o.uint("epoch"), executor=o.str("executor"),
-                  claim=o.str("claim"), action=o.str("action"), request_sha256=o.hex32("request_sha256"),
-                  not_before=o.time("not_before"), not_after=o.time("not_after"), decision=o.str("decision"),
+        g = Grant(id=o.text("grant"), scope=o.text("scope"), epoch=o.uint("epoch"), executor=o.text("executor"),
+                  claim=o.text("claim"), action=o.text("action"), request_sha256=o.hex32("request_sha256"),
+                  not_before=o.time("not_before"), not_after=o.time("not_after"), decision=o.text("decision"),
                   audit_seq=o.uint("audit_seq"))
         if stored:
-            g = Grant(**{**g.__dict__, "created_at": o.time("created_at"), "revoked_seq": o.uint("revoked_seq"),
-                         "expired": o.bool("expired")})
+            g = dataclasses.replace(g, created_at=o.time("created_at"), revoked_seq=o.uint("revoked_seq"),
+                                    expired=o.flag("expired"))
         return g
 
 
@@ -186,9 +187,9 @@ class ScopeStatus:
         g = o.v.get("grant", ...)
         if g is ...:
             raise ValueError(f"{where} has no 'grant'")
-        ttl = o.str("max_grant_ttl", optional=True)
+        ttl = o.text("max_grant_ttl", optional=True)
         st = ScopeStatus(
-            scope=o.str("scope"), epoch=o.uint("epoch"), mode=o.str("mode"), active_grant=o.str("active_grant"),
+            scope=o.text("scope"), epoch=o.uint("epoch"), mode=o.text("mode"), active_grant=o.text("active_grant"),
             created_at=o.time("created_at"), activated_at=o.time("activated_at"),
             hold_requested_at=o.time("hold_requested_at"), hold_committed_at=o.time("hold_committed_at"),
             last_stale_rejection_at=o.time("last_stale_rejection_at"), stale_rejections=o.uint("stale_rejections"),
@@ -214,8 +215,8 @@ class Status:
     def from_json(v: Any, where: str = "status answer") -> "Status":
         """Read a GET /v1/status answer; raises ValueError."""
         o = Obj(v, where, ("scopes", "audit_seq", "anchor_checked"))
-        return Status(scopes=o.list("scopes", ScopeStatus.from_json), audit_seq=o.uint("audit_seq"),
-                      anchor_checked=o.bool("anchor_checked"))
+        return Status(scopes=o.array("scopes", ScopeStatus.from_json), audit_seq=o.uint("audit_seq"),
+                      anchor_checked=o.flag("anchor_checked"))
 
 
 @dataclass(frozen=True)
@@ -238,9 +239,9 @@ class Checkpoint:
         """Read a checkpoint; raises ValueError."""
         o = Obj(v, where, ("receiver", "seq", "head", "state", "epoch_high_water", "at", "key_fingerprint",
                            "signature_b64", "signed_b64"))
-        c = Checkpoint(receiver=o.str("receiver"), seq=o.uint("seq"), head=o.hex32("head"), state=o.hex32("state"),
+        c = Checkpoint(receiver=o.text("receiver"), seq=o.uint("seq"), head=o.hex32("head"), state=o.hex32("state"),
                        epoch_high_water=o.uint("epoch_high_water"), at=o.time("at"),
-                       key_fingerprint=o.str("key_fingerprint"), signature=o.b64("signature_b64"),
+                       key_fingerprint=o.text("key_fingerprint"), signature=o.b64("signature_b64"),
                        signed=o.b64("signed_b64"))
         if len(c.signature) != 64 or not c.signed:
             raise ValueError(f"{where}: not a signed checkpoint (signature of {len(c.signature)} bytes)")
@@ -266,7 +267,7 @@ class HoldAck:
         """Read a hold acknowledgment; raises ValueError."""
         o = Obj(v, where, ("hold_id", "previous_epoch", "epoch", "audit_seq", "requested_at", "committed_at",
                            "checkpoint_seq", "signed_b64"))
-        a = HoldAck(hold_id=o.str("hold_id"), previous_epoch=o.uint("previous_epoch"), epoch=o.uint("epoch"),
+        a = HoldAck(hold_id=o.text("hold_id"), previous_epoch=o.uint("previous_epoch"), epoch=o.uint("epoch"),
                     audit_seq=o.uint("audit_seq"), requested_at=o.time("requested_at"),
                     committed_at=o.time("committed_at"), checkpoint_seq=o.uint("checkpoint_seq"),
                     signed=o.b64("signed_b64"))
@@ -290,8 +291,8 @@ class HeldScope:
         """Read one scope of a hold answer; raises ValueError."""
         o = Obj(v, where, ("scope", "previous_epoch", "epoch", "mode", "ack"))
         ack = o.v.get("ack")
-        return HeldScope(scope=o.str("scope"), previous_epoch=o.uint("previous_epoch"), epoch=o.uint("epoch"),
-                         mode=o.str("mode"), ack=None if ack is None else HoldAck.from_json(ack, f"{where}.ack"))
+        return HeldScope(scope=o.text("scope"), previous_epoch=o.uint("previous_epoch"), epoch=o.uint("epoch"),
+                         mode=o.text("mode"), ack=None if ack is None else HoldAck.from_json(ack, f"{where}.ack"))
 
 
 _HOLD = ("scopes", "hold_requested_at", "hold_committed_at", "audit_seq", "repeated", "checkpoint")
@@ -314,9 +315,9 @@ class HoldResult:
         """Read a POST /v1/hold answer; raises ValueError."""
         o = Obj(v, where, _HOLD + extra)
         cp = o.v.get("checkpoint")
-        res = HoldResult(scopes=o.list("scopes", HeldScope.from_json), hold_requested_at=o.time("hold_requested_at"),
+        res = HoldResult(scopes=o.array("scopes", HeldScope.from_json), hold_requested_at=o.time("hold_requested_at"),
                          hold_committed_at=o.time("hold_committed_at"), audit_seq=o.uint("audit_seq"),
-                         repeated=o.bool("repeated"),
+                         repeated=o.flag("repeated"),
                          checkpoint=None if cp is None else Checkpoint.from_json(cp, f"{where}.checkpoint"))
         last = 0
         for s in res.scopes:
@@ -365,8 +366,8 @@ class Receipt:
         """Read a receipt; raises ValueError."""
         o = Obj(v, where, ("scope", "action", "grant", "request_sha256", "target", "rev_before", "rev_after",
                            "audit_seq", "at"))
-        return Receipt(scope=o.str("scope"), action=o.str("action"), grant=o.str("grant"),
-                       request_sha256=o.hex32("request_sha256"), target=o.str("target"),
+        return Receipt(scope=o.text("scope"), action=o.text("action"), grant=o.text("grant"),
+                       request_sha256=o.hex32("request_sha256"), target=o.text("target"),
                        rev_before=o.uint("rev_before"), rev_after=o.uint("rev_after"), audit_seq=o.uint("audit_seq"),
                        at=o.time("at"))
 
@@ -394,23 +395,24 @@ class Event:
         m: dict[str, Union[str, int, bytes]] = {"seq": self.seq, "prev": self.prev, "kind": self.kind,
                                                 "at": self.at.unix_nano if self.at else 0}
         m.update({k: v for k, v in self.fields.items() if v})
-        return cbor2.dumps(m, canonical=True)
+        out: bytes = cbor2.dumps(m, canonical=True)
+        return out
 
     @staticmethod
     def from_json(v: Any, where: str = "event") -> "Event":
         """Read an event and check it against its hash; raises ValueError."""
         known = ("seq", "hash", "prev", "at", "kind") + _EVENT_TEXT + _EVENT_UINT + _EVENT_HEX
         o = Obj(v, where, known)
-        prev_hex = o.str("prev")
+        prev_hex = o.text("prev")
         fields: dict[str, Union[str, int, bytes]] = {}
         for k in _EVENT_TEXT:
-            fields[k] = o.str(k, optional=True)
+            fields[k] = o.text(k, optional=True)
         for k in _EVENT_UINT:
             fields[k] = o.uint(k, optional=True)
         for k in _EVENT_HEX:
             fields[k] = o.hex32(k) if o.has(k) else b""
         ev = Event(seq=o.uint("seq"), hash=o.hex32("hash"), prev=o.hex32("prev") if prev_hex else b"",
-                   at=o.time("at"), kind=o.str("kind"), fields=fields)
+                   at=o.time("at"), kind=o.text("kind"), fields=fields)
         if ev.seq == 0 or not ev.kind:
             raise ValueError(f"{where}: seq 0 or no kind")
         got = hashlib.sha256(_HASH_PREFIX + ev.encode()).digest()

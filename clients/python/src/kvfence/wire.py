@@ -284,7 +284,8 @@ def patch_request(action: str, target: str, patch: Union[bytes, str]) -> Request
 
 
 def _dumps(m: dict[str, Union[int, str, bytes]]) -> bytes:
-    return cbor2.dumps(m, canonical=True)
+    out: bytes = cbor2.dumps(m, canonical=True)
+    return out
 
 
 def encode_request(r: Request) -> bytes:
