@@ -120,6 +120,7 @@ def test_the_fake_receiver_answers_a_valid_submit(fake: FakeReceiver) -> None:
     ((200, JSON, b'{"outcome":"denied",' + _j(_submit())[1:]), "given twice"),
     ((200, JSON, _j({**{k: v for k, v in _submit().items() if k != "outcome"}, "Outcome": "applied"})), "'Outcome'"),
     ((200, JSON, _j({k: v for k, v in _submit().items() if k != "audit_seq"})), "no 'audit_seq'"),
+    ((200, JSON, _j({**_submit(), "OUTCOME": "denied"})), "member 'OUTCOME'"),
     ((200, JSON, _j(_submit(epoch=1.0))), "not an unsigned"),
     ((200, JSON, _j(_submit(epoch="1"))), "not an unsigned"),
     ((200, JSON, _j(_submit(epoch=-1))), "not an unsigned"),
@@ -331,3 +332,18 @@ def test_events_must_link(fake: FakeReceiver) -> None:
     with pytest.raises(kvfence.ProtocolError, match="does not follow"):
         list(fake.client().events(since=1))
     assert isinstance(Event.from_json(b), Event)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the socket file to another uid needs root")
+def test_peer_and_owner_are_checked_apart(fake: FakeReceiver) -> None:
+    # The listener is this process (uid 0); the socket file is given to
+    # another uid, so that each check is the only one that can refuse.
+    other = 54321
+    os.chown(fake.path, other, -1)
+    c = kvfence.Client("unix://" + fake.path, server_uids=[other])
+    with pytest.raises(kvfence.UntrustedServerError, match="served by a process of uid 0"):
+        c.status()
+    c = kvfence.Client("unix://" + fake.path, server_uids=[0])
+    with pytest.raises(kvfence.UntrustedServerError, match=f"owned by uid {other}"):
+        c.status()
+    assert fake.requests == []
