@@ -146,7 +146,9 @@ func buildWireVectors(t *testing.T) wireVectors {
 	req := func(replace ...kv) []byte {
 		return cborMap(t, append([]kv{{"v", uint64(1)}, {"set", []byte("x")}, {"action", "a"}, {"target", "t"}}, replace...)...)
 	}
-	inv := func(name string, raw []byte) invalidVector { return invalidVector{Name: name, CBORHex: hex.EncodeToString(raw)} }
+	inv := func(name string, raw []byte) invalidVector {
+		return invalidVector{Name: name, CBORHex: hex.EncodeToString(raw)}
+	}
 	valid := req()
 	out.InvalidRequests = []invalidVector{
 		inv("non-shortest version", cborMap(t, kv{"v", rawCBOR{0x18, 0x01}}, kv{"set", []byte("x")}, kv{"action", "a"}, kv{"target", "t"})),
