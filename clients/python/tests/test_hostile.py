@@ -347,3 +347,36 @@ def test_peer_and_owner_are_checked_apart(fake: FakeReceiver) -> None:
     with pytest.raises(kvfence.UntrustedServerError, match=f"owned by uid {other}"):
         c.status()
     assert fake.requests == []
+
+
+def _chain(n: int) -> list[dict[str, Any]]:
+    # n linked entries, each hashed as the receiver hashes it.
+    import hashlib
+
+    out: list[dict[str, Any]] = []
+    prev = bytes(32)
+    for seq in range(1, n + 1):
+        ev = Event(seq=seq, hash=b"", prev=prev, at=None, kind="note", fields={"note": f"entry {seq}"})
+        h = hashlib.sha256(b"kvfence/audit/v1\n" + ev.encode()).digest()
+        out.append({"seq": seq, "hash": h.hex(), "prev": prev.hex(), "at": None, "kind": "note", "note": f"entry {seq}"})
+        prev = h
+    return out
+
+
+def test_events_read_page_by_page(fake: FakeReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kvfence.client, "EVENTS_PAGE", 2)
+    chain = _chain(5)
+    for page in (chain[0:2], chain[2:4], chain[4:5]):
+        fake.answers.append((200, JSON, _j({"events": page})))
+    assert [ev["note"] for ev in fake.client().events()] == [f"entry {i}" for i in range(1, 6)]
+    assert [r[1] for r in fake.requests] == ["/v1/events?since=1&limit=2", "/v1/events?since=3&limit=2",
+                                             "/v1/events?since=5&limit=2"]
+
+
+def test_events_page_that_skips_an_entry(fake: FakeReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kvfence.client, "EVENTS_PAGE", 2)
+    chain = _chain(5)
+    fake.answers.append((200, JSON, _j({"events": chain[0:2]})))
+    fake.answers.append((200, JSON, _j({"events": chain[3:5]})))
+    with pytest.raises(kvfence.ProtocolError, match="entry 4 does not follow"):
+        list(fake.client().events())

@@ -218,3 +218,16 @@ def test_readme_python_worker(receiver: Receiver, monkeypatch: pytest.MonkeyPatc
     admin.hold(s, "readme")
     exec(compile(src, "README.md", "exec"), {})
     assert capsys.readouterr().out == "fenced: receiver_held\n"
+
+
+def test_hold_all(receiver: Receiver) -> None:
+    s = _scope("hold-all")
+    admin = receiver.admin()
+    admin.create_scope(s)
+    admin.create_target(s, s, b"v1")
+    admin.activate(s, WORKER_A, "claim-all", kvfence.set_request("all", s, b"v2").encode())
+    res = admin.hold_all("incident")
+    assert s in [x.scope for x in res.scopes]
+    assert all(x.mode == "held" for x in admin.status().scopes)
+    again = admin.hold_all("incident")
+    assert again.scopes == [] and s in again.already_held
