@@ -261,22 +261,51 @@ def test_create_target_checks_the_stored_digest(fake: FakeReceiver) -> None:
 
 
 def _hold(**over: Any) -> dict[str, Any]:
-    at = "2026-12-03T19:00:00.5Z"
-    ack = {"hold_id": "h1", "previous_epoch": 1, "epoch": 2, "audit_seq": 10, "requested_at": at, "committed_at": at,
-           "checkpoint_seq": 10, "signed_b64": "AAEC"}
-    cp = {"receiver": "r1", "seq": 10, "head": "ab" * 32, "state": "cd" * 32, "epoch_high_water": 2, "at": at,
-          "key_fingerprint": "SHA256:x", "signature_b64": "AA" * 42 + "AA==", "signed_b64": "AAEC"}
+    """A hold answer whose JSON fields say what its signed bytes say.
+    ack_X and cp_X change a field in both; json_ack_X and json_cp_X in the
+    JSON only; no_ack drops the ack; other keys replace the answer's."""
     import base64
-    cp["signature_b64"] = base64.b64encode(bytes(64)).decode()
-    h: dict[str, Any] = {"scopes": [{"scope": SCOPE, "previous_epoch": 1, "epoch": 2, "mode": "held", "ack": ack}],
+
+    import cbor2
+
+    at = "2026-12-03T19:00:00.5Z"
+    at_ns = kvfence.Timestamp.parse(at).unix_nano
+    key, sig = bytes(range(32)), bytes(64)
+    ack = {"hold_id": "h1", "previous_epoch": 1, "epoch": 2, "audit_seq": 10, "requested_at": at_ns, "at": at_ns,
+           "checkpoint_seq": 10, "scope": SCOPE, "receiver": "r1", "checkpoint_head": b"\xab" * 32}
+    cp = {"receiver": "r1", "seq": 10, "head": b"\xab" * 32, "state": b"\xcd" * 32, "epoch_high_water": 2, "at": at_ns}
+    for k, v in over.items():
+        if k.startswith("ack_"):
+            ack[k[4:]] = v
+        elif k.startswith("cp_"):
+            cp[k[3:]] = v
+
+    def signed(body_key: str, body: dict[str, Any]) -> str:
+        raw = cbor2.dumps({"key": key, "sig": sig, body_key: cbor2.dumps(body, canonical=True)}, canonical=True)
+        return base64.b64encode(raw).decode()
+
+    def ts(ns: int) -> str:
+        return str(kvfence.Timestamp(ns))
+
+    ack_json = {"hold_id": ack["hold_id"], "previous_epoch": ack["previous_epoch"], "epoch": ack["epoch"],
+                "audit_seq": ack["audit_seq"], "requested_at": ts(ack["requested_at"]), "committed_at": ts(ack["at"]),
+                "checkpoint_seq": ack["checkpoint_seq"], "signed_b64": signed("hold_ack", ack)}
+    cp_json = {"receiver": cp["receiver"], "seq": cp["seq"], "head": cp["head"].hex(), "state": cp["state"].hex(),
+               "epoch_high_water": cp["epoch_high_water"], "at": ts(cp["at"]),
+               "key_fingerprint": "SHA256:" + base64.b64encode(key).decode().rstrip("="),
+               "signature_b64": base64.b64encode(sig).decode(), "signed_b64": signed("checkpoint", cp)}
+    h: dict[str, Any] = {"scopes": [{"scope": SCOPE, "previous_epoch": 1, "epoch": 2,
+                                     "mode": "held", "ack": ack_json}],
                          "hold_requested_at": at, "hold_committed_at": at, "audit_seq": 10, "repeated": False,
-                         "checkpoint": cp}
+                         "checkpoint": cp_json}
     for k, v in over.items():
         if k == "no_ack":
             h["scopes"][0]["ack"] = None
-        elif k.startswith("ack_"):
-            ack[k[4:]] = v
-        else:
+        elif k.startswith("json_ack_"):
+            ack_json[k[9:]] = v
+        elif k.startswith("json_cp_"):
+            cp_json[k[8:]] = v
+        elif not k.startswith(("ack_", "cp_")):
             h[k] = v
     return h
 
@@ -295,9 +324,20 @@ def test_hold_answer_is_checked(fake: FakeReceiver) -> None:
     (dict(ack_hold_id="other"), "hold id 'other'"),
     (dict(ack_epoch=3), "ack says epoch"),
     (dict(ack_checkpoint_seq=9), "not covered"),
+    (dict(ack_checkpoint_head=b"\x00" * 32), "not covered"),
+    (dict(ack_receiver="r2"), "not covered"),
+    (dict(ack_scope="another/scope"), "signed for scope 'another/scope'"),
     (dict(scopes=[]), "asked to hold 1 scopes"),
     (dict(audit_seq=11), "does not cover"),
-    (dict(ack_signed_b64="AAE"), "base64"),
+    (dict(json_ack_signed_b64="AAE"), "base64"),
+    (dict(json_ack_signed_b64="oA=="), "has keys"),
+    (dict(json_ack_epoch=3), "epoch is not what its signed_b64 says"),
+    (dict(json_ack_hold_id="h2"), "hold_id is not what its signed_b64 says"),
+    (dict(json_ack_committed_at="2026-12-03T19:00:01Z"), "committed_at is not what"),
+    (dict(json_cp_seq=11), "seq is not what its signed_b64 says"),
+    (dict(json_cp_head="00" * 32), "head is not what"),
+    (dict(json_cp_key_fingerprint="SHA256:AAAA"), "key_fingerprint is not what"),
+    (dict(json_cp_signature_b64="AA=="), "signature_b64 is not what"),
 ])
 def test_hostile_hold_answer(fake: FakeReceiver, over: dict[str, Any], match: str) -> None:
     fake.answers.append((200, JSON, _j(_hold(**over))))

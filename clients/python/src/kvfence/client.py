@@ -387,8 +387,10 @@ class Client:
         hold's result with ``repeated`` set. With expect_epoch (one scope)
         it holds only a scope at that epoch (EpochMismatchError otherwise).
         The answer must carry a signed checkpoint and, for each scope asked
-        for and no other, an acknowledgment with hold_id; the signatures
-        are for the caller to verify with the receiver's public key.
+        for and no other, an acknowledgment with hold_id of that scope,
+        covered by that checkpoint, every field as its signed bytes say;
+        the signatures are for the caller to verify with the receiver's
+        public key (``signed`` holds the bytes).
         """
         names = [scopes] if isinstance(scopes, str) else list(scopes)
         body: dict[str, Any] = {"scopes": names, "reason": reason}

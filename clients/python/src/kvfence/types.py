@@ -5,6 +5,7 @@ time that never happened, durations are :class:`datetime.timedelta`."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
@@ -219,6 +220,52 @@ class Status:
                       anchor_checked=o.flag("anchor_checked"))
 
 
+def _signed(raw: bytes, body_key: str, body_keys: tuple[frozenset[str], ...], where: str
+            ) -> tuple[bytes, bytes, dict[str, Any]]:
+    """Parse a signed statement as audit writes it: the canonical CBOR map
+    {key, sig, body_key: canonical CBOR of the body}, with exactly the body
+    keys of one of body_keys. Returns the key fingerprint, the signature
+    and the body. The signature is not checked: that needs the receiver's
+    public key."""
+    def canonical(b: bytes, what: str) -> dict[str, Any]:
+        try:
+            m = cbor2.loads(b)
+        except Exception as e:  # any decoding failure of the receiver's bytes
+            raise ValueError(f"{where}: {what} is not CBOR: {e}") from None
+        if not isinstance(m, dict) or cbor2.dumps(m, canonical=True) != b:
+            raise ValueError(f"{where}: {what} is not a canonical CBOR map")
+        return m
+
+    outer = canonical(raw, "signed_b64")
+    if set(outer) != {"key", "sig", body_key}:
+        raise ValueError(f"{where}: signed_b64 has keys {sorted(map(str, outer))}")
+    key, sig, body = outer["key"], outer["sig"], outer[body_key]
+    if not (isinstance(key, bytes) and len(key) == 32 and isinstance(sig, bytes) and len(sig) == 64
+            and isinstance(body, bytes)):
+        raise ValueError(f"{where}: signed_b64 is not a key fingerprint, a signature and a body")
+    inner = canonical(body, body_key)
+    if frozenset(inner) not in body_keys:
+        raise ValueError(f"{where}: the signed {body_key} has keys {sorted(map(str, inner))}")
+    return key, sig, inner
+
+
+def _same(where: str, pairs: tuple[tuple[str, Any, Any], ...]) -> None:
+    for name, json_value, signed_value in pairs:
+        if json_value != signed_value or type(json_value) is not type(signed_value):
+            raise ValueError(f"{where}: {name} is not what its signed_b64 says")
+
+
+def _ns(t: Optional[Timestamp]) -> Optional[int]:
+    return None if t is None else t.unix_nano
+
+
+_CHECKPOINT_BODY = (frozenset({"at", "seq", "head", "state", "receiver", "epoch_high_water"}),
+                    frozenset({"at", "seq", "head", "state", "receiver", "epoch_high_water", "admission_at",
+                               "admission_sha256"}))
+_HOLD_ACK_BODY = (frozenset({"at", "epoch", "scope", "hold_id", "receiver", "audit_seq", "requested_at",
+                             "checkpoint_seq", "previous_epoch", "checkpoint_head"}),)
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A signed checkpoint: its fields, and ``signed``, the canonical
@@ -233,19 +280,28 @@ class Checkpoint:
     key_fingerprint: str
     signature: bytes
     signed: bytes
+    #: The signing key's fingerprint (SHA-256 of its public key), as signed.
+    key: bytes = b""
 
     @staticmethod
     def from_json(v: Any, where: str = "checkpoint") -> "Checkpoint":
-        """Read a checkpoint; raises ValueError."""
+        """Read a checkpoint and check that every field says what its signed
+        bytes say (the signature itself is not checked); raises
+        ValueError."""
         o = Obj(v, where, ("receiver", "seq", "head", "state", "epoch_high_water", "at", "key_fingerprint",
                            "signature_b64", "signed_b64"))
         c = Checkpoint(receiver=o.text("receiver"), seq=o.uint("seq"), head=o.hex32("head"), state=o.hex32("state"),
                        epoch_high_water=o.uint("epoch_high_water"), at=o.time("at"),
                        key_fingerprint=o.text("key_fingerprint"), signature=o.b64("signature_b64"),
                        signed=o.b64("signed_b64"))
-        if len(c.signature) != 64 or not c.signed:
-            raise ValueError(f"{where}: not a signed checkpoint (signature of {len(c.signature)} bytes)")
-        return c
+        key, sig, body = _signed(c.signed, "checkpoint", _CHECKPOINT_BODY, where)
+        fp = "SHA256:" + base64.b64encode(key).decode("ascii").rstrip("=")
+        _same(where, (("receiver", c.receiver, body["receiver"]), ("seq", c.seq, body["seq"]),
+                      ("head", c.head, body["head"]), ("state", c.state, body["state"]),
+                      ("epoch_high_water", c.epoch_high_water, body["epoch_high_water"]),
+                      ("at", _ns(c.at), body["at"]), ("key_fingerprint", c.key_fingerprint, fp),
+                      ("signature_b64", c.signature, sig)))
+        return dataclasses.replace(c, key=key)
 
 
 @dataclass(frozen=True)
@@ -261,19 +317,35 @@ class HoldAck:
     committed_at: Optional[Timestamp]
     checkpoint_seq: int
     signed: bytes
+    #: The held scope, the receiver, the covering checkpoint's head and the
+    #: signing key's fingerprint, as signed.
+    scope: str = ""
+    receiver: str = ""
+    checkpoint_head: bytes = b""
+    key: bytes = b""
 
     @staticmethod
     def from_json(v: Any, where: str = "ack") -> "HoldAck":
-        """Read a hold acknowledgment; raises ValueError."""
+        """Read a hold acknowledgment and check that every field says what
+        its signed bytes say (the signature itself is not checked); raises
+        ValueError."""
         o = Obj(v, where, ("hold_id", "previous_epoch", "epoch", "audit_seq", "requested_at", "committed_at",
                            "checkpoint_seq", "signed_b64"))
         a = HoldAck(hold_id=o.text("hold_id"), previous_epoch=o.uint("previous_epoch"), epoch=o.uint("epoch"),
                     audit_seq=o.uint("audit_seq"), requested_at=o.time("requested_at"),
                     committed_at=o.time("committed_at"), checkpoint_seq=o.uint("checkpoint_seq"),
                     signed=o.b64("signed_b64"))
-        if not a.signed:
-            raise ValueError(f"{where}: signed_b64 is empty")
-        return a
+        key, _sig, body = _signed(a.signed, "hold_ack", _HOLD_ACK_BODY, where)
+        _same(where, (("hold_id", a.hold_id, body["hold_id"]), ("previous_epoch", a.previous_epoch, body["previous_epoch"]),
+                      ("epoch", a.epoch, body["epoch"]), ("audit_seq", a.audit_seq, body["audit_seq"]),
+                      ("requested_at", _ns(a.requested_at), body["requested_at"]),
+                      ("committed_at", _ns(a.committed_at), body["at"]),
+                      ("checkpoint_seq", a.checkpoint_seq, body["checkpoint_seq"])))
+        if not (isinstance(body["scope"], str) and isinstance(body["receiver"], str)
+                and isinstance(body["checkpoint_head"], bytes)):
+            raise ValueError(f"{where}: the signed scope, receiver or checkpoint head is mistyped")
+        return dataclasses.replace(a, scope=body["scope"], receiver=body["receiver"],
+                                   checkpoint_head=body["checkpoint_head"], key=key)
 
 
 @dataclass(frozen=True)
@@ -330,7 +402,11 @@ class HoldResult:
                 raise ValueError(f"{where}: scope {s.scope!r}'s ack says epoch {a.previous_epoch} to {a.epoch}")
             if a.requested_at != res.hold_requested_at or a.committed_at != res.hold_committed_at:
                 raise ValueError(f"{where}: scope {s.scope!r}'s ack times are not the hold's")
-            if res.checkpoint is None or a.checkpoint_seq != res.checkpoint.seq or a.audit_seq > res.checkpoint.seq:
+            if a.scope != s.scope:
+                raise ValueError(f"{where}: scope {s.scope!r}'s ack is signed for scope {a.scope!r}")
+            cp = res.checkpoint
+            if (cp is None or a.checkpoint_seq != cp.seq or a.audit_seq > cp.seq or a.checkpoint_head != cp.head
+                    or a.receiver != cp.receiver or a.key != cp.key):
                 raise ValueError(f"{where}: scope {s.scope!r}'s ack is not covered by the answer's checkpoint")
             last = max(last, a.audit_seq)
         if res.checkpoint is not None and res.checkpoint.seq < res.audit_seq:
