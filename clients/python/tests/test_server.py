@@ -1,0 +1,233 @@
+"""The client against a real kvfence serve."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+import kvfence
+from conftest import WORKER_A, WORKER_B, Receiver
+
+
+def _scope(name: str) -> str:
+    return f"configmap/test/{name}"
+
+
+def test_full_flow(receiver: Receiver) -> None:
+    s = _scope("flow")
+    admin = receiver.admin()
+    worker_a = receiver.client("worker-a")
+    worker_b = receiver.client("worker-b")
+
+    created = admin.create_scope(s, max_grant_ttl=timedelta(hours=2))
+    assert (created.scope, created.epoch, created.mode) == (s, 1, "held")
+    assert created.max_grant_ttl == timedelta(hours=2)
+    t = admin.create_target(s, s, b'{"data":{"retention_days":"30"}}')
+    assert t.revision == 1
+
+    req1 = kvfence.set_request("raise-retention", s, b'{"data":{"retention_days":"45"}}').encode()
+    act = admin.activate(s, WORKER_A, "claim-a", req1, ttl=timedelta(minutes=15), decision="review-1")
+    assert act.grant.request_sha256 == kvfence.request_digest(req1)
+    a1 = act.assignment()
+
+    res = worker_a.submit_assignment(a1)
+    assert (res.outcome, res.revision, res.scope, res.epoch) == ("applied", 2, s, 1)
+    again = worker_a.submit_assignment(a1)
+    assert (again.outcome, again.revision) == ("already_applied", 2)
+    assert admin.target(s).value == b'{"data":{"retention_days":"45"}}'
+
+    st = admin.status(s)
+    assert [x.mode for x in st.scopes] == ["open"]
+    assert st.scopes[0].grant is not None and st.scopes[0].grant.id == act.grant.id
+    rc = admin.receipt(s, "raise-retention")
+    assert (rc.rev_before, rc.rev_after, rc.grant) == (1, 2, act.grant.id)
+    assert [r.action for r in admin.receipts(s, "claim-a")] == ["raise-retention"]
+    assert admin.grant(act.grant.id).executor == WORKER_A
+
+    # A hold with an id and the expected epoch; its repeat is the first.
+    h = admin.hold(s, "worker-a stalled", hold_id="hold-1", expect_epoch=1)
+    assert [(x.scope, x.previous_epoch, x.epoch) for x in h.scopes] == [(s, 1, 2)]
+    assert h.checkpoint is not None and not h.repeated
+    h2 = admin.hold(s, "worker-a stalled", hold_id="hold-1", expect_epoch=1)
+    assert h2.repeated and [x.epoch for x in h2.scopes] == [2]
+    with pytest.raises(kvfence.EpochMismatchError) as ei:
+        admin.hold(s, "late", hold_id="hold-2", expect_epoch=1)
+    assert (ei.value.status, ei.value.code) == (409, "epoch_mismatch")
+
+    # The applied request, retried while held: denied, with its receipt.
+    with pytest.raises(kvfence.StaleAuthorityError) as di:
+        worker_a.submit_assignment(a1)
+    assert di.value.reason == "receiver_held" and di.value.receipt_seq == rc.audit_seq
+
+    # A new grant for worker-a at epoch 2, then a hold: the hold denial.
+    req2 = kvfence.set_request("lower-retention", s, b'{"data":{"retention_days":"40"}}').encode()
+    a2 = admin.activate(s, WORKER_A, "claim-a2", req2, epoch=2).assignment()
+    admin.hold([s], "worker-a stalled again", hold_id="hold-3")
+    with pytest.raises(kvfence.StaleAuthorityError) as di:
+        worker_a.submit_assignment(a2)
+    assert (di.value.reason, di.value.status, di.value.code) == ("receiver_held", 403, "receiver_held")
+
+    # worker-b is activated at epoch 3: worker-a's epoch-2 envelope is stale.
+    req3 = kvfence.set_request("lower-retention", s, b'{"data":{"retention_days":"40"}}').encode()
+    a3 = admin.activate(s, WORKER_B, "claim-b", req3).assignment()
+    with pytest.raises(kvfence.StaleAuthorityError) as di:
+        worker_a.submit_assignment(a2)
+    assert di.value.reason == "stale_or_unknown_epoch"
+    assert di.value.result.scope == s and di.value.result.audit_seq > 0
+
+    # worker-a submitting worker-b's current envelope: a denial that is not
+    # stale authority.
+    with pytest.raises(kvfence.DeniedError) as di:
+        worker_a.submit_assignment(a3)
+    assert di.value.reason == "executor_mismatch"
+    assert not isinstance(di.value, kvfence.StaleAuthorityError)
+    assert worker_b.submit_assignment(a3).outcome == "applied"
+
+    st = admin.status(s).scopes[0]
+    assert st.stale_rejections == 3 and st.denials["executor_mismatch"] == 1
+    assert st.last_stale_rejection_at is not None
+
+    # The audit chain, each entry checked against its hash and link.
+    evs = list(admin.events())
+    assert [e.seq for e in evs] == list(range(1, len(evs) + 1))
+    kinds = [e.kind for e in evs]
+    assert kinds.count("hold") == 2 and kinds.count("submit") >= 6
+    assert any(e.kind == "hold" and e["actor"] for e in evs)
+    for c in (admin, worker_a, worker_b):
+        c.close()
+
+
+def test_forbidden_is_not_a_denial(receiver: Receiver) -> None:
+    s = _scope("forbidden")
+    admin = receiver.admin()
+    admin.create_scope(s)
+    admin.create_target(s, s, b"v1")
+    worker = receiver.client("worker-a")
+    # A worker at an administrative endpoint: a role refusal, 403.
+    with pytest.raises(kvfence.KvfenceError) as fi:
+        worker.create_scope(_scope("not-mine"))
+    assert type(fi.value) is kvfence.ForbiddenError
+    assert (fi.value.status, fi.value.code) == (403, "forbidden")
+    assert not isinstance(fi.value, kvfence.DeniedError)
+    # A fence denial, also 403: a decision, a different class.
+    a = kvfence.Assignment(scope=s, epoch=1, grant="0" * 32, executor=WORKER_A, claim="c",
+                           request=kvfence.set_request("x", s, b"v2").encode())
+    with pytest.raises(kvfence.KvfenceError) as di:
+        worker.submit_assignment(a)
+    assert isinstance(di.value, kvfence.DeniedError) and not isinstance(di.value, kvfence.ForbiddenError)
+    assert di.value.status == 403 and di.value.reason == "receiver_held"
+    # The operator's mTLS certificate is admitted where the worker's is not.
+    assert receiver.client("alice").status(s).scopes[0].scope == s
+
+
+@pytest.mark.parametrize("call,cls,status,code", [
+    (lambda c, s: c.create_scope(s), kvfence.ConflictError, 409, "scope_exists"),
+    (lambda c, s: c.create_target(s, s, b"again"), kvfence.ConflictError, 409, "target_exists"),
+    (lambda c, s: c.create_target(s + "/none", "t", b""), kvfence.NotFoundError, 404, "unknown_scope"),
+    (lambda c, s: c.target(s + "/none"), kvfence.NotFoundError, 404, "unknown_target"),
+    (lambda c, s: c.receipt(s, "never"), kvfence.NotFoundError, 404, "not_found"),
+    (lambda c, s: c.activate(s, WORKER_A, "c", b"not cbor"), kvfence.BadRequestError, 400, "malformed_request"),
+    (lambda c, s: c.activate(s, WORKER_A, "c", kvfence.set_request("a", s, b"x").encode(), ttl=timedelta(days=400)),
+     kvfence.BadRequestError, 400, "ttl_too_long"),
+    (lambda c, s: c.hold(s + "/none", "r"), kvfence.NotFoundError, 404, "unknown_scope"),
+])
+def test_error_codes(receiver: Receiver, call, cls, status, code) -> None:  # type: ignore[no-untyped-def]
+    s = _scope("codes")
+    admin = receiver.admin()
+    try:
+        admin.create_scope(s)
+        admin.create_target(s, s, b"v")
+    except kvfence.ConflictError:
+        pass
+    with pytest.raises(kvfence.KvfenceError) as ei:
+        call(admin, s)
+    assert type(ei.value) is cls, ei.value
+    assert (ei.value.status, ei.value.code) == (status, code)
+    assert ei.value.message
+
+
+def test_untrusted_socket_sends_nothing(receiver: Receiver) -> None:
+    s = _scope("untrusted")
+    c = kvfence.Client("unix://" + receiver.socket, server_uids=[54321])
+    with pytest.raises(kvfence.UntrustedServerError):
+        c.create_scope(s)
+    with pytest.raises(kvfence.NotFoundError):
+        receiver.admin().status(s)
+
+
+def test_assignment_out_from_the_cli(receiver: Receiver) -> None:
+    s = _scope("handoff")
+    admin = receiver.admin()
+    admin.create_scope(s)
+    admin.create_target(s, s, b"v1")
+    req = receiver.dir / "handoff-req.cbor"
+    req.write_bytes(kvfence.set_request("hand-off", s, b"v2").encode())
+    out = receiver.dir / "handoff.json"
+    r = receiver.cli("activate", "--scope", s, "--executor", WORKER_A, "--claim", "claim-h", "--request", str(req),
+                     "--assignment-out", str(out), "--server", "unix://" + receiver.socket)
+    assert r.returncode == 0, r.stderr
+    a = kvfence.load_assignment(out)
+    assert (a.scope, a.epoch, a.executor, a.claim, a.request) == (s, 1, WORKER_A, "claim-h", req.read_bytes())
+    assert receiver.client("worker-a").submit_assignment(a).outcome == "applied"
+    # The Go CLI reads the envelope the Python client builds from it.
+    env = receiver.dir / "handoff-env.cbor"
+    env.write_bytes(a.envelope())
+    r = receiver.cli("submit", "--envelope", str(env), "--server", receiver.url, "--tls-cert",
+                     str(receiver.dir / "worker-a.crt"), "--tls-key", str(receiver.dir / "worker-a.key"),
+                     "--tls-ca", str(receiver.dir / "ca.crt"), "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["outcome"] == "already_applied"
+
+
+def test_healthz_and_targets(receiver: Receiver) -> None:
+    admin = receiver.admin()
+    admin.healthz()
+    s = _scope("list")
+    admin.create_scope(s)
+    admin.create_target(s, s + "/a", b"\xff\x00")
+    ts = admin.targets(s)
+    assert [(t.name, t.value) for t in ts] == [(s + "/a", b"\xff\x00")]
+
+
+def test_readme_python_worker(receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    # The README's ten lines, run as written against this receiver.
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme[readme.index("### A Python worker"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    src = code.group(1).replace("https://127.0.0.1:8443", receiver.url)
+    assert len(src.strip().splitlines()) <= 10
+    s = _scope("readme")
+    admin = receiver.admin()
+    admin.create_scope(s)
+    admin.create_target(s, s, b"v1")
+    act = admin.activate(s, WORKER_A, "claim-r", kvfence.set_request("readme", s, b"v2").encode())
+    a = act.assignment()
+    (receiver.dir / "worker-a.json").write_text(json.dumps({
+        "scope": a.scope, "epoch": a.epoch, "grant": a.grant, "executor": a.executor, "claim": a.claim,
+        "request_b64": __import__("base64").b64encode(a.request).decode()}))
+    monkeypatch.chdir(receiver.dir)
+    exec(compile(src, "README.md", "exec"), {})
+    assert capsys.readouterr().out.startswith("applied 2 ")
+    admin.hold(s, "readme")
+    exec(compile(src, "README.md", "exec"), {})
+    assert capsys.readouterr().out == "fenced: receiver_held\n"
+
+
+def test_hold_all(receiver: Receiver) -> None:
+    s = _scope("hold-all")
+    admin = receiver.admin()
+    admin.create_scope(s)
+    admin.create_target(s, s, b"v1")
+    admin.activate(s, WORKER_A, "claim-all", kvfence.set_request("all", s, b"v2").encode())
+    res = admin.hold_all("incident")
+    assert s in [x.scope for x in res.scopes]
+    assert all(x.mode == "held" for x in admin.status().scopes)
+    again = admin.hold_all("incident")
+    assert again.scopes == [] and s in again.already_held
