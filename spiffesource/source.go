@@ -20,6 +20,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"path"
 	"sync"
@@ -59,6 +60,10 @@ type Options struct {
 	// Timeout bounds the wait for the first X.509-SVID; zero means
 	// DefaultTimeout.
 	Timeout time.Duration
+	// Logger receives the Workload API's failures while the Source
+	// follows it, such as the agent going away; the Source keeps the
+	// last credentials it had and retries. Nil discards them.
+	Logger *slog.Logger
 }
 
 // Source is a live connection to a Workload API: the current X.509-SVID
@@ -92,12 +97,15 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 	}
 	wait, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	x, err := workloadapi.NewX509Source(wait, workloadapi.WithClientOptions(workloadapi.WithAddr(opts.Address)))
+	wl := &watchLog{log: opts.Logger}
+	x, err := workloadapi.NewX509Source(wait, workloadapi.WithClientOptions(workloadapi.WithAddr(opts.Address),
+		workloadapi.WithLogger(wl)))
 	if err != nil {
 		// go-spiffe retries an unreachable socket until the context ends;
-		// its error then says only that the context ended.
+		// its error then says only that the context ended, and why it
+		// failed is in its log.
 		if wait.Err() != nil {
-			return nil, fmt.Errorf("%w at %s within %s: %w", ErrUnavailable, opts.Address, timeout, err)
+			return nil, fmt.Errorf("%w at %s within %s: %w%s", ErrUnavailable, opts.Address, timeout, err, wl.lastError())
 		}
 		return nil, fmt.Errorf("%w at %s: %w", ErrUnavailable, opts.Address, err)
 	}
@@ -107,6 +115,41 @@ func Open(ctx context.Context, opts Options) (*Source, error) {
 		return nil, fmt.Errorf("%w at %s: %w", ErrUnavailable, opts.Address, err)
 	}
 	return s, nil
+}
+
+// watchLog is go-spiffe's logger: it keeps the last error, for Open's,
+// and passes failures on to the Logger of Options.
+type watchLog struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	last string
+}
+
+func (w *watchLog) Debugf(string, ...any) {}
+func (w *watchLog) Infof(string, ...any)  {}
+
+func (w *watchLog) Warnf(format string, args ...any) { w.record(format, args) }
+
+func (w *watchLog) Errorf(format string, args ...any) { w.record(format, args) }
+
+func (w *watchLog) record(format string, args []any) {
+	msg := fmt.Sprintf(format, args...)
+	w.mu.Lock()
+	w.last = msg
+	w.mu.Unlock()
+	if w.log != nil {
+		w.log.Warn("SPIFFE Workload API", "error", msg)
+	}
+}
+
+// lastError returns "; last error: ..." if go-spiffe logged one.
+func (w *watchLog) lastError() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last == "" {
+		return ""
+	}
+	return "; last error: " + w.last
 }
 
 // checkAddress accepts unix:///PATH only. go-spiffe also takes tcp://, a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,15 +48,17 @@ func TestOpen_Address(t *testing.T) {
 // SVID for the workload, instead of waiting forever as go-spiffe would.
 func TestOpen_Unavailable(t *testing.T) {
 	silent := spiffetest.Start(t) // answers, but never with an SVID
-	for _, tc := range []struct{ name, addr string }{
-		{"no socket", "unix://" + filepath.Join(t.TempDir(), "missing.sock")},
-		{"no SVID", silent.Addr},
+	missing := filepath.Join(t.TempDir(), "missing.sock")
+	for _, tc := range []struct{ name, addr, want string }{
+		{"no socket", "unix://" + missing, "within 300ms: context deadline exceeded; last error: " +
+			"Failed to watch the Workload API: rpc error: code = Unavailable"},
+		{"no SVID", silent.Addr, "at " + silent.Addr + " within 300ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
 			_, err := spiffesource.Open(context.Background(), spiffesource.Options{Address: tc.addr, Timeout: 300 * time.Millisecond})
-			if !errors.Is(err, spiffesource.ErrUnavailable) {
-				t.Fatalf("Open: %v, want ErrUnavailable", err)
+			if !errors.Is(err, spiffesource.ErrUnavailable) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Open: %v, want ErrUnavailable and %q", err, tc.want)
 			}
 			if d := time.Since(start); d > 10*time.Second {
 				t.Fatalf("gave up after %s, want about the 300ms timeout", d)
