@@ -32,11 +32,11 @@ func TestOpen_Address(t *testing.T) {
 	} {
 		t.Run(addr, func(t *testing.T) {
 			start := time.Now()
-			_, err := spiffesource.Open(context.Background(), spiffesource.Options{Address: addr, Timeout: time.Minute})
+			_, err := spiffesource.Open(context.Background(), spiffesource.Options{Address: addr, Timeout: 3 * time.Second})
 			if !errors.Is(err, spiffesource.ErrAddress) {
 				t.Fatalf("Open(%q): %v, want ErrAddress", addr, err)
 			}
-			if d := time.Since(start); d > 5*time.Second {
+			if d := time.Since(start); d > 2*time.Second {
 				t.Fatalf("refused after %s: it waited for the agent", d)
 			}
 		})
@@ -48,11 +48,18 @@ func TestOpen_Address(t *testing.T) {
 // SVID for the workload, instead of waiting forever as go-spiffe would.
 func TestOpen_Unavailable(t *testing.T) {
 	silent := spiffetest.Start(t) // answers, but never with an SVID
+	ca, err := pki.NewCA("CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noBundle := spiffetest.Start(t)
+	noBundle.Set(t, spiffetest.Issue(t, ca, "spiffe://example.org/w"))
 	missing := filepath.Join(t.TempDir(), "missing.sock")
 	for _, tc := range []struct{ name, addr, want string }{
 		{"no socket", "unix://" + missing, "within 300ms: context deadline exceeded; last error: " +
 			"Failed to watch the Workload API: rpc error: code = Unavailable"},
 		{"no SVID", silent.Addr, "at " + silent.Addr + " within 300ms"},
+		{"empty bundle", noBundle.Addr, "the trust bundle of example.org is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
