@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +21,19 @@ func agentFor(t *testing.T, ca pki.Pair, id string) *spiffetest.WorkloadAPI {
 	a := spiffetest.Start(t)
 	a.Set(t, spiffetest.Issue(t, ca, id), ca.Cert)
 	return a
+}
+
+// runBounded runs the program as run does, but stops it, as SIGTERM
+// would, after d: a serve that should have refused to start then fails
+// its test instead of hanging it.
+func (c *cli) runBounded(d time.Duration, args ...string) result {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	m := Main{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return c.env[k] }}
+	code := m.Run(ctx, args)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
 }
 
 // Ensure that serve refuses, before it opens anything, a Workload API
@@ -57,7 +72,7 @@ func TestServe_SPIFFEFlags(t *testing.T) {
 				c.env[k] = v
 			}
 			start := time.Now()
-			r := c.run(append([]string{"serve", "--listen", "127.0.0.1:0", "--admin", spiffeOperator}, tc.args...)...)
+			r := c.runBounded(10*time.Second, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin", spiffeOperator}, tc.args...)...)
 			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
 				t.Fatalf("got %s\nwant exit %d and %q", r, tc.code, tc.want)
 			}
@@ -83,7 +98,7 @@ func TestServe_SPIFFEWorkloadAPI(t *testing.T) {
 	serverAgent := agentFor(t, ca, spiffeReceiver)
 	opAgent := agentFor(t, ca, spiffeOperator)
 
-	if r := c.run("serve", "--listen", "127.0.0.1:0", "--spiffe-socket", serverAgent.Addr, "--admin", "spiffe://other.org/ops/bob"); r.code != 2 ||
+	if r := c.runBounded(10*time.Second, "serve", "--listen", "127.0.0.1:0", "--spiffe-socket", serverAgent.Addr, "--admin", "spiffe://other.org/ops/bob"); r.code != 2 ||
 		!strings.Contains(r.stderr, `--admin "spiffe://other.org/ops/bob" is not in trust domain "example.org"`) {
 		t.Fatalf("an --admin of another trust domain: %s", r)
 	}
