@@ -24,6 +24,8 @@ import (
 
 // WorkloadAPI is a running Workload API.
 type WorkloadAPI struct {
+	// UnimplementedSpiffeWorkloadAPIServer answers the calls other than
+	// FetchX509SVID with Unimplemented.
 	workload.UnimplementedSpiffeWorkloadAPIServer
 	// Addr is its address, unix:///PATH.
 	Addr string
@@ -39,24 +41,34 @@ type WorkloadAPI struct {
 // test ends.
 func Start(t testing.TB) *WorkloadAPI {
 	t.Helper()
+	w, stop, err := Serve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return w
+}
+
+// Serve is Start outside a test: it returns the function that stops the
+// Workload API and removes its socket.
+func Serve() (*WorkloadAPI, func(), error) {
 	// A unix socket path is limited to about 100 bytes, which t.TempDir
 	// may exceed.
 	dir, err := os.MkdirTemp("", "wlapi")
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
 	p := filepath.Join(dir, "agent.sock")
 	l, err := net.Listen("unix", p)
 	if err != nil {
-		t.Fatal(err)
+		os.RemoveAll(dir)
+		return nil, nil, err
 	}
 	w := &WorkloadAPI{Addr: "unix://" + p, Path: p, changed: make(chan struct{})}
 	s := grpc.NewServer()
 	workload.RegisterSpiffeWorkloadAPIServer(s, w)
 	go s.Serve(l)
-	t.Cleanup(s.Stop)
-	return w
+	return w, func() { s.Stop(); os.RemoveAll(dir) }, nil
 }
 
 // SVID is one X.509-SVID to hand out.
@@ -82,9 +94,16 @@ func Issue(t testing.TB, ca pki.Pair, id string) SVID {
 // X.509 context, and sends it to every watcher.
 func (w *WorkloadAPI) Set(t testing.TB, svid SVID, bundle ...*x509.Certificate) {
 	t.Helper()
+	if err := w.SetX509(svid, bundle...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SetX509 is Set outside a test.
+func (w *WorkloadAPI) SetX509(svid SVID, bundle ...*x509.Certificate) error {
 	key, err := x509.MarshalPKCS8PrivateKey(svid.Pair.Key)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	var b []byte
 	for _, c := range bundle {
@@ -97,6 +116,7 @@ func (w *WorkloadAPI) Set(t testing.TB, svid SVID, bundle ...*x509.Certificate) 
 	close(w.changed)
 	w.changed = make(chan struct{})
 	w.mu.Unlock()
+	return nil
 }
 
 // checkHeader refuses a call without the security header, with the code
