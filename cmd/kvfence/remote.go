@@ -71,6 +71,10 @@ func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string) error {
 			return &usageError{msg: fmt.Sprintf("kvfence %s: --spiffe-socket and --server-id go together: the receiver is admitted only by its SPIFFE ID", cmd),
 				hint: "--server-id spiffe://example.org/kvfence/receiver"}
 		}
+		if _, err := parseSPIFFE(rf.serverID); err != nil {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --server-id %q is not a SPIFFE ID: %v", cmd, rf.serverID, err),
+				hint: "--server-id spiffe://example.org/kvfence/receiver"}
+		}
 		if isSet(fs, "server-uid") {
 			return &usageError{msg: fmt.Sprintf("kvfence %s: --server-uid goes with --server unix://...: an https receiver is identified by its certificate", cmd)}
 		}

@@ -129,6 +129,8 @@ func TestRemote_SPIFFEFlags(t *testing.T) {
 			"--tls-cert", "c.crt"}, "--spiffe-socket and --tls-cert, --tls-key, --tls-ca are two sources of your credentials"},
 		{"no --server-id", []string{"--server", "https://127.0.0.1:1", "--spiffe-socket", sock}, "--spiffe-socket and --server-id go together"},
 		{"no --spiffe-socket", []string{"--server", "https://127.0.0.1:1", "--server-id", spiffeReceiver}, "--spiffe-socket and --server-id go together"},
+		{"bad --server-id", []string{"--server", "https://127.0.0.1:1", "--spiffe-socket", sock, "--server-id", "spiffe://Example.org/r"},
+			`--server-id "spiffe://Example.org/r" is not a SPIFFE ID`},
 		{"unix server", []string{"--server", "unix:///tmp/k.sock", "--spiffe-socket", sock, "--server-id", spiffeReceiver},
 			"takes no TLS or SPIFFE flags"},
 		{"no server", []string{"--spiffe-socket", sock}, "--spiffe-socket goes with --server"},
