@@ -341,3 +341,30 @@ func TestServe_OtherTrustDomain(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkClientRoots measures what every request on a served
+// connection pays to learn whether the bundle changed: the Source's
+// snapshot check and SourceCredentials' generation check.
+func BenchmarkClientRoots(b *testing.B) {
+	ca, err := pki.NewCA("CA", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	agent := spiffetest.Start(b)
+	agent.Set(b, spiffetest.Issue(b, ca, receiverID), ca.Cert)
+	src, err := spiffesource.Open(context.Background(), spiffesource.Options{Address: agent.Addr, Timeout: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	creds, err := server.NewSourceCredentials(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			creds.ClientRoots()
+		}
+	})
+}
