@@ -52,6 +52,13 @@ type SPIFFECertificate struct {
 	// verdict is kept per connection and generation, so other requests do
 	// not verify the chain again. The server must use ConnContext.
 	Roots ClientRoots
+	// TrustDomain, when set, is the one trust domain admitted: a
+	// certificate whose SPIFFE ID is in another is refused, even if it
+	// chains to the client CA. A SPIFFE trust bundle vouches only for
+	// the IDs of its own trust domain, so a server whose client CA is
+	// its trust domain's bundle (SourceCredentials over a Workload API)
+	// sets it to that trust domain.
+	TrustDomain string
 }
 
 // Authenticate returns the SPIFFE ID of the request's verified client
@@ -84,6 +91,9 @@ func (a SPIFFECertificate) Authenticate(r *http.Request) (string, error) {
 	id, err := ParseSPIFFEID(uris[0])
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	if td := TrustDomainOf(id); a.TrustDomain != "" && td != a.TrustDomain {
+		return "", fmt.Errorf("%w: the client's SPIFFE ID is in trust domain %q, not %q", ErrUnauthenticated, td, a.TrustDomain)
 	}
 	return id, nil
 }
@@ -231,6 +241,13 @@ func rawURISANs(cert *x509.Certificate) ([]string, error) {
 		}
 	}
 	return uris, nil
+}
+
+// TrustDomainOf returns the trust domain of a SPIFFE ID that
+// ParseSPIFFEID accepted: "example.org" for "spiffe://example.org/a/b".
+func TrustDomainOf(id string) string {
+	td, _, _ := strings.Cut(strings.TrimPrefix(id, "spiffe://"), "/")
+	return td
 }
 
 // maxSPIFFEIDLen is the SPIFFE specification's limit on an ID's length.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"flag"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
+	"github.com/kvfence/kvfence/spiffesource"
 )
 
 // remoteFlags are the flags of a command that can talk to a running
@@ -20,6 +22,11 @@ type remoteFlags struct {
 	// serverUID is --server-uid as given; serverUIDs is it parsed.
 	serverUID  string
 	serverUIDs []uint32
+	// spiffeSocket and serverID take the client's credentials from a
+	// Workload API instead of the --tls-* files; src is the Workload API
+	// connection dial opened, closed by release.
+	spiffeSocket, serverID string
+	src                    *spiffesource.Source
 }
 
 func (rf *remoteFlags) register(fs *flag.FlagSet) {
@@ -28,6 +35,8 @@ func (rf *remoteFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.tlsKey, "tls-key", "", "")
 	fs.StringVar(&rf.tlsCA, "tls-ca", "", "")
 	fs.StringVar(&rf.serverUID, "server-uid", "", "")
+	fs.StringVar(&rf.spiffeSocket, "spiffe-socket", "", "")
+	fs.StringVar(&rf.serverID, "server-id", "", "")
 }
 
 // on reports whether --server was given.
@@ -39,7 +48,7 @@ func (rf *remoteFlags) on() bool { return rf.server != "" }
 // flags. Their environment fallbacks are ignored with --server.
 func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string) error {
 	if !rf.on() {
-		for _, f := range []string{"tls-cert", "tls-key", "tls-ca", "server-uid"} {
+		for _, f := range []string{"tls-cert", "tls-key", "tls-ca", "server-uid", "spiffe-socket", "server-id"} {
 			if isSet(fs, f) {
 				return &usageError{msg: fmt.Sprintf("kvfence %s: --%s goes with --server", cmd, f), hint: "kvfence " + cmd + " -h"}
 			}
@@ -53,6 +62,22 @@ func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string) error {
 		}
 	}
 	switch {
+	case strings.HasPrefix(rf.server, "https://") && (rf.spiffeSocket != "" || rf.serverID != ""):
+		if rf.tlsCert != "" || rf.tlsKey != "" || rf.tlsCA != "" {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --spiffe-socket and --tls-cert, --tls-key, --tls-ca are two sources of your credentials: give one", cmd),
+				hint: "drop the --tls-* flags to take your SVID and bundle from the Workload API"}
+		}
+		if rf.spiffeSocket == "" || rf.serverID == "" {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --spiffe-socket and --server-id go together: the receiver is admitted only by its SPIFFE ID", cmd),
+				hint: "--server-id spiffe://example.org/kvfence/receiver"}
+		}
+		if _, err := parseSPIFFE(rf.serverID); err != nil {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --server-id %q is not a SPIFFE ID: %v", cmd, rf.serverID, err),
+				hint: "--server-id spiffe://example.org/kvfence/receiver"}
+		}
+		if isSet(fs, "server-uid") {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --server-uid goes with --server unix://...: an https receiver is identified by its certificate", cmd)}
+		}
 	case strings.HasPrefix(rf.server, "https://"):
 		if rf.tlsCert == "" || rf.tlsKey == "" || rf.tlsCA == "" {
 			return &usageError{msg: fmt.Sprintf("kvfence %s: --server https://... needs --tls-cert, --tls-key and --tls-ca", cmd),
@@ -62,8 +87,8 @@ func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string) error {
 			return &usageError{msg: fmt.Sprintf("kvfence %s: --server-uid goes with --server unix://...: an https receiver is identified by its certificate", cmd)}
 		}
 	case strings.HasPrefix(rf.server, "unix://"):
-		if rf.tlsCert != "" || rf.tlsKey != "" || rf.tlsCA != "" {
-			return &usageError{msg: fmt.Sprintf("kvfence %s: --server unix://... takes no TLS flags: the socket identifies you by uid", cmd)}
+		if rf.tlsCert != "" || rf.tlsKey != "" || rf.tlsCA != "" || rf.spiffeSocket != "" || rf.serverID != "" {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --server unix://... takes no TLS or SPIFFE flags: the socket identifies you by uid", cmd)}
 		}
 		if isSet(fs, "server-uid") {
 			uid, err := strconv.ParseUint(rf.serverUID, 10, 32)
@@ -79,10 +104,22 @@ func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string) error {
 	return nil
 }
 
-// dial returns a client for --server.
+// dial returns a client for --server; release closes what it opened
+// besides.
 func (rf *remoteFlags) dial() (*client.Client, error) {
 	var cfg *tls.Config
-	if strings.HasPrefix(rf.server, "https://") {
+	switch {
+	case strings.HasPrefix(rf.server, "https://") && rf.spiffeSocket != "":
+		src, err := spiffesource.Open(context.Background(), spiffesource.Options{Address: rf.spiffeSocket})
+		if err != nil {
+			return nil, fmt.Errorf("--spiffe-socket: %w", err)
+		}
+		if cfg, err = src.ClientTLS(rf.serverID); err != nil {
+			src.Close()
+			return nil, fmt.Errorf("--server-id: %w", err)
+		}
+		rf.src = src
+	case strings.HasPrefix(rf.server, "https://"):
 		cert, err := tls.LoadX509KeyPair(rf.tlsCert, rf.tlsKey)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
@@ -97,17 +134,34 @@ func (rf *remoteFlags) dial() (*client.Client, error) {
 		}
 		cfg = &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, Certificates: []tls.Certificate{cert}}
 	}
-	return client.NewWith(rf.server, client.Options{TLS: cfg, ServerUIDs: rf.serverUIDs})
+	cl, err := client.NewWith(rf.server, client.Options{TLS: cfg, ServerUIDs: rf.serverUIDs})
+	if err != nil {
+		rf.release()
+	}
+	return cl, err
+}
+
+// release closes the Workload API connection dial opened, if any.
+func (rf *remoteFlags) release() {
+	if rf.src != nil {
+		rf.src.Close()
+		rf.src = nil
+	}
 }
 
 const usageServer = `	--server URL
 	    Talk to a running "kvfence serve" instead of opening the database:
-	    https://HOST:PORT (with --tls-cert, --tls-key and --tls-ca) or
-	    unix:///PATH (the admin socket). --db, --anchor and --key are then
+	    https://HOST:PORT (with --tls-cert, --tls-key and --tls-ca, or
+	    --spiffe-socket and --server-id) or unix:///PATH (the admin socket). --db, --anchor and --key are then
 	    not taken, and their environment variables are ignored.
 	--tls-cert F, --tls-key F, --tls-ca F
 	    Your client certificate and key, and the CA of the server's
 	    certificate, for --server https://.
+	--spiffe-socket unix:///PATH, --server-id ID
+	    For --server https://, instead of the --tls-* files: take your
+	    X.509-SVID and trust bundle from this SPIFFE Workload API (a
+	    SPIRE agent; the first SVID is awaited at most 30s), and admit
+	    the receiver only if its SVID has the SPIFFE ID --server-id.
 	--server-uid UID
 	    For --server unix://: the uid the receiver runs as. Nothing is
 	    sent unless the process serving the socket, and the socket
@@ -124,6 +178,7 @@ func either[T any](cf *commonFlags, rf *remoteFlags, write bool, warn func(strin
 		if err != nil {
 			return res, err
 		}
+		defer rf.release()
 		defer cl.Close()
 		return remote(cl)
 	}

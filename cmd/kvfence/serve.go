@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/kvfence/kvfence/kvfence"
 	"github.com/kvfence/kvfence/metrics"
 	"github.com/kvfence/kvfence/server"
+	"github.com/kvfence/kvfence/spiffesource"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -138,6 +140,8 @@ func envValueError(f *flag.Flag, err error) error {
 		return errors.New("want true or false")
 	case int, int64, uint, uint64:
 		return errors.New("want a whole number")
+	case time.Duration:
+		return errors.New("want a duration such as 30s")
 	}
 	return err
 }
@@ -152,6 +156,8 @@ type serveFlags struct {
 	maxConns, maxRecords              int
 	metricsListen                     string
 	perScope                          bool
+	spiffeSocket                      string
+	spiffeTimeout                     time.Duration
 }
 
 // newServeFlags returns serve's flag set: the common flags and its own.
@@ -172,6 +178,8 @@ func newServeFlags() (*flag.FlagSet, *commonFlags, *serveFlags) {
 	fs.IntVar(&sf.maxRecords, "max-records", kvfence.DefaultMaxRecords, "")
 	fs.StringVar(&sf.metricsListen, "metrics-listen", "", "")
 	fs.BoolVar(&sf.perScope, "metrics-per-scope", false, "")
+	fs.StringVar(&sf.spiffeSocket, "spiffe-socket", "", "")
+	fs.DurationVar(&sf.spiffeTimeout, "spiffe-timeout", spiffesource.DefaultTimeout, "")
 	return fs, cf, sf
 }
 
@@ -191,8 +199,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	if err := cf.requireWriter(); err != nil {
 		return err
 	}
-	if err := require("serve", [2]string{"listen", *listen}, [2]string{"tls-cert", *tlsCert},
-		[2]string{"tls-key", *tlsKey}, [2]string{"client-ca", *clientCA}); err != nil {
+	if err := sf.checkCredentialFlags(fs); err != nil {
 		return err
 	}
 	switch {
@@ -230,9 +237,26 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	}
 	log := slog.New(slog.NewTextHandler(c.m.Stderr, nil))
 
-	certs, err := server.LoadCredentials(*tlsCert, *tlsKey, *clientCA)
-	if err != nil {
-		return fmt.Errorf("--tls-cert/--tls-key/--client-ca: %w", err)
+	var certs serveCredentials
+	var reload func() error // nil: SIGHUP has nothing to reload
+	var trustDomain string
+	if sf.spiffeSocket != "" {
+		src, td, err := openSPIFFE(ctx, sf, admins, log)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		sc, err := server.NewSourceCredentials(src)
+		if err != nil {
+			return fmt.Errorf("--spiffe-socket: %w", err)
+		}
+		certs, trustDomain = sc, td
+	} else {
+		fc, err := server.LoadCredentials(*tlsCert, *tlsKey, *clientCA)
+		if err != nil {
+			return fmt.Errorf("--tls-cert/--tls-key/--client-ca: %w", err)
+		}
+		certs, reload = fc, fc.Reload
 	}
 	var obs *metrics.Metrics
 	if *metricsListen != "" {
@@ -244,7 +268,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	}
 	defer closeReceiver(r, &err)
 
-	tlsHandler, err := server.New(server.Options{Receiver: r, Authenticator: server.SPIFFECertificate{Roots: certs},
+	tlsHandler, err := server.New(server.Options{Receiver: r, Authenticator: server.SPIFFECertificate{Roots: certs, TrustDomain: trustDomain},
 		Admins: admins, Logger: log.With("listener", "tls")})
 	if err != nil {
 		return err
@@ -338,7 +362,11 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	for {
 		select {
 		case <-hup:
-			if err := certs.Reload(); err != nil {
+			if reload == nil {
+				log.Info("SIGHUP: the certificate and client CA come from the Workload API, which rotates them; nothing to reload")
+				continue
+			}
+			if err := reload(); err != nil {
 				log.Error("reloading certificates failed; still serving the previous ones", "error", err)
 			} else {
 				log.Info("reloaded certificates and client CA; connections whose client certificate no longer verifies are refused and closed at their next request")
@@ -359,6 +387,67 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	}
 	log.Info("stopped", "audit_seq", r.Head().Seq)
 	return nil
+}
+
+// serveCredentials are the server's certificate and client CA, from files
+// or from a Workload API.
+type serveCredentials interface {
+	server.ClientRoots
+	TLSConfig() *tls.Config
+}
+
+// checkCredentialFlags requires --listen and one source of the server's
+// credentials: --tls-cert, --tls-key and --client-ca, or --spiffe-socket.
+// Both at once would leave it unclear which certificate workers see and
+// which CA admits them, so they are refused, whether given as flags or as
+// variables.
+func (sf *serveFlags) checkCredentialFlags(fs *flag.FlagSet) error {
+	if sf.spiffeSocket == "" {
+		if isSet(fs, "spiffe-timeout") {
+			return &usageError{msg: "kvfence serve: --spiffe-timeout goes with --spiffe-socket", hint: "kvfence serve -h"}
+		}
+		return require("serve", [2]string{"listen", sf.listen}, [2]string{"tls-cert", sf.tlsCert},
+			[2]string{"tls-key", sf.tlsKey}, [2]string{"client-ca", sf.clientCA})
+	}
+	for _, f := range [][2]string{{"tls-cert", sf.tlsCert}, {"tls-key", sf.tlsKey}, {"client-ca", sf.clientCA}} {
+		if f[1] != "" {
+			return &usageError{msg: fmt.Sprintf("kvfence serve: --spiffe-socket and --%s (or %s) are two sources of the server's credentials: give one",
+				f[0], envName(f[0])), hint: "drop --tls-cert, --tls-key and --client-ca to take the SVID and bundle from the Workload API"}
+		}
+	}
+	if sf.spiffeTimeout <= 0 {
+		return &usageError{msg: fmt.Sprintf("kvfence serve: --spiffe-timeout %s: must be positive", sf.spiffeTimeout), hint: "--spiffe-timeout 30s"}
+	}
+	return require("serve", [2]string{"listen", sf.listen})
+}
+
+// openSPIFFE connects to the Workload API at --spiffe-socket, waiting for
+// the first SVID at most --spiffe-timeout, and returns it with the trust
+// domain of its SVID, the only one whose callers are admitted. An --admin
+// in another trust domain could never be admitted, so it is refused.
+func openSPIFFE(ctx context.Context, sf *serveFlags, admins []string, log *slog.Logger) (*spiffesource.Source, string, error) {
+	src, err := spiffesource.Open(ctx, spiffesource.Options{Address: sf.spiffeSocket, Timeout: sf.spiffeTimeout,
+		Logger: log.With("spiffe_socket", sf.spiffeSocket)})
+	if err != nil {
+		return nil, "", fmt.Errorf("--spiffe-socket: %w", err)
+	}
+	id, err := src.ID()
+	if err == nil {
+		var td string
+		if td, err = src.TrustDomain(); err == nil {
+			for _, a := range admins {
+				if server.TrustDomainOf(a) != td {
+					src.Close()
+					return nil, "", &usageError{msg: fmt.Sprintf("kvfence serve: --admin %q is not in trust domain %q of the Workload API's SVID %s: it could never be admitted", a, td, id),
+						hint: "give administrators of trust domain " + td}
+				}
+			}
+			log.Info("credentials from the Workload API", "spiffe_socket", sf.spiffeSocket, "svid", id, "trust_domain", td)
+			return src, td, nil
+		}
+	}
+	src.Close()
+	return nil, "", fmt.Errorf("--spiffe-socket: %w", err)
 }
 
 // open opens the receiver for writing, with the observer when metrics are
@@ -516,7 +605,8 @@ func (s *servers) close() {
 
 // Usage prints the command's help.
 func (c *ServeCommand) Usage() {
-	fmt.Fprint(c.m.Stderr, `Usage: kvfence serve --listen HOST:PORT --tls-cert F --tls-key F --client-ca F
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence serve --listen HOST:PORT (--tls-cert F --tls-key F --client-ca F |
+                      --spiffe-socket unix:///PATH [--spiffe-timeout D])
                      --admin ID [--admin ID ...]
                      [--admin-socket PATH --admin-uid UID[,UID...]
                       [--admin-socket-group G]]
@@ -566,6 +656,20 @@ Arguments:
 	    The server's certificate and key (PEM).
 	--client-ca F
 	    The CA certificates (PEM) that client certificates must chain to.
+	--spiffe-socket unix:///PATH
+	    Instead of --tls-cert, --tls-key and --client-ca: take the
+	    server's X.509-SVID and the trust bundle of its trust domain from
+	    this SPIFFE Workload API (a SPIRE agent). The agent's rotations
+	    take effect from the next handshake, with no SIGHUP; when the
+	    bundle drops a CA, a request on an open connection whose client
+	    certificate no longer verifies is refused with 401 and its
+	    connection closed, as after a reload. Only callers of the SVID's
+	    trust domain are admitted (no federation), and every --admin must
+	    be in it. Giving it with any of the three file flags is an error.
+	--spiffe-timeout D
+	    How long to wait at start for the first SVID (default 30s); an
+	    agent that is not there, or has no SVID for this workload, then
+	    makes serve fail rather than wait forever.
 	--admin ID
 	    A SPIFFE ID admitted to the administrative endpoints; repeat.
 	--admin-socket PATH

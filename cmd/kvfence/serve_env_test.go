@@ -40,6 +40,8 @@ var serveEnvCases = map[string]struct{ env, envWant, flag, flagWant string }{
 	"max-records":            {"1000", "1000", "2000", "2000"},
 	"metrics-listen":         {"127.0.0.1:9100", "127.0.0.1:9100", "127.0.0.1:9101", "127.0.0.1:9101"},
 	"metrics-per-scope":      {"true", "true", "false", "false"},
+	"spiffe-socket":          {"unix:///run/spire/agent.sock", "unix:///run/spire/agent.sock", "unix:///tmp/a.sock", "unix:///tmp/a.sock"},
+	"spiffe-timeout":         {"5s", "5s", "1m", "1m0s"},
 	"db":                     {"/var/lib/kvfence/env.db", "/var/lib/kvfence/env.db", "flag.db", "flag.db"},
 	"anchor":                 {"/var/lib/kvfence-anchor/env.anchor", "/var/lib/kvfence-anchor/env.anchor", "flag.anchor", "flag.anchor"},
 	"anchor-etcd-cert":       {"env-a.crt", "env-a.crt", "flag-a.crt", "flag-a.crt"},
@@ -121,6 +123,7 @@ func TestServeEnvBadValue(t *testing.T) {
 		{"KVFENCE_JSON", "yes please", []string{`KVFENCE_JSON="yes please"`, "--json", "want true or false"}},
 		{"KVFENCE_ADMIN_UID", "1000,root", []string{`KVFENCE_ADMIN_UID="1000,root"`, "--admin-uid", `uid "root": not a number`}},
 		{"KVFENCE_LOCK_TIMEOUT", "soon", []string{`KVFENCE_LOCK_TIMEOUT="soon"`, "--lock-timeout", "want a duration"}},
+		{"KVFENCE_SPIFFE_TIMEOUT", "soon", []string{`KVFENCE_SPIFFE_TIMEOUT="soon"`, "--spiffe-timeout", "want a duration"}},
 		{"KVFENCE_ADMIN", "spiffe://ex.org/ops/a,", []string{`KVFENCE_ADMIN="spiffe://ex.org/ops/a,"`, "--admin", "an empty item in the list"}},
 		{"KVFENCE_ETCD_MAX_TXN_OPS", "-", []string{`KVFENCE_ETCD_MAX_TXN_OPS="-"`, "--etcd-max-txn-ops", "want a whole number"}},
 	} {
