@@ -316,7 +316,11 @@ func TestFileAnchor_Mangling(t *testing.T) {
 			}
 			// One flip of every byte through the file itself.
 			fa := FileAnchor{Path: filepath.Join(t.TempDir(), "anchor")}
-			for i := range m {
+			stride := 1
+			if testing.Short() {
+				stride = 61 // a prime, so that every offset within a slot's fields is reached across slots
+			}
+			for i := 0; i < len(m); i += stride {
 				m[i] ^= 0x20
 				writeAnchor(t, fa, m)
 				rep, err := fa.Inspect()

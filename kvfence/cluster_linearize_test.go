@@ -37,6 +37,9 @@ var clusterKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{13}, ed25519.SeedSiz
 // three in all; histories with unknown outcomes are always produced by
 // TestRun_UnknownOutcomesLinearizable and TestClusterHoldRace.
 func TestLinearizable_EtcdClusterLeaderStopped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs in the full test command (go test without -short)")
+	}
 	for attempt := 1; attempt <= 3; attempt++ {
 		if leaderStoppedHistory(t) > 0 {
 			return

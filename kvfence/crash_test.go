@@ -169,6 +169,9 @@ type crashStats struct {
 // the database.
 func TestCrash_KillDuringWrites(t *testing.T) {
 	seed, kills := uint64(defaultCrashSeed), defaultCrashKills
+	if testing.Short() {
+		kills = 20
+	}
 	if s := os.Getenv("KVFENCE_CRASH_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {

@@ -209,6 +209,7 @@ func TestHelperReserveFlood(t *testing.T) {
 // the volume is full, the hold commits and is anchored, and the stale
 // worker is never applied.
 func TestReserve_DenialFloodCannotBlockHold(t *testing.T) {
+	skipShort(t)
 	out := runReserveScenario(t, 1<<20)
 	t.Logf("%+v", out)
 	switch {
@@ -233,6 +234,7 @@ func TestReserve_DenialFloodCannotBlockHold(t *testing.T) {
 // which is luck, not a guarantee (it failed with "no space left on device"
 // in most runs). The reserve is what keeps the room.
 func TestReserve_WithoutReserveTheVolumeFills(t *testing.T) {
+	skipShort(t)
 	out := runReserveScenario(t, -1)
 	t.Logf("%+v", out)
 	if out.Applied != 0 {

@@ -73,3 +73,12 @@ func forgeActiveGrant(f *fixture, id string) {
 	}
 	f.r.trustStore(f.t)
 }
+
+// skipShort skips a long test under go test -short; the README's full
+// test command, which CI runs, always runs it.
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long: runs in the full test command (go test without -short)")
+	}
+}

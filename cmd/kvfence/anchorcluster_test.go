@@ -229,6 +229,7 @@ func blackHole(t *testing.T) string {
 // that an anchor address whose cluster never says its ID fails the command
 // (never "apart"), with nothing written either.
 func TestEtcdAnchorOwnClusterOtherRoutes(t *testing.T) {
+	skipShort(t)
 	c := newCLI(t)
 	ec := etcdtest.NewCluster(t, etcdtest.Config{Members: 3})
 	cli := ec.Client(t)

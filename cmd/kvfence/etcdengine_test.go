@@ -278,6 +278,7 @@ func TestEtcdEngineFailures(t *testing.T) {
 // default, hold --all of 70 scopes is refused with nothing held; told the
 // cluster's larger --max-txn-ops, it holds them all at once.
 func TestEtcdEngineMaxTxnOps(t *testing.T) {
+	skipShort(t)
 	c := newCLI(t)
 	ec := etcdtest.NewCluster(t, etcdtest.Config{MaxTxnOps: 2048})
 	c.env[envEtcd] = strings.Join(ec.Endpoints(), ",")

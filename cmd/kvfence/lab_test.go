@@ -128,6 +128,7 @@ func (c *cli) labWorker(bin, db, anchor string, mode ...string) result {
 // marker, at a real receiver that holds a stale envelope's scope; the
 // receiver is unchanged and its chain still verifies.
 func TestLabWorker_ShippedBinaryRefusesDefectiveModes(t *testing.T) {
+	skipShort(t)
 	bin := kvfenceBinary(t, "")
 	c := newCLI(t)
 	c.staleReceiver()
@@ -181,6 +182,7 @@ func TestLab_ShippedBinaryRefuses(t *testing.T) {
 // vacuous, that it applies the stale envelope to a copy that really is in
 // a lab directory.
 func TestLabWorker_LabBuildRefusesLinks(t *testing.T) {
+	skipShort(t)
 	bin := kvfenceBinary(t, testbin.LabTag)
 	c := newCLI(t)
 	c.staleReceiver()

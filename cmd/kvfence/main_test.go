@@ -188,3 +188,12 @@ func golden(t *testing.T, name, got string) {
 		t.Errorf("%s differs from the golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
 	}
 }
+
+// skipShort skips a long test under go test -short; the README's full
+// test command, which CI runs, always runs it.
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long: runs in the full test command (go test without -short)")
+	}
+}

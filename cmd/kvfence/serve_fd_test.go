@@ -118,6 +118,7 @@ func holdConnsChild() int {
 // kernel's backlog and the server's cap keep fewer than 20,000 open at
 // once; the flood is ready once 20,000 have been opened.)
 func TestServe_DescriptorFloodAdminHolds(t *testing.T) {
+	skipShort(t)
 	const (
 		flood  = 20000
 		nofile = 4096
