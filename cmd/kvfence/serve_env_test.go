@@ -40,6 +40,9 @@ var serveEnvCases = map[string]struct{ env, envWant, flag, flagWant string }{
 	"max-records":            {"1000", "1000", "2000", "2000"},
 	"metrics-listen":         {"127.0.0.1:9100", "127.0.0.1:9100", "127.0.0.1:9101", "127.0.0.1:9101"},
 	"metrics-per-scope":      {"true", "true", "false", "false"},
+	"log-format":             {"json", "json", "text", "text"},
+	"log-level":              {"warn", "warn", "debug", "debug"},
+	"log-decisions":          {"true", "true", "false", "false"},
 	"db":                     {"/var/lib/kvfence/env.db", "/var/lib/kvfence/env.db", "flag.db", "flag.db"},
 	"anchor":                 {"/var/lib/kvfence-anchor/env.anchor", "/var/lib/kvfence-anchor/env.anchor", "flag.anchor", "flag.anchor"},
 	"anchor-etcd-cert":       {"env-a.crt", "env-a.crt", "flag-a.crt", "flag-a.crt"},
@@ -123,6 +126,9 @@ func TestServeEnvBadValue(t *testing.T) {
 		{"KVFENCE_LOCK_TIMEOUT", "soon", []string{`KVFENCE_LOCK_TIMEOUT="soon"`, "--lock-timeout", "want a duration"}},
 		{"KVFENCE_ADMIN", "spiffe://ex.org/ops/a,", []string{`KVFENCE_ADMIN="spiffe://ex.org/ops/a,"`, "--admin", "an empty item in the list"}},
 		{"KVFENCE_ETCD_MAX_TXN_OPS", "-", []string{`KVFENCE_ETCD_MAX_TXN_OPS="-"`, "--etcd-max-txn-ops", "want a whole number"}},
+		{"KVFENCE_LOG_FORMAT", "xml", []string{`KVFENCE_LOG_FORMAT="xml"`, "--log-format", "want text or json"}},
+		{"KVFENCE_LOG_LEVEL", "info+2", []string{`KVFENCE_LOG_LEVEL="info+2"`, "--log-level", "want debug, info, warn or error"}},
+		{"KVFENCE_LOG_DECISIONS", "on", []string{`KVFENCE_LOG_DECISIONS="on"`, "--log-decisions", "want true or false"}},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			c := newCLI(t)
