@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"time"
 )
 
 // ClientRoots is the source of the CA certificates that client certificates
@@ -57,9 +58,10 @@ type Credentials struct {
 
 // credentials is one generation of Credentials.
 type credentials struct {
-	cert  tls.Certificate
-	roots *Roots
-	gen   uint64
+	cert     tls.Certificate
+	notAfter time.Time
+	roots    *Roots
+	gen      uint64
 }
 
 // LoadCredentials reads the server's certificate and key and the client CA
@@ -103,7 +105,13 @@ func (c *Credentials) Reload() error {
 	if len(cas) == 0 {
 		return fmt.Errorf("client CA %s: no PEM certificate in it", c.caFile)
 	}
-	next := &credentials{cert: cert, roots: NewRoots(cas)}
+	leaf := cert.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return fmt.Errorf("server certificate %s: %w", c.certFile, err)
+		}
+	}
+	next := &credentials{cert: cert, notAfter: leaf.NotAfter, roots: NewRoots(cas)}
 	for {
 		old := c.cur.Load()
 		if old != nil {
@@ -119,6 +127,13 @@ func (c *Credentials) Reload() error {
 func (c *Credentials) ClientRoots() (*Roots, uint64) {
 	m := c.cur.Load()
 	return m.roots, m.gen
+}
+
+// NotAfter returns the expiry of the server certificate that handshakes
+// present now: after a Reload, the new one's. It is read for the
+// certificate expiry metric.
+func (c *Credentials) NotAfter() time.Time {
+	return c.cur.Load().notAfter
 }
 
 // TLSConfig returns the server's TLS configuration: TLS 1.3 at least, and

@@ -56,8 +56,16 @@ type Options struct {
 	// MaxBodySize bounds an administrative JSON body (413 beyond it). Zero
 	// means DefaultMaxBodySize.
 	MaxBodySize int
-	// Logger receives faults and refused callers. Nil means slog.Default().
+	// Logger receives faults, refused callers and one line per committed
+	// administrative change. Nil means slog.Default().
 	Logger *slog.Logger
+	// LogDecisions logs one line per submit decision as well (caller,
+	// scope, epoch, grant, action, target, outcome, reason, audit seq;
+	// never the request's bytes).
+	LogDecisions bool
+	// Requests, if set, is told about every request answered, for
+	// metrics.
+	Requests RequestObserver
 }
 
 // Handler serves one receiver's HTTP API (docs/design.md §12). It is safe for
@@ -70,6 +78,9 @@ type Handler struct {
 	maxBody int
 	log     *slog.Logger
 	routes  map[string]route
+	// obs and logDecisions are Options.Requests and LogDecisions.
+	obs          RequestObserver
+	logDecisions bool
 }
 
 // route is one endpoint: its method, whether it is administrative, and
@@ -89,7 +100,8 @@ func New(opts Options) (*Handler, error) {
 		return nil, errors.New("server: Options.Authenticator is required")
 	}
 	h := &Handler{r: opts.Receiver, auth: opts.Authenticator, admins: slices.Clone(opts.Admins),
-		maxEnv: opts.MaxEnvelopeSize, maxBody: opts.MaxBodySize, log: opts.Logger}
+		maxEnv: opts.MaxEnvelopeSize, maxBody: opts.MaxBodySize, log: opts.Logger,
+		obs: opts.Requests, logDecisions: opts.LogDecisions}
 	if h.maxEnv <= 0 {
 		h.maxEnv = kvfence.DefaultMaxEnvelopeSize
 	}
@@ -136,6 +148,12 @@ func errorf(status int, code, format string, args ...any) error {
 // connection closed. A panic is answered 500 and logged: it never
 // becomes a decision.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.obs != nil {
+		// Deferred first, so that it runs last: after a panic's answer.
+		sw := &statusWriter{ResponseWriter: w}
+		defer h.observe(sw, r, time.Now())
+		w = sw
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -225,6 +243,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, caller stri
 		h.log.Error("fault", "path", r.URL.Path, "caller", caller, "error", err)
 		he = &httpError{status: http.StatusInternalServerError, code: api.CodeInternal, message: "internal error; see the server's log"}
 	}
+	setErrorCode(w, he.code)
 	writeJSON(w, he.status, api.Error{Error: api.ErrorBody{Code: he.code, Message: he.message}})
 }
 
@@ -363,6 +382,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request, caller string) 
 	if err != nil {
 		return err
 	}
+	h.logDecision(r.Context(), caller, res)
 	status := http.StatusOK
 	if res.Outcome == kvfence.Denied {
 		status = http.StatusForbidden
@@ -425,8 +445,11 @@ func (h *Handler) createScope(w http.ResponseWriter, r *http.Request, caller str
 	}
 	st, err := h.r.Status(req.Scope)
 	if err != nil {
+		h.logChange(r.Context(), "create_scope", caller, slog.String("scope", req.Scope))
 		return h.afterCommit(r, caller, "the scope was created", err)
 	}
+	h.logChange(r.Context(), "create_scope", caller, slog.String("scope", st.Scope), slog.Uint64("epoch", st.Epoch),
+		slog.String("mode", string(st.Mode)), slog.Duration("max_grant_ttl", st.MaxGrantTTL))
 	writeJSON(w, http.StatusOK, api.ScopeCreate{Scope: st.Scope, Epoch: st.Epoch, Mode: string(st.Mode),
 		CreatedAt: api.Time(st.CreatedAt), MaxGrantTTL: st.MaxGrantTTL.String()})
 	return nil
@@ -445,8 +468,11 @@ func (h *Handler) createTarget(w http.ResponseWriter, r *http.Request, caller st
 	}
 	t, err := h.r.Target(req.Target)
 	if err != nil {
+		h.logChange(r.Context(), "create_target", caller, slog.String("scope", req.Scope), slog.String("target", req.Target))
 		return h.afterCommit(r, caller, "the target was created", err)
 	}
+	h.logChange(r.Context(), "create_target", caller, slog.String("scope", t.Scope), slog.String("target", t.Name),
+		slog.Uint64("revision", t.Revision))
 	sum := sha256.Sum256(t.Value)
 	writeJSON(w, http.StatusOK, api.TargetCreate{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
 		ValueSHA256: hex.EncodeToString(sum[:])})
@@ -471,6 +497,11 @@ func (h *Handler) activate(w http.ResponseWriter, r *http.Request, caller string
 	if err != nil {
 		return err
 	}
+	// Activation opens a held scope at its epoch, never moving it.
+	h.logChange(r.Context(), "activate", caller, slog.String("scope", g.Scope), slog.Uint64("epoch_before", g.Epoch),
+		slog.Uint64("epoch_after", g.Epoch), slog.String("grant", g.ID), slog.String("executor", g.Executor),
+		slog.String("claim", g.Claim), slog.String("action", g.Action), slog.Time("not_after", g.NotAfter),
+		slog.String("decision", g.Decision), slog.Uint64("audit_seq", g.AuditSeq))
 	writeJSON(w, http.StatusOK, api.ActivateOf(g))
 	return nil
 }
@@ -494,6 +525,8 @@ func (h *Handler) hold(w http.ResponseWriter, r *http.Request, caller string) er
 		if err != nil {
 			return err
 		}
+		h.logChange(r.Context(), "hold_all", caller, append(heldAttrs(res.HoldResult),
+			slog.Any("already_held", res.AlreadyHeld), slog.String("reason", req.Reason))...)
 		writeJSON(w, http.StatusOK, api.HoldAllOf(res))
 		return nil
 	}
@@ -502,6 +535,8 @@ func (h *Handler) hold(w http.ResponseWriter, r *http.Request, caller string) er
 	if err != nil {
 		return err
 	}
+	h.logChange(r.Context(), "hold", caller, append(heldAttrs(res),
+		slog.String("reason", req.Reason), slog.String("hold_id", req.HoldID))...)
 	writeJSON(w, http.StatusOK, api.HoldOf(res))
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // ErrNoCredentials means a CredentialSource has no certificate or client
@@ -134,4 +135,24 @@ func (c *SourceCredentials) TLSConfig() *tls.Config {
 		return cfg, nil
 	}
 	return base
+}
+
+// NotAfter returns the expiry of the certificate the source gave last; the
+// zero time when it gave none that parses. A rotated SVID moves it.
+func (c *SourceCredentials) NotAfter() time.Time {
+	g, err := c.current()
+	if err != nil {
+		g = c.cur.Load()
+	}
+	if g == nil || g.cert == nil {
+		return time.Time{}
+	}
+	leaf := g.cert.Leaf
+	if leaf == nil {
+		var perr error
+		if leaf, perr = x509.ParseCertificate(g.cert.Certificate[0]); perr != nil {
+			return time.Time{}
+		}
+	}
+	return leaf.NotAfter
 }

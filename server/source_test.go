@@ -166,3 +166,46 @@ func TestSPIFFECertificate_TrustDomain(t *testing.T) {
 		}
 	}
 }
+
+// Ensure that SourceCredentials.NotAfter follows a rotated certificate and
+// keeps the last one while the source fails, so that the expiry metric
+// shows the certificate handshakes are served with.
+func TestSourceCredentials_NotAfter(t *testing.T) {
+	ca, err := pki.NewCA("A", 48*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withValidity := func(d time.Duration) *tls.Certificate {
+		p, err := pki.Issue(ca, pki.Options{Name: "receiver", URIs: []string{"spiffe://example.org/receiver"}, Server: true, Validity: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := p.TLS()
+		return &c
+	}
+	leafNotAfter := func(c *tls.Certificate) time.Time {
+		l, err := x509.ParseCertificate(c.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.NotAfter
+	}
+	src := &fakeSource{}
+	short, long := withValidity(time.Hour), withValidity(10*time.Hour)
+	src.set(short, 1, nil, ca.Cert)
+	creds, err := server.NewSourceCredentials(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := creds.NotAfter(), leafNotAfter(short); !got.Equal(want) {
+		t.Fatalf("NotAfter = %v, want the first certificate's %v", got, want)
+	}
+	src.set(long, 2, nil, ca.Cert)
+	if got, want := creds.NotAfter(), leafNotAfter(long); !got.Equal(want) {
+		t.Fatalf("after a rotation NotAfter = %v, want the new certificate's %v", got, want)
+	}
+	src.set(nil, 3, errors.New("agent gone"))
+	if got, want := creds.NotAfter(), leafNotAfter(long); !got.Equal(want) {
+		t.Fatalf("while the source fails NotAfter = %v, want the last certificate's %v", got, want)
+	}
+}

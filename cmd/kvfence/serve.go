@@ -158,6 +158,9 @@ type serveFlags struct {
 	perScope                          bool
 	spiffeSocket                      string
 	spiffeTimeout                     time.Duration
+	logFormat                         logFormat
+	logLevel                          logLevel
+	logDecisions                      bool
 }
 
 // newServeFlags returns serve's flag set: the common flags and its own.
@@ -180,6 +183,10 @@ func newServeFlags() (*flag.FlagSet, *commonFlags, *serveFlags) {
 	fs.BoolVar(&sf.perScope, "metrics-per-scope", false, "")
 	fs.StringVar(&sf.spiffeSocket, "spiffe-socket", "", "")
 	fs.DurationVar(&sf.spiffeTimeout, "spiffe-timeout", spiffesource.DefaultTimeout, "")
+	sf.logFormat, sf.logLevel = "text", logLevel{slog.LevelInfo}
+	fs.Var(&sf.logFormat, "log-format", "")
+	fs.Var(&sf.logLevel, "log-level", "")
+	fs.BoolVar(&sf.logDecisions, "log-decisions", false, "")
 	return fs, cf, sf
 }
 
@@ -235,7 +242,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	if *maxRecords < 1 {
 		return &usageError{msg: fmt.Sprintf("kvfence serve: --max-records %d: must be at least 1", *maxRecords), hint: "kvfence serve -h"}
 	}
-	log := slog.New(slog.NewTextHandler(c.m.Stderr, nil))
+	log := newServeLogger(c.m.Stderr, sf.logFormat, sf.logLevel)
 
 	var certs serveCredentials
 	var reload func() error // nil: SIGHUP has nothing to reload
@@ -259,8 +266,17 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 		certs, reload = fc, fc.Reload
 	}
 	var obs *metrics.Metrics
+	// requests stays a nil interface without metrics, not a nil *Metrics.
+	var requests server.RequestObserver
 	if *metricsListen != "" {
-		obs = metrics.New(metrics.Options{PerScope: *perScope})
+		version, revision := buildVersion()
+		engine := "bbolt"
+		if cf.etcd.on() {
+			engine = "etcd"
+		}
+		obs = metrics.New(metrics.Options{PerScope: *perScope, Version: version, Revision: revision, Engine: engine,
+			CertificateExpiry: certs.NotAfter})
+		requests = obs
 	}
 	r, err := c.open(cf, obs, *maxRecords)
 	if err != nil {
@@ -269,7 +285,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	defer closeReceiver(r, &err)
 
 	tlsHandler, err := server.New(server.Options{Receiver: r, Authenticator: server.SPIFFECertificate{Roots: certs, TrustDomain: trustDomain},
-		Admins: admins, Logger: log.With("listener", "tls")})
+		Admins: admins, Logger: log.With("listener", "tls"), LogDecisions: sf.logDecisions, Requests: requests})
 	if err != nil {
 		return err
 	}
@@ -292,7 +308,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 			ids[i] = server.UnixIdentity(u)
 		}
 		h, err := server.New(server.Options{Receiver: r, Authenticator: server.UnixPeer{UIDs: adminUIDs}, Admins: ids,
-			Logger: log.With("listener", "admin-socket")})
+			Logger: log.With("listener", "admin-socket"), LogDecisions: sf.logDecisions, Requests: requests})
 		if err != nil {
 			srvs.close()
 			return err
@@ -394,6 +410,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 type serveCredentials interface {
 	server.ClientRoots
 	TLSConfig() *tls.Config
+	NotAfter() time.Time
 }
 
 // checkCredentialFlags requires --listen and one source of the server's
@@ -612,6 +629,7 @@ func (c *ServeCommand) Usage() {
                       [--admin-socket-group G]]
                      [--max-connections N] [--max-records N]
                      [--metrics-listen HOST:PORT [--metrics-per-scope]]
+                     [--log-format text|json] [--log-level L] [--log-decisions]
                      [common arguments]
 
 Runs the receiver as a service until SIGTERM or SIGINT. Workers submit
@@ -705,5 +723,15 @@ Arguments:
 	    10s; 503 and a one-line reason otherwise).
 	--metrics-per-scope
 	    Add per-scope epoch and held gauges (one series per scope).
+	--log-format text|json
+	    Log lines as key=value text (default) or one JSON object each.
+	--log-level debug|info|warn|error
+	    The least severe level logged (default info).
+	--log-decisions
+	    Log one line per submit decision, at info: caller, scope, epoch,
+	    grant, action, target, outcome, reason and audit seq; never the
+	    request's bytes or a denial's detail. Without it, only
+	    administrative changes (one line each: actor, scopes, epochs
+	    before and after, reason, hold id, grant) and faults are logged.
 `+usageKey+usageDB+usageJSON)
 }

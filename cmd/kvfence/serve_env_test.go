@@ -42,6 +42,9 @@ var serveEnvCases = map[string]struct{ env, envWant, flag, flagWant string }{
 	"metrics-per-scope":      {"true", "true", "false", "false"},
 	"spiffe-socket":          {"unix:///run/spire/agent.sock", "unix:///run/spire/agent.sock", "unix:///tmp/a.sock", "unix:///tmp/a.sock"},
 	"spiffe-timeout":         {"5s", "5s", "1m", "1m0s"},
+	"log-format":             {"json", "json", "text", "text"},
+	"log-level":              {"warn", "warn", "debug", "debug"},
+	"log-decisions":          {"true", "true", "false", "false"},
 	"db":                     {"/var/lib/kvfence/env.db", "/var/lib/kvfence/env.db", "flag.db", "flag.db"},
 	"anchor":                 {"/var/lib/kvfence-anchor/env.anchor", "/var/lib/kvfence-anchor/env.anchor", "flag.anchor", "flag.anchor"},
 	"anchor-etcd-cert":       {"env-a.crt", "env-a.crt", "flag-a.crt", "flag-a.crt"},
@@ -126,6 +129,9 @@ func TestServeEnvBadValue(t *testing.T) {
 		{"KVFENCE_SPIFFE_TIMEOUT", "soon", []string{`KVFENCE_SPIFFE_TIMEOUT="soon"`, "--spiffe-timeout", "want a duration"}},
 		{"KVFENCE_ADMIN", "spiffe://ex.org/ops/a,", []string{`KVFENCE_ADMIN="spiffe://ex.org/ops/a,"`, "--admin", "an empty item in the list"}},
 		{"KVFENCE_ETCD_MAX_TXN_OPS", "-", []string{`KVFENCE_ETCD_MAX_TXN_OPS="-"`, "--etcd-max-txn-ops", "want a whole number"}},
+		{"KVFENCE_LOG_FORMAT", "xml", []string{`KVFENCE_LOG_FORMAT="xml"`, "--log-format", "want text or json"}},
+		{"KVFENCE_LOG_LEVEL", "info+2", []string{`KVFENCE_LOG_LEVEL="info+2"`, "--log-level", "want debug, info, warn or error"}},
+		{"KVFENCE_LOG_DECISIONS", "on", []string{`KVFENCE_LOG_DECISIONS="on"`, "--log-decisions", "want true or false"}},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			c := newCLI(t)
