@@ -25,6 +25,17 @@ type SaveOptions struct {
 	Overwrite bool
 }
 
+// Check refuses options that Save would refuse before reading anything: a
+// missing key, and an existing Out without Overwrite. A caller checks them
+// before it asks a receiver for a backup; Save checks them again, and the
+// final rename once more.
+func (o SaveOptions) Check() error {
+	if err := checkKey(o.PublicKey); err != nil {
+		return err
+	}
+	return refuseExisting(o.Out, o.Overwrite)
+}
+
 // RestoreOptions configures Restore.
 type RestoreOptions struct {
 	// DB is the database file to write, the path the receiver opens.
@@ -58,10 +69,7 @@ type Result struct {
 // opts.PublicKey, or a database that does not verify against the
 // checkpoint is refused.
 func Save(ctx context.Context, src io.Reader, opts SaveOptions) (Result, error) {
-	if err := checkKey(opts.PublicKey); err != nil {
-		return Result{}, err
-	}
-	if err := refuseExisting(opts.Out, opts.Overwrite); err != nil {
+	if err := opts.Check(); err != nil {
 		return Result{}, err
 	}
 	dir, base := filepath.Split(opts.Out)

@@ -109,6 +109,9 @@ func headOf(seq uint64, h string) (audit.Head, error) {
 // renamed into place. A stream cut short, altered, or not matching its
 // checkpoint leaves no file.
 func (c *Client) Backup(ctx context.Context, opts backup.SaveOptions) (backup.Result, error) {
+	if err := opts.Check(); err != nil {
+		return backup.Result{}, err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+api.PathBackup, nil)
 	if err != nil {
 		return backup.Result{}, fmt.Errorf("client: %w", err)

@@ -50,6 +50,8 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	maxAge := fs.Duration("max-age", 0, "")
 	var archives stringList
 	fs.Var(&archives, "archive", "")
+	var rf remoteFlags
+	rf.register(fs)
 	// "--archive A B C": the files after the flag are archives too, and
 	// flags may follow them.
 	err := parseInterspersed(fs, c.Usage, args, func(arg string) error {
@@ -63,6 +65,18 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
+	if err := rf.check(fs, "verify-chain"); err != nil {
+		return err
+	}
+	if rf.on() {
+		for _, f := range []string{"archive", "max-age"} {
+			if isSet(fs, f) {
+				return &usageError{msg: fmt.Sprintf("kvfence verify-chain: --%s does not go with --server: the receiver verifies what it stores, against its own anchor", f),
+					hint: "verify a backup or a copy of the database with --" + f}
+			}
+		}
+		return c.runRemote(ctx, &rf, cf.json)
+	}
 	if cf.db == "" && !cf.etcd.on() {
 		return missingFlag(cf.name, "db", envDB)
 	}
