@@ -140,6 +140,10 @@ func Unpack(r io.Reader, db io.Writer) (audit.SignedCheckpoint, error) {
 		return audit.SignedCheckpoint{}, fmt.Errorf("%w: a database of %d bytes", ErrBadFormat, dbLen)
 	}
 	got, err := io.Copy(db, io.LimitReader(tr, int64(dbLen)))
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		// A stream whose declared length the sender did not keep to.
+		return audit.SignedCheckpoint{}, fmt.Errorf("%w: the database ends after %d of its %d bytes: %w", ErrTruncated, got, dbLen, err)
+	}
 	if err != nil {
 		return audit.SignedCheckpoint{}, fmt.Errorf("backup: copying the database: %w", err)
 	}
