@@ -92,7 +92,9 @@ func (r *Receiver) Snapshot(ctx context.Context, fn func(Snapshot) error) error 
 	if r.closed.Load() {
 		return ErrClosed
 	}
-	be, ok := r.eng.(*boltengine.Engine)
+	// An engine that wraps a bbolt one (as a test's fault injector does)
+	// gives its database too.
+	be, ok := r.eng.(interface{ DB() *bolt.DB })
 	if !ok || be.DB() == nil {
 		return fmt.Errorf("%w: it is not kept in a bbolt file", ErrSnapshotUnsupported)
 	}
