@@ -2,7 +2,7 @@
 // of a receiver's bbolt database together with the signed checkpoint of
 // its newest entry (kvfence.Receiver.Snapshot), in one framed file.
 //
-// A backup file is, in order (docs/design.md §7.10):
+// A backup file is, in order (docs/design.md §7.9):
 //
 //	magic       16 bytes  "kvfence-backup\n\x01" (the last byte is the version)
 //	cp_len      4 bytes   big-endian length of the checkpoint, 1 to MaxCheckpointSize
