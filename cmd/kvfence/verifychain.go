@@ -198,6 +198,7 @@ func problemError(cmd string, rep audit.Report) error {
 func (c *VerifyChainCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence verify-chain --db FILE --anchor FILE --pub FILE [--max-age DURATION]
                             [--lock-timeout DURATION] [--json] [--archive FILE ...]
+       kvfence verify-chain --server URL [--json]
 
 Checks the receiver's audit chain against its anchor without changing
 either: the anchor's signature under --pub and its receiver id, then every
@@ -260,6 +261,16 @@ the database file's file system and owned by its uid (facts, not a
 verdict; also "anchor same device" and "anchor same owner" in the text;
 null for an etcd store or anchor).
 
+With --server, a running receiver (kvfence serve) runs the same checks on
+itself, administrators only: it reads its anchor between two anchor
+writes, then the chain, the base, the state records and the newest
+checkpoint in one read transaction, while it goes on serving. Output and
+exit codes are the same (the separation facts are null). It is the
+receiver's own report: a compromised receiver can answer ok for anything.
+The independent check is this command with --db on a backup (kvfence
+backup, kvfence restore to a scratch path) and your copy of --pub.
+--archive and --max-age do not go with --server.
+
 Exit codes: 0 ok, 4 any problem, 6 ok but an anchor slot is damaged, 1
 when the check could not run (a missing database, an unreadable key), 5
 when the database is locked by a writer.
@@ -281,7 +292,7 @@ Arguments:
 	    Archive files written by "kvfence audit archive", oldest first;
 	    repeat the flag or list the files after it. Verifies the whole
 	    history from seq 1 through the archives into the database.
-`+usageLock+usageJSON)
+`+usageLock+usageServer+usageJSON)
 }
 
 // progress returns a callback that reports verified entries on stderr when
