@@ -142,6 +142,8 @@ func TestVerifyChain_ServerExitCodes(t *testing.T) {
 	}{
 		{"problem", `{"ok":false,"problem":"fork_detected","entries":2,"head":"` + hash + `","head_seq":2,"anchor_seq":2,` +
 			`"anchor_head":"` + hash + `","detail":"another hash","anchor_damage":null,"base_seq":0,"base_hash":"","archived_entries":0}`, ExitIntegrity},
+		{"escapes in the detail", `{"ok":false,"problem":"fork_detected","entries":2,"head":"` + hash + `","head_seq":2,"anchor_seq":2,` +
+			`"anchor_head":"` + hash + `","detail":"\u001b[2Jcleared","anchor_damage":null,"base_seq":0,"base_hash":"","archived_entries":0}`, ExitIntegrity},
 		{"damaged slot", `{"ok":true,"problem":"ok","entries":2,"head":"` + hash + `","head_seq":2,"anchor_seq":2,` +
 			`"anchor_head":"` + hash + `","detail":"","anchor_damage":{"slot":1,"problem":"bad_checksum","claimed_generation":null,` +
 			`"current_generation":4,"newer":false,"detail":"x"},"base_seq":0,"base_hash":"","archived_entries":0}`, ExitWarning},
@@ -165,6 +167,9 @@ func TestVerifyChain_ServerExitCodes(t *testing.T) {
 			r := c.must(tt.want, "verify-chain", "--server", "unix://"+sock)
 			if !strings.Contains(r.stderr, "kvfence verify-chain") {
 				t.Errorf("stderr: %s", r.stderr)
+			}
+			if strings.ContainsRune(r.stdout+r.stderr, 0x1b) {
+				t.Errorf("a terminal escape from the server reached the terminal:\n%s\n%s", r.stdout, r.stderr)
 			}
 		})
 	}

@@ -33,7 +33,7 @@ func (c *VerifyChainCommand) runRemote(ctx context.Context, rf *remoteFlags, asJ
 	} else {
 		tw := newTable(c.m.Stdout)
 		fmt.Fprintf(tw, "ok\t%v\n", out.OK)
-		fmt.Fprintf(tw, "problem\t%s\n", out.Problem)
+		fmt.Fprintf(tw, "problem\t%s\n", fromServer(out.Problem))
 		fmt.Fprintf(tw, "entries\t%d\n", out.Entries)
 		if rep.Base.Seq > 0 {
 			fmt.Fprintf(tw, "base\t%s\n", headText(rep.Base))
@@ -41,10 +41,10 @@ func (c *VerifyChainCommand) runRemote(ctx context.Context, rf *remoteFlags, asJ
 		fmt.Fprintf(tw, "head\t%s\n", headText(rep.Head))
 		fmt.Fprintf(tw, "anchor\t%s\n", headText(rep.Anchor))
 		if out.Detail != "" {
-			fmt.Fprintf(tw, "detail\t%s\n", out.Detail)
+			fmt.Fprintf(tw, "detail\t%s\n", fromServer(out.Detail))
 		}
 		if d := out.AnchorDamage; d != nil {
-			fmt.Fprintf(tw, "anchor damage\tslot %d: %s: %s\n", d.Slot, d.Problem, d.Detail)
+			fmt.Fprintf(tw, "anchor damage\tslot %d: %s: %s\n", d.Slot, fromServer(d.Problem), fromServer(d.Detail))
 		}
 		fmt.Fprintf(tw, "verified by\tthe receiver itself, at %s\n", rf.server)
 		err = tw.Flush()
@@ -64,7 +64,8 @@ func remoteOutcome(rep client.ChainReport) error {
 	switch {
 	case rep.OK && rep.AnchorDamage != nil:
 		d := rep.AnchorDamage
-		return &warningError{msg: fmt.Sprintf("%s: the chain verifies, but anchor slot %d is damaged: %s: %s", cmd, d.Slot, d.Problem, d.Detail),
+		return &warningError{msg: fmt.Sprintf("%s: the chain verifies, but anchor slot %d is damaged: %s: %s", cmd, d.Slot,
+			fromServer(d.Problem), fromServer(d.Detail)),
 			hint: "a crash during an anchor write leaves a damaged slot, and the receiver's next write replaces it; " +
 				"if there was no crash, the anchor file was altered: keep a copy as evidence and find out by whom"}
 	case rep.OK:
@@ -74,5 +75,15 @@ func remoteOutcome(rep client.ChainReport) error {
 	if detail == "" {
 		detail = "no detail given"
 	}
-	return withHint(fmt.Errorf("%s: %s: %s: %w", cmd, rep.Problem, detail, client.ErrIntegrity), independent)
+	return withHint(fmt.Errorf("%s: %s: %s: %w", cmd, fromServer(string(rep.Problem)), fromServer(detail), client.ErrIntegrity), independent)
+}
+
+// fromServer is text a server sent, for a terminal: quoted when it holds
+// what would not read as itself (terminal escapes, bidirectional
+// overrides, zero-width characters), as is.
+func fromServer(s string) string {
+	if printable([]byte(s)) {
+		return s
+	}
+	return fmt.Sprintf("%q", s)
 }
