@@ -45,12 +45,19 @@ type ChainReport struct {
 // AnchorDamage is a damaged slot of the receiver's anchor file, as
 // verify-chain's anchor_damage describes it.
 type AnchorDamage struct {
-	Slot              int
-	Problem           string
+	// Slot is the damaged slot's index, 0 or 1.
+	Slot int
+	// Problem says why the slot is damaged (audit.SlotProblem).
+	Problem string
+	// ClaimedGeneration is the generation the slot was written at, nil
+	// when it cannot be read.
 	ClaimedGeneration *uint64
+	// CurrentGeneration is the generation of the slot the anchor is in.
 	CurrentGeneration uint64
-	Newer             bool
-	Detail            string
+	// Newer says the damaged slot claims the generation after it.
+	Newer bool
+	// Detail describes the damage as read.
+	Detail string
 }
 
 // VerifyChain has the receiver verify its audit chain, state digest and

@@ -13,31 +13,52 @@ import (
 // there is none. The separation facts are null: they are facts about the
 // files of a database opened by the command, not of a served one.
 type VerifyChain struct {
-	OK           bool          `json:"ok"`
-	Problem      string        `json:"problem"`
-	Entries      uint64        `json:"entries"`
-	Head         string        `json:"head"`
-	HeadSeq      uint64        `json:"head_seq"`
-	AnchorSeq    uint64        `json:"anchor_seq"`
-	AnchorHead   string        `json:"anchor_head"`
-	Detail       string        `json:"detail"`
+	// OK says the chain, the state and the anchor verified.
+	OK bool `json:"ok"`
+	// Problem is "ok" or the first problem found (audit.Problem).
+	Problem string `json:"problem"`
+	// Entries counts the stored entries that verified.
+	Entries uint64 `json:"entries"`
+	// Head is the hash of the newest entry that verified.
+	Head string `json:"head"`
+	// HeadSeq is that entry's seq.
+	HeadSeq uint64 `json:"head_seq"`
+	// AnchorSeq is the anchor's seq as read.
+	AnchorSeq uint64 `json:"anchor_seq"`
+	// AnchorHead is the anchor's hash as read.
+	AnchorHead string `json:"anchor_head"`
+	// Detail describes the problem; empty when OK.
+	Detail string `json:"detail"`
+	// AnchorDamage describes a damaged anchor slot, or is null.
 	AnchorDamage *AnchorDamage `json:"anchor_damage"`
-	BaseSeq      uint64        `json:"base_seq"`
-	BaseHash     string        `json:"base_hash"`
-	Archived     uint64        `json:"archived_entries"`
-	SameDevice   *bool         `json:"anchor_same_device"`
-	SameOwner    *bool         `json:"anchor_same_owner"`
+	// BaseSeq is where the stored chain begins after an archive, 0 if never.
+	BaseSeq uint64 `json:"base_seq"`
+	// BaseHash is the base's hash, "" if never archived.
+	BaseHash string `json:"base_hash"`
+	// Archived counts entries verified in archive files.
+	Archived uint64 `json:"archived_entries"`
+	// SameDevice is null over the API (see the type's comment).
+	SameDevice *bool `json:"anchor_same_device"`
+	// SameOwner is null over the API (see the type's comment).
+	SameOwner *bool `json:"anchor_same_owner"`
 }
 
 // AnchorDamage describes a damaged slot of an anchor file, as in
-// verify-chain's anchor_damage.
+// verify-chain's anchor_damage (audit.SlotDamage).
 type AnchorDamage struct {
-	Slot              int     `json:"slot"`
-	Problem           string  `json:"problem"`
+	// Slot is the damaged slot's index, 0 or 1.
+	Slot int `json:"slot"`
+	// Problem says why the slot is damaged.
+	Problem string `json:"problem"`
+	// ClaimedGeneration is the generation the slot was written at, or
+	// null when it cannot be read.
 	ClaimedGeneration *uint64 `json:"claimed_generation"`
-	CurrentGeneration uint64  `json:"current_generation"`
-	Newer             bool    `json:"newer"`
-	Detail            string  `json:"detail"`
+	// CurrentGeneration is the generation of the slot the anchor is in.
+	CurrentGeneration uint64 `json:"current_generation"`
+	// Newer says the damaged slot claims the generation after it.
+	Newer bool `json:"newer"`
+	// Detail describes the damage as read.
+	Detail string `json:"detail"`
 }
 
 // AnchorDamageOf returns d's JSON shape; nil stays nil (JSON null).
