@@ -5,17 +5,22 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvfence/kvfence/backup"
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/internal/pki"
 	"github.com/kvfence/kvfence/kvfence"
+	"github.com/kvfence/kvfence/server"
 )
 
 // apiClient returns a client of the env's server presenting a certificate
@@ -174,5 +179,51 @@ func TestOnline_AdminOnly(t *testing.T) {
 	}
 	if _, err := e.apiClient(workerA).VerifyChain(context.Background()); !errors.Is(err, client.ErrForbidden) {
 		t.Errorf("client as a worker: %v", err)
+	}
+}
+
+// Ensure that a verification or a backup that outlasts the server's
+// WriteTimeout is still answered: the handlers move the write deadline
+// ahead of each write (server.StreamStall) rather than inherit the one the
+// request started with.
+func TestOnline_AnswerOutlivesWriteTimeout(t *testing.T) {
+	e := newEnv(t)
+	me := uint32(os.Getuid())
+	dir, err := os.MkdirTemp("", "kvf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "admin.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := e.handler(server.UnixPeer{UIDs: []uint32{me}}, server.UnixIdentity(me))
+	// The work takes longer than the write timeout, as a long chain's
+	// verification or a large backup does.
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond)
+		h.ServeHTTP(w, r)
+	})
+	srv := httptest.NewUnstartedServer(slow)
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Config.ConnContext = server.ConnContext
+	srv.Config.WriteTimeout = 5 * time.Millisecond
+	srv.Config.ErrorLog = slogDiscard()
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c, err := client.New("unix://"+sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx := context.Background()
+	if rep, err := c.VerifyChain(ctx); err != nil || !rep.OK {
+		t.Fatalf("VerifyChain: %+v %v", rep, err)
+	}
+	if _, err := c.Backup(ctx, backup.SaveOptions{Out: filepath.Join(t.TempDir(), "b"), PublicKey: e.r.PublicKey()}); err != nil {
+		t.Fatalf("Backup: %v", err)
 	}
 }
