@@ -42,6 +42,8 @@ var (
 	ErrMismatch = errors.New("backup: the database does not match its checkpoint")
 	// ErrExists means the output file exists and replacing it was not asked for.
 	ErrExists = errors.New("backup: the output file exists")
+	// ErrTooLarge means the stream went past SaveOptions.MaxSize.
+	ErrTooLarge = errors.New("backup: the backup is larger than the bound set for it")
 )
 
 // Length returns the number of bytes Write writes for s.

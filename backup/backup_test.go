@@ -349,3 +349,38 @@ func TestRestore_NotARegularFile(t *testing.T) {
 	}
 	only(t, dir)
 }
+
+// Ensure that a stream longer than MaxSize is refused once it goes past
+// the bound, without reading it to its end, and leaves no file; and that a
+// stream of exactly MaxSize is saved.
+func TestSave_MaxSize(t *testing.T) {
+	rc := newReceiver(t)
+	all, _, _ := rc.stream(t)
+	dir := t.TempDir()
+	src := &countingBytes{b: all}
+	_, err := backup.Save(context.Background(), src, backup.SaveOptions{Out: filepath.Join(dir, "b"), PublicKey: rc.pub,
+		MaxSize: int64(len(all)) / 2})
+	if !errors.Is(err, backup.ErrTooLarge) || src.read > len(all)/2+1 {
+		t.Fatalf("Save over the bound: %v after reading %d of %d bytes, want ErrTooLarge at the bound", err, src.read, len(all))
+	}
+	only(t, dir)
+	if _, err := backup.Save(context.Background(), bytes.NewReader(all), backup.SaveOptions{Out: filepath.Join(dir, "b"),
+		PublicKey: rc.pub, MaxSize: int64(len(all))}); err != nil {
+		t.Fatalf("Save at the bound: %v", err)
+	}
+}
+
+// countingBytes reads b in small pieces and counts what was read.
+type countingBytes struct {
+	b    []byte
+	read int
+}
+
+func (c *countingBytes) Read(p []byte) (int, error) {
+	if c.read == len(c.b) {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), 512)], c.b[c.read:])
+	c.read += n
+	return n, nil
+}

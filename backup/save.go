@@ -23,6 +23,10 @@ type SaveOptions struct {
 	// Overwrite replaces an existing Out; without it Save refuses to
 	// (ErrExists).
 	Overwrite bool
+	// MaxSize, if positive, bounds the backup file's length: a stream
+	// longer than that is refused (ErrTooLarge) once it has gone past it,
+	// so that a sender cannot fill the disk. Zero means no bound.
+	MaxSize int64
 }
 
 // Check refuses options that Save would refuse before reading anything: a
@@ -84,7 +88,11 @@ func Save(ctx context.Context, src io.Reader, opts SaveOptions) (Result, error) 
 	}
 	defer removeTemp(db)
 	cw := &countWriter{w: tmp}
-	sc, err := Unpack(io.TeeReader(&ctxReader{ctx: ctx, r: src}, cw), db)
+	var in io.Reader = &ctxReader{ctx: ctx, r: src}
+	if opts.MaxSize > 0 {
+		in = &maxReader{r: in, left: opts.MaxSize}
+	}
+	sc, err := Unpack(io.TeeReader(in, cw), db)
 	if err != nil {
 		return Result{}, err
 	}
@@ -277,4 +285,27 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// maxReader fails with ErrTooLarge once more than its bound was asked of
+// it and there is more to read.
+type maxReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (m *maxReader) Read(p []byte) (int, error) {
+	if m.left <= 0 {
+		var one [1]byte
+		if n, _ := m.r.Read(one[:]); n > 0 {
+			return 0, ErrTooLarge
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > m.left {
+		p = p[:m.left]
+	}
+	n, err := m.r.Read(p)
+	m.left -= int64(n)
+	return n, err
 }

@@ -48,12 +48,16 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	rf.register(fs)
 	out := fs.String("out", "", "")
 	force := fs.Bool("force", false, "")
+	maxSize := fs.Int64("max-size", 0, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
 	if err := rf.check(fs, "backup", "pub"); err != nil {
 		return err
+	}
+	if *maxSize < 0 {
+		return &usageError{msg: "kvfence backup: --max-size must not be negative", hint: "kvfence backup -h"}
 	}
 	if err := require("backup", [2]string{"out", *out}, [2]string{"pub", cf.pub}); err != nil {
 		return err
@@ -62,7 +66,7 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := backup.SaveOptions{Out: *out, PublicKey: pub, Overwrite: *force}
+	opts := backup.SaveOptions{Out: *out, PublicKey: pub, Overwrite: *force, MaxSize: *maxSize}
 	var res backup.Result
 	if rf.on() {
 		cl, err := rf.dial()
@@ -152,8 +156,8 @@ func (m *Main) printBackup(file string, res backup.Result, asJSON bool) error {
 
 // Usage prints the command's help.
 func (c *BackupCommand) Usage() {
-	fmt.Fprint(c.m.Stderr, `Usage: kvfence backup --server URL --pub FILE --out FILE [--force] [--json]
-       kvfence backup --db FILE --anchor FILE --pub FILE --out FILE [--force] [--json]
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence backup --server URL --pub FILE --out FILE [--force] [--max-size BYTES] [--json]
+       kvfence backup --db FILE --anchor FILE --pub FILE --out FILE [--force] [--max-size BYTES] [--json]
 
 Writes a backup file: a consistent copy of the receiver's bbolt database
 with the signed checkpoint of its newest entry. With --server the running
@@ -189,6 +193,9 @@ Arguments:
 	    The backup file to write.
 	--force
 	    Replace an existing --out.
+	--max-size BYTES
+	    Refuse a backup longer than this (backup_too_large, exit 1, no
+	    file), so that a server cannot fill the disk. Default: no bound.
 	--pub FILE
 	    The receiver's public key (an ssh-ed25519 line), from your own
 	    records: the backup must verify under it.

@@ -119,6 +119,9 @@ func TestVerifyChain_Server(t *testing.T) {
 		t.Fatalf("backup --server: %v", out)
 	}
 	c.must(0, "restore", "--in", b, "--db", c.path("copy.db"), "--pub", pub)
+	if out := c.json(ExitError, "backup", "--server", url, "--pub", pub, "--out", c.path("big"), "--max-size", "1000"); out["error"].(map[string]any)["code"] != "backup_too_large" {
+		t.Fatalf("backup over --max-size: %v", out)
+	}
 	for _, args := range [][]string{
 		{"verify-chain", "--server", url, "--archive", b},
 		{"verify-chain", "--server", url, "--max-age", "1h"},

@@ -131,6 +131,7 @@ var cliCodes = []errorCodeEntry{
 	{"already_acknowledged", ledger.ErrAlreadyAcknowledged},
 	{"containment_tampered", ledger.ErrContainmentTampered},
 	{"backup_truncated", backup.ErrTruncated},
+	{"backup_too_large", backup.ErrTooLarge},
 	{"backup_bad_format", backup.ErrBadFormat},
 	{"backup_bad_format", backup.ErrTrailingData},
 	// contain: a successor refused or activated at some boundaries only.
