@@ -384,3 +384,30 @@ func (c *countingBytes) Read(p []byte) (int, error) {
 	c.read += n
 	return n, nil
 }
+
+// Ensure that Restore, even with Overwrite, refuses to replace a database
+// that an open receiver holds, and leaves it as it was.
+func TestRestore_RefusesDatabaseInUse(t *testing.T) {
+	rc := newReceiver(t)
+	all, _, _ := rc.stream(t)
+	in := filepath.Join(t.TempDir(), "b.kvbak")
+	if err := os.WriteFile(in, all, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	live := rc.r.Path()
+	before, err := os.ReadFile(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = backup.Restore(context.Background(), in, backup.RestoreOptions{DB: live, PublicKey: rc.pub, Overwrite: true})
+	if !errors.Is(err, backup.ErrInUse) {
+		t.Fatalf("Restore over an open receiver: %v, want ErrInUse", err)
+	}
+	if after, err := os.ReadFile(live); err != nil || !bytes.Equal(after, before) {
+		t.Fatalf("the open receiver's database changed: %v", err)
+	}
+	rc.r.Close()
+	if _, err := backup.Restore(context.Background(), in, backup.RestoreOptions{DB: live, PublicKey: rc.pub, Overwrite: true}); err != nil {
+		t.Fatalf("Restore over a closed receiver's database: %v", err)
+	}
+}

@@ -113,7 +113,8 @@ func Save(ctx context.Context, src io.Reader, opts SaveOptions) (Result, error) 
 }
 
 // Restore writes the database of the backup file in to opts.DB, for a
-// stopped receiver to open: a temporary file beside DB, verified as Save
+// stopped receiver to open (a DB that a process holds open is refused,
+// ErrInUse, where the platform tells): a temporary file beside DB, verified as Save
 // verifies, fsynced, renamed to DB, the directory fsynced. The receiver
 // then finds its anchor ahead of the restored database (a rollback), and
 // is re-admitted with a recovery admission (kvfence.Recover).
@@ -122,6 +123,9 @@ func Restore(ctx context.Context, in string, opts RestoreOptions) (Result, error
 		return Result{}, err
 	}
 	if err := refuseExisting(opts.DB, opts.Overwrite); err != nil {
+		return Result{}, err
+	}
+	if err := refuseInUse(opts.DB); err != nil {
 		return Result{}, err
 	}
 	f, err := os.Open(in)
@@ -148,6 +152,10 @@ func Restore(ctx context.Context, in string, opts RestoreOptions) (Result, error
 	}
 	rep, err := Check(db.Name(), sc, opts.PublicKey)
 	if err != nil {
+		return Result{}, err
+	}
+	// Again, just before: a receiver may have started meanwhile.
+	if err := refuseInUse(opts.DB); err != nil {
 		return Result{}, err
 	}
 	if err := publish(db.Name(), opts.DB, opts.Overwrite); err != nil {

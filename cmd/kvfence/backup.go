@@ -241,7 +241,8 @@ stopped receiver: the backup is verified as kvfence backup verifies it
 (its SHA-256, the checkpoint's signature under --pub, the database against
 the checkpoint), written beside --db under a temporary name, fsynced,
 renamed to --db and the directory fsynced. An existing --db is not
-replaced without --force; stop the receiver first.
+replaced without --force, and never while a process holds it open
+(database_in_use): stop the receiver first.
 
 The anchor is not touched: it is ahead of the restored database, which
 verify-chain then reports as rollback_detected and the receiver refuses

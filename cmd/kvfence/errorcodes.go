@@ -132,6 +132,7 @@ var cliCodes = []errorCodeEntry{
 	{"containment_tampered", ledger.ErrContainmentTampered},
 	{"backup_truncated", backup.ErrTruncated},
 	{"backup_too_large", backup.ErrTooLarge},
+	{"database_in_use", backup.ErrInUse},
 	{"backup_bad_format", backup.ErrBadFormat},
 	{"backup_bad_format", backup.ErrTrailingData},
 	// contain: a successor refused or activated at some boundaries only.
