@@ -342,3 +342,17 @@ func ExampleEncodeRequest() {
 	// raise-retention configmap/prod/backup-policy {"data":{"retention_days":"45"}}
 	// trailing byte refused: true
 }
+
+// A running receiver verifies its own chain, state and anchor while it
+// serves, from one read transaction. The answer is its own word; a copy
+// verified elsewhere with VerifyChain is the independent check.
+func ExampleReceiver_VerifyOnline() {
+	x := newExampleReceiver()
+	defer x.close()
+	x.activate()
+	rep, err := x.r.VerifyOnline(context.Background())
+	must(err)
+	fmt.Println(rep.Problem, "head", rep.Head.Seq, "anchor", rep.Anchor.Seq)
+	// Output:
+	// ok head 4 anchor 4
+}

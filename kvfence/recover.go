@@ -611,7 +611,14 @@ func (r *Receiver) verifyChain(opts VerifyOptions) (audit.Report, error) {
 	if err := r.checkAnchorCluster(opts.Anchor, opts.AnchorClusterID); err != nil {
 		return audit.Report{}, err
 	}
-	if !r.file && opts.Anchor != nil {
+	return r.verifyChainAgainst(opts)
+}
+
+// verifyChainAgainst is verifyChain without the anchor's cluster check:
+// VerifyOnline reads the anchor itself, from a store whose cluster the
+// running receiver checked when it opened.
+func (r *Receiver) verifyChainAgainst(opts VerifyOptions) (audit.Report, error) {
+	if _, fixed := opts.Anchor.(*fixedAnchor); !r.file && opts.Anchor != nil && !fixed {
 		// Other processes may write a shared store (etcd) meanwhile: the
 		// anchor is read once, before the chain, so that the chain read
 		// after it is at or past it unless the store was rolled back.
@@ -678,10 +685,20 @@ func (r *Receiver) verifyChain(opts VerifyOptions) (audit.Report, error) {
 }
 
 // fixedAnchor is an anchor read once, for a check that must not read it
-// again. It cannot be written.
-type fixedAnchor struct{ sc audit.SignedCheckpoint }
+// again, with the damaged slot found beside it, if any. It cannot be
+// written.
+type fixedAnchor struct {
+	sc     audit.SignedCheckpoint
+	damage *audit.SlotDamage
+}
 
 func (a *fixedAnchor) Load() (audit.SignedCheckpoint, error) { return a.sc, nil }
+
+// Inspect makes the damage read with the anchor part of the report
+// (audit.DamageReporter).
+func (a *fixedAnchor) Inspect() (audit.AnchorFileReport, error) {
+	return audit.AnchorFileReport{Current: a.sc, Damage: a.damage}, nil
+}
 
 func (a *fixedAnchor) Store(*audit.SignedCheckpoint, audit.SignedCheckpoint) error {
 	return fmt.Errorf("%w: a verification does not write the anchor", ErrReadOnly)

@@ -125,6 +125,8 @@ func New(opts Options) (*Handler, error) {
 	h.routes[api.PathGrant] = route{http.MethodGet, true, h.grant}
 	h.routes[api.PathTargetList] = route{http.MethodGet, true, h.targetList}
 	h.routes[api.PathReceipts] = route{http.MethodGet, true, h.receipts}
+	h.routes[api.PathVerifyChain] = route{http.MethodGet, true, h.verifyChain}
+	h.routes[api.PathBackup] = route{http.MethodGet, true, h.backup}
 	return h, nil
 }
 

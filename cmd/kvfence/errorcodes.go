@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/audit/etcdanchor"
+	"github.com/kvfence/kvfence/backup"
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/contain"
 	"github.com/kvfence/kvfence/internal/api"
@@ -64,6 +65,10 @@ var integrityCodes = []errorCodeEntry{
 	{"admission_replayed", audit.ErrAdmissionReplayed},
 	{api.CodeIntegrity, client.ErrIntegrity},
 	{"containment_mismatch", contain.ErrVerifyMismatch},
+	// After the audit codes: a backup whose database fails for one of
+	// those reasons is coded by the reason.
+	{"backup_mismatch", backup.ErrMismatch},
+	{"backup_altered", backup.ErrSumMismatch},
 }
 
 // cliCodes are the codes of errors that internal/api does not define,
@@ -125,6 +130,11 @@ var cliCodes = []errorCodeEntry{
 	{"acknowledgment_conflict", ledger.ErrAcknowledgmentConflict},
 	{"already_acknowledged", ledger.ErrAlreadyAcknowledged},
 	{"containment_tampered", ledger.ErrContainmentTampered},
+	{"backup_truncated", backup.ErrTruncated},
+	{"backup_too_large", backup.ErrTooLarge},
+	{"database_in_use", backup.ErrInUse},
+	{"backup_bad_format", backup.ErrBadFormat},
+	{"backup_bad_format", backup.ErrTrailingData},
 	// contain: a successor refused or activated at some boundaries only.
 	{"not_successor", contain.ErrNotSuccessor},
 	{"activation_incomplete", contain.ErrActivationIncomplete},

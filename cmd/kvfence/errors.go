@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/audit/etcdanchor"
+	"github.com/kvfence/kvfence/backup"
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/contain"
 	"github.com/kvfence/kvfence/keyfile"
@@ -51,7 +52,8 @@ func exitCode(err error) int {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
 	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity), errors.Is(err, etcdanchor.ErrClusterMismatch),
-		errors.Is(err, contain.ErrVerifyMismatch), errors.Is(err, ledger.ErrContainmentTampered):
+		errors.Is(err, contain.ErrVerifyMismatch), errors.Is(err, ledger.ErrContainmentTampered),
+		errors.Is(err, backup.ErrMismatch), errors.Is(err, backup.ErrSumMismatch):
 		return ExitIntegrity
 	case errors.As(err, &pe):
 		return ExitPartial

@@ -44,6 +44,12 @@
 //	recover         apply an admission: hold every scope at a new epoch,
 //	                revoke every grant, write the anchor
 //
+// Backup:
+//
+//	backup          a verified backup file, from a running receiver
+//	                (--server) or a stopped one's database
+//	restore         write a backup's database in place, for recovery
+//
 // Execution ledger (its own file, anchor and key; authorises nothing):
 //
 //	ledger          init, approve, claim, heartbeat, dispatch, finish,
@@ -390,6 +396,10 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return group(subcommand{"new", &AdmissionNewCommand{m}})
 	case "recover":
 		return &RecoverCommand{m}, args, nil
+	case "backup":
+		return &BackupCommand{m}, args, nil
+	case "restore":
+		return &RestoreCommand{m}, args, nil
 	case "ledger":
 		return &LedgerCommand{m}, args, nil
 	case "contain":
@@ -418,7 +428,7 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 
 // commandNames are the commands "kvfence help" lists, for suggestions.
 var commandNames = []string{"keygen", "init", "scope", "target", "request", "activate", "envelope", "submit", "hold",
-	"status", "observe", "verify-chain", "admission", "recover", "ledger", "contain", "serve", "cert", "lab", "bench", "version"}
+	"status", "observe", "verify-chain", "admission", "recover", "backup", "restore", "ledger", "contain", "serve", "cert", "lab", "bench", "version"}
 
 // isHelpFlag reports whether arg asks for help, as the flag package
 // understands it.
@@ -470,6 +480,8 @@ The commands are:
 	audit archive   move old audit entries to a signed archive (privileged)
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission
+	backup          write a verified backup of a running or stopped receiver
+	restore         put a backup's database in place for a stopped receiver
 	ledger          approvals and claims in the execution ledger
 	contain         hold an action at every boundary; activate its successor
 	serve           run a receiver as a service (mTLS, admin socket)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -46,7 +47,10 @@ func (rf *remoteFlags) on() bool { return rf.server != "" }
 // file flags (--db, --anchor, --key, --pub, --lock-timeout), since the
 // receiver's files belong to the process serving it; without it, the TLS
 // flags. Their environment fallbacks are ignored with --server.
-func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string) error {
+//
+// keep names file flags that the command takes with --server too (backup's
+// --pub, the operator's own copy of the key that checks the answer).
+func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string, keep ...string) error {
 	if !rf.on() {
 		for _, f := range []string{"tls-cert", "tls-key", "tls-ca", "server-uid", "spiffe-socket", "server-id"} {
 			if isSet(fs, f) {
@@ -56,7 +60,7 @@ func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string) error {
 		return nil
 	}
 	for _, f := range []string{"db", "anchor", "anchor-etcd-cert", "anchor-etcd-key", "anchor-etcd-ca", "etcd", "etcd-prefix", "etcd-cert", "etcd-key", "etcd-ca", "etcd-max-txn-ops", "key", "pub", "lock-timeout"} {
-		if isSet(fs, f) {
+		if isSet(fs, f) && !slices.Contains(keep, f) {
 			return &usageError{msg: fmt.Sprintf("kvfence %s: --%s does not go with --server: the server opens the receiver", cmd, f),
 				hint: "drop --" + f}
 		}

@@ -46,16 +46,23 @@ func (l *lostAnswerEngine) Update(ctx context.Context, fn func(engine.Tx) error)
 // the socket's URL.
 func (c *cli) serveLostAnswers() (string, *lostAnswerEngine) {
 	c.t.Helper()
-	priv, err := keyfile.LoadPrivate(c.env[envKey])
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	e, err := boltengine.OpenFile(c.env[envDB], boltengine.FileOptions{Timeout: time.Second, CheckPages: true})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	le := &lostAnswerEngine{Engine: e}
-	r, err := kvfence.OpenEngine(le, &kvfence.Options{Key: priv, Anchor: audit.FileAnchor{Path: c.env[envAnchor]}})
+	return c.serveEngine(le), le
+}
+
+// serveEngine serves the CLI fixture's receiver, kept in e, on a unix
+// socket admitting the test's uid, and returns the socket's URL.
+func (c *cli) serveEngine(e engine.Engine) string {
+	c.t.Helper()
+	priv, err := keyfile.LoadPrivate(c.env[envKey])
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	r, err := kvfence.OpenEngine(e, &kvfence.Options{Key: priv, Anchor: audit.FileAnchor{Path: c.env[envAnchor]}})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -78,7 +85,7 @@ func (c *cli) serveLostAnswers() (string, *lostAnswerEngine) {
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.Start()
 	c.t.Cleanup(srv.Close)
-	return "unix://" + sock, le
+	return "unix://" + sock
 }
 
 // Ensure that with --server, a change whose commit answer the receiver's

@@ -50,6 +50,8 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	maxAge := fs.Duration("max-age", 0, "")
 	var archives stringList
 	fs.Var(&archives, "archive", "")
+	var rf remoteFlags
+	rf.register(fs)
 	// "--archive A B C": the files after the flag are archives too, and
 	// flags may follow them.
 	err := parseInterspersed(fs, c.Usage, args, func(arg string) error {
@@ -63,6 +65,18 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
+	if err := rf.check(fs, "verify-chain"); err != nil {
+		return err
+	}
+	if rf.on() {
+		for _, f := range []string{"archive", "max-age"} {
+			if isSet(fs, f) {
+				return &usageError{msg: fmt.Sprintf("kvfence verify-chain: --%s does not go with --server: the receiver verifies what it stores, against its own anchor", f),
+					hint: "verify a backup or a copy of the database with --" + f}
+			}
+		}
+		return c.runRemote(ctx, &rf, cf.json)
+	}
 	if cf.db == "" && !cf.etcd.on() {
 		return missingFlag(cf.name, "db", envDB)
 	}
@@ -184,6 +198,7 @@ func problemError(cmd string, rep audit.Report) error {
 func (c *VerifyChainCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence verify-chain --db FILE --anchor FILE --pub FILE [--max-age DURATION]
                             [--lock-timeout DURATION] [--json] [--archive FILE ...]
+       kvfence verify-chain --server URL [--json]
 
 Checks the receiver's audit chain against its anchor without changing
 either: the anchor's signature under --pub and its receiver id, then every
@@ -246,6 +261,16 @@ the database file's file system and owned by its uid (facts, not a
 verdict; also "anchor same device" and "anchor same owner" in the text;
 null for an etcd store or anchor).
 
+With --server, a running receiver (kvfence serve) runs the same checks on
+itself, administrators only: it reads its anchor between two anchor
+writes, then the chain, the base, the state records and the newest
+checkpoint in one read transaction, while it goes on serving. Output and
+exit codes are the same (the separation facts are null). It is the
+receiver's own report: a compromised receiver can answer ok for anything.
+The independent check is this command with --db on a backup (kvfence
+backup, kvfence restore to a scratch path) and your copy of --pub.
+--archive and --max-age do not go with --server.
+
 Exit codes: 0 ok, 4 any problem, 6 ok but an anchor slot is damaged, 1
 when the check could not run (a missing database, an unreadable key), 5
 when the database is locked by a writer.
@@ -267,7 +292,7 @@ Arguments:
 	    Archive files written by "kvfence audit archive", oldest first;
 	    repeat the flag or list the files after it. Verifies the whole
 	    history from seq 1 through the archives into the database.
-`+usageLock+usageJSON)
+`+usageLock+usageServer+usageJSON)
 }
 
 // progress returns a callback that reports verified entries on stderr when

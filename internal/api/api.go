@@ -49,6 +49,9 @@ const (
 const (
 	ContentCBOR = "application/cbor"
 	ContentJSON = "application/json"
+	// ContentBackup is a backup file's (package backup), the answer of
+	// GET /v1/backup.
+	ContentBackup = "application/vnd.kvfence.backup"
 )
 
 // Submit is the submit response: the decision.

@@ -82,6 +82,7 @@ var Sentinels = []Sentinel{
 	{"malformed_request", http.StatusBadRequest, kvfence.ErrMalformedRequest},
 	{"invalid_argument", http.StatusBadRequest, kvfence.ErrInvalidArgument},
 	{"read_only", http.StatusServiceUnavailable, kvfence.ErrReadOnly},
+	{"snapshot_unsupported", http.StatusNotImplemented, kvfence.ErrSnapshotUnsupported},
 }
 
 // SentinelOf returns the entry of Sentinels that err matches.
