@@ -420,7 +420,7 @@ func (h *Handler) createScope(w http.ResponseWriter, r *http.Request, caller str
 		}
 		opts.MaxGrantTTL = d
 	}
-	if err := h.r.Admin().As(caller).CreateScopeWith(r.Context(), req.Scope, opts); err != nil {
+	if _, err := h.r.Admin().As(caller).CreateScopeWith(r.Context(), req.Scope, opts); err != nil {
 		return err
 	}
 	st, err := h.r.Status(req.Scope)
@@ -440,7 +440,7 @@ func (h *Handler) createTarget(w http.ResponseWriter, r *http.Request, caller st
 	if req.ValueB64 == nil {
 		return errorf(http.StatusBadRequest, api.CodeBadRequest, "value_b64 is required")
 	}
-	if err := h.r.Admin().As(caller).CreateTarget(r.Context(), req.Scope, req.Target, req.ValueB64); err != nil {
+	if _, err := h.r.Admin().As(caller).CreateTarget(r.Context(), req.Scope, req.Target, req.ValueB64); err != nil {
 		return err
 	}
 	t, err := h.r.Target(req.Target)

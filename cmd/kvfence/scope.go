@@ -56,7 +56,7 @@ func (c *ScopeCreateCommand) Run(ctx context.Context, args []string) (err error)
 	}
 	st, err := either(&cf, &rf, true, c.m.warn,
 		func(r *kvfence.Receiver) (kvfence.ScopeStatus, error) {
-			if err := localAdmin(r).CreateScopeWith(ctx, *scope, kvfence.ScopeOptions{MaxGrantTTL: *maxTTL}); err != nil {
+			if _, err := localAdmin(r).CreateScopeWith(ctx, *scope, kvfence.ScopeOptions{MaxGrantTTL: *maxTTL}); err != nil {
 				return kvfence.ScopeStatus{}, err
 			}
 			return r.Status(*scope)
