@@ -444,6 +444,28 @@ func (c *Client) Activate(ctx context.Context, req kvfence.ActivateRequest) (Act
 	return Activation{Grant: g, Request: append([]byte(nil), req.Request...)}, nil
 }
 
+// ExtendGrant moves the active grant req.Grant's end of validity to the
+// receiver's now plus req.TTL, within its scope's maximum from the grant's
+// activation (Admin.ExtendGrant), and returns the grant as it now stands.
+// The answer must name the grant asked for.
+func (c *Client) ExtendGrant(ctx context.Context, req kvfence.ExtendRequest) (kvfence.Grant, error) {
+	if req.TTL <= 0 {
+		return kvfence.Grant{}, fmt.Errorf("%w: the ttl of an extension must be positive, got %s", kvfence.ErrInvalidWindow, req.TTL)
+	}
+	var out api.GrantExtend
+	if err := c.postJSON(ctx, api.PathGrantExtend, api.GrantExtendRequest{Grant: req.Grant, TTL: req.TTL.String()}, &out); err != nil {
+		return kvfence.Grant{}, err
+	}
+	g, err := out.ToGrant()
+	if err != nil {
+		return kvfence.Grant{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	if g.ID != req.Grant || g.NotAfter.IsZero() {
+		return kvfence.Grant{}, fmt.Errorf("%w: asked to extend grant %s, the receiver answered for %q ending %s", ErrProtocol, req.Grant, g.ID, g.NotAfter)
+	}
+	return g, nil
+}
+
 // Hold advances the epoch of every named scope and holds it, all or none.
 // With req.ID the hold is idempotent: a repeat returns the first hold's
 // result with Repeated set. The answer must carry the receiver's signed

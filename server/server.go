@@ -113,6 +113,7 @@ func New(opts Options) (*Handler, error) {
 	h.routes[api.PathGrant] = route{http.MethodGet, true, h.grant}
 	h.routes[api.PathTargetList] = route{http.MethodGet, true, h.targetList}
 	h.routes[api.PathReceipts] = route{http.MethodGet, true, h.receipts}
+	h.routes[api.PathGrantExtend] = route{http.MethodPost, true, h.extendGrant}
 	return h, nil
 }
 
@@ -472,6 +473,24 @@ func (h *Handler) activate(w http.ResponseWriter, r *http.Request, caller string
 		return err
 	}
 	writeJSON(w, http.StatusOK, api.ActivateOf(g))
+	return nil
+}
+
+// extendGrant moves an active grant's end later (Admin.ExtendGrant).
+func (h *Handler) extendGrant(w http.ResponseWriter, r *http.Request, caller string) error {
+	var req api.GrantExtendRequest
+	if err := h.decodeJSON(r, &req); err != nil {
+		return err
+	}
+	ttl, err := time.ParseDuration(req.TTL)
+	if err != nil || ttl <= 0 {
+		return errorf(http.StatusBadRequest, api.CodeBadRequest, "ttl %q is not a positive duration", req.TTL)
+	}
+	g, err := h.r.Admin().As(caller).ExtendGrant(r.Context(), kvfence.ExtendRequest{Grant: req.Grant, TTL: ttl})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.GrantExtendOf(g))
 	return nil
 }
 

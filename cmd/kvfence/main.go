@@ -17,6 +17,8 @@
 //	target create   create a target in a scope (revision 1)
 //	activate        mint a grant for a held scope and open it
 //	hold            advance the epoch of one or more scopes and hold them
+//	grant extend    move an active grant's end later, within its scope's
+//	                maximum from its activation
 //
 // Workers and approvers:
 //
@@ -316,7 +318,7 @@ func (m *Main) run(ctx context.Context, args []string) error {
 // groupCommands are the commands whose first argument is a subcommand
 // (or, for cert, a kind).
 var groupCommands = map[string]bool{"scope": true, "target": true, "request": true, "envelope": true,
-	"admission": true, "observe": true, "ledger": true, "cert": true}
+	"admission": true, "observe": true, "ledger": true, "cert": true, "grant": true}
 
 // boolFlags are the flags of subcommands that take no value, so that
 // subcommandFirst does not read the word after one as its value. A value
@@ -378,6 +380,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &SubmitCommand{m}, args, nil
 	case "hold":
 		return &HoldCommand{m}, args, nil
+	case "grant":
+		return group(subcommand{"extend", &GrantExtendCommand{m}})
 	case "status":
 		return &StatusCommand{m}, args, nil
 	case "observe":
@@ -418,7 +422,7 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 
 // commandNames are the commands "kvfence help" lists, for suggestions.
 var commandNames = []string{"keygen", "init", "scope", "target", "request", "activate", "envelope", "submit", "hold",
-	"status", "observe", "verify-chain", "admission", "recover", "ledger", "contain", "serve", "cert", "lab", "bench", "version"}
+	"grant", "status", "observe", "verify-chain", "admission", "recover", "ledger", "contain", "serve", "cert", "lab", "bench", "version"}
 
 // isHelpFlag reports whether arg asks for help, as the flag package
 // understands it.
@@ -464,6 +468,7 @@ The commands are:
 	envelope show   decode an envelope and the request it carries
 	submit          submit an envelope as a worker
 	hold            hold scopes at a new epoch; --all holds every open one (privileged)
+	grant extend    move an active grant's end later, within its scope's maximum (privileged)
 	status          show the control state of scopes
 	observe         show a target, a receipt, a grant or the audit events
 	verify-chain    check the audit chain against the anchor
