@@ -62,7 +62,9 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 		return &usageError{msg: "kvfence target create: one of --value or --value-file is required", hint: "kvfence target create -h"}
 	}
 	t, err := either(&cf, &rf, true, c.m.warn,
-		func(r *kvfence.Receiver) (kvfence.Target, error) { return localAdmin(r).CreateTarget(ctx, *scope, *target, v) },
+		func(r *kvfence.Receiver) (kvfence.Target, error) {
+			return localAdmin(r).CreateTarget(ctx, *scope, *target, v)
+		},
 		func(cl *client.Client) (kvfence.Target, error) { return cl.CreateTarget(ctx, *scope, *target, v) })
 	if err != nil {
 		return err
