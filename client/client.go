@@ -6,6 +6,17 @@
 // storage_busy, ErrUnknownScope, ErrNotAcknowledged, ...), so that code
 // written against an embedded receiver reads the same against a served one.
 //
+// The methods that kvfence.Admin or kvfence.Receiver share with Client take
+// the same arguments (the client's first is a context; the embedded
+// Submit's caller is the channel's identity here) and return the same
+// results: CreateScope, CreateScopeWith, CreateTarget, ExtendGrant, Hold,
+// HoldAll, Submit, Target, Targets, Receipt, ReceiptsByClaim, Events. Three
+// return more, because a served caller cannot read what the receiver
+// knows: Activate returns an Activation, the Grant with the request bytes
+// it binds, for the worker's Assignment; Grant also says whether the grant
+// expired by the receiver's clock; Status answers one scope or all, with
+// the audit seq read before them (Receiver.Status and Receiver.Scopes).
+//
 // The client never tells the receiver who it is: the receiver takes the
 // identity from the channel, the client certificate's SPIFFE ID or the
 // socket's peer credentials. Nor does it take the receiver's word for who
