@@ -343,3 +343,30 @@ func ExampleEncodeRequest() {
 	// raise-retention configmap/prod/backup-policy {"data":{"retention_days":"45"}}
 	// trailing byte refused: true
 }
+
+// A long task keeps its grant by extension instead of a new activation:
+// the end moves to now plus the TTL, never past the activation plus the
+// scope's maximum (24h by default), and never once a hold has fenced the
+// grant.
+func ExampleAdmin_ExtendGrant() {
+	x := newExampleReceiver()
+	defer x.close()
+	x.activate()
+	ctx := context.Background()
+
+	g, err := x.admin.ExtendGrant(ctx, kvfence.ExtendRequest{Grant: x.grant.ID, TTL: time.Hour})
+	must(err)
+	fmt.Println("valid for another", g.NotAfter.Sub(x.r.Now()).Round(time.Minute))
+
+	_, err = x.admin.ExtendGrant(ctx, kvfence.ExtendRequest{Grant: x.grant.ID, TTL: 25 * time.Hour})
+	fmt.Println(errors.Is(err, kvfence.ErrTTLTooLong))
+
+	_, err = x.admin.Hold(ctx, kvfence.HoldRequest{Scopes: []string{exampleScope}, Reason: "lease lost"})
+	must(err)
+	_, err = x.admin.ExtendGrant(ctx, kvfence.ExtendRequest{Grant: x.grant.ID, TTL: time.Hour})
+	fmt.Println(errors.Is(err, kvfence.ErrGrantNotActive))
+	// Output:
+	// valid for another 1h0m0s
+	// true
+	// true
+}
