@@ -69,6 +69,8 @@
 //	bench           durable fenced writes measured against fsync, bbolt and
 //	                SQLite in one run on one disk
 //	version         the module version and VCS revision (also --version)
+//	completion      a shell completion script (bash, zsh, fish)
+//	help etcd       the flags that keep the receiver or its anchor on etcd
 //
 // Common flags, with environment fallbacks (a flag wins over its variable):
 // --db (KVFENCE_DB), --anchor (KVFENCE_ANCHOR), --key (KVFENCE_KEY),
@@ -141,6 +143,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -260,6 +263,16 @@ func wantsJSON(args []string) bool {
 	return want
 }
 
+// isJSONFlag reports whether arg is --json in any of the flag package's
+// spellings (-json, --json, --json=BOOL).
+func isJSONFlag(arg string) bool {
+	if !strings.HasPrefix(arg, "-") || strings.HasPrefix(arg, "---") {
+		return false
+	}
+	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+	return name == "json"
+}
+
 // anchorArg returns the anchor path a command line used: its last
 // --anchor, or else the environment's (KVFENCE_LEDGER_ANCHOR for ledger
 // commands, KVFENCE_ANCHOR for the others), as the flag package and
@@ -298,6 +311,17 @@ func (m *Main) run(ctx context.Context, args []string) error {
 		m.usage(m.Stderr)
 		return usageErrorf("no command given")
 	}
+	// A --json before the command ("kvfence --json status") is the
+	// command's: it moves after the command's words, where the command
+	// parses it. wantsJSON has seen it wherever it was.
+	var lead []string
+	for len(args) > 0 && isJSONFlag(args[0]) {
+		lead, args = append(lead, args[0]), args[1:]
+	}
+	if len(args) == 0 {
+		m.usage(m.Stderr)
+		return usageErrorf("no command given")
+	}
 	name, rest := args[0], args[1:]
 	if name == "help" || isHelpFlag(name) {
 		return m.help(rest)
@@ -307,6 +331,15 @@ func (m *Main) run(ctx context.Context, args []string) error {
 	}
 	if groupCommands[name] {
 		rest = subcommandFirst(rest)
+	}
+	if len(lead) > 0 {
+		// Before a "--", after which every word is an argument; the
+		// commands take flags after their positional arguments.
+		at := len(rest)
+		if i := slices.Index(rest, "--"); i >= 0 {
+			at = i
+		}
+		rest = slices.Concat(rest[:at], lead, rest[at:])
 	}
 	cmd, rest, err := m.lookup(name, rest, false)
 	if err != nil {
@@ -408,6 +441,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &BenchCommand{m}, args, nil
 	case "version":
 		return &VersionCommand{m}, args, nil
+	case "completion":
+		return &CompletionCommand{m}, args, nil
 	case lab.WorkerCommand:
 		return &labWorkerCommand{m}, args, nil
 	case lab.ServedWorkerCommand:
@@ -422,7 +457,7 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 
 // commandNames are the commands "kvfence help" lists, for suggestions.
 var commandNames = []string{"keygen", "init", "scope", "target", "request", "activate", "envelope", "submit", "hold",
-	"grant", "status", "observe", "verify-chain", "admission", "recover", "ledger", "contain", "serve", "cert", "lab", "bench", "version"}
+	"grant", "status", "observe", "verify-chain", "audit", "admission", "recover", "ledger", "contain", "serve", "cert", "lab", "bench", "version", "completion"}
 
 // isHelpFlag reports whether arg asks for help, as the flag package
 // understands it.
@@ -434,6 +469,10 @@ func isHelpFlag(arg string) bool {
 func (m *Main) help(args []string) error {
 	if len(args) == 0 {
 		m.usage(m.Stdout)
+		return nil
+	}
+	if args[0] == "etcd" && len(args) == 1 {
+		m.helpEtcd()
 		return nil
 	}
 	out := *m
@@ -482,12 +521,15 @@ The commands are:
 	lab             run the fencing lab in real processes (lab build only)
 	bench           measure durable fenced writes against fsync, bbolt, SQLite
 	version         the module version and VCS revision (also --version)
+	completion      a completion script for bash, zsh or fish
 
 Commands that write need --anchor and --key (or KVFENCE_ANCHOR and
 KVFENCE_KEY); status and observe check the anchor when it is given.
 
 Use "kvfence help <command>" or "kvfence <command> -h" for more
-information about a command.
+information about a command, "kvfence help etcd" for the flags that keep
+the receiver or its anchor on etcd, and "kvfence completion bash|zsh|fish"
+for a shell completion script.
 
 Exit codes: 0 success (also already_applied), 1 operational error,
 2 usage error (also a malformed request, envelope or patch file),
