@@ -18,6 +18,10 @@ const (
 	KindActivate      = "activate"       // scope, epoch, grant: the scope is open under grant
 	KindHold          = "hold"           // scope, epoch: the scope is held at the new epoch
 	KindSubmit        = "submit"         // a decision; outcome says which
+	// KindGrantExtended records that the scope's active grant, named with
+	// its scope and epoch, stays valid until a later time (its note says
+	// which). It changes no scope's epoch, mode or active grant.
+	KindGrantExtended = "grant_extended"
 	// KindRecovered is a recovery admission's entry: every scope held at a
 	// new epoch and every active grant removed. It names no scope.
 	KindRecovered = "recovered"
@@ -30,12 +34,15 @@ const (
 	OutcomeDenied         = "denied"          // refused; reason says why
 )
 
-// FenceViolationError reports an applied submit entry whose grant was not
-// its scope's active grant when it was recorded: the receiver that wrote it
-// skipped its checks 2-4 (scope open, epoch equal, grant active). It matches
-// ErrFenceViolation.
+// FenceViolationError reports an applied submit entry, or a grant
+// extension, whose grant was not its scope's active grant when it was
+// recorded: the receiver that wrote it skipped its checks 2-4 (scope open,
+// epoch equal, grant active). It matches ErrFenceViolation.
 type FenceViolationError struct {
-	Seq   uint64 // the applied submit entry
+	Seq uint64 // the applied submit or grant_extended entry
+	// Kind is the entry's kind: KindSubmit, or KindGrantExtended for an
+	// extension of a grant that was not active.
+	Kind  string
 	Scope string // the scope it names
 	Epoch uint64 // the epoch it names
 	Grant string // the grant it names
@@ -62,7 +69,11 @@ type FenceViolationError struct {
 // that the message alone is evidence.
 func (e *FenceViolationError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v: entry %d applied grant %q at epoch %d in scope %q", ErrFenceViolation, e.Seq, e.Grant, e.Epoch, e.Scope)
+	verb := "applied"
+	if e.Kind == KindGrantExtended {
+		verb = "extended"
+	}
+	fmt.Fprintf(&b, "%v: entry %d %s grant %q at epoch %d in scope %q", ErrFenceViolation, e.Seq, verb, e.Grant, e.Epoch, e.Scope)
 	switch {
 	case e.Recovery:
 		fmt.Fprintf(&b, ", superseded by the recovery at seq %d", e.Hold)
@@ -166,17 +177,19 @@ func (r *fenceReplay) observe(e *Entry) {
 	case KindRecovered, KindReanchored:
 		r.recoveries++
 		r.recovered = e.Seq
-	case KindSubmit:
+	case KindSubmit, KindGrantExtended:
 		// already_applied and denied entries change nothing, so they
-		// cannot violate the fence.
-		if e.Outcome != OutcomeApplied || r.violation != nil {
+		// cannot violate the fence. An extension must name the active
+		// grant as an applied submit must: one that names a superseded
+		// grant would have revived what a hold fenced.
+		if (e.Kind == KindSubmit && e.Outcome != OutcomeApplied) || r.violation != nil {
 			return
 		}
 		s := r.scope(e.Scope)
 		if s.grant != "" && s.grant == e.Grant && s.epoch == e.Epoch {
 			return
 		}
-		v := &FenceViolationError{Seq: e.Seq, Scope: e.Scope, Epoch: e.Epoch, Grant: e.Grant,
+		v := &FenceViolationError{Seq: e.Seq, Kind: e.Kind, Scope: e.Scope, Epoch: e.Epoch, Grant: e.Grant,
 			Hold: s.hold, HoldEpoch: s.holdEpoch, Recovery: s.recovery,
 			ActiveGrant: s.grant, ActiveEpoch: s.epoch, Activated: s.activated}
 		if s.ended == e.Grant && s.ended != "" {

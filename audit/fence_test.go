@@ -23,6 +23,10 @@ func submitted(outcome, scope string, epoch uint64, grant string) *Entry {
 	}
 	return e
 }
+func extended(scope string, epoch uint64, grant string) *Entry {
+	return &Entry{Kind: KindGrantExtended, Scope: scope, Epoch: epoch, Grant: grant, Executor: "worker", Action: "act",
+		Note: "not after 2026-01-01T00:30:00Z; was 2026-01-01T00:15:00Z; ttl 30m0s"}
+}
 func recovered(highWater uint64) *Entry {
 	return &Entry{Kind: KindRecovered, Epoch: highWater, Note: "admitted"}
 }
@@ -86,6 +90,14 @@ func TestVerify_FenceReplay(t *testing.T) {
 			submitted(OutcomeApplied, s2, 1, "h1")}, want{seq: 7, hold: 6, recovery: true}},
 		{"activated again after a recovery", []*Entry{created(s), activated(s, 1, "g1"), recovered(1), activated(s, 2, "g2"),
 			submitted(OutcomeApplied, s, 2, "g2")}, want{}},
+		{"extended while active, then applied", []*Entry{created(s), activated(s, 1, "g1"), extended(s, 1, "g1"),
+			submitted(OutcomeApplied, s, 1, "g1")}, want{}},
+		{"extended after the hold", []*Entry{created(s), activated(s, 1, "g1"), held(s, 2), extended(s, 1, "g1")},
+			want{seq: 5, hold: 4}},
+		{"superseded grant extended", []*Entry{created(s), activated(s, 1, "g1"), held(s, 2), activated(s, 2, "g2"),
+			extended(s, 1, "g1")}, want{seq: 6, hold: 4, activeGrant: "g2"}},
+		{"extended after a recovery", []*Entry{created(s), activated(s, 1, "g1"), recovered(1), extended(s, 1, "g1")},
+			want{seq: 5, hold: 4, recovery: true}},
 		{"the first of two violations", []*Entry{created(s), activated(s, 1, "g1"), held(s, 2),
 			submitted(OutcomeApplied, s, 1, "g1"), submitted(OutcomeApplied, s, 1, "g1")}, want{seq: 5, hold: 4}},
 	} {
@@ -113,7 +125,14 @@ func TestVerify_FenceReplay(t *testing.T) {
 			if got != tc.want || fv.Scope != e.Scope || fv.Grant != e.Grant || fv.Epoch != e.Epoch {
 				t.Fatalf("violation %+v; want %+v for entry %+v", fv, tc.want, e)
 			}
-			for _, part := range []string{"entry " + strconv.FormatUint(fv.Seq, 10), `"` + fv.Grant + `"`, `"` + fv.Scope + `"`} {
+			verb := "applied"
+			if e.Kind == KindGrantExtended {
+				verb = "extended"
+			}
+			if fv.Kind != e.Kind {
+				t.Errorf("violation kind %q, want %q", fv.Kind, e.Kind)
+			}
+			for _, part := range []string{"entry " + strconv.FormatUint(fv.Seq, 10) + " " + verb, `"` + fv.Grant + `"`, `"` + fv.Scope + `"`} {
 				if !strings.Contains(r.Detail, part) {
 					t.Errorf("detail %q lacks %s", r.Detail, part)
 				}

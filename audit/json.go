@@ -18,8 +18,8 @@ type EntryJSON struct {
 	// At is the entry's time, RFC 3339 in UTC; null when the entry has none.
 	At *string `json:"at"`
 	// Kind is what the entry records: init, scope_created, target_created,
-	// activate, hold, submit, recovered, reanchored, archived, or a ledger
-	// kind.
+	// activate, hold, grant_extended, submit, recovered, reanchored,
+	// archived, or a ledger kind.
 	Kind string `json:"kind"`
 	// Scope is the scope the entry concerns.
 	Scope string `json:"scope,omitempty"`

@@ -50,10 +50,10 @@ func newReceiver(t testing.TB) receiver {
 // scope creates a scope: one more entry, one more state record.
 func (rc receiver) scope(t testing.TB, name string) {
 	t.Helper()
-	if err := rc.r.Admin().CreateScope(context.Background(), name); err != nil {
+	if _, err := rc.r.Admin().CreateScope(context.Background(), name); err != nil {
 		t.Fatal(err)
 	}
-	if err := rc.r.Admin().CreateTarget(context.Background(), name, name+"/t", []byte("v")); err != nil {
+	if _, err := rc.r.Admin().CreateTarget(context.Background(), name, name+"/t", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 }

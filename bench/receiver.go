@@ -145,10 +145,10 @@ func targetName(i int) string { return fmt.Sprintf("bench/target/%07d", i) }
 func createScopes(ctx context.Context, a *kvfence.Admin, from, to int) error {
 	value := record(2)
 	for i := from; i < to; i++ {
-		if err := a.CreateScope(ctx, scopeName(i)); err != nil {
+		if _, err := a.CreateScope(ctx, scopeName(i)); err != nil {
 			return err
 		}
-		if err := a.CreateTarget(ctx, scopeName(i), targetName(i), value); err != nil {
+		if _, err := a.CreateTarget(ctx, scopeName(i), targetName(i), value); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,17 @@
 // storage_busy, ErrUnknownScope, ErrNotAcknowledged, ...), so that code
 // written against an embedded receiver reads the same against a served one.
 //
+// The methods that kvfence.Admin or kvfence.Receiver share with Client take
+// the same arguments (the client's first is a context; the embedded
+// Submit's caller is the channel's identity here) and return the same
+// results: CreateScope, CreateScopeWith, CreateTarget, ExtendGrant, Hold,
+// HoldAll, Submit, Target, Targets, Receipt, ReceiptsByClaim, Events. Three
+// return more, because a served caller cannot read what the receiver
+// knows: Activate returns an Activation, the Grant with the request bytes
+// it binds, for the worker's Assignment; Grant also says whether the grant
+// expired by the receiver's clock; Status answers one scope or all, with
+// the audit seq read before them (Receiver.Status and Receiver.Scopes).
+//
 // The client never tells the receiver who it is: the receiver takes the
 // identity from the channel, the client certificate's SPIFFE ID or the
 // socket's peer credentials. Nor does it take the receiver's word for who
@@ -442,6 +453,28 @@ func (c *Client) Activate(ctx context.Context, req kvfence.ActivateRequest) (Act
 		return Activation{}, fmt.Errorf("%w: the grant binds request sha256 %x, not the bytes sent", ErrProtocol, g.RequestSHA256)
 	}
 	return Activation{Grant: g, Request: append([]byte(nil), req.Request...)}, nil
+}
+
+// ExtendGrant moves the active grant req.Grant's end of validity to the
+// receiver's now plus req.TTL, within its scope's maximum from the grant's
+// activation (Admin.ExtendGrant), and returns the grant as it now stands.
+// The answer must name the grant asked for.
+func (c *Client) ExtendGrant(ctx context.Context, req kvfence.ExtendRequest) (kvfence.Grant, error) {
+	if req.TTL <= 0 {
+		return kvfence.Grant{}, fmt.Errorf("%w: the ttl of an extension must be positive, got %s", kvfence.ErrInvalidWindow, req.TTL)
+	}
+	var out api.GrantExtend
+	if err := c.postJSON(ctx, api.PathGrantExtend, api.GrantExtendRequest{Grant: req.Grant, TTL: req.TTL.String()}, &out); err != nil {
+		return kvfence.Grant{}, err
+	}
+	g, err := out.ToGrant()
+	if err != nil {
+		return kvfence.Grant{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	if g.ID != req.Grant || g.NotAfter.IsZero() {
+		return kvfence.Grant{}, fmt.Errorf("%w: asked to extend grant %s, the receiver answered for %q ending %s", ErrProtocol, req.Grant, g.ID, g.NotAfter)
+	}
+	return g, nil
 }
 
 // Hold advances the epoch of every named scope and holds it, all or none.

@@ -385,7 +385,7 @@ func TestClient_New(t *testing.T) {
 func TestClient_UnixSocket(t *testing.T) {
 	s := serve(t)
 	ctx := context.Background()
-	if err := s.r.Admin().CreateScope(ctx, scope); err != nil {
+	if _, err := s.r.Admin().CreateScope(ctx, scope); err != nil {
 		t.Fatal(err)
 	}
 	uid := uint32(os.Getuid())
@@ -414,10 +414,10 @@ func TestClient_UnixSocket(t *testing.T) {
 func TestClient_EventsChecked(t *testing.T) {
 	s := serve(t)
 	ctx := context.Background()
-	if err := s.r.Admin().CreateScope(ctx, scope); err != nil {
+	if _, err := s.r.Admin().CreateScope(ctx, scope); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.r.Admin().CreateScope(ctx, "other"); err != nil {
+	if _, err := s.r.Admin().CreateScope(ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
 	var page api.Events
@@ -445,10 +445,10 @@ func TestNewAssignment(t *testing.T) {
 	s := serve(t)
 	ctx := context.Background()
 	admin := s.r.Admin()
-	if err := admin.CreateScope(ctx, scope); err != nil {
+	if _, err := admin.CreateScope(ctx, scope); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.CreateTarget(ctx, scope, scope, []byte(`{"data":{"retention_days":"30"}}`)); err != nil {
+	if _, err := admin.CreateTarget(ctx, scope, scope, []byte(`{"data":{"retention_days":"30"}}`)); err != nil {
 		t.Fatal(err)
 	}
 	req := request(t, "raise")

@@ -26,7 +26,7 @@ func TestClient_HoldIdempotent(t *testing.T) {
 	s := serve(t)
 	ctx := context.Background()
 	op := s.client(operator)
-	if err := s.r.Admin().CreateScope(ctx, scope); err != nil {
+	if _, err := s.r.Admin().CreateScope(ctx, scope); err != nil {
 		t.Fatal(err)
 	}
 	req := kvfence.HoldRequest{Scopes: []string{scope}, Reason: "incident", ID: "inc-1", ExpectEpoch: 1}
@@ -164,10 +164,10 @@ func TestClient_ReceiptsByClaim(t *testing.T) {
 	ctx := context.Background()
 	op, a := s.client(operator), s.client(workerA)
 	adm := s.r.Admin()
-	if err := adm.CreateScope(ctx, scope); err != nil {
+	if _, err := adm.CreateScope(ctx, scope); err != nil {
 		t.Fatal(err)
 	}
-	if err := adm.CreateTarget(ctx, scope, scope, []byte(`{"data":{"retention_days":"30"}}`)); err != nil {
+	if _, err := adm.CreateTarget(ctx, scope, scope, []byte(`{"data":{"retention_days":"30"}}`)); err != nil {
 		t.Fatal(err)
 	}
 	req := request(t, "raise")
@@ -244,10 +244,10 @@ func TestClient_HoldAllCarriesEvidence(t *testing.T) {
 	s := serve(t)
 	ctx := context.Background()
 	adm := s.r.Admin()
-	if err := adm.CreateScope(ctx, scope); err != nil {
+	if _, err := adm.CreateScope(ctx, scope); err != nil {
 		t.Fatal(err)
 	}
-	if err := adm.CreateTarget(ctx, scope, scope, []byte(`{}`)); err != nil {
+	if _, err := adm.CreateTarget(ctx, scope, scope, []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := adm.Activate(ctx, kvfence.ActivateRequest{Scope: scope, Executor: workerA, Claim: "c",

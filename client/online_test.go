@@ -92,11 +92,11 @@ func TestClient_VerifyChainAndBackup(t *testing.T) {
 func TestClient_BackupHostileServer(t *testing.T) {
 	s := serve(t)
 	ctx := context.Background()
-	if err := s.r.Admin().CreateScope(ctx, "s1"); err != nil {
+	if _, err := s.r.Admin().CreateScope(ctx, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	all1, cp1, _ := backupStream(t, s.r)
-	if err := s.r.Admin().CreateScope(ctx, "s2"); err != nil {
+	if _, err := s.r.Admin().CreateScope(ctx, "s2"); err != nil {
 		t.Fatal(err)
 	}
 	_, _, db2 := backupStream(t, s.r)

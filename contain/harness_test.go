@@ -164,10 +164,10 @@ func (w *world) newScenario(n int) *scenario {
 	for i := 0; i < n; i++ {
 		tr := w.recvs[i]
 		b := ledger.Boundary{Receiver: tr.name, Scope: fmt.Sprintf("s-%d-%d", w.n, i)}
-		if err := tr.r.Admin().CreateScope(ctx, b.Scope); err != nil {
+		if _, err := tr.r.Admin().CreateScope(ctx, b.Scope); err != nil {
 			t.Fatal(err)
 		}
-		if err := tr.r.Admin().CreateTarget(ctx, b.Scope, fmt.Sprintf("t-%d", w.n), []byte("v1")); err != nil {
+		if _, err := tr.r.Admin().CreateTarget(ctx, b.Scope, fmt.Sprintf("t-%d", w.n), []byte("v1")); err != nil {
 			t.Fatal(err)
 		}
 		sc.bounds = append(sc.bounds, b)

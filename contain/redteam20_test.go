@@ -306,7 +306,7 @@ func TestRedteam20_BoundaryAnswersForAnother(t *testing.T) {
 		t.Fatalf("r1 registered again under another name: %v", err)
 	}
 	scope := "s-alias"
-	if err := r1.r.Admin().CreateScope(ctx, scope); err != nil {
+	if _, err := r1.r.Admin().CreateScope(ctx, scope); err != nil {
 		t.Fatal(err)
 	}
 	// The action names the alias, whose endpoint is r1.

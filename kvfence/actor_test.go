@@ -17,10 +17,10 @@ func TestAdminAs_RecordsActor(t *testing.T) {
 	if as.Actor() != alice || f.admin.Actor() != "" {
 		t.Fatalf("Actor() = %q and %q", as.Actor(), f.admin.Actor())
 	}
-	if err := as.CreateScope(f.ctx, "s2"); err != nil {
+	if _, err := as.CreateScope(f.ctx, "s2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := as.CreateTarget(f.ctx, "s2", "t2", []byte("v")); err != nil {
+	if _, err := as.CreateTarget(f.ctx, "s2", "t2", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	g, err := as.Activate(f.ctx, ActivateRequest{Scope: fixScope, Executor: "w", Claim: "c", Request: f.patchRequest("a1")})
@@ -35,7 +35,7 @@ func TestAdminAs_RecordsActor(t *testing.T) {
 	head := f.r.Head().Seq
 	for _, bad := range []string{"bad\nactor", string(make([]byte, 600))} {
 		bad := f.r.Admin().As(bad)
-		if err := bad.CreateScope(f.ctx, "s3"); !errors.Is(err, ErrInvalidArgument) {
+		if _, err := bad.CreateScope(f.ctx, "s3"); !errors.Is(err, ErrInvalidArgument) {
 			t.Fatalf("CreateScope with an invalid actor: %v", err)
 		}
 		if _, err := bad.Hold(f.ctx, HoldRequest{Scopes: []string{fixScope}, Reason: "x"}); !errors.Is(err, ErrInvalidArgument) {

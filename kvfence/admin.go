@@ -27,32 +27,34 @@ type Admin struct {
 func (r *Receiver) Admin() *Admin { return &Admin{r: r} }
 
 // CreateScope creates a protected scope at epoch 1, held, with no active
-// grant, whose maximum grant lifetime is the receiver's. CreateScopeWith
+// grant, whose maximum grant lifetime is the receiver's, and returns its
+// status as created, as client.Client.CreateScope does. CreateScopeWith
 // takes options.
-func (a *Admin) CreateScope(ctx context.Context, scope string) error {
+func (a *Admin) CreateScope(ctx context.Context, scope string) (ScopeStatus, error) {
 	return a.CreateScopeWith(ctx, scope, ScopeOptions{})
 }
 
-// CreateTarget creates a target in an existing scope at revision 1. Target
-// names are unique across the receiver, not per scope: a name that any
-// scope holds is ErrTargetExists, whose message names that scope.
-func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []byte) error {
+// CreateTarget creates a target in an existing scope at revision 1 and
+// returns it as created, as client.Client.CreateTarget does. Target names
+// are unique across the receiver, not per scope: a name that any scope
+// holds is ErrTargetExists, whose message names that scope.
+func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []byte) (Target, error) {
 	if err := a.checkActor(); err != nil {
-		return err
+		return Target{}, err
 	}
 	if err := checkName("scope", scope); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return Target{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	if err := checkName("target", target); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return Target{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	if len(value) > MaxTargetValueSize {
-		return fmt.Errorf("%w: value is %d bytes, over the %d-byte limit", ErrInvalidArgument, len(value), MaxTargetValueSize)
+		return Target{}, fmt.Errorf("%w: value is %d bytes, over the %d-byte limit", ErrInvalidArgument, len(value), MaxTargetValueSize)
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return Target{}, err
 	}
-	return a.r.exec(len(target)+len(value), func(w *wtx) error {
+	err := a.r.exec(len(target)+len(value), func(w *wtx) error {
 		c, err := w.control(scope)
 		if err != nil {
 			return err
@@ -77,6 +79,11 @@ func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []
 			Target: target, RevAfter: 1, ValueSHA256: sum[:], Actor: a.actor})
 		return err
 	})
+	if err != nil {
+		return Target{}, err
+	}
+	// The caller's slice may change after the call; the result is a copy.
+	return Target{Name: target, Scope: scope, Revision: 1, Value: append([]byte{}, value...)}, nil
 }
 
 // ActivateRequest describes a grant to activate.

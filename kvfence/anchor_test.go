@@ -120,10 +120,10 @@ func recoverableFixture(t *testing.T) (f *fixture, path string, anchor audit.Fil
 		t.Fatal(err)
 	}
 	f.r, f.admin = r, r.Admin()
-	if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 		t.Fatal(err)
 	}
 	return f, path, anchor, clock
@@ -372,7 +372,7 @@ func TestOpen_InitCrashWindow(t *testing.T) {
 	if got, err := anchor.Load(); err != nil || got != first {
 		t.Fatalf("anchor after Open = %v, %v; want the init checkpoint", got, err)
 	}
-	if err := r.Admin().CreateScope(context.Background(), "s"); err != nil {
+	if _, err := r.Admin().CreateScope(context.Background(), "s"); err != nil {
 		t.Fatal(err)
 	}
 	r.Close()

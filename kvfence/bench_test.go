@@ -44,10 +44,10 @@ func BenchmarkSubmit(b *testing.B) {
 				b.Fatal(err)
 			}
 			f.r, f.admin = r, r.Admin()
-			if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
+			if _, err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
 				b.Fatal(err)
 			}
-			if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+			if _, err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 				b.Fatal(err)
 			}
 			a := f.activate("worker-a", "claim-1", f.patchRequest("act"))
@@ -150,10 +150,10 @@ func parallelBenchFixture(b *testing.B, n int) (*Receiver, []benchCall) {
 	for i := range calls {
 		scope := fmt.Sprintf("bench/scope-%d", i)
 		caller := fmt.Sprintf("worker-%d", i)
-		if err := admin.CreateScope(ctx, scope); err != nil {
+		if _, err := admin.CreateScope(ctx, scope); err != nil {
 			b.Fatal(err)
 		}
-		if err := admin.CreateTarget(ctx, scope, scope, []byte(fixValue)); err != nil {
+		if _, err := admin.CreateTarget(ctx, scope, scope, []byte(fixValue)); err != nil {
 			b.Fatal(err)
 		}
 		req, err := EncodeRequest(&Request{V: 1, Action: "act", Target: scope, Patch: []byte(fixPatch)})

@@ -460,10 +460,10 @@ func TestClusterHoldRace(t *testing.T) {
 	}
 	t.Cleanup(func() { r.Close() })
 	ctx := t.Context()
-	if err := r.Admin().CreateScope(ctx, raceScope); err != nil {
+	if _, err := r.Admin().CreateScope(ctx, raceScope); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Admin().CreateTarget(ctx, raceScope, raceTarget, []byte("initial")); err != nil {
+	if _, err := r.Admin().CreateTarget(ctx, raceScope, raceTarget, []byte("initial")); err != nil {
 		t.Fatal(err)
 	}
 

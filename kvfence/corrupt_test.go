@@ -32,10 +32,10 @@ type corruptBase struct {
 func newCorruptBase(t *testing.T) *corruptBase {
 	t.Helper()
 	f := newFixture(t, defect.Variant{})
-	if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.admin.CreateTarget(f.ctx, "other", "other-target", []byte("x")); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, "other", "other-target", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	var stale worker

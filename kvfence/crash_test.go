@@ -204,10 +204,10 @@ func TestCrash_KillDuringWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range crashScopes {
-		if err := r.Admin().CreateScope(t.Context(), s); err != nil {
+		if _, err := r.Admin().CreateScope(t.Context(), s); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.Admin().CreateTarget(t.Context(), s, s+"/t", []byte("initial")); err != nil {
+		if _, err := r.Admin().CreateTarget(t.Context(), s, s+"/t", []byte("initial")); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -423,7 +423,7 @@ func TestEditUnderReceiver_DuringTransactionEtcd(t *testing.T) {
 func TestEditUnderReceiver_HoldAllDeletedScope(t *testing.T) {
 	forEngines(t, func(t *testing.T, s *store) {
 		f := newFixtureOn(t, s, defect.Variant{})
-		if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
+		if _, err := f.admin.CreateScope(f.ctx, "other"); err != nil {
 			t.Fatal(err)
 		}
 		a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))

@@ -85,7 +85,8 @@ var ErrRecoveryKeyIsReceiverKey = errors.New("kvfence: the recovery key is the r
 
 // refusals are the errors that IsRefusal recognises.
 var refusals = []error{ErrNotHeld, ErrEpochMismatch, ErrEpochExhausted, ErrScopeExists, ErrUnknownScope,
-	ErrTargetExists, ErrUnknownTarget, ErrNotFound, ErrRecoveryKeyIsReceiverKey, ErrAnchorPresent, ErrTTLTooLong}
+	ErrTargetExists, ErrUnknownTarget, ErrNotFound, ErrRecoveryKeyIsReceiverKey, ErrAnchorPresent, ErrTTLTooLong,
+	ErrGrantNotActive, ErrGrantExpired}
 
 // IsRefusal reports whether err is a refusal by the receiver's rules: the
 // call was well formed and the receiver is sound, but its state does not
@@ -93,8 +94,9 @@ var refusals = []error{ErrNotHeld, ErrEpochMismatch, ErrEpochExhausted, ErrScope
 // an open scope), ErrEpochMismatch (an epoch compare-and-swap that lost),
 // ErrEpochExhausted, ErrScopeExists, ErrUnknownScope, ErrTargetExists,
 // ErrUnknownTarget, ErrNotFound (no receipt or grant under that key),
-// ErrRecoveryKeyIsReceiverKey, ErrAnchorPresent and ErrTTLTooLong (a grant
-// lifetime over the maximum). Retrying the same call
+// ErrRecoveryKeyIsReceiverKey, ErrAnchorPresent, ErrTTLTooLong (a grant
+// lifetime over the maximum), ErrGrantNotActive and ErrGrantExpired (an
+// extension of a grant that is not active). Retrying the same call
 // is refused again until the state changes (a hold, another epoch, another
 // name).
 //

@@ -42,10 +42,10 @@ func TestSubmitEtcd_ReadsInOneRequest(t *testing.T) {
 	}
 	defer r.Close()
 	f := &fixture{t: t, clock: clock, ctx: t.Context(), r: r, admin: r.Admin()}
-	if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 		t.Fatal(err)
 	}
 	a := f.activate("worker-a", "claim-1", f.patchRequest("act"))
@@ -89,10 +89,10 @@ func TestSubmitEtcd_ReadAheadChangedBeforeCommit(t *testing.T) {
 		return &fixture{t: t, clock: clock, ctx: t.Context(), r: r, admin: r.Admin(), store: s}
 	}
 	one, two := open(), open()
-	if err := one.admin.CreateScope(one.ctx, fixScope); err != nil {
+	if _, err := one.admin.CreateScope(one.ctx, fixScope); err != nil {
 		t.Fatal(err)
 	}
-	if err := one.admin.CreateTarget(one.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+	if _, err := one.admin.CreateTarget(one.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 		t.Fatal(err)
 	}
 	a := one.activate("worker-a", "claim-1", one.patchRequest("act"))
@@ -271,10 +271,10 @@ func etcdBenchFixture(b *testing.B, c *etcdtest.Cluster, rtt *atomic.Int64, file
 func benchEnvelope(ctx context.Context, admin *Admin, i int) ([]byte, error) {
 	scope := fmt.Sprintf("bench/scope-%d", i)
 	caller := fmt.Sprintf("worker-%d", i)
-	if err := admin.CreateScope(ctx, scope); err != nil {
+	if _, err := admin.CreateScope(ctx, scope); err != nil {
 		return nil, err
 	}
-	if err := admin.CreateTarget(ctx, scope, scope, []byte(fixValue)); err != nil {
+	if _, err := admin.CreateTarget(ctx, scope, scope, []byte(fixValue)); err != nil {
 		return nil, err
 	}
 	req, err := EncodeRequest(&Request{V: 1, Action: "act", Target: scope, Patch: []byte(fixPatch)})

@@ -39,10 +39,10 @@ func examplesReceiver(names ...string) (r *kvfence.Receiver, cleanup func()) {
 		log.Fatal(err)
 	}
 	for _, n := range names {
-		if err := r.Admin().CreateScope(context.Background(), n); err != nil {
+		if _, err := r.Admin().CreateScope(context.Background(), n); err != nil {
 			log.Fatal(err)
 		}
-		if err := r.Admin().CreateTarget(context.Background(), n, n, []byte(`{"replicas":2}`)); err != nil {
+		if _, err := r.Admin().CreateTarget(context.Background(), n, n, []byte(`{"replicas":2}`)); err != nil {
 			log.Fatal(err)
 		}
 	}

@@ -53,8 +53,10 @@ func newExampleReceiver() *exampleReceiver {
 		RecoveryKey: recovery.Public().(ed25519.PublicKey)}))
 	x.open()
 	ctx := context.Background()
-	must(x.admin.CreateScope(ctx, exampleScope))
-	must(x.admin.CreateTarget(ctx, exampleScope, exampleScope, []byte(`{"data":{"retention_days":"30"}}`)))
+	_, err = x.admin.CreateScope(ctx, exampleScope)
+	must(err)
+	_, err = x.admin.CreateTarget(ctx, exampleScope, exampleScope, []byte(`{"data":{"retention_days":"30"}}`))
+	must(err)
 	x.request, err = kvfence.EncodeRequest(&kvfence.Request{V: kvfence.WireVersion, Action: "raise-retention",
 		Target: exampleScope, Patch: []byte(`[{"op":"replace","path":"/data/retention_days","value":"45"}]`)})
 	must(err)
@@ -196,12 +198,11 @@ func ExampleAdmin_CreateScope() {
 	x := newExampleReceiver()
 	defer x.close()
 
-	must(x.admin.CreateScope(context.Background(), "configmap/prod/other"))
-	st, err := x.r.Status("configmap/prod/other")
+	st, err := x.admin.CreateScope(context.Background(), "configmap/prod/other")
 	must(err)
 	fmt.Println(st.Scope, "epoch", st.Epoch, st.Mode, "active grant:", st.ActiveGrant == "")
 
-	err = x.admin.CreateScope(context.Background(), "configmap/prod/other")
+	_, err = x.admin.CreateScope(context.Background(), "configmap/prod/other")
 	fmt.Println("created twice:", errors.Is(err, kvfence.ErrScopeExists))
 	// Output:
 	// configmap/prod/other epoch 1 held active grant: true
@@ -217,7 +218,7 @@ func ExampleAdmin_CreateTarget() {
 	must(err)
 	fmt.Println(t.Name, "in", t.Scope, "revision", t.Revision, string(t.Value))
 
-	err = x.admin.CreateTarget(context.Background(), "configmap/prod/unknown", "t", []byte("v"))
+	_, err = x.admin.CreateTarget(context.Background(), "configmap/prod/unknown", "t", []byte("v"))
 	fmt.Println("in an unknown scope:", errors.Is(err, kvfence.ErrUnknownScope))
 	// Output:
 	// configmap/prod/backup-policy in configmap/prod/backup-policy revision 1 {"data":{"retention_days":"30"}}
@@ -355,4 +356,31 @@ func ExampleReceiver_VerifyOnline() {
 	fmt.Println(rep.Problem, "head", rep.Head.Seq, "anchor", rep.Anchor.Seq)
 	// Output:
 	// ok head 4 anchor 4
+}
+
+// A long task keeps its grant by extension instead of a new activation:
+// the end moves to now plus the TTL, never past the activation plus the
+// scope's maximum (24h by default), and never once a hold has fenced the
+// grant.
+func ExampleAdmin_ExtendGrant() {
+	x := newExampleReceiver()
+	defer x.close()
+	x.activate()
+	ctx := context.Background()
+
+	g, err := x.admin.ExtendGrant(ctx, kvfence.ExtendRequest{Grant: x.grant.ID, TTL: time.Hour})
+	must(err)
+	fmt.Println("valid for another", g.NotAfter.Sub(x.r.Now()).Round(time.Minute))
+
+	_, err = x.admin.ExtendGrant(ctx, kvfence.ExtendRequest{Grant: x.grant.ID, TTL: 25 * time.Hour})
+	fmt.Println(errors.Is(err, kvfence.ErrTTLTooLong))
+
+	_, err = x.admin.Hold(ctx, kvfence.HoldRequest{Scopes: []string{exampleScope}, Reason: "lease lost"})
+	must(err)
+	_, err = x.admin.ExtendGrant(ctx, kvfence.ExtendRequest{Grant: x.grant.ID, TTL: time.Hour})
+	fmt.Println(errors.Is(err, kvfence.ErrGrantNotActive))
+	// Output:
+	// valid for another 1h0m0s
+	// true
+	// true
 }

@@ -49,8 +49,10 @@ func Example() {
 	admin := r.Admin() // keep for administrators; workers only get Submit
 
 	const scope = "configmap/prod/backup-policy"
-	must(admin.CreateScope(ctx, scope))
-	must(admin.CreateTarget(ctx, scope, scope, []byte(`{"data":{"retention_days":"30"}}`)))
+	_, err = admin.CreateScope(ctx, scope)
+	must(err)
+	_, err = admin.CreateTarget(ctx, scope, scope, []byte(`{"data":{"retention_days":"30"}}`))
+	must(err)
 
 	req, err := kvfence.EncodeRequest(&kvfence.Request{V: 1, Action: "raise-retention", Target: scope,
 		Patch: []byte(`[{"op":"replace","path":"/data/retention_days","value":"45"}]`)})

@@ -46,10 +46,10 @@ func newFuzzReceiver(tb testing.TB, dir string) *fuzzReceiver {
 		tb.Fatal(err)
 	}
 	ctx, admin := context.Background(), r.Admin()
-	if err := admin.CreateScope(ctx, fixScope); err != nil {
+	if _, err := admin.CreateScope(ctx, fixScope); err != nil {
 		tb.Fatal(err)
 	}
-	if err := admin.CreateTarget(ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+	if _, err := admin.CreateTarget(ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 		tb.Fatal(err)
 	}
 	req := fuzzRequest()

@@ -99,10 +99,10 @@ func gcFixture(t *testing.T, seed uint64) *fixture {
 func gcFixtureOn(t *testing.T, s *store, seed uint64) *fixture {
 	t.Helper()
 	f := newFixtureOn(t, s, defect.Variant{})
-	if err := f.admin.CreateScope(f.ctx, gcScope); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, gcScope); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.admin.CreateTarget(f.ctx, gcScope, gcTarget, []byte("plain text")); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, gcScope, gcTarget, []byte("plain text")); err != nil {
 		t.Fatal(err)
 	}
 	var seedBytes [32]byte

@@ -121,10 +121,10 @@ func newFixtureOn(t testing.TB, s *store, v defect.Variant) *fixture {
 		checkChain(t, f.r)
 		f.r.Close()
 	})
-	if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
 		t.Fatalf("CreateScope: %v", err)
 	}
-	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 		t.Fatalf("CreateTarget: %v", err)
 	}
 	return f

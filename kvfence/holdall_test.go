@@ -16,11 +16,11 @@ import (
 // request in it, returning the envelope of that grant.
 func (f *fixture) openScope(scope string) []byte {
 	f.t.Helper()
-	if err := f.admin.CreateScope(f.ctx, scope); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, scope); err != nil {
 		f.t.Fatal(err)
 	}
 	target := scope + "/t"
-	if err := f.admin.CreateTarget(f.ctx, scope, target, []byte("v0")); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, scope, target, []byte("v0")); err != nil {
 		f.t.Fatal(err)
 	}
 	req := f.request(SetRequest("act", target, []byte("v1")))
@@ -37,7 +37,7 @@ func TestAdmin_HoldAll(t *testing.T) {
 	f := newFixture(t, defect.Variant{}) // fixScope stays held
 	envB := f.openScope("b")
 	envA := f.openScope("a")
-	if err := f.admin.CreateScope(f.ctx, "c-held"); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, "c-held"); err != nil {
 		t.Fatal(err)
 	}
 	before, err := f.r.Scopes()

@@ -126,7 +126,7 @@ func TestHoldID_RepeatReturnsFirst(t *testing.T) {
 func TestHoldID_Conflict(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
 	for _, s := range []string{"other", "third"} {
-		if err := f.admin.CreateScope(f.ctx, s); err != nil {
+		if _, err := f.admin.CreateScope(f.ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -176,7 +176,7 @@ func TestHoldID_Conflict(t *testing.T) {
 // it holds, and with more than one scope it is refused.
 func TestHold_ExpectEpoch(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
-	if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -252,7 +252,7 @@ func wantAcks(t testing.TB, res HoldResult, id string) {
 func TestHold_SignedAcknowledgment(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
 	f.openScope("b")
-	if err := f.admin.CreateScope(f.ctx, "c"); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
 	wantAnchored := func(res HoldResult) {
@@ -506,7 +506,7 @@ func storePutClosed(t testing.TB, f *fixture, bucket []byte, key string, raw []b
 // scope and bad names.
 func TestReceiptsByClaim(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
-	if err := f.admin.CreateTarget(f.ctx, fixScope, "t2", []byte("x")); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, fixScope, "t2", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	set := func(action, target string) []byte { return f.request(SetRequest(action, target, []byte(action))) }

@@ -283,10 +283,10 @@ func raceReceiverOn(t *testing.T, s *store, v defect.Variant) (*Receiver, *store
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	if err := r.Admin().CreateScope(t.Context(), raceScope); err != nil {
+	if _, err := r.Admin().CreateScope(t.Context(), raceScope); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Admin().CreateTarget(t.Context(), raceScope, raceTarget, []byte("initial")); err != nil {
+	if _, err := r.Admin().CreateTarget(t.Context(), raceScope, raceTarget, []byte("initial")); err != nil {
 		t.Fatal(err)
 	}
 	return r, s
@@ -584,10 +584,10 @@ func TestHoldRace_AcrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := holder.Admin().CreateScope(t.Context(), raceScope); err != nil {
+	if _, err := holder.Admin().CreateScope(t.Context(), raceScope); err != nil {
 		t.Fatal(err)
 	}
-	if err := holder.Admin().CreateTarget(t.Context(), raceScope, raceTarget, []byte("initial")); err != nil {
+	if _, err := holder.Admin().CreateTarget(t.Context(), raceScope, raceTarget, []byte("initial")); err != nil {
 		t.Fatal(err)
 	}
 	roles := []string{"admin", "current", "stale", "stale"}

@@ -15,10 +15,10 @@ import (
 // Activate or in Submit (where only a forged grant could name it).
 func TestScopeIsolation(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
-	if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.admin.CreateTarget(f.ctx, "other", "other-target", []byte("x")); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, "other", "other-target", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	// Activate refuses a request for the fixture target in scope "other".
@@ -77,20 +77,20 @@ func TestSubmit_EnvelopeExecutorMustMatch(t *testing.T) {
 func TestAdmin_Refusals(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
 	f.hold("x") // epoch 2
-	if err := f.admin.CreateScope(f.ctx, fixScope); !errors.Is(err, ErrScopeExists) {
+	if _, err := f.admin.CreateScope(f.ctx, fixScope); !errors.Is(err, ErrScopeExists) {
 		t.Fatalf("CreateScope(existing) = %v", err)
 	}
 	if st, _ := f.r.Status(fixScope); st.Epoch != 2 {
 		t.Fatalf("re-creating a scope reset its epoch to %d", st.Epoch)
 	}
-	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte("other")); !errors.Is(err, ErrTargetExists) {
+	if _, err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte("other")); !errors.Is(err, ErrTargetExists) {
 		t.Fatalf("CreateTarget(existing) = %v", err)
 	}
 	f.wantTarget(1, fixValue)
-	if err := f.admin.CreateTarget(f.ctx, "nope", "t2", []byte("v")); !errors.Is(err, ErrUnknownScope) {
+	if _, err := f.admin.CreateTarget(f.ctx, "nope", "t2", []byte("v")); !errors.Is(err, ErrUnknownScope) {
 		t.Fatalf("CreateTarget(unknown scope) = %v", err)
 	}
-	if err := f.admin.CreateTarget(f.ctx, fixScope, "big", make([]byte, MaxTargetValueSize+1)); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := f.admin.CreateTarget(f.ctx, fixScope, "big", make([]byte, MaxTargetValueSize+1)); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("CreateTarget(oversize) = %v", err)
 	}
 	for name, req := range map[string]ActivateRequest{

@@ -13,12 +13,12 @@ import (
 func TestTargets(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
 	for _, s := range []string{"other", "empty"} {
-		if err := f.admin.CreateScope(f.ctx, s); err != nil {
+		if _, err := f.admin.CreateScope(f.ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, n := range []string{"z-other", "a-other"} {
-		if err := f.admin.CreateTarget(f.ctx, "other", n, []byte(n)); err != nil {
+		if _, err := f.admin.CreateTarget(f.ctx, "other", n, []byte(n)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -61,11 +61,11 @@ func TestTargets(t *testing.T) {
 // that a name taken in another scope says which.
 func TestCreateTarget_NameTakenInAnotherScope(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
-	if err := f.admin.CreateScope(f.ctx, "second"); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, "second"); err != nil {
 		t.Fatal(err)
 	}
 	head := f.r.Head()
-	err := f.admin.CreateTarget(f.ctx, "second", fixTarget, []byte("x"))
+	_, err := f.admin.CreateTarget(f.ctx, "second", fixTarget, []byte("x"))
 	if !errors.Is(err, ErrTargetExists) || !strings.Contains(err.Error(), "scope "+fixScope) ||
 		!strings.Contains(err.Error(), "unique across the receiver") {
 		t.Fatalf("CreateTarget = %v, want ErrTargetExists naming scope %s", err, fixScope)

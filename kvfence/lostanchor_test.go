@@ -33,11 +33,11 @@ func lostAnchorFixture(t *testing.T) (*fixture, worker) {
 	}
 	f.r, f.admin = r, r.Admin()
 	for _, s := range []string{fixScope, "second"} {
-		if err := f.admin.CreateScope(f.ctx, s); err != nil {
+		if _, err := f.admin.CreateScope(f.ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {

@@ -40,7 +40,7 @@ func TestSubmit_PatchDeviationsDenied(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, defect.Variant{})
-			if err := f.admin.CreateTarget(f.ctx, fixScope, "doc", []byte(patchDoc)); err != nil {
+			if _, err := f.admin.CreateTarget(f.ctx, fixScope, "doc", []byte(patchDoc)); err != nil {
 				t.Fatal(err)
 			}
 			// Encoded without the request's own checks, as an attacker

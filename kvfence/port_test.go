@@ -57,10 +57,10 @@ func TestOpen_RestoredStoreIsRollbackAndRecovers(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.r, f.admin = r, r.Admin()
-		if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
+		if _, err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+		if _, err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 			t.Fatal(err)
 		}
 		a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
@@ -291,18 +291,18 @@ func TestEtcd_TxnLimits(t *testing.T) {
 	}
 	defer r.Close()
 	f := &fixture{t: t, clock: newClock(), ctx: t.Context(), r: r, admin: r.Admin(), store: s}
-	if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
 		t.Fatal(err)
 	}
 	head := r.Head()
 	big := []byte(`"` + strings.Repeat("x", 100<<10) + `"`)
-	if err := f.admin.CreateTarget(f.ctx, fixScope, "big", big); !errors.Is(err, ErrTooLarge) || !errors.Is(err, engine.ErrTxnTooLarge) {
+	if _, err := f.admin.CreateTarget(f.ctx, fixScope, "big", big); !errors.Is(err, ErrTooLarge) || !errors.Is(err, engine.ErrTxnTooLarge) {
 		t.Fatalf("CreateTarget of %d bytes = %v, want ErrTooLarge", len(big), err)
 	}
 	if _, err := r.Target("big"); !errors.Is(err, ErrUnknownTarget) || r.Head() != head {
 		t.Fatalf("a refused call wrote: target %v, head %v -> %v", err, head, r.Head())
 	}
-	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 		t.Fatal(err)
 	}
 	a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))
@@ -416,10 +416,10 @@ func sharedPrefix(t *testing.T) (s *store, anchor *audit.MemAnchor, opts *Option
 		return &fixture{t: t, clock: clock, ctx: t.Context(), r: r, admin: r.Admin(), store: s}
 	}
 	one, two = open(), open()
-	if err := one.admin.CreateScope(one.ctx, fixScope); err != nil {
+	if _, err := one.admin.CreateScope(one.ctx, fixScope); err != nil {
 		t.Fatal(err)
 	}
-	if err := one.admin.CreateTarget(one.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+	if _, err := one.admin.CreateTarget(one.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 		t.Fatal(err)
 	}
 	return s, anchor, opts, one, two

@@ -176,7 +176,7 @@ func TestOpen_StorageBusyAcrossProcesses(t *testing.T) {
 // not even in the other scopes named by the same hold.
 func TestHold_EpochExhausted(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
-	if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
 	err := f.r.rawUpdate(func(tx engine.Tx) error {
@@ -218,7 +218,7 @@ func TestHold_EpochExhausted(t *testing.T) {
 // epochs, and that an unknown scope fails the whole hold.
 func TestHold_SeveralScopes(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
-	if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
 	f.activate("worker-a", "claim-1", f.patchRequest("act"))

@@ -114,7 +114,7 @@ func TestRedteam20_ConcurrentRepeatsUnderAnchorFaults(t *testing.T) {
 	for i := range ids {
 		scopes[i] = fmt.Sprintf("s%d", i)
 		for {
-			err := f.admin.CreateScope(f.ctx, scopes[i])
+			_, err := f.admin.CreateScope(f.ctx, scopes[i])
 			if err == nil || errors.Is(err, ErrScopeExists) {
 				break
 			}
@@ -132,7 +132,7 @@ func TestRedteam20_ConcurrentRepeatsUnderAnchorFaults(t *testing.T) {
 				if w == 0 {
 					// Real writes beside the holds: their batches carry
 					// the repeats that are not idle.
-					_ = f.admin.CreateScope(f.ctx, fmt.Sprintf("x%d", i))
+					_, _ = f.admin.CreateScope(f.ctx, fmt.Sprintf("x%d", i))
 					continue
 				}
 				k := (w + i) % ids

@@ -162,7 +162,7 @@ func TestRedteam8_SharedStoreWriteAfterRecovery(t *testing.T) {
 	}
 	defer r.Close()
 	ctx := t.Context()
-	if err := r.Admin().CreateScope(ctx, "a"); err != nil {
+	if _, err := r.Admin().CreateScope(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
 	q, err := InspectEngine(s.engine(t, nil), anchor)
@@ -174,7 +174,7 @@ func TestRedteam8_SharedStoreWriteAfterRecovery(t *testing.T) {
 	if _, err := RecoverEngine(s.engine(t, nil), adm, RecoverOptions{Key: testKey, Anchor: anchor, RecoveryKey: rpub, Now: clock.Now}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Admin().CreateScope(ctx, "b"); err != nil {
+	if _, err := r.Admin().CreateScope(ctx, "b"); err != nil {
 		t.Fatalf("a commit of the running receiver after another process's recovery: %v", err)
 	}
 	if _, err := r.Admin().Hold(ctx, HoldRequest{Scopes: []string{"a"}, Reason: "after"}); err != nil {

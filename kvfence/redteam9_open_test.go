@@ -32,14 +32,14 @@ func TestRedteam9_MaxGrantTTLCeilingEditedInStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		storePut(t, f, bucketMeta, string(metaMaxGrantTTL), encodeMaxGrantTTL(100*365*24*time.Hour))
-		err = f.admin.CreateScope(f.ctx, "wide")
+		_, err = f.admin.CreateScope(f.ctx, "wide")
 		if err != nil {
 			if errors.Is(err, ErrStateMismatch) {
 				return // refused: held
 			}
 			t.Fatal(err)
 		}
-		if err := f.admin.CreateTarget(f.ctx, "wide", "wide-target", []byte(`{}`)); err != nil {
+		if _, err := f.admin.CreateTarget(f.ctx, "wide", "wide-target", []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
 		req := f.request(&Request{V: 1, Action: "a", Target: "wide-target", Patch: []byte(fixPatch)})

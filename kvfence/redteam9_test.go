@@ -130,7 +130,7 @@ func TestRedteam9_FileRollbackPastAnchorByBatch(t *testing.T) {
 	forEngines(t, func(t *testing.T, s *store) {
 		f := newFixtureOn(t, s, defect.Variant{})
 		// Another scope at a higher epoch keeps the high-water above fixScope's.
-		if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
+		if _, err := f.admin.CreateScope(f.ctx, "other"); err != nil {
 			t.Fatal(err)
 		}
 		for range 3 {

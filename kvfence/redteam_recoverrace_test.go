@@ -49,7 +49,7 @@ func TestRedteam_RecoverAppliesOnlyToTheAdmittedHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if err := r.Admin().CreateScope(f.ctx, fixScope); err != nil {
+	if _, err := r.Admin().CreateScope(f.ctx, fixScope); err != nil {
 		t.Fatal(err)
 	}
 	q, err := s.inspect(t, anchor)
@@ -63,7 +63,7 @@ func TestRedteam_RecoverAppliesOnlyToTheAdmittedHead(t *testing.T) {
 	late := func() {
 		// Another receiver process on the prefix commits a scope the
 		// admission never saw.
-		if err := r.Admin().CreateScope(f.ctx, "late"); err != nil {
+		if _, err := r.Admin().CreateScope(f.ctx, "late"); err != nil {
 			t.Errorf("the other writer's commit: %v", err)
 		}
 	}
@@ -171,7 +171,7 @@ func TestRedteam_ForeignHeadNeedsItsSignedCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = f.admin.CreateScope(f.ctx, "after")
+	_, err = f.admin.CreateScope(f.ctx, "after")
 	if err == nil {
 		f.reopen()
 		tgt := f.target()

@@ -54,10 +54,10 @@ func reserveScenario(dir, anchorDir string, reserve int64) (out floodOutcome, er
 	defer r.Close()
 	ctx := context.Background()
 	admin := r.Admin()
-	if err := admin.CreateScope(ctx, fixScope); err != nil {
+	if _, err := admin.CreateScope(ctx, fixScope); err != nil {
 		return out, err
 	}
-	if err := admin.CreateTarget(ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+	if _, err := admin.CreateTarget(ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 		return out, err
 	}
 	req, _ := EncodeRequest(&Request{V: 1, Action: "raise", Target: fixTarget, Patch: []byte(fixPatch)})

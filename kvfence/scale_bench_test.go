@@ -108,10 +108,10 @@ func BenchmarkOpenReplay(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := r.Admin().CreateScope(ctx, "s"); err != nil {
+	if _, err := r.Admin().CreateScope(ctx, "s"); err != nil {
 		b.Fatal(err)
 	}
-	if err := r.Admin().CreateTarget(ctx, "s", "t", []byte("v")); err != nil {
+	if _, err := r.Admin().CreateTarget(ctx, "s", "t", []byte("v")); err != nil {
 		b.Fatal(err)
 	}
 	req, err := EncodeRequest(&Request{V: 1, Action: "act", Target: "t", Set: ptr([]byte("w"))})

@@ -112,10 +112,10 @@ func TestEtcdSnapshotRestore(t *testing.T) {
 		f.r, f.admin = r, r.Admin()
 	}
 	open(c)
-	if err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
+	if _, err := f.admin.CreateScope(f.ctx, fixScope); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 		t.Fatal(err)
 	}
 	a := f.activate("worker-a", "claim-1", f.patchRequest("raise-retention"))

@@ -114,10 +114,10 @@ func TestSubmit_Denials(t *testing.T) {
 				return "worker-a", b.envelope
 			}},
 			{"grant from another scope", ReasonUnknownGrant, func(f *fixture) (string, []byte) {
-				if err := f.admin.CreateScope(f.ctx, "other"); err != nil {
+				if _, err := f.admin.CreateScope(f.ctx, "other"); err != nil {
 					f.t.Fatal(err)
 				}
-				if err := f.admin.CreateTarget(f.ctx, "other", "other-target", []byte("x")); err != nil {
+				if _, err := f.admin.CreateTarget(f.ctx, "other", "other-target", []byte("x")); err != nil {
 					f.t.Fatal(err)
 				}
 				req := f.request(&Request{V: 1, Action: "act", Target: "other-target", Set: ptr([]byte("y"))})

@@ -46,21 +46,23 @@ type ScopeOptions struct {
 }
 
 // CreateScopeWith creates a protected scope at epoch 1, held, with no active
-// grant, as CreateScope does, with the given options.
-func (a *Admin) CreateScopeWith(ctx context.Context, scope string, opts ScopeOptions) error {
+// grant, as CreateScope does, with the given options, and returns its
+// status as created.
+func (a *Admin) CreateScopeWith(ctx context.Context, scope string, opts ScopeOptions) (ScopeStatus, error) {
 	if err := a.checkActor(); err != nil {
-		return err
+		return ScopeStatus{}, err
 	}
 	if err := checkName("scope", scope); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return ScopeStatus{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	if opts.MaxGrantTTL < 0 {
-		return fmt.Errorf("%w: negative maximum grant lifetime", ErrInvalidArgument)
+		return ScopeStatus{}, fmt.Errorf("%w: negative maximum grant lifetime", ErrInvalidArgument)
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return ScopeStatus{}, err
 	}
-	return a.r.exec(len(scope), func(w *wtx) error {
+	var created ScopeStatus
+	err := a.r.exec(len(scope), func(w *wtx) error {
 		c, err := w.control(scope)
 		if err != nil {
 			return err
@@ -88,8 +90,13 @@ func (a *Admin) CreateScopeWith(ctx context.Context, scope string, opts ScopeOpt
 		}
 		_, err = w.appendAudit(&audit.Entry{Kind: KindScopeCreated, Scope: scope, Epoch: 1,
 			Note: "max grant ttl " + limit.String(), Actor: a.actor})
+		created = c.public(scope)
 		return err
 	})
+	if err != nil {
+		return ScopeStatus{}, err
+	}
+	return created, nil
 }
 
 // maxGrantTTL reads the receiver-wide maximum recorded at Init, or

@@ -29,10 +29,10 @@ func newTTLFixture(t *testing.T, receiverMax, scopeMax time.Duration) *fixture {
 	}
 	f.r, f.admin = r, r.Admin()
 	t.Cleanup(func() { checkChain(t, f.r); f.r.Close() })
-	if err := f.admin.CreateScopeWith(f.ctx, fixScope, ScopeOptions{MaxGrantTTL: scopeMax}); err != nil {
+	if _, err := f.admin.CreateScopeWith(f.ctx, fixScope, ScopeOptions{MaxGrantTTL: scopeMax}); err != nil {
 		t.Fatalf("CreateScopeWith: %v", err)
 	}
-	if err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
+	if _, err := f.admin.CreateTarget(f.ctx, fixScope, fixTarget, []byte(fixValue)); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -111,7 +111,7 @@ func TestCreateScopeWith_MaxGrantTTL(t *testing.T) {
 	} {
 		scope := "s-" + tc.max.String()
 		head := f.r.Head()
-		err := f.admin.CreateScopeWith(f.ctx, scope, ScopeOptions{MaxGrantTTL: tc.max})
+		_, err := f.admin.CreateScopeWith(f.ctx, scope, ScopeOptions{MaxGrantTTL: tc.max})
 		if !errors.Is(err, tc.wantErr) {
 			t.Fatalf("CreateScopeWith(%s) = %v, want %v", tc.max, err, tc.wantErr)
 		}

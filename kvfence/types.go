@@ -63,35 +63,36 @@ const (
 )
 
 // Result is Submit's decision. Fields the request did not supply, or that
-// a denial before its check could not know, are zero.
+// a denial before its check could not know, are zero. Its JSON form is the
+// served receiver's submit answer (docs/design.md §12), key for key.
 type Result struct {
 	// Outcome says whether the request was applied, had been applied earlier,
 	// or was denied.
-	Outcome Outcome
+	Outcome Outcome `json:"outcome"`
 	// Reason is set when Outcome is Denied.
-	Reason Reason
+	Reason Reason `json:"reason"`
 	// Detail explains a denial in words for operators; it is not stable.
-	Detail string
+	Detail string `json:"detail"`
 	// Scope is the scope the envelope named.
-	Scope string
+	Scope string `json:"scope"`
 	// Epoch is the epoch the envelope claimed.
-	Epoch uint64
+	Epoch uint64 `json:"epoch"`
 	// Grant is the grant id the envelope named.
-	Grant string
+	Grant string `json:"grant"`
 	// Action is the action the request named.
-	Action string
+	Action string `json:"action"`
 	// Target is the target the request named.
-	Target string
+	Target string `json:"target"`
 	// Revision is the target's revision after the mutation (Applied), or
 	// after the earlier one (AlreadyApplied).
-	Revision uint64
+	Revision uint64 `json:"revision"`
 	// AuditSeq is the seq of the audit entry that records this decision.
-	AuditSeq uint64
+	AuditSeq uint64 `json:"audit_seq"`
 	// ReceiptSeq is set on a denial of a request that the scope has
 	// applied already, when the caller is the executor of the grant it was
 	// applied under: the audit seq of the applied decision, so that the
 	// executor can tell a stale retry of its own effect from a refusal.
-	ReceiptSeq uint64
+	ReceiptSeq uint64 `json:"receipt_seq,omitempty"`
 }
 
 // Grant is a reviewed authorisation for exactly one logical action.

@@ -529,10 +529,10 @@ func setupReceiver(ctx context.Context, dir, name string) (rc *receiverFiles, va
 	}
 	err = rc.with(func(r *kvfence.Receiver) error {
 		admin := r.Admin()
-		if err := admin.CreateScope(ctx, fixture.Scope); err != nil {
+		if _, err := admin.CreateScope(ctx, fixture.Scope); err != nil {
 			return err
 		}
-		if err := admin.CreateTarget(ctx, fixture.Scope, fixture.Target, value); err != nil {
+		if _, err := admin.CreateTarget(ctx, fixture.Scope, fixture.Target, value); err != nil {
 			return err
 		}
 		grantA, err = admin.Activate(ctx, kvfence.ActivateRequest{Scope: fixture.Scope, Executor: workerA,

@@ -110,7 +110,7 @@ func TestMetrics_AnchorGauges(t *testing.T) {
 	}
 	ctx := context.Background()
 	before := float64(time.Now().UnixNano()) / 1e9
-	if err := r.Admin().CreateScope(ctx, "s1"); err != nil {
+	if _, err := r.Admin().CreateScope(ctx, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	after := float64(time.Now().UnixNano()) / 1e9
@@ -121,7 +121,7 @@ func TestMetrics_AnchorGauges(t *testing.T) {
 	}
 
 	a.fail.Store(true)
-	if err := r.Admin().CreateScope(ctx, "s2"); !errors.Is(err, kvfence.ErrNotAcknowledged) {
+	if _, err := r.Admin().CreateScope(ctx, "s2"); !errors.Is(err, kvfence.ErrNotAcknowledged) {
 		t.Fatalf("create with a failing anchor: %v", err)
 	}
 	g = scrape(t, reg)
@@ -133,7 +133,7 @@ func TestMetrics_AnchorGauges(t *testing.T) {
 	a.fail.Store(false)
 	a.block.Store(true)
 	done := make(chan error, 1)
-	go func() { done <- r.Admin().CreateScope(ctx, "s3") }()
+	go func() { _, err := r.Admin().CreateScope(ctx, "s3"); done <- err }()
 	for deadline := time.Now().Add(10 * time.Second); r.Readiness().AnchorWriteSince.IsZero(); {
 		if time.Now().After(deadline) {
 			t.Fatal("the anchor write did not start")
@@ -176,10 +176,10 @@ func TestMetrics_ScopesByMode(t *testing.T) {
 	check(0, 0)
 	ctx, admin := context.Background(), r.Admin()
 	for _, s := range []string{"a", "b", "c"} {
-		if err := admin.CreateScope(ctx, s); err != nil {
+		if _, err := admin.CreateScope(ctx, s); err != nil {
 			t.Fatal(err)
 		}
-		if err := admin.CreateTarget(ctx, s, s+"-t", []byte(`{}`)); err != nil {
+		if _, err := admin.CreateTarget(ctx, s, s+"-t", []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
 	}

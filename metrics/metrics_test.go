@@ -46,9 +46,12 @@ func TestMetrics_AgreeWithTheChain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(admin.CreateScope(ctx, scope))
-	must(admin.CreateScope(ctx, "other"))
-	must(admin.CreateTarget(ctx, scope, scope, []byte(`{"n":1}`)))
+	_, err = admin.CreateScope(ctx, scope)
+	must(err)
+	_, err = admin.CreateScope(ctx, "other")
+	must(err)
+	_, err = admin.CreateTarget(ctx, scope, scope, []byte(`{"n":1}`))
+	must(err)
 	req, err := kvfence.EncodeRequest(&kvfence.Request{V: 1, Action: "a1", Target: scope, Set: ptr([]byte(`{"n":2}`))})
 	must(err)
 	envelope := func(g kvfence.Grant, executor, claim string) []byte {

@@ -33,7 +33,7 @@ func BenchmarkScrape(b *testing.B) {
 			}
 			defer r.Close()
 			for i := range n {
-				if err := r.Admin().CreateScope(context.Background(), fmt.Sprintf("scope-%06d", i)); err != nil {
+				if _, err := r.Admin().CreateScope(context.Background(), fmt.Sprintf("scope-%06d", i)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -108,10 +108,10 @@ func openReceiver(t *testing.T, dir string, verify bool) *kvfence.Receiver {
 		r.Close()
 	})
 	ctx := context.Background()
-	if err := r.Admin().CreateScope(ctx, scope); err != nil {
+	if _, err := r.Admin().CreateScope(ctx, scope); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Admin().CreateTarget(ctx, scope, scope, []byte(initValue)); err != nil {
+	if _, err := r.Admin().CreateTarget(ctx, scope, scope, []byte(initValue)); err != nil {
 		t.Fatal(err)
 	}
 	return r

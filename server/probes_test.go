@@ -89,11 +89,13 @@ func TestProbes_ReadyFollowsAnchorWrites(t *testing.T) {
 		{"fresh", nil, false, http.StatusOK, "ok\n"},
 		{"anchor write fails", func() error {
 			anchor.fail.Store(true)
-			return r.Admin().CreateScope(ctx, "scope-a")
+			_, err := r.Admin().CreateScope(ctx, "scope-a")
+			return err
 		}, true, http.StatusServiceUnavailable, "not ready: last anchor write failed\n"},
 		{"anchor write succeeds", func() error {
 			anchor.fail.Store(false)
-			return r.Admin().CreateScope(ctx, "scope-b")
+			_, err := r.Admin().CreateScope(ctx, "scope-b")
+			return err
 		}, false, http.StatusOK, "ok\n"},
 		{"closed", func() error {
 			closed = true

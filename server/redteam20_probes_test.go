@@ -57,7 +57,7 @@ func TestRedteam20_ReadyWhileAnchorWriteStalls(t *testing.T) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	done := make(chan error, 1)
-	go func() { done <- r.Admin().CreateScope(context.Background(), "scope-a") }()
+	go func() { _, err := r.Admin().CreateScope(context.Background(), "scope-a"); done <- err }()
 	<-anchor.entered
 	time.Sleep(200 * time.Millisecond)
 	code, body := probeGet(t, srv.URL, "/readyz")

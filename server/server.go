@@ -127,6 +127,7 @@ func New(opts Options) (*Handler, error) {
 	h.routes[api.PathReceipts] = route{http.MethodGet, true, h.receipts}
 	h.routes[api.PathVerifyChain] = route{http.MethodGet, true, h.verifyChain}
 	h.routes[api.PathBackup] = route{http.MethodGet, true, h.backup}
+	h.routes[api.PathGrantExtend] = route{http.MethodPost, true, h.extendGrant}
 	return h, nil
 }
 
@@ -442,7 +443,7 @@ func (h *Handler) createScope(w http.ResponseWriter, r *http.Request, caller str
 		}
 		opts.MaxGrantTTL = d
 	}
-	if err := h.r.Admin().As(caller).CreateScopeWith(r.Context(), req.Scope, opts); err != nil {
+	if _, err := h.r.Admin().As(caller).CreateScopeWith(r.Context(), req.Scope, opts); err != nil {
 		return err
 	}
 	st, err := h.r.Status(req.Scope)
@@ -465,7 +466,7 @@ func (h *Handler) createTarget(w http.ResponseWriter, r *http.Request, caller st
 	if req.ValueB64 == nil {
 		return errorf(http.StatusBadRequest, api.CodeBadRequest, "value_b64 is required")
 	}
-	if err := h.r.Admin().As(caller).CreateTarget(r.Context(), req.Scope, req.Target, req.ValueB64); err != nil {
+	if _, err := h.r.Admin().As(caller).CreateTarget(r.Context(), req.Scope, req.Target, req.ValueB64); err != nil {
 		return err
 	}
 	t, err := h.r.Target(req.Target)
@@ -505,6 +506,24 @@ func (h *Handler) activate(w http.ResponseWriter, r *http.Request, caller string
 		slog.String("claim", g.Claim), slog.String("action", g.Action), slog.Time("not_after", g.NotAfter),
 		slog.String("decision", g.Decision), slog.Uint64("audit_seq", g.AuditSeq))
 	writeJSON(w, http.StatusOK, api.ActivateOf(g))
+	return nil
+}
+
+// extendGrant moves an active grant's end later (Admin.ExtendGrant).
+func (h *Handler) extendGrant(w http.ResponseWriter, r *http.Request, caller string) error {
+	var req api.GrantExtendRequest
+	if err := h.decodeJSON(r, &req); err != nil {
+		return err
+	}
+	ttl, err := time.ParseDuration(req.TTL)
+	if err != nil || ttl <= 0 {
+		return errorf(http.StatusBadRequest, api.CodeBadRequest, "ttl %q is not a positive duration", req.TTL)
+	}
+	g, err := h.r.Admin().As(caller).ExtendGrant(r.Context(), kvfence.ExtendRequest{Grant: req.Grant, TTL: ttl})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.GrantExtendOf(g))
 	return nil
 }
 

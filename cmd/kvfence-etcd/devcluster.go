@@ -115,7 +115,12 @@ func (c *devCluster) run(ctx context.Context, stdout, stderr io.Writer) error {
 	exited := make(chan error, len(c.members))
 	var cmds []*exec.Cmd
 	gone := 0 // exits received here, not left for stopAll
-	defer func() { stopAll(cmds, exited, len(cmds)-gone) }()
+	defer func() {
+		stopAll(cmds, exited, len(cmds)-gone)
+		for _, m := range c.members {
+			os.Remove(c.pidFile(m))
+		}
+	}()
 	began := time.Now()
 	for _, m := range c.members {
 		cmd, err := c.start(m, strings.Join(initial, ","), exited)
@@ -124,6 +129,11 @@ func (c *devCluster) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 		cmds = append(cmds, cmd)
 		c.procs = append(c.procs, cmd.Process)
+		// The member's PID, for a script that kills one member by the
+		// PID it was started with rather than by matching command lines.
+		if err := os.WriteFile(c.pidFile(m), fmt.Appendf(nil, "%d\n", cmd.Process.Pid), 0o600); err != nil {
+			return err
+		}
 	}
 	if err := c.waitHealthy(ctx, exited); err != nil {
 		return err
@@ -147,6 +157,10 @@ func (c *devCluster) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 	}
 }
+
+// pidFile is where member m's PID is kept while dev-cluster runs:
+// DIR/NAME.pid.
+func (c *devCluster) pidFile(m devMember) string { return filepath.Join(c.dir, m.name+".pid") }
 
 // stopAll asks every member to stop and waits for each, killing those
 // still running after stopTimeout: a member that has lost its quorum can

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,9 +99,18 @@ func TestDevClusterStartsStopsRestarts(t *testing.T) {
 	if _, err := cl.Put(ctx, "/dev/k", "v0"); err != nil {
 		t.Fatal(err)
 	}
-	// A member killed with SIGKILL: the other two go on serving, and so
-	// does dev-cluster.
-	if err := c.procs[1].Signal(syscall.SIGKILL); err != nil {
+	// A member killed with SIGKILL, by the PID dev-cluster recorded for
+	// it, as README does: the other two go on serving, and so does
+	// dev-cluster.
+	raw, err := os.ReadFile(filepath.Join(c.dir, c.members[1].name+".pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid != c.procs[1].Pid {
+		t.Fatalf("%s.pid holds %q, the member's PID is %d", c.members[1].name, raw, c.procs[1].Pid)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	// The write on the killed member's connection fails; the client
@@ -128,6 +139,11 @@ func TestDevClusterStartsStopsRestarts(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("stopping: %v", err)
+	}
+	for _, m := range c.members {
+		if _, err := os.Stat(filepath.Join(c.dir, m.name+".pid")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s.pid left after the cluster stopped: %v", m.name, err)
+		}
 	}
 	for _, m := range c.members {
 		if healthy(hc, m.client) {

@@ -1,7 +1,7 @@
 // Command kvfence-etcd is a standalone etcd server built from the etcd
 // module that kvfence itself requires, so that a machine with only Go can
-// run real etcd clusters. Its flags are etcd's own (kvfence-etcd --help),
-// with one subcommand of its own:
+// run real etcd clusters. Its flags are etcd's own (kvfence-etcd --help,
+// which names dev-cluster first), with one subcommand of its own:
 //
 //	kvfence-etcd dev-cluster --dir DIR [--members 3] [--port 2379]
 //
@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -37,5 +38,34 @@ func main() {
 		}
 		return
 	}
+	helpPreamble(os.Args[1:], os.Stdout)
 	etcdmain.Main(os.Args)
+}
+
+// helpPreamble writes, when args ask for help, what this binary adds to
+// etcd: the dev-cluster subcommand, which etcd's own help, printed after
+// it, cannot mention. It reports whether it wrote anything.
+func helpPreamble(args []string, w io.Writer) bool {
+	if len(args) != 1 {
+		return false
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+	default:
+		return false
+	}
+	fmt.Fprint(w, `kvfence-etcd is etcd, built from the etcd module kvfence requires, with one
+subcommand of its own:
+
+  kvfence-etcd dev-cluster --dir DIR [--members 3] [--port 2379]
+	starts a local cluster on loopback (plain HTTP, for trying kvfence on
+	etcd and for tests, not for production), its data and logs in DIR,
+	prints the client endpoints on one line and runs until interrupted;
+	run again on the same DIR, it restarts the same cluster.
+	kvfence-etcd dev-cluster -h lists its flags.
+
+Every other command line is etcd's own:
+
+`)
+	return true
 }

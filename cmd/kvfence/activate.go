@@ -122,6 +122,13 @@ validity window, and opens the scope with it. Activation never advances the
 epoch; hold the scope first if it is open. Prints the grant.
 Privileged: requires the receiver's private key.
 
+With --server, the running receiver activates the grant: you need an
+identity it lists as an administrator (--admin, or a uid admitted on the
+admin socket), not --key, --db or --anchor; the audit entry records that
+identity as the actor instead of your local uid; and the validity window is
+set by the receiver's clock, from its now for --ttl. --assignment-out is
+still written here, on this machine.
+
 Arguments:
 
 	--scope S

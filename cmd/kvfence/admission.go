@@ -360,5 +360,5 @@ Arguments:
 	--anchor FILE
 	    The receiver's anchor file. Defaults to $KVFENCE_ANCHOR. Required
 	    without --lost-anchor.
-`+usageAnchorEtcd+usageEtcd+usageJSON)
+`+usageEtcdSee+usageJSON)
 }

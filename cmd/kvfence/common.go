@@ -110,7 +110,7 @@ const usageDB = `	--db FILE
 	    restored or rewritten database exits with code 4), and it is moved
 	    forward, durably, before the command returns. A missing anchor is
 	    never recreated.
-` + usageAnchorEtcd + usageEtcd + usagePubLock
+` + usageEtcdSee + usagePubLock
 
 // usageDBRead documents the common flags of an observation command: the
 // anchor is optional.
@@ -121,7 +121,7 @@ const usageDBRead = `	--db FILE
 	    a database that is older than its anchor or disagrees with it is
 	    refused (exit code 4); without it nothing is checked against the
 	    anchor and the output may describe a restored copy.
-` + usageAnchorEtcd + usageEtcd + usagePubLock
+` + usageEtcdSee + usagePubLock
 
 const usagePubLock = `	--pub FILE
 	    If set, refuse a receiver whose public key recorded at init

@@ -242,6 +242,10 @@ func hint(err error) string {
 		return "kvfence status --scope S, to see the current epoch"
 	case errors.Is(err, kvfence.ErrHoldIDConflict):
 		return "a hold id names one hold: repeat it with the same --scope, --reason and --expect-epoch, or choose another --hold-id"
+	case errors.Is(err, kvfence.ErrGrantNotActive):
+		return "kvfence status --scope S shows the scope's active grant; a held or superseded grant is activated anew, never extended"
+	case errors.Is(err, kvfence.ErrGrantExpired):
+		return "an expired grant stays expired: hold the scope and activate a new grant"
 	case errors.Is(err, kvfence.ErrTTLTooLong):
 		return "ask for a shorter --ttl; kvfence scope list shows each scope's maximum grant ttl"
 	case errors.Is(err, fs.ErrExist):

@@ -223,7 +223,7 @@ Arguments:
 	    The database file to create. Defaults to $KVFENCE_DB.
 	--anchor FILE
 	    The anchor file to create (required). Defaults to $KVFENCE_ANCHOR.
-`+usageAnchorEtcd+usageEtcd+`	--pub FILE
+`+usageEtcdSee+`	--pub FILE
 	    If set, refuse unless it is the public half of --key.
 `+usageJSON)
 }

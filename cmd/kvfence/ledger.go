@@ -890,7 +890,9 @@ Arguments of every subcommand:
 	    The ledger's anchor file, kept apart from it (required to write;
 	    defaults to $KVFENCE_LEDGER_ANCHOR). A restored or rewritten ledger
 	    is refused with exit code 4.
-`+usageAnchorEtcd+`	--key FILE
+	--anchor etcd://HOST:PORT/KEY, --anchor-etcd-* flags: see kvfence help etcd
+	    The anchor in an etcd key instead of a file.
+	--key FILE
 	    The ledger's private key (required to write; defaults to
 	    $KVFENCE_LEDGER_KEY).
 	--lock-timeout DURATION

@@ -17,6 +17,8 @@
 //	target create   create a target in a scope (revision 1)
 //	activate        mint a grant for a held scope and open it
 //	hold            advance the epoch of one or more scopes and hold them
+//	grant extend    move an active grant's end later, within its scope's
+//	                maximum from its activation
 //
 // Workers and approvers:
 //
@@ -73,6 +75,8 @@
 //	bench           durable fenced writes measured against fsync, bbolt and
 //	                SQLite in one run on one disk
 //	version         the module version and VCS revision (also --version)
+//	completion      a shell completion script (bash, zsh, fish)
+//	help etcd       the flags that keep the receiver or its anchor on etcd
 //
 // Common flags, with environment fallbacks (a flag wins over its variable):
 // --db (KVFENCE_DB), --anchor (KVFENCE_ANCHOR), --key (KVFENCE_KEY),
@@ -145,6 +149,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -264,6 +269,16 @@ func wantsJSON(args []string) bool {
 	return want
 }
 
+// isJSONFlag reports whether arg is --json in any of the flag package's
+// spellings (-json, --json, --json=BOOL).
+func isJSONFlag(arg string) bool {
+	if !strings.HasPrefix(arg, "-") || strings.HasPrefix(arg, "---") {
+		return false
+	}
+	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+	return name == "json"
+}
+
 // anchorArg returns the anchor path a command line used: its last
 // --anchor, or else the environment's (KVFENCE_LEDGER_ANCHOR for ledger
 // commands, KVFENCE_ANCHOR for the others), as the flag package and
@@ -302,6 +317,17 @@ func (m *Main) run(ctx context.Context, args []string) error {
 		m.usage(m.Stderr)
 		return usageErrorf("no command given")
 	}
+	// A --json before the command ("kvfence --json status") is the
+	// command's: it moves after the command's words, where the command
+	// parses it. wantsJSON has seen it wherever it was.
+	var lead []string
+	for len(args) > 0 && isJSONFlag(args[0]) {
+		lead, args = append(lead, args[0]), args[1:]
+	}
+	if len(args) == 0 {
+		m.usage(m.Stderr)
+		return usageErrorf("no command given")
+	}
 	name, rest := args[0], args[1:]
 	if name == "help" || isHelpFlag(name) {
 		return m.help(rest)
@@ -311,6 +337,15 @@ func (m *Main) run(ctx context.Context, args []string) error {
 	}
 	if groupCommands[name] {
 		rest = subcommandFirst(rest)
+	}
+	if len(lead) > 0 {
+		// Before a "--", after which every word is an argument; the
+		// commands take flags after their positional arguments.
+		at := len(rest)
+		if i := slices.Index(rest, "--"); i >= 0 {
+			at = i
+		}
+		rest = slices.Concat(rest[:at], lead, rest[at:])
 	}
 	cmd, rest, err := m.lookup(name, rest, false)
 	if err != nil {
@@ -322,7 +357,7 @@ func (m *Main) run(ctx context.Context, args []string) error {
 // groupCommands are the commands whose first argument is a subcommand
 // (or, for cert, a kind).
 var groupCommands = map[string]bool{"scope": true, "target": true, "request": true, "envelope": true,
-	"admission": true, "observe": true, "ledger": true, "cert": true}
+	"admission": true, "observe": true, "ledger": true, "cert": true, "grant": true}
 
 // boolFlags are the flags of subcommands that take no value, so that
 // subcommandFirst does not read the word after one as its value. A value
@@ -384,6 +419,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &SubmitCommand{m}, args, nil
 	case "hold":
 		return &HoldCommand{m}, args, nil
+	case "grant":
+		return group(subcommand{"extend", &GrantExtendCommand{m}})
 	case "status":
 		return &StatusCommand{m}, args, nil
 	case "observe":
@@ -414,6 +451,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &BenchCommand{m}, args, nil
 	case "version":
 		return &VersionCommand{m}, args, nil
+	case "completion":
+		return &CompletionCommand{m}, args, nil
 	case lab.WorkerCommand:
 		return &labWorkerCommand{m}, args, nil
 	case lab.ServedWorkerCommand:
@@ -428,7 +467,7 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 
 // commandNames are the commands "kvfence help" lists, for suggestions.
 var commandNames = []string{"keygen", "init", "scope", "target", "request", "activate", "envelope", "submit", "hold",
-	"status", "observe", "verify-chain", "admission", "recover", "backup", "restore", "ledger", "contain", "serve", "cert", "lab", "bench", "version"}
+	"grant", "status", "observe", "verify-chain", "audit", "admission", "recover", "backup", "restore", "ledger", "contain", "serve", "cert", "lab", "bench", "version", "completion"}
 
 // isHelpFlag reports whether arg asks for help, as the flag package
 // understands it.
@@ -440,6 +479,10 @@ func isHelpFlag(arg string) bool {
 func (m *Main) help(args []string) error {
 	if len(args) == 0 {
 		m.usage(m.Stdout)
+		return nil
+	}
+	if args[0] == "etcd" && len(args) == 1 {
+		m.helpEtcd()
 		return nil
 	}
 	out := *m
@@ -474,6 +517,7 @@ The commands are:
 	envelope show   decode an envelope and the request it carries
 	submit          submit an envelope as a worker
 	hold            hold scopes at a new epoch; --all holds every open one (privileged)
+	grant extend    move an active grant's end later, within its scope's maximum (privileged)
 	status          show the control state of scopes
 	observe         show a target, a receipt, a grant or the audit events
 	verify-chain    check the audit chain against the anchor
@@ -489,12 +533,15 @@ The commands are:
 	lab             run the fencing lab in real processes (lab build only)
 	bench           measure durable fenced writes against fsync, bbolt, SQLite
 	version         the module version and VCS revision (also --version)
+	completion      a completion script for bash, zsh or fish
 
 Commands that write need --anchor and --key (or KVFENCE_ANCHOR and
 KVFENCE_KEY); status and observe check the anchor when it is given.
 
 Use "kvfence help <command>" or "kvfence <command> -h" for more
-information about a command.
+information about a command, "kvfence help etcd" for the flags that keep
+the receiver or its anchor on etcd, and "kvfence completion bash|zsh|fish"
+for a shell completion script.
 
 Exit codes: 0 success (also already_applied), 1 operational error,
 2 usage error (also a malformed request, envelope or patch file),

@@ -287,7 +287,7 @@ func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) 
 
 // eventKinds are the kinds of entry a receiver writes, which --kind accepts.
 var eventKinds = []string{audit.KindInit, audit.KindScopeCreated, audit.KindTargetCreated, audit.KindActivate,
-	audit.KindHold, audit.KindSubmit, audit.KindRecovered, audit.KindReanchored, audit.KindArchived}
+	audit.KindHold, audit.KindGrantExtended, audit.KindSubmit, audit.KindRecovered, audit.KindReanchored, audit.KindArchived}
 
 // eventFilter selects the events observe events prints.
 type eventFilter struct {

@@ -199,5 +199,5 @@ Arguments:
 	--anchor FILE
 	    The receiver's anchor file: superseded, or created after a
 	    lost-anchor admission. Defaults to $KVFENCE_ANCHOR.
-`+usageAnchorEtcd+usageEtcd+usageLock+usageJSON)
+`+usageEtcdSee+usageLock+usageJSON)
 }

@@ -56,10 +56,7 @@ func (c *ScopeCreateCommand) Run(ctx context.Context, args []string) (err error)
 	}
 	st, err := either(&cf, &rf, true, c.m.warn,
 		func(r *kvfence.Receiver) (kvfence.ScopeStatus, error) {
-			if err := localAdmin(r).CreateScopeWith(ctx, *scope, kvfence.ScopeOptions{MaxGrantTTL: *maxTTL}); err != nil {
-				return kvfence.ScopeStatus{}, err
-			}
-			return r.Status(*scope)
+			return localAdmin(r).CreateScopeWith(ctx, *scope, kvfence.ScopeOptions{MaxGrantTTL: *maxTTL})
 		},
 		func(cl *client.Client) (kvfence.ScopeStatus, error) {
 			return cl.CreateScopeWith(ctx, *scope, kvfence.ScopeOptions{MaxGrantTTL: *maxTTL})

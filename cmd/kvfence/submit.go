@@ -118,13 +118,20 @@ it needs the receiver's private key (--key), because every decision is
 covered by a checkpoint signed with it and written to the anchor before the
 result is returned. Workers never hold that key.
 
+With --server, the command is the worker itself, not the embedding
+service: the envelope goes to the running receiver, which takes the
+identity from your client certificate's SPIFFE ID (--tls-cert, --tls-key),
+so --as is refused, and --key, --db and --anchor are not taken; the
+receiver signs and anchors the decision before it answers. A denial is
+exit 3 as it is locally.
+
 Exit codes: 0 applied or already_applied, 3 denied, 4 the database or its
 anchor failed the integrity check (nothing was decided or changed).
 
 Arguments:
 
 	--as W
-	    The worker identity submitting the envelope.
+	    The worker identity submitting the envelope (not with --server).
 	--envelope ENV.cbor
 	    The envelope (from "kvfence envelope build"; "-" for stdin).
 `+usageKey+usageDB+usageServer+usageJSON)

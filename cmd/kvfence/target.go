@@ -63,10 +63,7 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 	}
 	t, err := either(&cf, &rf, true, c.m.warn,
 		func(r *kvfence.Receiver) (kvfence.Target, error) {
-			if err := localAdmin(r).CreateTarget(ctx, *scope, *target, v); err != nil {
-				return kvfence.Target{}, err
-			}
-			return r.Target(*target)
+			return localAdmin(r).CreateTarget(ctx, *scope, *target, v)
 		},
 		func(cl *client.Client) (kvfence.Target, error) { return cl.CreateTarget(ctx, *scope, *target, v) })
 	if err != nil {

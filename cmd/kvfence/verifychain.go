@@ -281,7 +281,7 @@ Arguments:
 	    Receiver database. Defaults to $KVFENCE_DB.
 	--anchor FILE
 	    The receiver's anchor file. Defaults to $KVFENCE_ANCHOR.
-`+usageAnchorEtcd+usageEtcd+`	--pub FILE
+`+usageEtcdSee+`	--pub FILE
 	    The receiver's public key (an ssh-ed25519 line), from your own
 	    records: the one in the database is not trusted for this.
 	--max-age DURATION

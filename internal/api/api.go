@@ -215,6 +215,42 @@ func (a Activate) ToGrant() (kvfence.Grant, error) {
 	return g, err
 }
 
+// GrantExtendRequest is the body of POST /v1/grant/extend
+// (kvfence.Admin.ExtendGrant).
+type GrantExtendRequest struct {
+	// Grant is the id of the scope's active grant to extend.
+	Grant string `json:"grant"`
+	// TTL is the grant's new lifetime from the receiver's now, as a Go
+	// duration ("30m"): its end becomes now plus TTL, within the scope's
+	// maximum from the grant's activation.
+	TTL string `json:"ttl"`
+}
+
+// GrantExtend is the response of POST /v1/grant/extend: the grant as it
+// now stands, in activate's shape with created_at.
+type GrantExtend struct {
+	// Activate is the grant, its not_after the new end.
+	Activate
+	// CreatedAt is when the grant was activated, from which the scope's
+	// maximum counts.
+	CreatedAt *string `json:"created_at"`
+}
+
+// GrantExtendOf returns the response for an extended grant.
+func GrantExtendOf(g kvfence.Grant) GrantExtend {
+	return GrantExtend{Activate: ActivateOf(g), CreatedAt: Time(g.CreatedAt)}
+}
+
+// ToGrant returns the grant a response describes.
+func (e GrantExtend) ToGrant() (kvfence.Grant, error) {
+	g, err := e.Activate.ToGrant()
+	if err != nil {
+		return g, err
+	}
+	g.CreatedAt, err = ParseTime(e.CreatedAt)
+	return g, err
+}
+
 // HoldRequest is the body of POST /v1/hold.
 type HoldRequest struct {
 	// Scopes are the scopes to hold, all or none.

@@ -74,6 +74,8 @@ var Sentinels = []Sentinel{
 	{"epoch_mismatch", http.StatusConflict, kvfence.ErrEpochMismatch},
 	{"hold_id_conflict", http.StatusConflict, kvfence.ErrHoldIDConflict},
 	{"epoch_exhausted", http.StatusConflict, kvfence.ErrEpochExhausted},
+	{"grant_not_active", http.StatusConflict, kvfence.ErrGrantNotActive},
+	{"grant_expired", http.StatusConflict, kvfence.ErrGrantExpired},
 	{"unknown_scope", http.StatusNotFound, kvfence.ErrUnknownScope},
 	{"unknown_target", http.StatusNotFound, kvfence.ErrUnknownTarget},
 	{"not_found", http.StatusNotFound, kvfence.ErrNotFound},

@@ -85,7 +85,7 @@ func Run(tb testing.TB, cfg Config) History {
 	w := &workload{r: r, admin: admin, cfg: cfg, rec: NewRecorder(), setup: Setup{}}
 	for i := range cfg.Scopes {
 		scope := fmt.Sprintf("scope-%d", i)
-		if err := admin.CreateScope(ctx, scope); err != nil {
+		if _, err := admin.CreateScope(ctx, scope); err != nil {
 			// An error that is not a verdict (ErrNotAcknowledged) may
 			// have created the scope all the same: look before failing.
 			if _, serr := r.Status(scope); serr != nil {
@@ -96,7 +96,7 @@ func Run(tb testing.TB, cfg Config) History {
 		w.setup[scope] = map[string]string{}
 		for j := range cfg.Targets {
 			target := fmt.Sprintf("%s/t%d", scope, j)
-			if err := admin.CreateTarget(ctx, scope, target, []byte("v0")); err != nil {
+			if _, err := admin.CreateTarget(ctx, scope, target, []byte("v0")); err != nil {
 				if _, terr := r.Target(target); terr != nil {
 					tb.Fatal(err)
 				}
