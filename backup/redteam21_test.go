@@ -1,0 +1,114 @@
+package backup_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/backup"
+	"github.com/kvfence/kvfence/kvfence"
+)
+
+// Ensure that the restore runbook's promise holds across a recovery: after
+// the receiver was restored from an older backup and re-admitted, a newer
+// backup of the history the recovery abandoned (whose grants it revoked)
+// is refused when put back, whether it still holds the entry the new
+// anchor names or has archived it away; and that a backup restored with no
+// recovery is always caught behind the anchor.
+func TestRedteam21_RestoreAbandonedBranch(t *testing.T) {
+	for _, archived := range []bool{false, true} {
+		t.Run(fmt.Sprintf("archived=%v", archived), func(t *testing.T) {
+			ctx := context.Background()
+			_, key, _ := ed25519.GenerateKey(rand.Reader)
+			rpub, rkey, _ := ed25519.GenerateKey(rand.Reader)
+			pub := key.Public().(ed25519.PublicKey)
+			dir := t.TempDir()
+			path, anchor := filepath.Join(dir, "receiver.db"), audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}
+			if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "r1", Key: key, Anchor: anchor, RecoveryKey: rpub}); err != nil {
+				t.Fatal(err)
+			}
+			r, err := kvfence.Open(path, &kvfence.Options{Key: key, Anchor: anchor})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc := receiver{r: r, pub: pub}
+			rc.scope(t, "s1")
+			save := func(name string) string {
+				t.Helper()
+				all, _, _ := rc.stream(t)
+				out := filepath.Join(dir, name)
+				if _, err := backup.Save(ctx, bytesReader(all), backup.SaveOptions{Out: out, PublicKey: pub}); err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			b1 := save("b1.kvbak")
+			for i := 2; i <= 6; i++ {
+				rc.scope(t, fmt.Sprintf("s%d", i))
+			}
+			if archived {
+				if _, err := r.Admin().Archive(ctx, kvfence.ArchiveRequest{Before: r.Head().Seq, Path: filepath.Join(dir, "a1")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rc.scope(t, "s7")
+			b2 := save("b2.kvbak")
+			r.Close()
+
+			// The runbook: b1 back, caught behind the anchor, re-admitted.
+			if _, err := backup.Restore(ctx, b1, backup.RestoreOptions{DB: path, PublicKey: pub, Overwrite: true}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := kvfence.Open(path, &kvfence.Options{Key: key, Anchor: anchor}); !errors.Is(err, kvfence.ErrRollbackDetected) {
+				t.Fatalf("open after restoring b1: %v, want rollback", err)
+			}
+			q, err := kvfence.Inspect(path, anchor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			sa, err := audit.SignAdmission(rkey, audit.Admission{Receiver: "r1", SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
+				AdmittedState: q.State, At: now.UnixNano(), Expires: now.Add(time.Hour).UnixNano(), Reason: "restore b1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			adm, err := sa.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := kvfence.Recover(path, adm, kvfence.RecoverOptions{Key: key, Anchor: anchor, RecoveryKey: rpub}); err != nil {
+				t.Fatal(err)
+			}
+			r, err = kvfence.Open(path, &kvfence.Options{Key: key, Anchor: anchor})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc.r = r
+			rc.scope(t, "new")
+			r.Close()
+
+			// The abandoned history: b2 verifies on its own, and must not open.
+			if _, err := backup.Restore(ctx, b2, backup.RestoreOptions{DB: path, PublicKey: pub, Overwrite: true}); err != nil {
+				t.Fatal(err)
+			}
+			r, err = kvfence.Open(path, &kvfence.Options{Key: key, Anchor: anchor})
+			if err == nil {
+				r.Close()
+				t.Fatal("the backup of the history a recovery abandoned opened against the new anchor")
+			}
+			if !kvfence.IsIntegrityError(err) {
+				t.Fatalf("open of the abandoned history: %v, want an integrity error", err)
+			}
+			t.Logf("refused: %v", err)
+		})
+	}
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
