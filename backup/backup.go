@@ -42,7 +42,8 @@ var (
 	ErrMismatch = errors.New("backup: the database does not match its checkpoint")
 	// ErrExists means the output file exists and replacing it was not asked for.
 	ErrExists = errors.New("backup: the output file exists")
-	// ErrInUse means Restore was asked to replace a database that a process holds open.
+	// ErrInUse means Restore, or Save with Overwrite, was asked to replace
+	// a file that a process holds open (a running receiver's database).
 	ErrInUse = errors.New("backup: the database is in use")
 	// ErrTooLarge means the stream went past SaveOptions.MaxSize.
 	ErrTooLarge = errors.New("backup: the backup is larger than the bound set for it")

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -112,3 +113,33 @@ func TestRedteam21_RestoreAbandonedBranch(t *testing.T) {
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// Ensure that Save with Overwrite does not put a backup file in place of a
+// database a running receiver holds open (an --out that names the live
+// database, by mistake or by a script's variable): the receiver would go
+// on writing to the unlinked file, and would not open again on a backup
+// file, as Restore already refuses.
+func TestRedteam21_SaveOverLiveDatabase(t *testing.T) {
+	rc := newReceiver(t)
+	rc.scope(t, "s1")
+	all, _, _ := rc.stream(t)
+	live := rc.r.Path()
+	before, err := os.ReadFile(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = backup.Save(context.Background(), bytes.NewReader(all), backup.SaveOptions{Out: live, PublicKey: rc.pub, Overwrite: true})
+	if !errors.Is(err, backup.ErrInUse) {
+		t.Fatalf("Save over an open receiver's database: %v, want ErrInUse", err)
+	}
+	if after, err := os.ReadFile(live); err != nil || !bytes.Equal(after, before) {
+		t.Fatalf("the open receiver's database changed: %v", err)
+	}
+	if err := (backup.SaveOptions{Out: live, PublicKey: rc.pub, Overwrite: true}).Check(); !errors.Is(err, backup.ErrInUse) {
+		t.Fatalf("SaveOptions.Check of an open receiver's database: %v, want ErrInUse", err)
+	}
+	rc.r.Close()
+	if _, err := backup.Save(context.Background(), bytes.NewReader(all), backup.SaveOptions{Out: live, PublicKey: rc.pub, Overwrite: true}); err != nil {
+		t.Fatalf("Save over a closed file: %v", err)
+	}
+}

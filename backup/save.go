@@ -30,14 +30,19 @@ type SaveOptions struct {
 }
 
 // Check refuses options that Save would refuse before reading anything: a
-// missing key, and an existing Out without Overwrite. A caller checks them
+// missing key, an existing Out without Overwrite, and an Out that a
+// process holds open (ErrInUse: a running receiver's database, named by
+// mistake, which would go on being written unlinked). A caller checks them
 // before it asks a receiver for a backup; Save checks them again, and the
 // final rename once more.
 func (o SaveOptions) Check() error {
 	if err := checkKey(o.PublicKey); err != nil {
 		return err
 	}
-	return refuseExisting(o.Out, o.Overwrite)
+	if err := refuseExisting(o.Out, o.Overwrite); err != nil {
+		return err
+	}
+	return refuseInUse(o.Out)
 }
 
 // RestoreOptions configures Restore.
@@ -104,6 +109,10 @@ func Save(ctx context.Context, src io.Reader, opts SaveOptions) (Result, error) 
 	}
 	rep, err := Check(db.Name(), sc, opts.PublicKey)
 	if err != nil {
+		return Result{}, err
+	}
+	// Again, just before: a process may have opened Out meanwhile.
+	if err := refuseInUse(opts.Out); err != nil {
 		return Result{}, err
 	}
 	if err := publish(tmp.Name(), opts.Out, opts.Overwrite); err != nil {
