@@ -143,3 +143,46 @@ func TestRedteam21_SaveOverLiveDatabase(t *testing.T) {
 		t.Fatalf("Save over a closed file: %v", err)
 	}
 }
+
+// clusterFile is an anchor file that says it is on etcd cluster id, as
+// etcdanchor.Store does.
+type clusterFile struct {
+	audit.FileAnchor
+	id uint64
+}
+
+func (c clusterFile) ClusterID(context.Context) (uint64, error) { return c.id, nil }
+func (c clusterFile) ExpectCluster(uint64)                      {}
+
+// Ensure that a receiver kept in a bbolt file whose anchor is on another
+// etcd cluster (--anchor etcd://) is backed up and restored: the backup's
+// checkpoint is the anchor Check verifies the database against, wherever
+// the live anchor is kept.
+func TestRedteam21_BackupWithAnchorOnCluster(t *testing.T) {
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	pub := key.Public().(ed25519.PublicKey)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "receiver.db")
+	anchor := clusterFile{FileAnchor: audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}, id: 5}
+	if err := kvfence.Init(path, &kvfence.InitOptions{ReceiverID: "r1", Key: key, Anchor: anchor}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := kvfence.Open(path, &kvfence.Options{Key: key, Anchor: anchor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rc := receiver{r: r, pub: pub}
+	rc.scope(t, "s1")
+	all, _, _ := rc.stream(t)
+	out := filepath.Join(dir, "b.kvbak")
+	if _, err := backup.Save(context.Background(), bytes.NewReader(all), backup.SaveOptions{Out: out, PublicKey: pub}); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	if _, err := backup.Restore(context.Background(), out, backup.RestoreOptions{DB: filepath.Join(dir, "restored.db"), PublicKey: pub}); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if rep, err := r.VerifyOnline(context.Background()); err != nil || !rep.OK() {
+		t.Fatalf("VerifyOnline: %v %v %s", err, rep.Problem, rep.Detail)
+	}
+}

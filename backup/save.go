@@ -188,7 +188,10 @@ func Check(db string, sc audit.SignedCheckpoint, pub ed25519.PublicKey) (audit.R
 	if err := anchor.Store(nil, sc); err != nil {
 		return audit.Report{}, fmt.Errorf("backup: the checkpoint: %w", err)
 	}
-	rep, err := kvfence.VerifyChain(db, kvfence.VerifyOptions{Anchor: anchor, PublicKey: pub})
+	// The checkpoint is the backup's own, wherever the receiver keeps its
+	// live anchor (a file, or a key on an etcd cluster that the database
+	// records).
+	rep, err := kvfence.VerifyChain(db, kvfence.VerifyOptions{Anchor: anchor, PublicKey: pub, AnchorIsCheckpoint: true})
 	if err != nil {
 		return rep, fmt.Errorf("%w: %w", ErrMismatch, err)
 	}

@@ -571,6 +571,12 @@ type VerifyOptions struct {
 	Archives []audit.ArchiveSource
 	// AnchorClusterID is as in Options.
 	AnchorClusterID uint64
+	// AnchorIsCheckpoint says Anchor holds a checkpoint the caller keeps
+	// itself (a backup's, package backup), not the receiver's anchor
+	// store: the anchor cluster recorded at Init, which says where the
+	// live anchor is kept, is then not held against it. Its signature,
+	// receiver and position are checked as any anchor's.
+	AnchorIsCheckpoint bool
 }
 
 // ProgressEvery is how many entries VerifyChain reads between calls of
@@ -608,8 +614,10 @@ func VerifyChainEngine(e engine.Engine, opts VerifyOptions) (audit.Report, error
 
 // verifyChain is VerifyChain on an open, read-only receiver.
 func (r *Receiver) verifyChain(opts VerifyOptions) (audit.Report, error) {
-	if err := r.checkAnchorCluster(opts.Anchor, opts.AnchorClusterID); err != nil {
-		return audit.Report{}, err
+	if !opts.AnchorIsCheckpoint {
+		if err := r.checkAnchorCluster(opts.Anchor, opts.AnchorClusterID); err != nil {
+			return audit.Report{}, err
+		}
 	}
 	return r.verifyChainAgainst(opts)
 }
