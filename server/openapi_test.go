@@ -145,7 +145,11 @@ func TestOpenAPI_RoutesMatch(t *testing.T) {
 			if op.Responses.Default() != nil {
 				t.Errorf("%s: a default response would let any status through", k)
 			}
-			_, path, _ := strings.Cut(k, " ")
+			method, path, _ := strings.Cut(k, " ")
+			// A GET route refuses any body (400).
+			if (method == http.MethodGet || method == http.MethodHead) && op.RequestBody != nil {
+				t.Errorf("%s: a request body for a route that takes none", k)
+			}
 			if admin, ok := op.Extensions["x-kvfence-admin"].(bool); !ok {
 				t.Errorf("%s: no x-kvfence-admin", k)
 			} else if c.listener == listenerAPI && admin != h.AdminRoute(path) {
@@ -713,6 +717,23 @@ func TestOpenAPI_Answers(t *testing.T) {
 		call(admin, 405, other, path, "", nil)
 		if path != api.PathHealthz && path != api.PathSubmit {
 			call(worker, 403, methods[0], path, "", nil)
+		}
+	}
+	// Every media type the contract gives a body is one the route takes:
+	// whatever else is wrong with the body, it is not answered 415.
+	for k, op := range specOps(t, doc, listenerAPI) {
+		if op.RequestBody == nil {
+			continue
+		}
+		method, path, _ := strings.Cut(k, " ")
+		for mt := range op.RequestBody.Value.Content {
+			hc := admin
+			if path == api.PathSubmit {
+				hc = worker
+			}
+			if a := send(t, hc, e.srv.URL, listenerAPI, method, path, mt, []byte("{}")); a.status == http.StatusUnsupportedMediaType {
+				t.Errorf("%s: %s gives %s a body of %s", a, specFile, k, mt)
+			}
 		}
 	}
 	call(admin, 404, http.MethodGet, "/v1/nope", "", nil)
