@@ -51,31 +51,40 @@ func NewProbes(opts ProbeOptions) (http.Handler, error) {
 	if opts.Receiver == nil {
 		return nil, ErrNoReceiver
 	}
-	r := opts.Receiver
 	stall := opts.AnchorStall
 	if stall <= 0 {
 		stall = DefaultAnchorStall
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		probeAnswer(w, http.StatusOK, probeOK)
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		rd := r.Readiness()
-		switch {
-		case !rd.Open:
-			probeAnswer(w, http.StatusServiceUnavailable, probeClosed)
-		case !rd.AnchorChecked:
-			probeAnswer(w, http.StatusServiceUnavailable, probeAnchorUnchecked)
-		case rd.AnchorWriteFailed:
-			probeAnswer(w, http.StatusServiceUnavailable, probeAnchorFailed)
-		case !rd.AnchorWriteSince.IsZero() && time.Since(rd.AnchorWriteSince) > stall:
-			probeAnswer(w, http.StatusServiceUnavailable, probeAnchorStalled)
-		default:
-			probeAnswer(w, http.StatusOK, probeOK)
-		}
-	})
+	for pattern, serve := range probeRoutes(opts.Receiver, stall) {
+		mux.HandleFunc(pattern, serve)
+	}
 	return mux, nil
+}
+
+// probeRoutes returns the probes by ServeMux pattern. They are one table
+// so that docs/openapi.yaml can be held to what is served.
+func probeRoutes(r *kvfence.Receiver, stall time.Duration) map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"GET /healthz": func(w http.ResponseWriter, _ *http.Request) {
+			probeAnswer(w, http.StatusOK, probeOK)
+		},
+		"GET /readyz": func(w http.ResponseWriter, _ *http.Request) {
+			rd := r.Readiness()
+			switch {
+			case !rd.Open:
+				probeAnswer(w, http.StatusServiceUnavailable, probeClosed)
+			case !rd.AnchorChecked:
+				probeAnswer(w, http.StatusServiceUnavailable, probeAnchorUnchecked)
+			case rd.AnchorWriteFailed:
+				probeAnswer(w, http.StatusServiceUnavailable, probeAnchorFailed)
+			case !rd.AnchorWriteSince.IsZero() && time.Since(rd.AnchorWriteSince) > stall:
+				probeAnswer(w, http.StatusServiceUnavailable, probeAnchorStalled)
+			default:
+				probeAnswer(w, http.StatusOK, probeOK)
+			}
+		},
+	}
 }
 
 func probeAnswer(w http.ResponseWriter, status int, body string) {

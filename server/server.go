@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -269,13 +270,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // healthz answers 200 while the receiver is open: New takes an open
 // receiver, which checked its anchor when it opened.
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
+	if !slices.Contains(healthzMethods, r.Method) {
+		w.Header().Set("Allow", strings.Join(healthzMethods, ", "))
 		h.writeError(w, r, "", errorf(http.StatusMethodNotAllowed, api.CodeMethod, "/healthz takes GET"))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "receiver": h.r.ID(), "audit_seq": h.r.Head().Seq})
 }
+
+// healthzMethods are the methods /healthz takes, in the order its Allow
+// header names them.
+var healthzMethods = []string{http.MethodGet, http.MethodHead}
 
 // checkMediaType refuses a body of another media type than want.
 func checkMediaType(r *http.Request, want string) error {
