@@ -1,12 +1,16 @@
 package server_test
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,6 +135,40 @@ func TestRedteam21_SourceGivesNoClientCA(t *testing.T) {
 		roots, _ := creds.ClientRoots()
 		if !roots.Pool().Equal(server.NewRoots([]*x509.Certificate{ca.Cert}).Pool()) {
 			t.Fatalf("%s: open connections are no longer held to the last client CA", step.name)
+		}
+	}
+}
+
+// Ensure that a worker cannot forge log lines through the names its
+// envelope carries: with the text format serve uses by default, an action
+// that holds a quote, spaces and key=value pairs stays one quoted value
+// of the one decision line.
+func TestRedteam21_DecisionLogInjection(t *testing.T) {
+	var buf bytes.Buffer
+	e := newObsEnv(t, func(o *server.Options) {
+		o.LogDecisions = true
+		o.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &buf}, nil))
+	})
+	forged := `a1" level=ERROR msg="admin change" change=hold_all actor=` + operator + ` x="`
+	_, env := activate(t, e.r, workerA, forged)
+	if res := e.submit(e.client(workerA), env); res.status != http.StatusOK {
+		t.Fatalf("HTTP %d", res.status)
+	}
+	if res := e.submit(e.client(workerB), env); res.status != http.StatusForbidden {
+		t.Fatalf("HTTP %d", res.status)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d log lines, want 2 decisions:\n%s", len(lines), buf.String())
+	}
+	quoted := regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	for _, l := range lines {
+		// What is left once the quoted values are taken out is the
+		// line's own keys.
+		bare := quoted.ReplaceAllString(l, `""`)
+		if !strings.Contains(bare, " msg=decision ") || strings.Count(bare, "level=") != 1 || strings.Count(bare, "msg=") != 1 ||
+			strings.Contains(bare, "actor=") {
+			t.Errorf("a forged record in the log: %s", l)
 		}
 	}
 }
