@@ -2,13 +2,18 @@ package server_test
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -171,4 +176,67 @@ func TestRedteam21_DecisionLogInjection(t *testing.T) {
 			t.Errorf("a forged record in the log: %s", l)
 		}
 	}
+}
+
+// Ensure that SPIFFECertificate refuses a client certificate that is a
+// CA, or may sign certificates or CRLs, even when it chains to the client
+// CA and names an admitted SPIFFE ID: an X.509-SVID leaf is none of these
+// (X509-SVID specification, leaf validation), and the holder of a CA's key
+// is not the workload its URI names.
+func TestRedteam21_CALeafRefused(t *testing.T) {
+	root, err := pki.NewCA("root", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "spiffe://example.org/ops/alice"
+	for _, tc := range []struct {
+		name  string
+		isCA  bool
+		usage x509.KeyUsage
+		ok    bool
+	}{
+		{"leaf", false, x509.KeyUsageDigitalSignature, true},
+		{"CA", true, x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, false},
+		{"CA without key usage", true, 0, false},
+		{"certificate signer", false, x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, false},
+		{"CRL signer", false, x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature, false},
+	} {
+		cert := issueRaw(t, root, id, tc.isCA, tc.usage)
+		r := &http.Request{TLS: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert},
+			VerifiedChains: [][]*x509.Certificate{{cert, root.Cert}}}}
+		got, err := server.SPIFFECertificate{TrustDomain: "example.org"}.Authenticate(r)
+		switch {
+		case tc.ok && (err != nil || got != id):
+			t.Errorf("%s: %q %v, want admitted", tc.name, got, err)
+		case !tc.ok && !errors.Is(err, server.ErrUnauthenticated):
+			t.Errorf("%s: admitted as %q (%v), want ErrUnauthenticated", tc.name, got, err)
+		}
+	}
+}
+
+// issueRaw issues a client certificate for id from ca with the given CA
+// flag and key usage.
+func issueRaw(t *testing.T, ca pki.Pair, id string, isCA bool, usage x509.KeyUsage) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(now.UnixNano()), NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		BasicConstraintsValid: true, IsCA: isCA, URIs: []*url.URL{u}, KeyUsage: usage,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
