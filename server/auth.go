@@ -35,8 +35,9 @@ type Authenticator interface {
 // certificate of its TLS connection: the identity is the certificate's
 // SPIFFE ID, its one URI SAN "spiffe://trust-domain/path". A certificate
 // with no URI SAN, with more than one, or whose URI is not a valid SPIFFE
-// ID, is refused, as is a connection without a certificate that the TLS
-// layer verified (the server must use tls.RequireAndVerifyClientCert, or
+// ID, is refused, as is one that is a CA or may sign certificates or CRLs
+// (an X.509-SVID leaf is neither), and a connection without a certificate
+// that the TLS layer verified (the server must use tls.RequireAndVerifyClientCert, or
 // VerifyClientCertIfGiven, against the trust bundle).
 //
 // A connection outlives the handshake that verified its certificate, and
@@ -87,6 +88,14 @@ func (a SPIFFECertificate) Authenticate(r *http.Request) (string, error) {
 	if len(uris) != 1 || len(leaf.URIs) != 1 {
 		return "", fmt.Errorf("%w: the client certificate has %d URI SANs, want exactly one SPIFFE ID",
 			ErrUnauthenticated, len(uris))
+	}
+	// An X.509-SVID leaf is no CA and signs neither certificates nor
+	// CRLs (X509-SVID specification, leaf validation): a CA certificate
+	// that chains to the client CA names whoever holds a CA's key, not
+	// the workload its URI names.
+	if leaf.IsCA || leaf.KeyUsage&(x509.KeyUsageCertSign|x509.KeyUsageCRLSign) != 0 {
+		return "", fmt.Errorf("%w: the client certificate is a CA or may sign certificates or CRLs, which an X.509-SVID may not",
+			ErrUnauthenticated)
 	}
 	id, err := ParseSPIFFEID(uris[0])
 	if err != nil {

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import re
 import select
 import socket
 import ssl
@@ -27,7 +28,7 @@ import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import cbor2
 
@@ -160,10 +161,17 @@ class Client:
             host, port = u.hostname, u.port or 443
             self._new = lambda: http.client.HTTPSConnection(host, port, context=tls, timeout=timeout)
         elif u.scheme == "unix":
-            if u.netloc or not u.path:
+            if u.netloc or not u.path or u.query or u.fragment or "?" in url or "#" in url:
                 raise ValueError(f"{url!r}: want unix:///PATH")
+            # The path is decoded as Go's url.Parse decodes it, so that one
+            # URL names one socket in both clients: unix:///d/a%20b.sock is
+            # "/d/a b.sock", never a socket named by the escaped text.
+            if re.search(r"%(?![0-9A-Fa-f]{2})", u.path):
+                raise ValueError(f"{url!r}: a % in the path is not a percent-escape")
+            path = unquote(u.path, errors="strict")
+            if "\x00" in path:
+                raise ValueError(f"{url!r}: the path holds a NUL")
             uids = tuple(server_uids) if server_uids else (os.getuid(), 0)
-            path = u.path
             self._new = lambda: _UnixConnection(path, uids, timeout)
         else:
             raise ValueError(f"{url!r}: the scheme must be https or unix")
