@@ -33,6 +33,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/backup"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/internal/pki"
 	"github.com/kvfence/kvfence/kvfence"
@@ -351,7 +352,13 @@ type answer struct {
 func (a answer) path() string { p, _, _ := strings.Cut(a.target, "?"); return p }
 
 func (a answer) String() string {
-	return fmt.Sprintf("%s %s (%s) -> %d %s", a.method, a.target, a.listener, a.status, a.body)
+	body := string(a.body)
+	// A backup is binary and as large as the database: its length says
+	// enough.
+	if !strings.HasPrefix(a.header.Get("Content-Type"), api.ContentJSON) && !strings.HasPrefix(a.header.Get("Content-Type"), "text/") {
+		body = fmt.Sprintf("<%d bytes of %s>", len(a.body), a.header.Get("Content-Type"))
+	}
+	return fmt.Sprintf("%s %s (%s) -> %d %s", a.method, a.target, a.listener, a.status, body)
 }
 
 // contract checks answers against the contract and records which
@@ -653,6 +660,41 @@ func TestOpenAPI_Answers(t *testing.T) {
 	ok(worker, 403, http.MethodPost, api.PathSubmit, api.ContentCBOR, []byte{0xa0})
 	call(worker, 415, http.MethodPost, api.PathSubmit, api.ContentJSON, env)
 
+	// Extending the active grant: a later end, within the scope's maximum
+	// from activation; a grant that is not active or whose window is over
+	// is 409.
+	ext := post(admin, 200, api.PathGrantExtend, api.GrantExtendRequest{Grant: g.Grant, TTL: "30m"})
+	var ge api.GrantExtend
+	if err := json.Unmarshal(ext.body, &ge); err != nil {
+		t.Fatal(err)
+	}
+	if ge.Grant != g.Grant || *ge.NotAfter <= *g.NotAfter {
+		t.Errorf("%s: not grant %s with its end later than %s", ext, g.Grant, *g.NotAfter)
+	}
+	post(admin, 400, api.PathGrantExtend, api.GrantExtendRequest{Grant: g.Grant, TTL: "soon"})
+	post(admin, 400, api.PathGrantExtend, api.GrantExtendRequest{Grant: g.Grant, TTL: "1000h"})
+	refused(admin, 400, http.MethodPost, api.PathGrantExtend, api.ContentJSON, []byte(`{"grant":"`+g.Grant+`"}`))
+	post(admin, 409, api.PathGrantExtend, api.GrantExtendRequest{Grant: strings.Repeat("0", 32), TTL: "30m"})
+	{
+		var short kvfence.Grant
+		exp := reopen(t, kvfence.Options{}, func(r *kvfence.Receiver) {
+			var err error
+			short, err = r.Admin().Activate(ctx, kvfence.ActivateRequest{Scope: scope, Executor: workerA, Claim: "c",
+				Request: req, TTL: time.Nanosecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+		srv := serveTLS(t, e, mustNew(t, server.Options{Receiver: exp, Authenticator: server.SPIFFECertificate{}, Admins: []string{operator}}))
+		a := send(t, admin, srv.URL, listenerAPI, http.MethodPost, api.PathGrantExtend, api.ContentJSON,
+			jsonBody(t, api.GrantExtendRequest{Grant: short.ID, TTL: "30m"}))
+		if a.status != 409 || !bytes.Contains(a.body, []byte(`"grant_expired"`)) {
+			t.Errorf("%s: want 409 grant_expired", a)
+		}
+		c.check(a)
+	}
+	call(admin, 415, http.MethodPost, api.PathGrantExtend, "text/plain", []byte(`{}`))
+
 	// Reads, with the scope open under the grant.
 	ok(admin, 200, http.MethodGet, api.PathStatus, "", nil)
 	ok(admin, 200, http.MethodGet, api.PathStatus+"?scope="+scope, "", nil)
@@ -681,6 +723,43 @@ func TestOpenAPI_Answers(t *testing.T) {
 	ok(admin, 200, http.MethodGet, api.PathEvents+"?since=2&limit=3", "", nil)
 	refused(admin, 400, http.MethodGet, api.PathEvents+"?limit=0", "", nil)
 	call(admin, 400, http.MethodGet, api.PathEvents, api.ContentJSON, []byte(`{}`))
+
+	// The online verification and the backup of the running receiver.
+	vc := ok(admin, 200, http.MethodGet, api.PathVerifyChain, "", nil)
+	var rep api.VerifyChain
+	if err := json.Unmarshal(vc.body, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.Entries == 0 {
+		t.Errorf("%s: want a verified chain", vc)
+	}
+	call(admin, 400, http.MethodGet, api.PathVerifyChain+"?bogus=1", "", nil)
+	call(admin, 400, http.MethodGet, api.PathVerifyChain, api.ContentJSON, []byte(`{}`))
+	bk := ok(admin, 200, http.MethodGet, api.PathBackup, "", nil)
+	if got := bk.header.Get("Content-Type"); got != backup.ContentType {
+		t.Errorf("backup: Content-Type %q, want %q", got, backup.ContentType)
+	}
+	var db bytes.Buffer
+	if sc, err := backup.Unpack(bytes.NewReader(bk.body), &db); err != nil {
+		t.Errorf("backup: the body does not unpack: %v", err)
+	} else if sc.Receiver != e.r.ID() || db.Len() == 0 {
+		t.Errorf("backup: checkpoint %+v and a database of %d bytes", sc.Checkpoint, db.Len())
+	}
+	call(admin, 400, http.MethodGet, api.PathBackup+"?bogus=1", "", nil)
+	call(admin, 400, http.MethodGet, api.PathBackup, api.ContentJSON, []byte(`{}`))
+	// A storage engine that cannot snapshot (etcd), as the handler answers
+	// its sentinel.
+	{
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, api.PathBackup, nil)
+		e.handler(server.SPIFFECertificate{}, operator).WriteError(w, r, fmt.Errorf("etcd: %w", kvfence.ErrSnapshotUnsupported))
+		a := answer{listener: listenerAPI, method: http.MethodGet, target: api.PathBackup, status: w.Code,
+			header: w.Header(), body: w.Body.Bytes()}
+		if a.status != 501 {
+			t.Errorf("%s: want 501", a)
+		}
+		c.check(a)
+	}
 
 	// Holds; then a stale submit, and status with the denials counted.
 	post(admin, 200, api.PathHold, api.HoldRequest{Scopes: []string{scope}, Reason: "stalled", HoldID: "incident-1"})
@@ -743,7 +822,7 @@ func TestOpenAPI_Answers(t *testing.T) {
 	small := serveTLS(t, e, mustNew(t, server.Options{Receiver: e.r, Authenticator: server.SPIFFECertificate{},
 		Admins: []string{operator}, MaxEnvelopeSize: 64, MaxBodySize: 64}))
 	big := []byte(`{"scope":"` + strings.Repeat("x", 100) + `"}`)
-	for _, path := range []string{api.PathScopes, api.PathTargets, api.PathActivate, api.PathHold} {
+	for _, path := range []string{api.PathScopes, api.PathTargets, api.PathActivate, api.PathHold, api.PathGrantExtend} {
 		a := send(t, admin, small.URL, listenerAPI, http.MethodPost, path, api.ContentJSON, big)
 		if a.status != 413 {
 			t.Errorf("%s: want 413", a)
@@ -832,11 +911,12 @@ func TestOpenAPI_Answers(t *testing.T) {
 		h := mustNew(t, server.Options{Receiver: closed, Authenticator: server.SPIFFECertificate{}, Admins: []string{operator}})
 		srv := serveTLS(t, e, h)
 		bodies := map[string][]byte{
-			api.PathSubmit:   env,
-			api.PathScopes:   jsonBody(t, api.ScopeCreateRequest{Scope: "s9"}),
-			api.PathTargets:  jsonBody(t, map[string]any{"scope": scope, "target": "t9", "value_b64": []byte("x")}),
-			api.PathActivate: jsonBody(t, api.ActivateRequest{Scope: scope, Executor: workerA, Claim: "c", RequestB64: req}),
-			api.PathHold:     jsonBody(t, api.HoldRequest{Scopes: []string{scope}, Reason: "x"}),
+			api.PathSubmit:      env,
+			api.PathScopes:      jsonBody(t, api.ScopeCreateRequest{Scope: "s9"}),
+			api.PathTargets:     jsonBody(t, map[string]any{"scope": scope, "target": "t9", "value_b64": []byte("x")}),
+			api.PathActivate:    jsonBody(t, api.ActivateRequest{Scope: scope, Executor: workerA, Claim: "c", RequestB64: req}),
+			api.PathHold:        jsonBody(t, api.HoldRequest{Scopes: []string{scope}, Reason: "x"}),
+			api.PathGrantExtend: jsonBody(t, api.GrantExtendRequest{Grant: g.Grant, TTL: "1m"}),
 		}
 		queries := map[string]string{api.PathTarget: "?target=" + scope, api.PathGrant: "?id=" + g.Grant,
 			api.PathReceipt: "?scope=" + scope + "&action=a", api.PathReceipts: "?scope=" + scope + "&claim=c"}
@@ -956,6 +1036,11 @@ func TestOpenAPI_SchemasRefuse(t *testing.T) {
 		return map[string]any{"scope": "s", "action": "a", "grant": strings.Repeat("ab", 16),
 			"request_sha256": strings.Repeat("0f", 32), "target": "t", "rev_before": 1, "rev_after": 2, "audit_seq": 3, "at": now}
 	}
+	verify := func() map[string]any {
+		return map[string]any{"ok": true, "problem": "ok", "entries": 3, "head": strings.Repeat("0f", 32), "head_seq": 3,
+			"anchor_seq": 3, "anchor_head": strings.Repeat("0f", 32), "detail": "", "anchor_damage": nil, "base_seq": 0,
+			"base_hash": "", "archived_entries": 0, "anchor_same_device": nil, "anchor_same_owner": nil}
+	}
 	target := func() map[string]any {
 		return map[string]any{"target": "t", "scope": "s", "revision": 1, "value": nil,
 			"value_b64": base64.StdEncoding.EncodeToString([]byte{0xff, 1})}
@@ -981,6 +1066,10 @@ func TestOpenAPI_SchemasRefuse(t *testing.T) {
 		{"null time", "Receipt", receipt(), func(m map[string]any) { m["at"] = nil }, true},
 		{"upper-case hex", "Receipt", receipt(), func(m map[string]any) { m["request_sha256"] = strings.Repeat("0F", 32) }, false},
 		{"short grant", "Receipt", receipt(), func(m map[string]any) { m["grant"] = "ab" }, false},
+		{"verify", "VerifyChain", verify(), func(map[string]any) {}, true},
+		{"unknown problem", "VerifyChain", verify(), func(m map[string]any) { m["problem"] = "fine" }, false},
+		{"separation fact over the API", "VerifyChain", verify(), func(m map[string]any) { m["anchor_same_device"] = true }, false},
+		{"short head", "VerifyChain", verify(), func(m map[string]any) { m["head"] = "0f" }, false},
 		{"target", "Target", target(), func(map[string]any) {}, true},
 		{"unpadded base64", "Target", target(), func(m map[string]any) { m["value_b64"] = "/wE" }, false},
 		{"url base64", "Target", target(), func(m map[string]any) { m["value_b64"] = "_wE=" }, false},
