@@ -439,6 +439,9 @@ func identity(kind, caller, grant, action string) string {
 // anchor. Then show that the run's checks fail on records doctored the
 // ways a faulty receiver or a careless test would leave them.
 func TestClusterHoldRace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs in the full test command (go test without -short)")
+	}
 	c := etcdtest.NewCluster(t, etcdtest.Config{Members: 3, Gates: true, Fsync: true})
 	t.Logf("3 members (fsync, gated) ready in %v", c.Ready.Round(time.Millisecond))
 	const prefix = "/kvfence-cluster-race/"

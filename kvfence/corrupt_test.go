@@ -149,6 +149,9 @@ func (b *corruptBase) try(t *testing.T, path string, data []byte, what string) c
 // instead (about 400,000 trials, ten minutes); KVFENCE_CORRUPT_SEED picks
 // the random bytes.
 func TestCorruptDatabase_EveryPage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs in the full test command (go test without -short)")
+	}
 	b := newCorruptBase(t)
 	const pageSize = 4096
 	c := &pageChecker{r: bytes.NewReader(b.data), size: int64(len(b.data))}

@@ -121,6 +121,9 @@ func TestOutcomeSettledByRepeat(t *testing.T) {
 // outcome is resolved by a re-read, and at the end the cluster loses power
 // as a whole and still holds the last anchor.
 func TestKillRestartDuringWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs in the full test command (go test without -short)")
+	}
 	c := etcdproc.Start(t, 3)
 	// One writer alternates between a store that reports the first unknown
 	// outcome, for the writer to resolve by a re-read, and one that

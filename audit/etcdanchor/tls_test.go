@@ -118,6 +118,9 @@ func writePair(t *testing.T, dir, name string, p pki.Pair) (cert, key string) {
 // written and read; without a client certificate, without TLS, or against
 // another CA, every request fails, and never as a missing anchor.
 func TestTLS_RealMember(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs in the full test command (go test without -short)")
+	}
 	dir := t.TempDir()
 	caPair, ca, cert, key := tlsFiles(t, dir)
 	server, err := pki.Issue(caPair, pki.Options{Name: "etcd", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Server: true})

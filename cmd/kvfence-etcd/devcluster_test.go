@@ -79,6 +79,9 @@ func runUntilReady(t *testing.T, c *devCluster, stderr io.Writer) (string, func(
 // member killed, stops every member when it ends, and restarts the same
 // cluster, data kept, on the same directory.
 func TestDevClusterStartsStopsRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs in the full test command (go test without -short)")
+	}
 	bin, err := etcdproc.Binary()
 	if err != nil {
 		t.Fatal(err)

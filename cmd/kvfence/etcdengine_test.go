@@ -242,6 +242,9 @@ func TestEtcdEngineUsage(t *testing.T) {
 // and exhausted conflicts exit 1 and 5 with messages that say what they
 // are.
 func TestEtcdEngineFailures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs in the full test command (go test without -short)")
+	}
 	c := newCLI(t)
 	ec, _ := c.etcdReceiver()
 	ec.HardStop(0)

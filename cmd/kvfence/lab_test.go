@@ -235,6 +235,9 @@ func TestLabWorker_LabBuildRefusesLinks(t *testing.T) {
 // summary.json in its table, with the same value, the served receiver's
 // among them.
 func TestLab_LabBuildTableListsEverySummaryKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs in the full test command (go test without -short)")
+	}
 	bin := kvfenceBinary(t, testbin.LabTag)
 	out := filepath.Join(t.TempDir(), "lab-out")
 	cmd := exec.Command(bin, "lab", "--output", out)
