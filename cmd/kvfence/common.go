@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine/etcdengine"
+	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
@@ -440,33 +441,13 @@ func ed25519PublicOf(priv ed25519.PrivateKey) ed25519.PublicKey {
 }
 
 // anchorDamageJSON is a damaged anchor slot in the --json output of status
-// and verify-chain. claimed_generation is null when the slot's generation
-// cannot be read; newer says the slot was written after the current one
-// (its generation is the current one plus one), so the anchor that was
-// read is one write behind it.
-type anchorDamageJSON struct {
-	Slot              int     `json:"slot"`
-	Problem           string  `json:"problem"`
-	ClaimedGeneration *uint64 `json:"claimed_generation"`
-	CurrentGeneration uint64  `json:"current_generation"`
-	Newer             bool    `json:"newer"`
-	Detail            string  `json:"detail"`
-}
+// and verify-chain: the served API's shape, so that the local and the
+// served verify-chain print the same keys.
+type anchorDamageJSON = api.AnchorDamage
 
 // anchorDamageOf converts a damaged slot to its JSON shape; nil stays nil
 // (JSON null).
-func anchorDamageOf(d *audit.SlotDamage) *anchorDamageJSON {
-	if d == nil {
-		return nil
-	}
-	out := &anchorDamageJSON{Slot: d.Slot, Problem: string(d.Problem), CurrentGeneration: d.CurrentGeneration,
-		Newer: d.Next(), Detail: d.Detail}
-	if d.ClaimedGeneration != 0 {
-		g := d.ClaimedGeneration
-		out.ClaimedGeneration = &g
-	}
-	return out
-}
+func anchorDamageOf(d *audit.SlotDamage) *anchorDamageJSON { return api.AnchorDamageOf(d) }
 
 // headHex formats a chain position's hash in lowercase hex, or "" for the
 // zero head (an empty chain, or no readable anchor).
