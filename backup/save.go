@@ -107,15 +107,8 @@ func Save(ctx context.Context, src io.Reader, opts SaveOptions) (Result, error) 
 	if err := syncClose(db); err != nil {
 		return Result{}, err
 	}
-	rep, err := Check(db.Name(), sc, opts.PublicKey)
+	rep, err := checkPublish(db.Name(), tmp.Name(), opts.Out, sc, opts.PublicKey, opts.Overwrite)
 	if err != nil {
-		return Result{}, err
-	}
-	// Again, just before: a process may have opened Out meanwhile.
-	if err := refuseInUse(opts.Out); err != nil {
-		return Result{}, err
-	}
-	if err := publish(tmp.Name(), opts.Out, opts.Overwrite); err != nil {
 		return Result{}, err
 	}
 	return Result{Checkpoint: sc, Report: rep, Size: cw.n}, nil
@@ -159,18 +152,29 @@ func Restore(ctx context.Context, in string, opts RestoreOptions) (Result, error
 	if err := syncClose(db); err != nil {
 		return Result{}, err
 	}
-	rep, err := Check(db.Name(), sc, opts.PublicKey)
+	rep, err := checkPublish(db.Name(), db.Name(), opts.DB, sc, opts.PublicKey, opts.Overwrite)
 	if err != nil {
 		return Result{}, err
 	}
-	// Again, just before: a receiver may have started meanwhile.
-	if err := refuseInUse(opts.DB); err != nil {
-		return Result{}, err
-	}
-	if err := publish(db.Name(), opts.DB, opts.Overwrite); err != nil {
-		return Result{}, err
-	}
 	return Result{Checkpoint: sc, Report: rep, Size: cw.n}, nil
+}
+
+// checkPublish checks the database at db against sc (Check), then moves
+// the file from into place at to. to is checked for a process holding it
+// open again just before the move: one may have opened it since the
+// first check.
+func checkPublish(db, from, to string, sc audit.SignedCheckpoint, pub ed25519.PublicKey, overwrite bool) (audit.Report, error) {
+	rep, err := Check(db, sc, pub)
+	if err != nil {
+		return audit.Report{}, err
+	}
+	if err := refuseInUse(to); err != nil {
+		return audit.Report{}, err
+	}
+	if err := publish(from, to, overwrite); err != nil {
+		return audit.Report{}, err
+	}
+	return rep, nil
 }
 
 // Check verifies the database file at db against sc: sc's signature under
