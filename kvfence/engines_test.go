@@ -83,7 +83,7 @@ func sharedEtcd(t testing.TB) *etcdtest.Cluster {
 		etcdCluster, etcdErr = etcdtest.Launch(etcdDir, etcdtest.Config{})
 	})
 	if etcdErr != nil {
-		t.Fatalf("embedded etcd: %v", etcdErr)
+		t.Fatalf("etcd: %v", etcdErr)
 	}
 	return etcdCluster
 }
