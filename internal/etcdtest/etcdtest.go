@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -310,7 +309,7 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// stop kills the member's process with SIGKILL, if it runs, and waits
+// stop kills the member's process (SIGKILL on Unix), if it runs, and waits
 // for it to end.
 func (m *Member) stop() {
 	m.mu.Lock()
@@ -320,7 +319,7 @@ func (m *Member) stop() {
 	if p == nil {
 		return
 	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
+	p.cmd.Process.Kill()
 	<-p.done
 }
 
