@@ -20,7 +20,7 @@ import (
 )
 
 // store is where a test's receiver is kept: a bbolt file, or a prefix of
-// the embedded etcd member that this package's tests share. The tests that
+// the etcd member that this package's tests share. The tests that
 // run on both take it from engines, one table, so that both engines pass
 // the same checks.
 type store struct {
