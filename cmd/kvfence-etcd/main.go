@@ -60,7 +60,7 @@ func main() {
 }
 
 // helpPreamble writes, when args ask for help, what this binary adds to
-// etcd: the dev-cluster subcommand, which etcd's own help, printed after
+// etcd: its subcommands, which etcd's own help, printed after
 // it, cannot mention. It reports whether it wrote anything.
 func helpPreamble(args []string, w io.Writer) bool {
 	if len(args) != 1 {
@@ -72,7 +72,7 @@ func helpPreamble(args []string, w io.Writer) bool {
 		return false
 	}
 	fmt.Fprint(w, `kvfence-etcd is etcd, built from the etcd module kvfence requires, with one
-subcommand of its own:
+subcommands of its own:
 
   kvfence-etcd dev-cluster --dir DIR [--members 3] [--port 2379]
 	starts a local cluster on loopback (plain HTTP, for trying kvfence on
