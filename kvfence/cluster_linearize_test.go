@@ -196,7 +196,7 @@ func leaderOf(c *etcdtest.Cluster) int {
 	deadline := time.Now().Add(etcdtest.ReadyTimeout)
 	for time.Now().Before(deadline) {
 		for i, m := range c.Members {
-			if m.Etcd != nil && m.Etcd.Server.Leader() == m.Etcd.Server.MemberID() {
+			if m.IsLeader() {
 				return i
 			}
 		}

@@ -128,6 +128,20 @@ func (cr *clusterRace) settled(grant string) {
 	}
 }
 
+// answered waits up to d until a submit of grant has a verdict.
+func (cr *clusterRace) answered(grant string, d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		cr.mu.Lock()
+		for _, c := range cr.calls {
+			if c.kind == KindSubmit && c.grant == grant && c.err == nil {
+				cr.mu.Unlock()
+				return
+			}
+		}
+		cr.mu.Unlock()
+	}
+}
+
 func (cr *clusterRace) record(c clusterCall) {
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
@@ -204,6 +218,13 @@ func (cr *clusterRace) administrate(seed uint64) {
 			e = &raceEnvelope{grant: g, executor: executor, env: raceEnv(g, g.Epoch)}
 			cr.cur.Store(e)
 			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+			if i%2 == 0 {
+				// Every other hold waits a bounded moment for a submit of
+				// the grant to be answered: on a loaded machine the holds
+				// can otherwise overtake every submit, and the race would
+				// apply nothing. The other holds race the submits.
+				cr.answered(g.ID, 200*time.Millisecond)
+			}
 			cr.settled(g.ID)
 		}
 		chain, first := int(cr.chains.Add(1)), time.Now()

@@ -20,7 +20,7 @@ import (
 )
 
 // store is where a test's receiver is kept: a bbolt file, or a prefix of
-// the embedded etcd member that this package's tests share. The tests that
+// the etcd member that this package's tests share. The tests that
 // run on both take it from engines, one table, so that both engines pass
 // the same checks.
 type store struct {
@@ -83,7 +83,7 @@ func sharedEtcd(t testing.TB) *etcdtest.Cluster {
 		etcdCluster, etcdErr = etcdtest.Launch(etcdDir, etcdtest.Config{})
 	})
 	if etcdErr != nil {
-		t.Fatalf("embedded etcd: %v", etcdErr)
+		t.Fatalf("etcd: %v", etcdErr)
 	}
 	return etcdCluster
 }

@@ -363,7 +363,7 @@ func TestEtcd_InitAndOpenRefusals(t *testing.T) {
 
 // BenchmarkSubmitEtcd measures denied submits (each recorded in the audit
 // chain and the scope's counters) from concurrent writers on the shared
-// embedded etcd member, which runs without fsync: what group commit makes
+// etcd member, which runs without fsync: what group commit makes
 // of etcd's round trips, not a durable rate. ops/s is over all writers.
 func BenchmarkSubmitEtcd(b *testing.B) {
 	for _, writers := range []int{1, 8, 64} {

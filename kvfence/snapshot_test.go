@@ -15,7 +15,6 @@ import (
 	"github.com/kvfence/kvfence/internal/defect"
 	"github.com/kvfence/kvfence/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	etcdsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 )
 
@@ -70,17 +69,7 @@ func saveSnapshot(t *testing.T, c *etcdtest.Cluster) string {
 func restoreSnapshot(t *testing.T, snap string) *etcdtest.Cluster {
 	t.Helper()
 	dir := t.TempDir()
-	// The peer URL is never dialled: a single member has no peers.
-	err := etcdsnapshot.NewV3(zap.NewNop()).Restore(etcdsnapshot.RestoreConfig{
-		SnapshotPath:        snap,
-		Name:                "m0",
-		OutputDataDir:       filepath.Join(dir, "m0"),
-		PeerURLs:            []string{"http://127.0.0.1:2380"},
-		InitialCluster:      "m0=http://127.0.0.1:2380",
-		InitialClusterToken: "kvfence-restore",
-		RevisionBump:        1_000_000,
-		MarkCompacted:       true,
-	})
+	err := etcdtest.Restore(snap, filepath.Join(dir, "m0"), etcdtest.RestoreOptions{Name: "m0", RevisionBump: 1_000_000})
 	if err != nil {
 		t.Fatalf("snapshot restore: %v", err)
 	}

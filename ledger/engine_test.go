@@ -64,7 +64,7 @@ func TestEngine_Etcd(t *testing.T) {
 	}
 }
 
-// etcdLedger starts an embedded etcd member and lays out a ledger under
+// etcdLedger starts an etcd member and lays out a ledger under
 // prefix with a memory anchor. newEngine gives a fresh engine on the
 // prefix for each handle, as each process has its own.
 func etcdLedger(t *testing.T, prefix string) (c *etcdtest.Cluster, newEngine func() *etcdengine.Engine, anchor *audit.MemAnchor) {

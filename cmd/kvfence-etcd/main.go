@@ -1,7 +1,7 @@
 // Command kvfence-etcd is a standalone etcd server built from the etcd
 // module that kvfence itself requires, so that a machine with only Go can
 // run real etcd clusters. Its flags are etcd's own (kvfence-etcd --help,
-// which names dev-cluster first), with one subcommand of its own:
+// which names dev-cluster first), with two subcommands of its own:
 //
 //	kvfence-etcd dev-cluster --dir DIR [--members 3] [--port 2379]
 //
@@ -9,6 +9,12 @@
 // client endpoints on one line and runs until interrupted. Run again on the
 // same DIR, it restarts the same cluster. It is for trying kvfence on etcd
 // and for tests, not for production: members talk plain HTTP on 127.0.0.1.
+//
+//	kvfence-etcd snapshot restore FILE --data-dir DIR [etcdutl's flags]
+//
+// is etcdutl's snapshot restore, with its flags, so that tests restore a
+// member's snapshot with the etcd version that runs it, without linking
+// etcd's server.
 package main
 
 import (
@@ -38,12 +44,23 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == snapshotCommand {
+		if err := runSnapshot(os.Args[2:], os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "kvfence-etcd:", err)
+			var ue *usageError
+			if errors.As(err, &ue) {
+				os.Exit(2)
+			}
+			os.Exit(1)
+		}
+		return
+	}
 	helpPreamble(os.Args[1:], os.Stdout)
 	etcdmain.Main(os.Args)
 }
 
 // helpPreamble writes, when args ask for help, what this binary adds to
-// etcd: the dev-cluster subcommand, which etcd's own help, printed after
+// etcd: its subcommands, which etcd's own help, printed after
 // it, cannot mention. It reports whether it wrote anything.
 func helpPreamble(args []string, w io.Writer) bool {
 	if len(args) != 1 {
@@ -55,7 +72,7 @@ func helpPreamble(args []string, w io.Writer) bool {
 		return false
 	}
 	fmt.Fprint(w, `kvfence-etcd is etcd, built from the etcd module kvfence requires, with one
-subcommand of its own:
+subcommands of its own:
 
   kvfence-etcd dev-cluster --dir DIR [--members 3] [--port 2379]
 	starts a local cluster on loopback (plain HTTP, for trying kvfence on
@@ -63,6 +80,10 @@ subcommand of its own:
 	prints the client endpoints on one line and runs until interrupted;
 	run again on the same DIR, it restarts the same cluster.
 	kvfence-etcd dev-cluster -h lists its flags.
+
+  kvfence-etcd snapshot restore FILE --data-dir DIR [flags]
+	is etcdutl's snapshot restore, of the same etcd version;
+	kvfence-etcd snapshot restore -h lists its flags.
 
 Every other command line is etcd's own:
 

@@ -29,7 +29,7 @@ func sharedSingle(t testing.TB) *etcdtest.Cluster {
 		singleCluster, singleErr = etcdtest.Launch(singleDir, etcdtest.Config{})
 	})
 	if singleErr != nil {
-		t.Fatalf("embedded etcd: %v", singleErr)
+		t.Fatalf("etcd: %v", singleErr)
 	}
 	return singleCluster
 }

@@ -244,10 +244,8 @@ func (m *Member) launch(initial string) error {
 		return fmt.Errorf("etcdproc: %w", err)
 	}
 	fmt.Fprintf(log, "=== etcdproc: starting %s at %s\n", m.Name, time.Now().UTC().Format(time.RFC3339Nano))
-	cmd := exec.Command(m.c.bin, m.args(initial)...)
+	cmd := Cmd(m.c.bin, m.args(initial)...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = cleanEnv()
-	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("etcdproc: starting %s: %w", m.Name, err)
@@ -496,4 +494,15 @@ func tail(path string, n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Cmd returns a command that runs the etcd binary bin with args, as
+// this package runs its members: without the test's ETCD_* variables,
+// which etcd would read as flags, and, on Linux, killed by the kernel when
+// the test binary dies before its cleanup runs.
+func Cmd(bin string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = cleanEnv()
+	cmd.SysProcAttr = sysProcAttr()
+	return cmd
 }

@@ -1,48 +1,75 @@
-// Package etcdtest starts embedded etcd members for tests: one member, or a
-// cluster on loopback whose members can be hard-stopped and partitioned.
-// It links etcd's server, so only test files may import it.
+// Package etcdtest starts etcd members for tests: one member, or a cluster
+// on loopback whose members can be hard-stopped and partitioned. Each
+// member is a process of the etcd binary that etcdproc builds once, so a
+// test binary links only etcd's client, and its race detector does not
+// instrument etcd's server.
 package etcdtest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
-	"net/url"
+	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvfence/kvfence/internal/etcdproc"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
 // ReadyTimeout bounds how long a member or a cluster may take to be ready.
 const ReadyTimeout = 20 * time.Second
 
-// Member is one embedded etcd member.
+// errExited means a member's process ended while it was expected to run:
+// most often a port that another process took between its choice and the
+// listen.
+var errExited = errors.New("etcdtest: etcd process exited")
+
+// Member is one etcd member, a process of its own.
 type Member struct {
 	// Name is the member's name in the cluster.
 	Name string
-	// Etcd is the running member, or nil once stopped.
-	Etcd *embed.Etcd
 	// ClientURL is where clients reach the member.
 	ClientURL string
 	// peerURL is where the member listens for peers; advertised is where
-	// peers reach it, through proxy when the cluster has proxies.
+	// peers reach it, through its gate when the cluster has gates.
 	peerURL, advertised string
 	gate                *gate
-	// id is the member's ID, known once it started.
-	id string
+	// id is the member's ID in hex, as etcd's peers name it, known once
+	// it is ready.
+	id      string
+	logPath string
+	c       *Cluster
+
+	mu   sync.Mutex
+	proc *process // nil once stopped
 }
 
-// Cluster is a set of embedded members in this process.
+// process is one run of a member's binary.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has been waited for
+	err  error         // the wait's result, set before done is closed
+}
+
+// Cluster is a set of members, each a process of the etcd binary.
 type Cluster struct {
 	// Members are the cluster's members, in the order they were made.
 	Members []*Member
 	// Ready is how long the cluster took from the first start to ready.
 	Ready time.Duration
+	// cli reaches every member, for their status.
+	cli *clientv3.Client
 }
 
 // freeURLs returns n loopback URLs on ports that were free a moment ago,
@@ -68,8 +95,7 @@ type Config struct {
 	// which Partition cuts members off.
 	Gates bool
 	// Fsync makes the members sync their log and database to disk, as a
-	// real member does; without it a test runs faster, and the process
-	// that holds the members does not crash under them.
+	// real member does; without it (--unsafe-no-fsync) a test runs faster.
 	Fsync bool
 	// MaxTxnOps is the members' --max-txn-ops; 0 means etcd's default.
 	MaxTxnOps uint
@@ -87,7 +113,7 @@ func Start(t testing.TB) *Cluster {
 func NewCluster(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
 	c, err := Launch(t.TempDir(), cfg)
-	if err != nil && strings.Contains(err.Error(), "address already in use") {
+	if errors.Is(err, errExited) {
 		// Another process took a port between its choice and the
 		// listen; choose again.
 		c, err = Launch(t.TempDir(), cfg)
@@ -101,7 +127,7 @@ func NewCluster(t testing.TB, cfg Config) *Cluster {
 
 // NewClusterIn starts a cluster like NewCluster, with each member's data
 // in dir/NAME (m0, m1, …): a directory that already holds a member's data,
-// such as one restored from a snapshot, starts that member from it.
+// such as one Restore made, starts that member from it.
 func NewClusterIn(t testing.TB, dir string, cfg Config) *Cluster {
 	t.Helper()
 	c, err := Launch(dir, cfg)
@@ -113,8 +139,13 @@ func NewClusterIn(t testing.TB, dir string, cfg Config) *Cluster {
 }
 
 // Launch starts a cluster with its data under dir, for a caller without a
-// test (TestMain), which must call Stop.
+// test (TestMain), which must call Stop. On Linux the members die with the
+// process that launched them even if it never calls Stop.
 func Launch(dir string, config Config) (_ *Cluster, err error) {
+	bin, err := etcdproc.Binary()
+	if err != nil {
+		return nil, err
+	}
 	n, gates := max(config.Members, 1), config.Gates
 	c := &Cluster{}
 	defer func() {
@@ -128,7 +159,8 @@ func Launch(dir string, config Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	for i := range n {
-		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: urls[2*i], peerURL: urls[2*i+1]}
+		m := &Member{Name: fmt.Sprintf("m%d", i), ClientURL: urls[2*i], peerURL: urls[2*i+1], c: c}
+		m.logPath = filepath.Join(dir, m.Name+".log")
 		m.advertised = m.peerURL
 		if gates {
 			if m.gate, err = newGate(strings.TrimPrefix(m.peerURL, "http://")); err != nil {
@@ -143,86 +175,182 @@ func Launch(dir string, config Config) (_ *Cluster, err error) {
 	// two clusters never join each other.
 	token := fmt.Sprintf("etcdtest-%d", time.Now().UnixNano())
 	start := time.Now()
-	for i, m := range c.Members {
-		cfg := embed.NewConfig()
-		cfg.Name = m.Name
-		cfg.Dir = filepath.Join(dir, m.Name)
-		cfg.ListenClientUrls = []url.URL{mustURL(m.ClientURL)}
-		cfg.AdvertiseClientUrls = cfg.ListenClientUrls
-		cfg.ListenPeerUrls = []url.URL{mustURL(m.peerURL)}
-		cfg.AdvertisePeerUrls = []url.URL{mustURL(m.advertised)}
-		cfg.InitialCluster = strings.Join(initial, ",")
-		cfg.InitialClusterToken = token
-		cfg.ClusterState = embed.ClusterStateFlagNew
-		// Fast elections: a lost leader is replaced in a fraction of a
-		// second, as a test needs.
-		cfg.TickMs, cfg.ElectionMs = 10, 100
-		cfg.UnsafeNoFsync = !config.Fsync
-		if config.MaxTxnOps > 0 {
-			cfg.MaxTxnOps = config.MaxTxnOps
-		}
-		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		cfg.Logger = "zap"
-		e, err := startEtcd(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("etcdtest: start %s: %w", m.Name, err)
-		}
-		c.Members[i].Etcd = e
-		c.Members[i].id = e.Server.MemberID().String()
-	}
-	deadline := time.After(ReadyTimeout)
 	for _, m := range c.Members {
-		select {
-		case <-m.Etcd.Server.ReadyNotify():
-		case err := <-m.Etcd.Err():
-			return nil, fmt.Errorf("etcdtest: %s: %w", m.Name, err)
-		case <-deadline:
-			return nil, fmt.Errorf("etcdtest: %d members not ready in %v", n, ReadyTimeout)
+		args := []string{
+			"--name", m.Name,
+			"--data-dir", filepath.Join(dir, m.Name),
+			"--listen-client-urls", m.ClientURL,
+			"--advertise-client-urls", m.ClientURL,
+			"--listen-peer-urls", m.peerURL,
+			"--initial-advertise-peer-urls", m.advertised,
+			"--initial-cluster", strings.Join(initial, ","),
+			"--initial-cluster-token", token,
+			"--initial-cluster-state", "new",
+			// Fast elections: a lost leader is replaced in a fraction
+			// of a second, as a test needs.
+			"--heartbeat-interval", "10",
+			"--election-timeout", "100",
+			"--logger", "zap",
+			"--log-outputs", "stderr",
+			"--log-level", "warn",
+		}
+		if !config.Fsync {
+			args = append(args, "--unsafe-no-fsync")
+		}
+		if config.MaxTxnOps > 0 {
+			args = append(args, "--max-txn-ops", strconv.FormatUint(uint64(config.MaxTxnOps), 10))
+		}
+		if err := m.launch(bin, args); err != nil {
+			return nil, err
+		}
+	}
+	if c.cli, err = clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}); err != nil {
+		return nil, fmt.Errorf("etcdtest: %w", err)
+	}
+	deadline := time.Now().Add(ReadyTimeout)
+	for _, m := range c.Members {
+		if err := m.waitReady(deadline); err != nil {
+			return nil, err
 		}
 	}
 	c.Ready = time.Since(start)
 	return c, nil
 }
 
-// Stop hard-stops every member and closes the proxies.
-func (c *Cluster) Stop() {
-	for _, m := range c.Members {
-		if m.Etcd != nil {
-			m.stop()
+// launch starts the member's process, its output appended to its log.
+func (m *Member) launch(bin string, args []string) error {
+	log, err := os.OpenFile(m.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("etcdtest: %w", err)
+	}
+	cmd := etcdproc.Cmd(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("etcdtest: start %s: %w", m.Name, err)
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		log.Close()
+		close(p.done)
+	}()
+	m.mu.Lock()
+	m.proc = p
+	m.mu.Unlock()
+	return nil
+}
+
+// waitReady waits until the member answers healthy (it has a leader and
+// serves a read) and learns its ID, or fails at deadline.
+func (m *Member) waitReady(deadline time.Time) error {
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		m.mu.Lock()
+		p := m.proc
+		m.mu.Unlock()
+		if p == nil {
+			return fmt.Errorf("etcdtest: %s is not running", m.Name)
 		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%w: %s: %v; its log ends:\n%s", errExited, m.Name, p.err, tail(m.logPath, 10))
+		default:
+		}
+		if healthy(hc, m.ClientURL) {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			st, err := m.c.cli.Status(ctx, m.ClientURL)
+			cancel()
+			if err == nil {
+				m.id = strconv.FormatUint(st.Header.MemberId, 16)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("etcdtest: %s not ready in %v; its log ends:\n%s", m.Name, ReadyTimeout, tail(m.logPath, 10))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// healthy reports whether the member at url answers its /health as
+// healthy.
+func healthy(hc *http.Client, url string) bool {
+	resp, err := hc.Get(url + "/health")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`"health":"true"`))
+}
+
+// tail returns the last n lines of the file at path, for an error.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// Stop kills every member's process, waits for it to end, and closes the
+// proxies. It is safe to call more than once.
+func (c *Cluster) Stop() {
+	if c.cli != nil {
+		c.cli.Close()
+	}
+	for _, m := range c.Members {
+		m.stop()
 		if m.gate != nil {
 			m.gate.close()
 		}
 	}
 }
 
-func mustURL(s string) url.URL {
-	u, err := url.Parse(s)
-	if err != nil {
-		panic(err)
-	}
-	return *u
-}
-
-// startEtcd starts a member; embed may panic on a port taken between
-// freeURL and the listen, which the test then reports.
-func startEtcd(cfg *embed.Config) (e *embed.Etcd, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v", p)
-		}
-	}()
-	return embed.StartEtcd(cfg)
-}
-
-// stop hard-stops the member if it runs.
+// stop kills the member's process (SIGKILL on Unix), if it runs, and waits
+// for it to end.
 func (m *Member) stop() {
-	if m.Etcd == nil {
+	m.mu.Lock()
+	p := m.proc
+	m.proc = nil
+	m.mu.Unlock()
+	if p == nil {
 		return
 	}
-	m.Etcd.Server.HardStop()
-	m.Etcd.Close()
-	m.Etcd = nil
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Running reports whether the member's process runs.
+func (m *Member) Running() bool {
+	m.mu.Lock()
+	p := m.proc
+	m.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// IsLeader reports whether the member runs and sees itself as the
+// cluster's leader. A member cut off from its peers may still see itself
+// leader until it notices that it lost the majority. It may be called from
+// any goroutine.
+func (m *Member) IsLeader() bool {
+	if !m.Running() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := m.c.cli.Status(ctx, m.ClientURL)
+	return err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId
 }
 
 // Endpoints are the client URLs of every member.
@@ -252,7 +380,7 @@ func (c *Cluster) Leader(t testing.TB) int {
 	deadline := time.Now().Add(ReadyTimeout)
 	for time.Now().Before(deadline) {
 		for i, m := range c.Members {
-			if m.Etcd != nil && m.Etcd.Server.Leader() == m.Etcd.Server.MemberID() {
+			if m.IsLeader() {
 				return i
 			}
 		}
@@ -262,8 +390,8 @@ func (c *Cluster) Leader(t testing.TB) int {
 	return -1
 }
 
-// HardStop stops member i at once, without telling the others: its Raft
-// stops mid-flight, as in a crash of its process.
+// HardStop kills member i's process with SIGKILL, without telling the
+// others: its Raft stops mid-flight, as in a crash.
 func (c *Cluster) HardStop(i int) { c.Members[i].stop() }
 
 // Partition cuts member i off from its peers, both ways: its gate refuses

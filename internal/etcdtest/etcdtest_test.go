@@ -2,6 +2,9 @@ package etcdtest
 
 import (
 	"context"
+	"io"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -81,4 +84,83 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Ensure that HardStop kills the member's process and no other, that the
+// rest elect a leader among themselves and take writes, and that Stop
+// leaves no member process behind.
+func TestHardStopAndStop(t *testing.T) {
+	c := NewCluster(t, Config{Members: 3})
+	var pids []int
+	for _, m := range c.Members {
+		pids = append(pids, m.proc.cmd.Process.Pid)
+	}
+	leader := c.Leader(t)
+	if !c.Members[leader].IsLeader() {
+		t.Fatalf("member %d is leader for Leader but not for IsLeader", leader)
+	}
+	c.HardStop(leader)
+	for i, pid := range pids {
+		if alive(pid) != (i != leader) {
+			t.Fatalf("after HardStop(%d): member %d alive = %v", leader, i, alive(pid))
+		}
+	}
+	if c.Members[leader].IsLeader() || c.Members[leader].Running() {
+		t.Fatal("a hard-stopped member still runs or leads")
+	}
+	rest := []int{(leader + 1) % 3, (leader + 2) % 3}
+	if _, err := WaitWritable(ctxTimeout(t, 10*time.Second), client(t, c, rest...), "/after-stop"); err != nil {
+		t.Fatalf("the remaining majority takes no write: %v", err)
+	}
+	if next := c.Leader(t); next == leader {
+		t.Fatalf("the stopped member %d is still leader", leader)
+	}
+	c.Stop()
+	for i, pid := range pids {
+		if alive(pid) {
+			t.Fatalf("member %d (pid %d) outlived Stop", i, pid)
+		}
+	}
+}
+
+// Ensure that a member restored from a snapshot by Restore starts with
+// NewClusterIn, holds what the snapshot held, and has its revision bumped.
+func TestRestore(t *testing.T) {
+	c := Start(t)
+	cli := client(t, c, 0)
+	if err := put(cli, "/kept", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := cli.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "snap.db")
+	f, err := os.Create(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.Copy(f, rc)
+	rc.Close()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := Restore(snap, filepath.Join(dir, "m0"), RestoreOptions{Name: "m0", RevisionBump: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	r := NewClusterIn(t, dir, Config{})
+	resp, err := client(t, r, 0).Get(t.Context(), "/kept")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("Get on the restored member = %v, %v", resp, err)
+	}
+	if resp.Header.Revision < 1000 {
+		t.Fatalf("restored revision %d, want bumped by 1000", resp.Header.Revision)
+	}
+	if err := Restore(filepath.Join(dir, "absent"), filepath.Join(dir, "m1"), RestoreOptions{Name: "m1"}); err == nil {
+		t.Fatal("Restore of a missing snapshot succeeded")
+	}
 }
