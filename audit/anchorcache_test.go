@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kvfence/kvfence/internal/testbin"
 )
 
 // signedAt is a checkpoint of testReceiver at seq, signed, as the anchor
@@ -51,7 +53,7 @@ func TestFileAnchor_StoreSeesOtherWriters(t *testing.T) {
 		}, false},
 		{"another process", func(t *testing.T, fa FileAnchor, _ []byte) SignedCheckpoint {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperAnchorWriter$")
-			cmd.Env = append(os.Environ(), "KVFENCE_TEST_ANCHOR_WRITER="+fa.Path, "KVFENCE_TEST_ANCHOR_TRIES=1")
+			cmd.Env = testbin.ChildEnv("KVFENCE_TEST_ANCHOR_WRITER="+fa.Path, "KVFENCE_TEST_ANCHOR_TRIES=1")
 			if out, err := cmd.Output(); err != nil || !bytes.HasPrefix(out, []byte("1\n")) {
 				t.Fatalf("child writer: %v: %s", err, out)
 			}

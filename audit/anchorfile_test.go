@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/kvfence/kvfence/internal/testbin"
 )
 
 func TestFileAnchor(t *testing.T) {
@@ -581,7 +583,7 @@ func TestFileAnchor_ConcurrentProcesses(t *testing.T) {
 				return
 			}
 			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperAnchorWriter$")
-			cmd.Env = append(os.Environ(), "KVFENCE_TEST_ANCHOR_WRITER="+fa.Path)
+			cmd.Env = testbin.ChildEnv("KVFENCE_TEST_ANCHOR_WRITER=" + fa.Path)
 			out, err := cmd.Output()
 			if err != nil {
 				errs[i] = fmt.Errorf("%v: %s", err, out)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/internal/testbin"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -204,7 +205,7 @@ func TestUnix_ServerOfAnotherUID(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^TestHelperUnixListener$")
-	cmd.Env = append(os.Environ(), listenEnv+"="+sock)
+	cmd.Env = testbin.ChildEnv(listenEnv + "=" + sock)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
+	"github.com/kvfence/kvfence/internal/testbin"
 )
 
 // The hold race runs stale workers, the current worker and an administrator
@@ -601,7 +602,7 @@ func TestHoldRace_AcrossProcesses(t *testing.T) {
 	for i, role := range roles {
 		c := &child{lines: make(chan raceReport, 4096)}
 		c.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperRaceChild$")
-		c.cmd.Env = childEnv("KVFENCE_RACE_ROLE="+role, "KVFENCE_RACE_DB="+path, "KVFENCE_RACE_ANCHOR="+anchor.Path,
+		c.cmd.Env = testbin.ChildEnv("KVFENCE_RACE_ROLE="+role, "KVFENCE_RACE_DB="+path, "KVFENCE_RACE_ANCHOR="+anchor.Path,
 			"KVFENCE_RACE_DIR="+shared, "KVFENCE_RACE_SEED="+strconv.FormatUint(seed+uint64(i), 10),
 			"KVFENCE_RACE_UNTIL="+strconv.FormatInt(until, 10))
 		c.cmd.Stderr = &c.stderr

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"github.com/kvfence/kvfence/engine"
-	"os"
 	"strings"
 	"testing"
 
@@ -167,15 +166,4 @@ func checkState(t testing.TB, r *Receiver, m *chainModel) {
 	if receipts != len(m.applied) {
 		t.Errorf("%d receipts for %d applied actions", receipts, len(m.applied))
 	}
-}
-
-// childEnv is the environment for a re-executed test binary. The race
-// detector otherwise sleeps a second before every exit.
-func childEnv(extra ...string) []string {
-	env := os.Environ()
-	gorace := "atexit_sleep_ms=0"
-	if v := os.Getenv("GORACE"); v != "" {
-		gorace = v + " " + gorace
-	}
-	return append(append(env, "GORACE="+gorace), extra...)
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/kvfence/kvfence/internal/testbin"
 )
 
 // boltFile is a receiver database as bytes, with the positions of the
@@ -185,7 +187,7 @@ func TestCheckPages_CycleCrashesBbolt(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperUncheckedBolt$")
-	cmd.Env = childEnv("KVFENCE_UNCHECKED_DB=" + path)
+	cmd.Env = testbin.ChildEnv("KVFENCE_UNCHECKED_DB=" + path)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "fatal error") && !strings.Contains(string(out), "stack overflow") {
 		t.Fatalf("bbolt alone on a self-referencing branch page: %v\n%.2000s", err, out)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
+	"github.com/kvfence/kvfence/internal/testbin"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -134,7 +135,7 @@ func TestOpen_StorageBusyAcrossProcesses(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
 	f.r.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLockHolder$")
-	cmd.Env = append(os.Environ(), "KVFENCE_TEST_LOCK_HOLDER="+f.path, "KVFENCE_TEST_ANCHOR="+f.anchor.Path)
+	cmd.Env = testbin.ChildEnv("KVFENCE_TEST_LOCK_HOLDER="+f.path, "KVFENCE_TEST_ANCHOR="+f.anchor.Path)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

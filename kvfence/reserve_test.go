@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
+	"github.com/kvfence/kvfence/internal/testbin"
 )
 
 // floodOutcome is what a denial flood against a small volume came to.
@@ -162,7 +163,7 @@ func runReserveScenario(t *testing.T, reserve int64) floodOutcome {
 		t.Logf("cannot mount a tmpfs (%v): RLIMIT_FSIZE %d in a child instead", err, volume)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperReserveFlood$")
-	cmd.Env = childEnv("KVFENCE_FLOOD_DIR="+t.TempDir(), "KVFENCE_FLOOD_ANCHOR_DIR="+t.TempDir(),
+	cmd.Env = testbin.ChildEnv("KVFENCE_FLOOD_DIR="+t.TempDir(), "KVFENCE_FLOOD_ANCHOR_DIR="+t.TempDir(),
 		fmt.Sprintf("KVFENCE_FLOOD_LIMIT=%d", volume), fmt.Sprintf("KVFENCE_FLOOD_RESERVE=%d", reserve))
 	raw, err := cmd.Output()
 	if err != nil {
@@ -209,6 +210,7 @@ func TestHelperReserveFlood(t *testing.T) {
 // the volume is full, the hold commits and is anchored, and the stale
 // worker is never applied.
 func TestReserve_DenialFloodCannotBlockHold(t *testing.T) {
+	t.Parallel() // it waits on disks and child processes more than it computes
 	skipShort(t)
 	out := runReserveScenario(t, 1<<20)
 	t.Logf("%+v", out)
@@ -234,6 +236,7 @@ func TestReserve_DenialFloodCannotBlockHold(t *testing.T) {
 // which is luck, not a guarantee (it failed with "no space left on device"
 // in most runs). The reserve is what keeps the room.
 func TestReserve_WithoutReserveTheVolumeFills(t *testing.T) {
+	t.Parallel() // it waits on disks and child processes more than it computes
 	skipShort(t)
 	out := runReserveScenario(t, -1)
 	t.Logf("%+v", out)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
+	"github.com/kvfence/kvfence/internal/testbin"
 )
 
 // These tests make the disk refuse a write in the middle of a fenced
@@ -264,7 +265,7 @@ func TestWriteFault_FullFileSystem(t *testing.T) {
 			}
 			limit := tc.limit(fi.Size())
 			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperFileSizeLimit$")
-			cmd.Env = childEnv("KVFENCE_FSIZE_DB="+f.path, "KVFENCE_FSIZE_ANCHOR="+f.anchor.Path,
+			cmd.Env = testbin.ChildEnv("KVFENCE_FSIZE_DB="+f.path, "KVFENCE_FSIZE_ANCHOR="+f.anchor.Path,
 				"KVFENCE_FSIZE_LIMIT="+strconv.FormatUint(limit, 10), "KVFENCE_FSIZE_ENVELOPE="+envPath,
 				"KVFENCE_FSIZE_AS=worker-a", "KVFENCE_FSIZE_NOW="+strconv.FormatInt(f.clock.Now().UnixNano(), 10))
 			out, err := cmd.Output()

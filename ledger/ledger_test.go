@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
+	"github.com/kvfence/kvfence/internal/testbin"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -409,7 +410,7 @@ func TestClaim_RaceProcesses(t *testing.T) {
 	procs := make([]*proc, n)
 	for i := range procs {
 		p := &proc{cmd: exec.Command(os.Args[0], "-test.run=^TestHelperClaimer$")}
-		p.cmd.Env = append(os.Environ(), "KVFENCE_TEST_LEDGER="+f.path, "KVFENCE_TEST_LEDGER_ANCHOR="+f.anchor.Path,
+		p.cmd.Env = testbin.ChildEnv("KVFENCE_TEST_LEDGER="+f.path, "KVFENCE_TEST_LEDGER_ANCHOR="+f.anchor.Path,
 			"KVFENCE_TEST_WORKER=worker-"+strconv.Itoa(i))
 		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 		var err error

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"github.com/kvfence/kvfence/internal/testbin"
 	"github.com/kvfence/kvfence/kvfence"
 	"os"
 	"os/exec"
@@ -313,7 +314,7 @@ func TestFullFileSystem(t *testing.T) {
 			anchor := readFile(t, c.path("receiver.anchor"))
 			enc, _ := json.Marshal(args)
 			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperCLIUnderFileLimit$")
-			cmd.Env = append(os.Environ(), "KVFENCE_CLI_FSIZE=0", "KVFENCE_CLI_ARGS="+string(enc),
+			cmd.Env = testbin.ChildEnv("KVFENCE_CLI_FSIZE=0", "KVFENCE_CLI_ARGS="+string(enc),
 				envDB+"="+c.env[envDB], envAnchor+"="+c.env[envAnchor], envKey+"="+c.env[envKey])
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/internal/testbin"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -146,7 +147,7 @@ func TestServe_DescriptorFloodAdminHolds(t *testing.T) {
 	// The binary as shipped, not this test binary, so that the race
 	// detector's cost is not in the measured holds.
 	srv := exec.Command(os.Args[0], "-test.run=^$")
-	srv.Env = append(os.Environ(), envServeChild+"="+fmt.Sprint(nofile), envServeBin+"="+kvfenceBinary(t, ""),
+	srv.Env = testbin.ChildEnv(envServeChild+"="+fmt.Sprint(nofile), envServeBin+"="+kvfenceBinary(t, ""),
 		envServeArgs+"="+string(args))
 	for k, v := range c.env {
 		srv.Env = append(srv.Env, k+"="+v)
@@ -195,7 +196,7 @@ func TestServe_DescriptorFloodAdminHolds(t *testing.T) {
 	for i := range children {
 		n := min(perChild, flood-i*perChild)
 		h := exec.Command(os.Args[0], "-test.run=^$")
-		h.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d", envHoldConns, addrs.Listen, n))
+		h.Env = testbin.ChildEnv(fmt.Sprintf("%s=%s,%d", envHoldConns, addrs.Listen, n))
 		in, err := h.StdinPipe()
 		if err != nil {
 			t.Fatal(err)

@@ -124,7 +124,9 @@ func buildKey(goCmd string) (string, error) {
 	for _, args := range [][]string{
 		{"env", "GOVERSION", "GOOS", "GOARCH", "GOFLAGS", "CGO_ENABLED"},
 		{"list", "-m", "all"},
-		{"list", "-f", "{{.Dir}}", Command},
+		// The command's own packages, which the module list does not
+		// cover: it and what it imports from this module.
+		{"list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}", Command},
 	} {
 		b, err := exec.Command(goCmd, args...).Output()
 		if err != nil {
@@ -135,9 +137,11 @@ func buildKey(goCmd string) (string, error) {
 			return "", fmt.Errorf("%w: go %s: %v\n%s", ErrNoBinary, strings.Join(args, " "), err, b)
 		}
 		h.Write(b)
-		if args[1] == "-f" {
-			if err := hashSources(h, strings.TrimSpace(string(b))); err != nil {
-				return "", err
+		if args[1] == "-deps" {
+			for _, dir := range strings.Fields(string(b)) {
+				if err := hashSources(h, dir); err != nil {
+					return "", err
+				}
 			}
 		}
 	}

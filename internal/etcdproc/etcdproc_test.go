@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvfence/kvfence/internal/testbin"
 )
 
 // alive reports whether a process with pid exists and is not a zombie: a
@@ -215,7 +217,7 @@ func TestMembersDieWithTestBinary(t *testing.T) {
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMembersDieWithTestBinary$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "ETCDPROC_TEST_CHILD=1")
+	cmd.Env = testbin.ChildEnv("ETCDPROC_TEST_CHILD=1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,8 @@
 // Package testbin builds the kvfence command for tests that must run it as a
 // process of its own: the lab's worker processes, which exist only in the
-// lab build, and the checks that the shipped binary has no defective mode.
-// Only tests import it.
+// lab build, and the checks that the shipped binary has no defective mode;
+// and it gives the environment of a test binary that runs itself again as
+// a child. Only tests import it.
 package testbin
 
 import (
@@ -60,4 +61,16 @@ func goCommand() (string, error) {
 		}
 	}
 	return "", errors.New("testbin: no go command on PATH or under $GOROOT/bin, needed to build the kvfence binary")
+}
+
+// ChildEnv returns the environment for a test binary that runs itself
+// again (os.Args[0]) as a helper process: this process's environment, with
+// extra added, and the race detector's exit delay turned off, since under
+// -race every child would otherwise sleep a second before it exits.
+func ChildEnv(extra ...string) []string {
+	gorace := "atexit_sleep_ms=0"
+	if v := os.Getenv("GORACE"); v != "" {
+		gorace = v + " " + gorace
+	}
+	return append(append(os.Environ(), "GORACE="+gorace), extra...)
 }

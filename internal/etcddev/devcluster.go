@@ -1,4 +1,4 @@
-package main
+package etcddev
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// devCommand is the subcommand that starts a local cluster.
-const devCommand = "dev-cluster"
+// DevCommand is the subcommand that starts a local cluster.
+const DevCommand = "dev-cluster"
 
 // Bounds of a dev cluster. Member i listens on PORT+10000*i for clients
 // and the port after it for peers, as etcd's own Procfile lays out three
@@ -29,17 +29,22 @@ const (
 	stopTimeout  = 10 * time.Second
 )
 
-// usageError is a command line that dev-cluster cannot act on; it exits 2.
-type usageError struct{ msg string }
+// UsageError is a command line that a subcommand cannot act on; the
+// command exits 2 for it.
+type UsageError struct {
+	// Msg says what is wrong with the command line.
+	Msg string
+}
 
-func (e *usageError) Error() string { return e.msg }
+// Error returns the problem with the command line.
+func (e *UsageError) Error() string { return e.Msg }
 
 // devMember is one member's name and addresses, HOST:PORT.
 type devMember struct {
 	name, client, peer string
 }
 
-// devCluster is what runDevCluster starts: the binary to run as each
+// devCluster is what RunDevCluster starts: the binary to run as each
 // member, the directory for data and logs, and the members.
 type devCluster struct {
 	exe     string
@@ -63,26 +68,27 @@ func layout(n, base int) []devMember {
 	return ms
 }
 
-// runDevCluster parses the dev-cluster flags and runs the cluster until
-// ctx ends or a member exits.
-func runDevCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet(devCommand, flag.ContinueOnError)
+// RunDevCluster parses the dev-cluster flags and runs the cluster until
+// ctx ends or every member exited. Its members are the running
+// executable, which must therefore be etcd's main (cmd/kvfence-etcd).
+func RunDevCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(DevCommand, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "directory for the members' data and logs (created if missing; reused on a restart)")
 	n := fs.Int("members", 3, "number of members, 1 to "+strconv.Itoa(maxMembers))
 	port := fs.Int("port", 2379, "client port of the first member; member i uses PORT+10000*i for clients and the next port for peers")
 	if err := fs.Parse(args); err != nil {
-		return &usageError{msg: err.Error()}
+		return &UsageError{Msg: err.Error()}
 	}
 	switch {
 	case fs.NArg() > 0:
-		return &usageError{msg: fmt.Sprintf("%s: unexpected argument %q", devCommand, fs.Arg(0))}
+		return &UsageError{Msg: fmt.Sprintf("%s: unexpected argument %q", DevCommand, fs.Arg(0))}
 	case *dir == "":
-		return &usageError{msg: devCommand + ": --dir is required"}
+		return &UsageError{Msg: DevCommand + ": --dir is required"}
 	case *n < 1 || *n > maxMembers:
-		return &usageError{msg: fmt.Sprintf("%s: --members %d: want 1 to %d", devCommand, *n, maxMembers)}
+		return &UsageError{Msg: fmt.Sprintf("%s: --members %d: want 1 to %d", DevCommand, *n, maxMembers)}
 	case *port < 1024 || *port+portStride*(*n-1)+1 > 65535:
-		return &usageError{msg: fmt.Sprintf("%s: --port %d: member ports must lie in 1024..65535 (PORT+10000*(members-1)+1)", devCommand, *port)}
+		return &UsageError{Msg: fmt.Sprintf("%s: --port %d: member ports must lie in 1024..65535 (PORT+10000*(members-1)+1)", DevCommand, *port)}
 	}
 	exe, err := os.Executable()
 	if err != nil {

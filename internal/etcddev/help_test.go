@@ -1,4 +1,4 @@
-package main
+package etcddev
 
 import (
 	"bytes"
@@ -23,12 +23,12 @@ func TestHelpPreamble(t *testing.T) {
 		{[]string{"--version"}, false},
 	} {
 		var b bytes.Buffer
-		got := helpPreamble(tc.args, &b)
+		got := HelpPreamble(tc.args, &b)
 		if got != tc.want || (b.Len() > 0) != tc.want {
-			t.Errorf("helpPreamble(%q) = %v, wrote %q; want %v", tc.args, got, b.String(), tc.want)
+			t.Errorf("HelpPreamble(%q) = %v, wrote %q; want %v", tc.args, got, b.String(), tc.want)
 		}
 		if tc.want && !strings.Contains(b.String(), "kvfence-etcd dev-cluster --dir DIR") {
-			t.Errorf("helpPreamble(%q) does not name dev-cluster:\n%s", tc.args, b.String())
+			t.Errorf("HelpPreamble(%q) does not name dev-cluster:\n%s", tc.args, b.String())
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package etcddev
 
 import (
 	"bufio"
@@ -209,13 +209,13 @@ func TestDevClusterUsage(t *testing.T) {
 		{"--dir", dir, "--members", "6", "--port", "15535"},
 		{"--dir", dir, "--bogus"},
 	} {
-		err := runDevCluster(context.Background(), args, io.Discard, io.Discard)
-		var ue *usageError
+		err := RunDevCluster(context.Background(), args, io.Discard, io.Discard)
+		var ue *UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("dev-cluster %q: %v, want a usage error", args, err)
 		}
 	}
-	if err := runDevCluster(context.Background(), []string{"--dir", dir, "--members", "6", "--port", "15534", "-h"}, io.Discard, io.Discard); err == nil {
+	if err := RunDevCluster(context.Background(), []string{"--dir", dir, "--members", "6", "--port", "15534", "-h"}, io.Discard, io.Discard); err == nil {
 		t.Error("-h ran a cluster")
 	}
 }

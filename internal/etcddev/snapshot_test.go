@@ -1,4 +1,4 @@
-package main
+package etcddev
 
 import (
 	"errors"
@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// Ensure that snapshot refuses every command line it cannot act on as a
-// usage error, and reports a snapshot it cannot read as a restore error,
-// without making the data directory.
+// Ensure that snapshot restore refuses every command line it cannot act on
+// as a usage error, and parses the others into the file and data directory
+// they name, the file before or after the flags.
 func TestSnapshotArgs(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "absent.db")
@@ -30,13 +30,13 @@ func TestSnapshotArgs(t *testing.T) {
 		{[]string{"restore", missing, "--data-dir", dir + "/f"}, false},
 		{[]string{"restore", "--data-dir", dir + "/g", missing}, false},
 	} {
-		err := runSnapshot(tc.args, io.Discard)
-		var ue *usageError
-		if err == nil || errors.As(err, &ue) != tc.usage {
-			t.Errorf("runSnapshot(%q) = %v; want a usage error: %v", tc.args, err, tc.usage)
+		r, err := ParseRestore(tc.args, io.Discard)
+		var ue *UsageError
+		if (err != nil) != tc.usage || (err != nil && !errors.As(err, &ue)) {
+			t.Errorf("ParseRestore(%q) = %v; want a usage error: %v", tc.args, err, tc.usage)
 		}
-		if !tc.usage && !strings.Contains(err.Error(), "snapshot restore") {
-			t.Errorf("runSnapshot(%q) = %v; want it to name the restore", tc.args, err)
+		if !tc.usage && (r.File != missing || !strings.HasPrefix(r.DataDir, dir+"/") || r.Name != "default" || len(r.PeerURLs) != 1) {
+			t.Errorf("ParseRestore(%q) = %+v", tc.args, r)
 		}
 	}
 }
