@@ -212,8 +212,11 @@ func mint(t *testing.T, f *fixture, rng *rand.Rand, round int, p *pool, record f
 func TestGroupCommit_MatchesOneByOne(t *testing.T) {
 	t.Parallel() // it waits on disks and child processes more than it computes
 	seeds := uint64(3)
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		seeds = 1
+	case raceEnabled:
+		seeds = 2
 	}
 	for i := range seeds {
 		seed := gcSeed + i

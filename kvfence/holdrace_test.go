@@ -244,6 +244,9 @@ func checkRaceCalls(t testing.TB, m *chainModel, calls []raceCall) (applied, sta
 
 func raceSettings(t *testing.T) (seed uint64, schedules int) {
 	seed, schedules = defaultRaceSeed, defaultRaceSchedules
+	if testing.Short() {
+		schedules /= 4
+	}
 	if s := os.Getenv("KVFENCE_RACE_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {

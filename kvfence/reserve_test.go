@@ -145,11 +145,11 @@ func smallVolume(t *testing.T, size int) (string, error) {
 	return dir, nil
 }
 
-// runReserveScenario runs reserveScenario on an 8 MiB volume: a tmpfs
+// runReserveScenario runs reserveScenario on a 4 MiB volume: a tmpfs
 // where this process may mount one, otherwise a child process whose file
-// size limit (RLIMIT_FSIZE) is 8 MiB.
+// size limit (RLIMIT_FSIZE) is 4 MiB.
 func runReserveScenario(t *testing.T, reserve int64) floodOutcome {
-	const volume = 8 << 20
+	const volume = 4 << 20
 	if os.Getenv("KVFENCE_NO_TMPFS") != "" {
 		t.Log("KVFENCE_NO_TMPFS: RLIMIT_FSIZE in a child")
 	} else if dir, err := smallVolume(t, volume); err == nil {

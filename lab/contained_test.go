@@ -84,6 +84,9 @@ func checkContained(t *testing.T, dir string) {
 // Ensure that demonstration 7 runs as designed on its own and reports
 // each step's evidence.
 func TestContainedWorkflow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long: runs in the full test command; TestRun runs this demonstration with the others")
+	}
 	out := filepath.Join(t.TempDir(), "lab")
 	if err := makeOutput(out); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/kvfence/kvfence/internal/testbin"
 )
 
 // Command is the import path of the standalone etcd command that Binary
@@ -89,7 +91,11 @@ func buildCached(dir string) (string, error) {
 		name += ".exe"
 	}
 	out := filepath.Join(dir, name)
-	unlock, err := lockFile(out + ".lock")
+	// One lock for every build a test runs: parallel builders of this
+	// binary wait and reuse it, and a build of the kvfence binary
+	// (internal/testbin), which shares most dependencies, does not
+	// compile them a second time alongside.
+	unlock, err := testbin.BuildLock()
 	if err != nil {
 		return "", fmt.Errorf("%w: locking the build: %v", ErrNoBinary, err)
 	}

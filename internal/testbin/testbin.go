@@ -43,6 +43,11 @@ func Build(dir string, tags ...string) (string, error) {
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
+	unlock, err := BuildLock()
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	cmd := exec.Command(goCmd, append(args, Command)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("testbin: go %s: %w\n%s", strings.Join(cmd.Args[1:], " "), err, b)
@@ -73,4 +78,26 @@ func ChildEnv(extra ...string) []string {
 		gorace = v + " " + gorace
 	}
 	return append(append(os.Environ(), "GORACE="+gorace), extra...)
+}
+
+// BuildLock takes the lock that every go build run from a test holds (the
+// kvfence binaries here, etcd's in internal/etcdproc), waiting for it, and
+// returns its release. Test binaries run in parallel, and two go builds at
+// once compile the same dependencies twice, since the build cache is
+// filled only as each finishes; one after the other, the second mostly
+// links.
+func BuildLock() (func(), error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	dir = filepath.Join(dir, "kvfence")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("testbin: build lock: %w", err)
+	}
+	unlock, err := lockFile(filepath.Join(dir, "go-build.lock"))
+	if err != nil {
+		return nil, fmt.Errorf("testbin: build lock: %w", err)
+	}
+	return unlock, nil
 }

@@ -1,7 +1,8 @@
 //go:build !unix
 
-package etcdproc
+package testbin
 
 // lockFile does not lock where flock is missing: parallel builders then
-// each build, and the rename still leaves one complete binary.
+// each build (etcdproc renames its binary into place, so one complete
+// binary is still left).
 func lockFile(string) (func(), error) { return func() {}, nil }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package etcdproc
+package testbin
 
 import (
 	"os"
