@@ -177,14 +177,14 @@ var rows = []row{
 	{RowSubmitHTTPS, true, openSubmitHTTPS, nil},
 	{RowDenied, true, openDenied, nil},
 	{RowLifecycle, true, openLifecycle, nil},
-	{RowSQLite, true, func(ctx context.Context, dir string, _ int) (cell, error) {
-		return openSQLite(ctx, dir, sqliteWAL)
-	}, nil},
-	{RowSQLiteRollback, true, func(ctx context.Context, dir string, _ int) (cell, error) {
-		return openSQLite(ctx, dir, sqliteRollback)
-	}, nil},
-	{name: RowEtcdTxn, durable: true, openEtcd: openEtcdTxn},
-	{name: RowSubmitEtcd, durable: true, openEtcd: openSubmitEtcd},
+}
+
+// The SQLite rows, where this build has them (row_sqlite.go), then etcd's.
+func init() {
+	rows = append(rows, sqliteRows...)
+	rows = append(rows,
+		row{name: RowEtcdTxn, durable: true, openEtcd: openEtcdTxn},
+		row{name: RowSubmitEtcd, durable: true, openEtcd: openSubmitEtcd})
 }
 
 func lookupRow(name string) (row, bool) {

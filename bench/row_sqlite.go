@@ -1,3 +1,13 @@
+// SQLite is by far the slowest dependency to compile (modernc.org/sqlite,
+// SQLite's C translated to Go: 90 s on 2 cores, most of it one package
+// that no other can share), and a build under the race detector or of the
+// lab has no use for its rows: their timings mean nothing under the
+// detector, and the lab measures nothing. So only a plain build has them;
+// kvfence_nosqlite leaves them out of others (the test builds of the
+// command, internal/testbin).
+
+//go:build !race && !kvfencelab && !kvfence_nosqlite
+
 package bench
 
 import (
@@ -20,6 +30,16 @@ import (
 	"github.com/kvfence/kvfence/kvfence"
 	"modernc.org/sqlite"
 )
+
+// sqliteRows are the SQLite rows of the table.
+var sqliteRows = []row{
+	{RowSQLite, true, func(ctx context.Context, dir string, _ int) (cell, error) {
+		return openSQLite(ctx, dir, sqliteWAL)
+	}, nil},
+	{RowSQLiteRollback, true, func(ctx context.Context, dir string, _ int) (cell, error) {
+		return openSQLite(ctx, dir, sqliteRollback)
+	}, nil},
+}
 
 // sqliteJournal is how a SQLite row journals its commits.
 type sqliteJournal int

@@ -165,6 +165,7 @@ at each writer count for --duration, after its setup and a warm-up:
 	kvfence_denied                  a stale envelope, denied and recorded in the audit chain
 	kvfence_lifecycle               activate, submit and hold of one action
 	sqlite_fenced                   the same fenced transaction on SQLite, WAL, synchronous=FULL
+	                                (a plain build only: not with -race or the lab's tag)
 	sqlite_fenced_rollback_journal  the same with journal_mode=DELETE, synchronous=FULL
 	etcd_txn                        with --etcd: one 256-byte Put per Txn, the cluster's own
 	                                limit (fsyncs/op 0: the members' syncs are not counted)

@@ -12,18 +12,25 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 )
 
 // Command is the import path of the kvfence command.
 const Command = "github.com/kvfence/kvfence/cmd/kvfence"
 
+// NoSQLiteTag leaves the bench's SQLite rows out of a build
+// (bench/row_sqlite.go).
+const NoSQLiteTag = "kvfence_nosqlite"
+
 // LabTag is the build tag of the lab build, the only one that contains the
 // defective receivers the lab demonstrates.
 const LabTag = "kvfencelab"
 
 // Build compiles the kvfence command into dir with the given build tags
-// (none for the binary as shipped) and returns the binary's path. It runs
+// (none for the binary as shipped) and returns the binary's path. It adds
+// NoSQLiteTag: no test of a built binary runs the bench's SQLite rows, and
+// they alone would double the build. It runs
 // the go command found on PATH, or else under $GOROOT/bin, since a test
 // binary does not carry a compiler of its own.
 func Build(dir string, tags ...string) (string, error) {
@@ -39,10 +46,7 @@ func Build(dir string, tags ...string) (string, error) {
 		name += ".exe"
 	}
 	out := filepath.Join(dir, name)
-	args := []string{"build", "-o", out}
-	if len(tags) > 0 {
-		args = append(args, "-tags", strings.Join(tags, ","))
-	}
+	args := []string{"build", "-o", out, "-tags", strings.Join(append(slices.Clone(tags), NoSQLiteTag), ",")}
 	unlock, err := BuildLock()
 	if err != nil {
 		return "", err
