@@ -149,7 +149,6 @@ func (b *corruptBase) try(t *testing.T, path string, data []byte, what string) c
 // instead (about 400,000 trials, ten minutes); KVFENCE_CORRUPT_SEED picks
 // the random bytes.
 func TestCorruptDatabase_EveryPage(t *testing.T) {
-	t.Parallel() // it waits on disks and child processes more than it computes
 	if testing.Short() {
 		t.Skip("long: runs in the full test command (go test without -short)")
 	}

@@ -169,7 +169,6 @@ type crashStats struct {
 // an anchor that covers every acknowledged write and never runs ahead of
 // the database.
 func TestCrash_KillDuringWrites(t *testing.T) {
-	t.Parallel() // it waits on disks and child processes more than it computes
 	seed, kills := uint64(defaultCrashSeed), defaultCrashKills
 	switch {
 	case testing.Short():

@@ -210,7 +210,6 @@ func mint(t *testing.T, f *fixture, rng *rand.Rand, round int, p *pool, record f
 // time, in audit seq order, on a fresh receiver with the same clock and
 // grant ids.
 func TestGroupCommit_MatchesOneByOne(t *testing.T) {
-	t.Parallel() // it waits on disks and child processes more than it computes
 	seeds := uint64(3)
 	switch {
 	case testing.Short():

@@ -167,7 +167,6 @@ func TestHostileFiles_DatabaseLinks(t *testing.T) {
 // then opens as after a crash between a commit and its anchor write. No
 // change ever yields a checkpoint that was not stored.
 func TestHostileFiles_Anchor(t *testing.T) {
-	t.Parallel() // it waits on disks and child processes more than it computes
 	f := newFixture(t, defect.Variant{})
 	f.activate("worker-a", "claim-1", f.patchRequest("act"))
 	f.r.Close()

@@ -210,7 +210,6 @@ func TestHelperReserveFlood(t *testing.T) {
 // the volume is full, the hold commits and is anchored, and the stale
 // worker is never applied.
 func TestReserve_DenialFloodCannotBlockHold(t *testing.T) {
-	t.Parallel() // it waits on disks and child processes more than it computes
 	skipShort(t)
 	out := runReserveScenario(t, 1<<20)
 	t.Logf("%+v", out)
@@ -236,7 +235,6 @@ func TestReserve_DenialFloodCannotBlockHold(t *testing.T) {
 // which is luck, not a guarantee (it failed with "no space left on device"
 // in most runs). The reserve is what keeps the room.
 func TestReserve_WithoutReserveTheVolumeFills(t *testing.T) {
-	t.Parallel() // it waits on disks and child processes more than it computes
 	skipShort(t)
 	out := runReserveScenario(t, -1)
 	t.Logf("%+v", out)
