@@ -175,8 +175,8 @@ func TestCrash_KillDuringWrites(t *testing.T) {
 		kills = 20
 	case raceEnabled:
 		// The detector finds what it finds in the first rounds; more kills
-		// find more crash points, which a build without it reaches five
-		// times faster (KVFENCE_CRASH_KILLS=1000 go test -run TestCrash).
+		// find more crash points, which a build without it reaches faster
+		// (KVFENCE_CRASH_KILLS=1000 go test -run TestCrash).
 		kills = defaultCrashKills / 2
 	}
 	if s := os.Getenv("KVFENCE_CRASH_SEED"); s != "" {
