@@ -86,11 +86,24 @@ func buildCached(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrNoBinary, err)
 	}
-	name := "kvfence-etcd-" + key
+	// Two flavors share a key: with the race detector and without. A
+	// caller builds the flavor of its own test binary, whose dependencies
+	// (etcd's client, gRPC) are then already compiled, but takes the
+	// other if it is there: any build of the command serves as etcd.
+	flags := testbin.BuildFlags()
+	name, other := "kvfence-etcd-"+key, "kvfence-etcd-"+key
+	if len(flags) > 0 {
+		name += "-race"
+	} else {
+		other += "-race"
+	}
 	if runtime.GOOS == "windows" {
-		name += ".exe"
+		name, other = name+".exe", other+".exe"
 	}
 	out := filepath.Join(dir, name)
+	if fi, err := os.Stat(filepath.Join(dir, other)); err == nil && fi.Mode().IsRegular() {
+		return filepath.Join(dir, other), nil
+	}
 	// One lock for every build a test runs: parallel builders of this
 	// binary wait and reuse it, and a build of the kvfence binary
 	// (internal/testbin), which shares most dependencies, does not
@@ -109,7 +122,7 @@ func buildCached(dir string) (string, error) {
 	}
 	tmp := f.Name()
 	f.Close()
-	cmd := exec.Command(goCmd, "build", "-o", tmp, Command)
+	cmd := exec.Command(goCmd, append(append([]string{"build", "-o", tmp}, flags...), Command)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
 		return "", fmt.Errorf("%w: go build %s: %v\n%s", ErrNoBinary, Command, err, b)

@@ -19,6 +19,17 @@ import (
 // Command is the import path of the kvfence command.
 const Command = "github.com/kvfence/kvfence/cmd/kvfence"
 
+// BuildFlags returns the go build flags of a binary a test runs: -race
+// when the test binary has the race detector, since its dependencies are
+// then already compiled with it (a cold run compiles them once, not twice)
+// and the child is checked for races too.
+func BuildFlags() []string {
+	if Race {
+		return []string{"-race"}
+	}
+	return nil
+}
+
 // NoSQLiteTag leaves the bench's SQLite rows out of a build
 // (bench/row_sqlite.go).
 const NoSQLiteTag = "kvfence_nosqlite"
@@ -30,7 +41,7 @@ const LabTag = "kvfencelab"
 // Build compiles the kvfence command into dir with the given build tags
 // (none for the binary as shipped) and returns the binary's path. It adds
 // NoSQLiteTag: no test of a built binary runs the bench's SQLite rows, and
-// they alone would double the build. It runs
+// they alone would double the build, and BuildFlags. It runs
 // the go command found on PATH, or else under $GOROOT/bin, since a test
 // binary does not carry a compiler of its own.
 func Build(dir string, tags ...string) (string, error) {
@@ -46,7 +57,7 @@ func Build(dir string, tags ...string) (string, error) {
 		name += ".exe"
 	}
 	out := filepath.Join(dir, name)
-	args := []string{"build", "-o", out, "-tags", strings.Join(append(slices.Clone(tags), NoSQLiteTag), ",")}
+	args := append([]string{"build", "-o", out, "-tags", strings.Join(append(slices.Clone(tags), NoSQLiteTag), ",")}, BuildFlags()...)
 	unlock, err := BuildLock()
 	if err != nil {
 		return "", err
@@ -72,16 +83,21 @@ func goCommand() (string, error) {
 	return "", errors.New("testbin: no go command on PATH or under $GOROOT/bin, needed to build the kvfence binary")
 }
 
-// ChildEnv returns the environment for a test binary that runs itself
-// again (os.Args[0]) as a helper process: this process's environment, with
-// extra added, and the race detector's exit delay turned off, since under
-// -race every child would otherwise sleep a second before it exits.
-func ChildEnv(extra ...string) []string {
-	gorace := "atexit_sleep_ms=0"
-	if v := os.Getenv("GORACE"); v != "" {
-		gorace = v + " " + gorace
+// init turns off the race detector's exit delay for every process a test
+// starts (the children inherit this process's environment): under -race a
+// process otherwise sleeps a second before it exits, and the tests start
+// hundreds of race-built processes (themselves, the kvfence binary, etcd).
+func init() {
+	if v := os.Getenv("GORACE"); !strings.Contains(v, "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(v+" atexit_sleep_ms=0"))
 	}
-	return append(append(os.Environ(), "GORACE="+gorace), extra...)
+}
+
+// ChildEnv returns the environment for a test binary that runs itself
+// again (os.Args[0]) as a helper process: this process's environment, in
+// which init turned the race detector's exit delay off, with extra added.
+func ChildEnv(extra ...string) []string {
+	return append(os.Environ(), extra...)
 }
 
 // BuildLock takes the lock that every go build run from a test holds (the
