@@ -217,7 +217,9 @@ func TestMembersDieWithTestBinary(t *testing.T) {
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMembersDieWithTestBinary$", "-test.count=1")
-	cmd.Env = testbin.ChildEnv("ETCDPROC_TEST_CHILD=1")
+	// The child is killed before its cleanup runs: its temporary
+	// directories go under this test's, which is removed.
+	cmd.Env = testbin.ChildEnv("ETCDPROC_TEST_CHILD=1", "TMPDIR="+t.TempDir())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
