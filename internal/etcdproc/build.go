@@ -88,22 +88,24 @@ func buildCached(dir string) (string, error) {
 	}
 	// Two flavors share a key: with the race detector and without. A
 	// caller builds the flavor of its own test binary, whose dependencies
-	// (etcd's client, gRPC) are then already compiled, but takes the
-	// other if it is there: any build of the command serves as etcd.
+	// (etcd's client, gRPC) are then already compiled. A race caller takes
+	// the plain one if it is there (it runs faster, and any build of the
+	// command serves as etcd); a plain caller does not take the race one,
+	// which would slow every cluster test of a -short run.
 	flags := testbin.BuildFlags()
-	name, other := "kvfence-etcd-"+key, "kvfence-etcd-"+key
-	if len(flags) > 0 {
-		name += "-race"
-	} else {
-		other += "-race"
-	}
+	name := "kvfence-etcd-" + key
+	exe := ""
 	if runtime.GOOS == "windows" {
-		name, other = name+".exe", other+".exe"
+		exe = ".exe"
 	}
-	out := filepath.Join(dir, name)
-	if fi, err := os.Stat(filepath.Join(dir, other)); err == nil && fi.Mode().IsRegular() {
-		return filepath.Join(dir, other), nil
+	if len(flags) > 0 {
+		plain := filepath.Join(dir, name+exe)
+		if fi, err := os.Stat(plain); err == nil && fi.Mode().IsRegular() {
+			return plain, nil
+		}
+		name += "-race"
 	}
+	out := filepath.Join(dir, name+exe)
 	// One lock for every build a test runs: parallel builders of this
 	// binary wait and reuse it, and a build of the kvfence binary
 	// (internal/testbin), which shares most dependencies, does not
