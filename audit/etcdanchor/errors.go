@@ -9,6 +9,9 @@ var (
 	// ErrBadTLS means the TLS options are incomplete, or a certificate,
 	// key or CA file cannot be used.
 	ErrBadTLS = errors.New("etcdanchor: bad TLS options")
+	// ErrBadAuth means a user name was given without its password, or the
+	// reverse.
+	ErrBadAuth = errors.New("etcdanchor: bad auth options")
 	// ErrOutcomeUnknown means an anchor write reached the cluster, or may
 	// have, and no answer came back (a timeout, a lost leader, a dropped
 	// connection), and reading the key afterwards could not settle it: the

@@ -40,6 +40,10 @@ type Options struct {
 	// certificates must chain to. Naming any TLS file makes every
 	// connection TLS; nothing falls back to plain text.
 	CAFile string
+	// Username and Password authenticate to a cluster with etcd auth
+	// enabled, whose roles let this user read and write the anchor key;
+	// both or neither. No error of this package quotes the password.
+	Username, Password string
 	// DialTimeout bounds connecting to a member; 0 means
 	// DefaultDialTimeout.
 	DialTimeout time.Duration
@@ -98,8 +102,10 @@ type Store struct {
 var _ audit.AnchorStore = (*Store)(nil)
 
 // Open connects to the cluster that addr names, with the TLS files and
-// timeouts of opts. It does not contact the cluster: the first Load or
-// Store does, and reports a cluster it cannot reach.
+// timeouts of opts. Without a user name it does not contact the cluster:
+// the first Load or Store does, and reports a cluster it cannot reach.
+// With one (etcd auth) it authenticates first, within the dial timeout,
+// and a wrong password or an unreachable cluster is its error.
 func Open(addr Address, opts *Options) (*Store, error) {
 	if _, err := ParseAddress(addr.String()); err != nil {
 		return nil, err
@@ -108,6 +114,9 @@ func Open(addr Address, opts *Options) (*Store, error) {
 	tlsCfg, err := o.tlsConfig()
 	if err != nil {
 		return nil, err
+	}
+	if (o.Username == "") != (o.Password == "") {
+		return nil, fmt.Errorf("%w: a user name and a password go together", ErrBadAuth)
 	}
 	// The scheme decides TLS for each endpoint: with "http://" the client
 	// would drop a TLS configuration, so name it explicitly either way.
@@ -123,6 +132,8 @@ func Open(addr Address, opts *Options) (*Store, error) {
 		Endpoints:   eps,
 		DialTimeout: o.DialTimeout,
 		TLS:         tlsCfg,
+		Username:    o.Username,
+		Password:    o.Password,
 		// The receiver's stderr belongs to its own messages; every
 		// failure comes back as an error.
 		Logger: zap.NewNop(),

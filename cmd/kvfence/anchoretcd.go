@@ -10,6 +10,7 @@ import (
 	"github.com/kvfence/kvfence/audit/etcdanchor"
 	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/internal/clusterid"
+	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -22,6 +23,9 @@ const anchorEtcdPrefix = "etcd:"
 // statement of its cluster.
 type anchorEtcdFlags struct {
 	cert, key, ca string
+	// user and passwordFile authenticate to the anchor's cluster with
+	// etcd auth, as etcdFlags' do to the receiver's.
+	user, passwordFile string
 	// clusterText is --anchor-etcd-cluster-id; clusterID is it parsed by
 	// check (0: not given).
 	clusterText string
@@ -34,6 +38,8 @@ func (a *anchorEtcdFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.key, "anchor-etcd-key", "", "")
 	fs.StringVar(&a.ca, "anchor-etcd-ca", "", "")
 	fs.StringVar(&a.clusterText, "anchor-etcd-cluster-id", "", "")
+	fs.StringVar(&a.user, "anchor-etcd-user", "", "")
+	fs.StringVar(&a.passwordFile, "anchor-etcd-password-file", "", "")
 }
 
 // isEtcdAnchor reports whether an --anchor value names an etcd key.
@@ -44,8 +50,9 @@ func isEtcdAnchor(anchor string) bool { return strings.HasPrefix(anchor, anchorE
 // a client certificate without its key or the reverse.
 func (a *anchorEtcdFlags) check(cmd, anchor string) error {
 	if !isEtcdAnchor(anchor) {
-		if a.cert != "" || a.key != "" || a.ca != "" || a.clusterText != "" {
-			return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cert, --anchor-etcd-key, --anchor-etcd-ca and --anchor-etcd-cluster-id go with --anchor etcd://...", cmd),
+		if a.cert != "" || a.key != "" || a.ca != "" || a.clusterText != "" || a.user != "" || a.passwordFile != "" {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cert, --anchor-etcd-key, --anchor-etcd-ca, --anchor-etcd-cluster-id, "+
+				"--anchor-etcd-user and --anchor-etcd-password-file go with --anchor etcd://...", cmd),
 				hint: "drop them, or pass --anchor etcd://HOST:PORT[,HOST:PORT]/KEY"}
 		}
 		return nil
@@ -56,6 +63,10 @@ func (a *anchorEtcdFlags) check(cmd, anchor string) error {
 	}
 	if (a.cert == "") != (a.key == "") {
 		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-cert and --anchor-etcd-key go together", cmd),
+			hint: "pass both, or neither"}
+	}
+	if (a.user == "") != (a.passwordFile == "") {
+		return &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-user and --anchor-etcd-password-file go together", cmd),
 			hint: "pass both, or neither"}
 	}
 	a.clusterID = 0
@@ -84,7 +95,15 @@ func (a *anchorEtcdFlags) open(cmd, anchor string) (audit.AnchorStore, error) {
 	if err != nil {
 		return nil, &usageError{msg: fmt.Sprintf("kvfence %s: --anchor: %v", cmd, err)}
 	}
-	s, err := etcdanchor.Open(addr, &etcdanchor.Options{CertFile: a.cert, KeyFile: a.key, CAFile: a.ca})
+	password := ""
+	if a.passwordFile != "" {
+		if password, err = keyfile.LoadPassword(a.passwordFile); err != nil {
+			return nil, &usageError{msg: fmt.Sprintf("kvfence %s: --anchor-etcd-password-file: %v", cmd, err),
+				hint: "a file of one line, mode 0600, that only the receiver's user can read"}
+		}
+	}
+	s, err := etcdanchor.Open(addr, &etcdanchor.Options{CertFile: a.cert, KeyFile: a.key, CAFile: a.ca,
+		Username: a.user, Password: password})
 	if err != nil {
 		return nil, fmt.Errorf("kvfence %s: --anchor: %w", cmd, err)
 	}
@@ -140,6 +159,11 @@ const usageAnchorEtcd = `	--anchor etcd://HOST:PORT[,HOST:PORT]/KEY
 	    (both or neither; the key not readable by group or others), and the
 	    CA that the members' certificates chain to. Any of them makes
 	    every connection TLS.
+	--anchor-etcd-user NAME, --anchor-etcd-password-file FILE
+	    etcd auth on the anchor's cluster: the user and a file holding its
+	    password on one line (both or neither; the file not readable by
+	    group or others). Default to $KVFENCE_ANCHOR_ETCD_USER and
+	    $KVFENCE_ANCHOR_ETCD_PASSWORD_FILE.
 	--anchor-etcd-cluster-id ID
 	    The anchor cluster's ID in hexadecimal, as etcdctl endpoint status
 	    prints it. Init records the anchor's cluster, and every command

@@ -26,6 +26,10 @@ const (
 	envDB     = "KVFENCE_DB"
 	envAnchor = "KVFENCE_ANCHOR"
 	envKey    = "KVFENCE_KEY"
+	// envAnchorEtcdUser and envAnchorEtcdPasswordFile authenticate to an
+	// etcd anchor's cluster.
+	envAnchorEtcdUser         = "KVFENCE_ANCHOR_ETCD_USER"
+	envAnchorEtcdPasswordFile = "KVFENCE_ANCHOR_ETCD_PASSWORD_FILE"
 )
 
 // flagGroup selects which common flags a command accepts.
@@ -87,7 +91,10 @@ func (c *commonFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 	for _, f := range []struct {
 		name, env string
 		dst       *string
-	}{{"db", envDB, &c.db}, {"anchor", envAnchor, &c.anchor}, {"key", envKey, &c.key}, {"etcd", envEtcd, &c.etcd.urls}} {
+	}{{"db", envDB, &c.db}, {"anchor", envAnchor, &c.anchor}, {"key", envKey, &c.key}, {"etcd", envEtcd, &c.etcd.urls},
+		{"etcd-user", envEtcdUser, &c.etcd.user}, {"etcd-password-file", envEtcdPasswordFile, &c.etcd.passwordFile},
+		{"anchor-etcd-user", envAnchorEtcdUser, &c.anchorEtcd.user},
+		{"anchor-etcd-password-file", envAnchorEtcdPasswordFile, &c.anchorEtcd.passwordFile}} {
 		if fs.Lookup(f.name) != nil && !isSet(fs, f.name) {
 			*f.dst = getenv(f.env)
 		}

@@ -13,23 +13,31 @@ import (
 	"github.com/kvfence/kvfence/audit/etcdanchor"
 	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/engine/etcdengine"
+	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
 // Environment fallbacks of the etcd flags.
 const (
-	envEtcd       = "KVFENCE_ETCD"
-	envEtcdPrefix = "KVFENCE_ETCD_PREFIX"
+	envEtcd             = "KVFENCE_ETCD"
+	envEtcdPrefix       = "KVFENCE_ETCD_PREFIX"
+	envEtcdUser         = "KVFENCE_ETCD_USER"
+	envEtcdPasswordFile = "KVFENCE_ETCD_PASSWORD_FILE"
 )
 
 // etcdDialTimeout bounds connecting to a member of --etcd.
 const etcdDialTimeout = 5 * time.Second
 
-// etcdFlags select an etcd cluster: --etcd URL[,URL…] and its TLS files.
+// etcdFlags select an etcd cluster: --etcd URL[,URL…], its TLS files and
+// the etcd user to authenticate as.
 type etcdFlags struct {
 	urls, cert, key, ca string
-	maxTxnOps           int      // --etcd-max-txn-ops: the cluster's --max-txn-ops
-	endpoints           []string // checked URLs, set by check
+	// user and passwordFile are --etcd-user and --etcd-password-file: the
+	// password is read from a private file, never taken from a flag's
+	// value, where every user of the machine could read it.
+	user, passwordFile string
+	maxTxnOps          int      // --etcd-max-txn-ops: the cluster's --max-txn-ops
+	endpoints          []string // checked URLs, set by check
 }
 
 func (e *etcdFlags) register(fs *flag.FlagSet) {
@@ -37,6 +45,8 @@ func (e *etcdFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.cert, "etcd-cert", "", "")
 	fs.StringVar(&e.key, "etcd-key", "", "")
 	fs.StringVar(&e.ca, "etcd-ca", "", "")
+	fs.StringVar(&e.user, "etcd-user", "", "")
+	fs.StringVar(&e.passwordFile, "etcd-password-file", "", "")
 	fs.IntVar(&e.maxTxnOps, "etcd-max-txn-ops", etcdengine.DefaultMaxTxnOps, "")
 }
 
@@ -53,14 +63,21 @@ func (e *etcdFlags) check(cmd string) error {
 			hint: "--etcd http://127.0.0.1:2379[,http://HOST:PORT...], or https:// with --etcd-ca"}
 	}
 	tls := e.cert != "" || e.key != "" || e.ca != ""
+	auth := e.user != "" || e.passwordFile != ""
 	if !e.on() {
 		if tls {
 			return usage("--etcd-cert, --etcd-key and --etcd-ca go with --etcd")
+		}
+		if auth {
+			return usage("--etcd-user and --etcd-password-file go with --etcd")
 		}
 		return nil
 	}
 	if (e.cert == "") != (e.key == "") {
 		return usage("--etcd-cert and --etcd-key go together")
+	}
+	if (e.user == "") != (e.passwordFile == "") {
+		return usage("--etcd-user and --etcd-password-file go together")
 	}
 	if e.maxTxnOps < etcdengine.DefaultMaxTxnOps || e.maxTxnOps > maxEtcdTxnOps {
 		return usage("--etcd-max-txn-ops %d: want the cluster's --max-txn-ops, from %d (etcd's default) to %d",
@@ -97,8 +114,9 @@ func (e *etcdFlags) check(cmd string) error {
 	return nil
 }
 
-// client connects to the checked endpoints. It does not contact the
-// cluster: the first request does.
+// client connects to the checked endpoints. Without --etcd-user it does
+// not contact the cluster (the first request does); with it, it
+// authenticates first, within the dial timeout.
 func (e *etcdFlags) client(cmd string) (*clientv3.Client, error) {
 	tlsCfg, err := (&etcdanchor.Options{CertFile: e.cert, KeyFile: e.key, CAFile: e.ca}).TLSConfig()
 	if err != nil {
@@ -108,8 +126,15 @@ func (e *etcdFlags) client(cmd string) (*clientv3.Client, error) {
 		// https:// without files: the system's CAs, no client certificate.
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
+	password := ""
+	if e.passwordFile != "" {
+		if password, err = keyfile.LoadPassword(e.passwordFile); err != nil {
+			return nil, &usageError{msg: fmt.Sprintf("kvfence %s: --etcd-password-file: %v", cmd, err),
+				hint: "a file of one line, mode 0600, that only the receiver's user can read"}
+		}
+	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.endpoints, DialTimeout: etcdDialTimeout, TLS: tlsCfg,
-		Logger: zap.NewNop()})
+		Username: e.user, Password: password, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("kvfence %s: --etcd: %w", cmd, err)
 	}
@@ -117,11 +142,18 @@ func (e *etcdFlags) client(cmd string) (*clientv3.Client, error) {
 	return cli, nil
 }
 
-// usageEtcdTLS documents the TLS flags of --etcd.
+// usageEtcdTLS documents the TLS and auth flags of --etcd.
 const usageEtcdTLS = `	--etcd-cert FILE, --etcd-key FILE, --etcd-ca FILE
 	    TLS for --etcd https://...: a client certificate and its key (both
 	    or neither; the key not readable by group or others), and the CA
 	    that the members' certificates chain to (default: the system's).
+	--etcd-user NAME, --etcd-password-file FILE
+	    etcd auth: the user to authenticate as and a file holding its
+	    password on one line (both or neither; the file not readable by
+	    group or others, at most 1024 bytes). Default to $KVFENCE_ETCD_USER
+	    and $KVFENCE_ETCD_PASSWORD_FILE ($KVFENCE_LEDGER_ETCD_USER and
+	    $KVFENCE_LEDGER_ETCD_PASSWORD_FILE for the ledger).
+	    deploy/etcd/README.md gives the roles that leave workers read-only.
 	--etcd-max-txn-ops N
 	    The cluster's --max-txn-ops (default 128, etcd's): one transaction
 	    holds at most that many operations, which bounds how many scopes

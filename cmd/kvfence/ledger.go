@@ -30,6 +30,9 @@ const (
 	// envLedgerEtcd and envLedgerEtcdPrefix put the ledger on etcd.
 	envLedgerEtcd       = "KVFENCE_LEDGER_ETCD"
 	envLedgerEtcdPrefix = "KVFENCE_LEDGER_ETCD_PREFIX"
+	// envLedgerEtcdUser and envLedgerEtcdPasswordFile authenticate to it.
+	envLedgerEtcdUser         = "KVFENCE_LEDGER_ETCD_USER"
+	envLedgerEtcdPasswordFile = "KVFENCE_LEDGER_ETCD_PASSWORD_FILE"
 )
 
 // defaultLedgerPrefix is the ledger's etcd prefix unless --etcd-prefix
@@ -70,7 +73,8 @@ func (f *ledgerFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 		name, env string
 		dst       *string
 	}{{"ledger", envLedger, &f.path}, {"anchor", envLedgerAnchor, &f.anchor}, {"key", envLedgerKey, &f.key},
-		{"etcd", envLedgerEtcd, &f.etcd.urls}, {"etcd-prefix", envLedgerEtcdPrefix, &f.etcdPrefix}} {
+		{"etcd", envLedgerEtcd, &f.etcd.urls}, {"etcd-prefix", envLedgerEtcdPrefix, &f.etcdPrefix},
+		{"etcd-user", envLedgerEtcdUser, &f.etcd.user}, {"etcd-password-file", envLedgerEtcdPasswordFile, &f.etcd.passwordFile}} {
 		if !isSet(fs, v.name) {
 			if e := getenv(v.env); e != "" || v.name != "etcd-prefix" {
 				*v.dst = e

@@ -235,6 +235,14 @@ func TestServe_DescriptorFloodAdminHolds(t *testing.T) {
 
 	t.Logf("%d connections opened in %v", flood, time.Since(floodStart).Round(time.Millisecond))
 	var took []time.Duration
+	// The bound is the shipped binary's: a plain build. Under -race the
+	// server is a race build too (testbin.BuildFlags), several times
+	// slower, and gets three times the bound; .ci/run runs this test
+	// without -race as well, so the 1 s claim is checked every run.
+	bound := time.Second
+	if testbin.Race {
+		bound = 3 * time.Second
+	}
 	for i := range holds {
 		admin, err := client.New("unix://"+sock, nil)
 		if err != nil {
@@ -247,8 +255,8 @@ func TestServe_DescriptorFloodAdminHolds(t *testing.T) {
 		cancel()
 		admin.Close()
 		took = append(took, d.Round(time.Millisecond))
-		if err != nil || d > time.Second {
-			t.Errorf("hold %d under the flood: %v after %v, want acknowledged within 1s", i, err, d)
+		if err != nil || d > bound {
+			t.Errorf("hold %d under the flood: %v after %v, want acknowledged within %v", i, err, d, bound)
 		}
 	}
 	t.Logf("holds took %v", took)
