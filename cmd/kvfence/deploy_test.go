@@ -167,6 +167,11 @@ func TestDeployUnitCommand(t *testing.T) {
 		}
 		env[k] = v
 	}
+	// Under systemd the log goes to journald and on to log shippers,
+	// which parse JSON lines without a pattern.
+	if env["KVFENCE_LOG_FORMAT"] != "json" {
+		t.Errorf("%s: KVFENCE_LOG_FORMAT=%q, want json", deployEnv, env["KVFENCE_LOG_FORMAT"])
+	}
 	for _, k := range []string{"KVFENCE_LISTEN", "KVFENCE_TLS_CERT", "KVFENCE_TLS_KEY", "KVFENCE_CLIENT_CA",
 		envDB, envAnchor, envKey} {
 		if env[k] == "" {
