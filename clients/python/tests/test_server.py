@@ -231,3 +231,54 @@ def test_hold_all(receiver: Receiver) -> None:
     assert all(x.mode == "held" for x in admin.status().scopes)
     again = admin.hold_all("incident")
     assert again.scopes == [] and s in again.already_held
+
+
+def test_extend_grant(receiver: Receiver) -> None:
+    s = _scope("extend")
+    admin = receiver.admin()
+    admin.create_scope(s, max_grant_ttl=timedelta(hours=1))
+    admin.create_target(s, s, b'{"data":{}}')
+    req = kvfence.set_request("extend", s, b'{"data":{"a":"1"}}').encode()
+    act = admin.activate(s, WORKER_A, "claim-x", req, ttl=timedelta(minutes=5))
+    assert act.grant.not_after is not None
+
+    g = admin.extend_grant(act.grant.id, timedelta(minutes=30))
+    assert g.id == act.grant.id and g.created_at is not None and g.not_after is not None
+    assert g.not_after > act.grant.not_after
+    assert admin.grant(act.grant.id).not_after == g.not_after
+
+    # Beyond the scope's maximum: refused, the grant unchanged.
+    with pytest.raises(kvfence.BadRequestError) as ei:
+        admin.extend_grant(act.grant.id, timedelta(hours=2))
+    assert ei.value.code == "ttl_too_long"
+    assert admin.grant(act.grant.id).not_after == g.not_after
+
+    # A grant a hold superseded is no longer extended.
+    admin.hold(s, "superseded")
+    with pytest.raises(kvfence.ConflictError) as ci:
+        admin.extend_grant(act.grant.id, timedelta(minutes=10))
+    assert (ci.value.status, ci.value.code) == (409, "grant_not_active")
+    with pytest.raises(ValueError):
+        admin.extend_grant(act.grant.id, timedelta(0))
+
+
+def test_every_error_code_has_its_exception() -> None:
+    """Every error code docs/openapi.yaml lists maps to an exception of its
+    own kind, not to the fallback by HTTP status."""
+    import pathlib
+    import re
+
+    from kvfence import errors
+
+    spec = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "openapi.yaml").read_text()
+    block = spec[spec.index("    ErrorCode:"):]
+    block = block[block.index("enum:") + len("enum:"):]
+    codes = []
+    for line in block.splitlines()[1:]:
+        m = re.fullmatch(r"\s+- ([a-z_]+)", line)
+        if not m:
+            break
+        codes.append(m.group(1))
+    assert len(codes) > 20, codes
+    missing = [c for c in codes if c not in errors._BY_CODE]
+    assert not missing, f"error codes without an exception: {missing}"

@@ -387,6 +387,22 @@ class Client:
             raise ProtocolError("POST /v1/activate: the grant is not the one asked for")
         return Activation(grant=g, request=request)
 
+    def extend_grant(self, grant: str, ttl: timedelta) -> Grant:
+        """Move the active grant's end of validity to the receiver's now
+        plus ttl, within its scope's maximum from the grant's activation,
+        so that long work keeps its grant; returns the grant as it now
+        stands. Beyond the maximum: BadRequestError (``ttl_too_long``); a
+        grant a hold, a later activation or a recovery superseded, or one
+        that expired: ConflictError (``grant_not_active``,
+        ``grant_expired``). Nothing changes on an error."""
+        if ttl <= timedelta(0):
+            raise ValueError(f"the ttl of an extension must be positive, got {ttl}")
+        v = self._post("/v1/grant/extend", {"grant": grant, "ttl": _json.format_duration(ttl)})
+        g: Grant = self._read("POST /v1/grant/extend", lambda x: Grant.from_json(x, extended=True), v)
+        if g.id != grant or g.not_after is None:
+            raise ProtocolError(f"POST /v1/grant/extend: asked to extend grant {grant!r}, the answer is for {g.id!r}")
+        return g
+
     def hold(self, scopes: Union[str, Sequence[str]], reason: str, *, hold_id: str = "",
              expect_epoch: int = 0) -> HoldResult:
         """Advance the epoch of every named scope and hold it, all or none.

@@ -246,6 +246,8 @@ _BY_CODE: dict[str, type[KvfenceError]] = {
     "epoch_mismatch": EpochMismatchError,
     "hold_id_conflict": HoldIDConflictError,
     "epoch_exhausted": ConflictError,
+    "grant_not_active": ConflictError,
+    "grant_expired": ConflictError,
     "unknown_scope": NotFoundError,
     "unknown_target": NotFoundError,
     "not_found": NotFoundError,
@@ -263,6 +265,7 @@ _BY_CODE: dict[str, type[KvfenceError]] = {
     "canceled": CanceledError,
     "integrity": IntegrityError,
     "internal": ServerError,
+    "snapshot_unsupported": ServerError,
 }
 
 

@@ -139,10 +139,11 @@ class Grant:
     expired: bool = False
 
     @staticmethod
-    def from_json(v: Any, where: str = "grant", *, stored: bool = False) -> "Grant":
-        """Read an activate answer, or a stored grant with stored; raises
-        ValueError."""
-        known = _ACTIVATE + (("created_at", "revoked_seq", "expired") if stored else ())
+    def from_json(v: Any, where: str = "grant", *, stored: bool = False, extended: bool = False) -> "Grant":
+        """Read an activate answer, a stored grant with stored, or a grant
+        extension's answer (activate's shape and created_at) with extended;
+        raises ValueError."""
+        known = _ACTIVATE + (("created_at", "revoked_seq", "expired") if stored else ("created_at",) if extended else ())
         o = Obj(v, where, known)
         g = Grant(id=o.text("grant"), scope=o.text("scope"), epoch=o.uint("epoch"), executor=o.text("executor"),
                   claim=o.text("claim"), action=o.text("action"), request_sha256=o.hex32("request_sha256"),
@@ -151,6 +152,8 @@ class Grant:
         if stored:
             g = dataclasses.replace(g, created_at=o.time("created_at"), revoked_seq=o.uint("revoked_seq"),
                                     expired=o.flag("expired"))
+        elif extended:
+            g = dataclasses.replace(g, created_at=o.time("created_at"))
         return g
 
 
