@@ -189,20 +189,27 @@ func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error
 			}
 			na = nb.Add(ttl)
 		}
-		if nb.Year() < 1900 || na.Year() > 2200 {
+		if nb.Year() < 1900 || nb.Year() > 2200 {
 			// UnixNano wraps outside 1678-2262; refuse long before that.
+			return Grant{}, fmt.Errorf("%w: window [%s, %s) is outside 1900-2200", ErrInvalidWindow,
+				nb.UTC().Format(time.RFC3339), na.UTC().Format(time.RFC3339))
+		}
+		// The bound is on how long the grant stays usable from now, so a
+		// window that starts later cannot stretch it. It is checked before
+		// the window's end is held to the years a time can be stored in:
+		// a TTL of centuries is over the maximum, and that is what the
+		// caller must change.
+		if life, limit := na.Sub(w.now), c.maxGrantTTL(); life > limit {
+			return Grant{}, fmt.Errorf("%w: the grant would stay valid for %s after activation (until %s), over scope %s's maximum of %s",
+				ErrTTLTooLong, life, na.UTC().Format(time.RFC3339), req.Scope, limit)
+		}
+		if na.Year() > 2200 {
 			return Grant{}, fmt.Errorf("%w: window [%s, %s) is outside 1900-2200", ErrInvalidWindow,
 				nb.UTC().Format(time.RFC3339), na.UTC().Format(time.RFC3339))
 		}
 		if !na.After(nb) || !na.After(w.now) {
 			return Grant{}, fmt.Errorf("%w: [%s, %s) at %s", ErrInvalidWindow, nb.UTC().Format(time.RFC3339Nano),
 				na.UTC().Format(time.RFC3339Nano), w.now.UTC().Format(time.RFC3339Nano))
-		}
-		// The bound is on how long the grant stays usable from now, so a
-		// window that starts later cannot stretch it.
-		if life, limit := na.Sub(w.now), c.maxGrantTTL(); life > limit {
-			return Grant{}, fmt.Errorf("%w: the grant would stay valid for %s after activation (until %s), over scope %s's maximum of %s",
-				ErrTTLTooLong, life, na.UTC().Format(time.RFC3339), req.Scope, limit)
 		}
 		// The grant names its activate entry, which is the chain's next
 		// one, as a receipt names its submit entry.

@@ -321,3 +321,22 @@ func TestExtendGrant_RaceWithHold(t *testing.T) {
 		verifyFence(f)
 	})
 }
+
+// Ensure that an activation whose TTL is centuries long is refused as over
+// the scope's maximum (what the caller must change), not as a window
+// outside the years a time can be stored in, and writes nothing.
+func TestActivate_CenturiesTTLIsTooLong(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	if _, err := f.admin.Hold(f.ctx, HoldRequest{Scopes: []string{fixScope}, Reason: "setup"}); err != nil {
+		t.Fatal(err)
+	}
+	head := f.r.Head()
+	_, err := f.admin.Activate(f.ctx, ActivateRequest{Scope: fixScope, Executor: "worker-a", Claim: "c",
+		Request: f.patchRequest("act-1"), TTL: 250 * 365 * 24 * time.Hour})
+	if !errors.Is(err, ErrTTLTooLong) || !strings.Contains(err.Error(), "maximum") {
+		t.Fatalf("Activate with a 250-year TTL = %v, want ErrTTLTooLong", err)
+	}
+	if f.r.Head() != head {
+		t.Fatal("the refused activation wrote to the chain")
+	}
+}
