@@ -15,8 +15,9 @@ import (
 //
 //	etcdctl --endpoints "$VAR" SUBCOMMAND ...
 //
-// and runs on clients[VAR]. A password is given as
-// --new-user-password "$(cat FILE)" and taken from passwords[FILE]. Lines
+// and runs on clients[VAR]. A user's password is given on etcdctl's
+// standard input, --interactive=false < FILE, and taken from
+// passwords[FILE]. Lines
 // that do not begin with "etcdctl" are skipped; any other command, flag or
 // form is an error, so that a document cannot hold a command the test
 // does not run.
@@ -47,12 +48,10 @@ func ApplyEtcdctl(ctx context.Context, script string, clients map[string]*client
 
 func applyOne(ctx context.Context, cli *clientv3.Client, a []string, passwords map[string]string) error {
 	switch {
-	case len(a) == 5 && a[0] == "user" && a[1] == "add" && a[3] == "--new-user-password":
-		file, ok := strings.CutPrefix(a[4], "$(cat ")
-		file, ok2 := strings.CutSuffix(file, ")")
-		pw := passwords[file]
-		if !ok || !ok2 || pw == "" {
-			return fmt.Errorf("password %q: want \"$(cat FILE)\" for a FILE the test knows", a[4])
+	case len(a) == 6 && a[0] == "user" && a[1] == "add" && a[3] == "--interactive=false" && a[4] == "<":
+		pw := passwords[a[5]]
+		if pw == "" {
+			return fmt.Errorf("password file %q: not one the test knows", a[5])
 		}
 		_, err := cli.UserAdd(ctx, a[2], pw)
 		return err
