@@ -40,8 +40,8 @@ const LabTag = "kvfencelab"
 
 // Build compiles the kvfence command into dir with the given build tags
 // (none for the binary as shipped) and returns the binary's path. It adds
-// NoSQLiteTag: no test of a built binary runs the bench's SQLite rows, and
-// they alone would double the build, and BuildFlags. It runs
+// NoSQLiteTag (no test of a built binary runs the bench's SQLite rows, and
+// they alone would double the build) and BuildFlags. It runs
 // the go command found on PATH, or else under $GOROOT/bin, since a test
 // binary does not carry a compiler of its own.
 func Build(dir string, tags ...string) (string, error) {
