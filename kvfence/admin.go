@@ -39,6 +39,32 @@ func (a *Admin) CreateScope(ctx context.Context, scope string) (ScopeStatus, err
 // are unique across the receiver, not per scope: a name that any scope
 // holds is ErrTargetExists, whose message names that scope.
 func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []byte) (Target, error) {
+	return a.CreateTargetSpec(ctx, TargetSpec{Scope: scope, Name: target, Value: value})
+}
+
+// TargetSpec describes a target to create.
+type TargetSpec struct {
+	// Scope is the existing scope the target belongs to.
+	Scope string
+	// Name is the target's name, unique across the receiver.
+	Name string
+	// Value is the target's value at revision 1.
+	Value []byte
+	// Kind is the target's kind; empty means TargetInternal.
+	Kind TargetKind
+	// Effect names the effect of a TargetFunc target, which must be
+	// registered with this receiver (Options.Effects); it must be empty
+	// for any other kind.
+	Effect string
+}
+
+// CreateTargetSpec is CreateTarget for a target of any kind. A func
+// target's effect must be registered with this receiver
+// (ErrEffectNotRegistered); its audit entry records the kind and the
+// effect's name. An internal target is created exactly as CreateTarget
+// creates it.
+func (a *Admin) CreateTargetSpec(ctx context.Context, spec TargetSpec) (Target, error) {
+	scope, target, value := spec.Scope, spec.Name, spec.Value
 	if err := a.checkActor(); err != nil {
 		return Target{}, err
 	}
@@ -51,10 +77,29 @@ func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []
 	if len(value) > MaxTargetValueSize {
 		return Target{}, fmt.Errorf("%w: value is %d bytes, over the %d-byte limit", ErrInvalidArgument, len(value), MaxTargetValueSize)
 	}
+	rec := targetRecord{Scope: scope, Revision: 1, Value: value}
+	var note string
+	switch spec.Kind {
+	case "", TargetInternal:
+		if spec.Effect != "" {
+			return Target{}, fmt.Errorf("%w: an effect is named only for a target of kind %s", ErrInvalidArgument, TargetFunc)
+		}
+	case TargetFunc:
+		if err := checkName("effect", spec.Effect); err != nil {
+			return Target{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+		if _, ok := a.r.opts.Effects[spec.Effect]; !ok {
+			return Target{}, fmt.Errorf("%w: %q", ErrEffectNotRegistered, spec.Effect)
+		}
+		rec.Kind, rec.Effect = TargetFunc, spec.Effect
+		note = fmt.Sprintf("kind %s, effect %s", TargetFunc, spec.Effect)
+	default:
+		return Target{}, fmt.Errorf("%w: target kind %q (an embedder creates %s or %s targets)", ErrInvalidArgument, clip(string(spec.Kind), 32), TargetInternal, TargetFunc)
+	}
 	if err := ctx.Err(); err != nil {
 		return Target{}, err
 	}
-	err := a.r.exec(len(target)+len(value), func(w *wtx) error {
+	err := a.r.exec(len(target)+len(value)+len(spec.Effect), func(w *wtx) error {
 		c, err := w.control(scope)
 		if err != nil {
 			return err
@@ -71,19 +116,21 @@ func (a *Admin) CreateTarget(ctx context.Context, scope, target string, value []
 			// where the name is taken, which may be another scope.
 			return fmt.Errorf("%w: %s is a target of scope %s (target names are unique across the receiver)", ErrTargetExists, target, t.Scope)
 		}
-		if err := w.put(bucketTargets, []byte(target), &targetRecord{Scope: scope, Revision: 1, Value: value}); err != nil {
+		// A run may be repeated: the record is built afresh each time.
+		stored := rec
+		if err := w.put(bucketTargets, []byte(target), &stored); err != nil {
 			return err
 		}
 		sum := sha256.Sum256(value)
 		_, err = w.appendAudit(&audit.Entry{Kind: KindTargetCreated, Scope: scope, Epoch: c.Epoch,
-			Target: target, RevAfter: 1, ValueSHA256: sum[:], Actor: a.actor})
+			Target: target, RevAfter: 1, ValueSHA256: sum[:], Actor: a.actor, Note: note})
 		return err
 	})
 	if err != nil {
 		return Target{}, err
 	}
 	// The caller's slice may change after the call; the result is a copy.
-	return Target{Name: target, Scope: scope, Revision: 1, Value: append([]byte{}, value...)}, nil
+	return Target{Name: target, Scope: scope, Revision: 1, Value: append([]byte{}, value...), Kind: rec.kind(), Effect: rec.Effect}, nil
 }
 
 // ActivateRequest describes a grant to activate.

@@ -30,8 +30,10 @@ import (
 // at most three quarters full. The tag only places a slot; the
 // fingerprint, which names the key too, decides. Two keys with one tag
 // (about n/2^64 per lookup) can only make a record look edited, never an
-// edited one look known. Slots are never removed: no state record is ever
-// deleted, and a rewrite replaces its slot's fingerprint in place.
+// edited one look known. A rewrite replaces its slot's fingerprint in
+// place. No record of the fence is ever deleted; an app record (an
+// effect's, effect.go) may be, and its slot is then removed by shifting
+// the slots of its probe run back (remove).
 
 // DefaultMaxRecords is the number of state records (control, grant, target,
 // receipt and hold records together) a writable receiver keeps fingerprints of
@@ -46,7 +48,7 @@ const DefaultMaxRecords = 8 << 20
 type knownRecords struct {
 	seed maphash.Seed
 	salt [16]byte
-	tabs [5]recordTable // in the order of stateBuckets
+	tabs [6]recordTable // in the order of stateBuckets
 	// limit bounds the records of all tables together.
 	limit int
 	// broken is set when a commit's change could not be applied to the
@@ -110,6 +112,8 @@ func stateBucketIndex(bucket []byte) int {
 		return 3
 	case string(bucketHolds):
 		return 4
+	case string(bucketApp):
+		return 5
 	}
 	return -1
 }
@@ -227,6 +231,45 @@ func (t *recordTable) replace(tag uint64, old, new recordFP) bool {
 	return s != nil
 }
 
+// remove removes the slot (tag, fp) and reports whether there was one.
+// The slots after it in its probe run move back into the gap when their
+// home is not between the gap and them, so that every slot stays
+// reachable from its home without tombstones.
+func (t *recordTable) remove(tag uint64, fp recordFP) bool {
+	if len(t.slots) == 0 {
+		return false
+	}
+	mask := uint64(len(t.slots) - 1)
+	i := tag & mask
+	for ; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.tag == 0 {
+			return false
+		}
+		if s.tag == tag && s.fp == fp {
+			break
+		}
+	}
+	for j := (i + 1) & mask; t.slots[j].tag != 0; j = (j + 1) & mask {
+		home := t.slots[j].tag & mask
+		// A slot whose home lies cyclically in (i, j] stays: moved to i
+		// it would be before its home, where a probe never looks.
+		var stays bool
+		if i <= j {
+			stays = i < home && home <= j
+		} else {
+			stays = home > i || home <= j
+		}
+		if !stays {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = recordSlot{}
+	t.n--
+	return true
+}
+
 // filler adds the records of one bucket to its table while Open hashes
 // them into the state digest.
 type filler struct {
@@ -289,7 +332,7 @@ type txRecords struct {
 	list  []touched
 	// added counts records this transaction creates, addedIn per bucket.
 	added   int
-	addedIn [5]int
+	addedIn [6]int
 	// buf holds copies of the records read (copy).
 	buf []byte
 }
@@ -322,7 +365,7 @@ func (x *txRecords) reset(k *knownRecords) *txRecords {
 	}
 	clear(x.index)
 	x.list = x.list[:0]
-	x.added, x.addedIn = 0, [5]int{}
+	x.added, x.addedIn = 0, [6]int{}
 	// Copies handed out in an earlier transaction may still be held by
 	// its results: a new buffer is started, never the old one reused.
 	x.buf = nil
@@ -375,7 +418,7 @@ func (x *txRecords) wrote(b int, key, old, raw []byte) error {
 	if err != nil {
 		return err
 	}
-	if !t.had && !t.written {
+	if !t.present {
 		if x.k.records()+x.added >= x.k.limit {
 			return fmt.Errorf("%w: the store holds %d state records; Options.MaxRecords is %d", ErrRecordLimit,
 				x.k.records()+x.added, x.k.limit)
@@ -384,6 +427,19 @@ func (x *txRecords) wrote(b int, key, old, raw []byte) error {
 		x.addedIn[b]++
 	}
 	t.cur, t.present, t.written = x.f.of(b, key, raw), true, true
+	return nil
+}
+
+// deleted records that this transaction removed the record under key,
+// where it found old (nil: absent, and then nothing changes).
+func (x *txRecords) deleted(b int, key, old []byte) error {
+	t, err := x.check(b, key, old)
+	if err != nil || !t.present {
+		return err
+	}
+	x.added--
+	x.addedIn[b]--
+	t.present, t.written = false, true
 	return nil
 }
 
@@ -412,13 +468,18 @@ func (x *txRecords) commit() {
 			continue
 		}
 		tab := &x.k.tabs[t.b]
-		if t.had {
+		switch {
+		case t.had && t.present:
 			if !tab.replace(t.tag, t.old, t.cur) {
 				x.k.broken = true
 			}
-			continue
+		case t.had:
+			if !tab.remove(t.tag, t.old) {
+				x.k.broken = true
+			}
+		case t.present:
+			tab.insert(t.tag, t.cur)
 		}
-		tab.insert(t.tag, t.cur)
 	}
 	clear(x.index)
 	x.list = x.list[:0]

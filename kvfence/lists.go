@@ -53,7 +53,7 @@ func (r *Receiver) Targets(scope string) ([]Target, error) {
 				return err
 			}
 			if scope == "" || t.Scope == scope {
-				out = append(out, Target{Name: string(k), Scope: t.Scope, Revision: t.Revision, Value: t.Value})
+				out = append(out, Target{Name: string(k), Scope: t.Scope, Revision: t.Revision, Value: t.Value, Kind: t.kind(), Effect: t.Effect})
 			}
 			return nil
 		})

@@ -61,7 +61,7 @@ func (r *Receiver) Target(name string) (Target, error) {
 		if t == nil {
 			return fmt.Errorf("%w: %s", ErrUnknownTarget, name)
 		}
-		out = Target{Name: name, Scope: t.Scope, Revision: t.Revision, Value: t.Value}
+		out = Target{Name: name, Scope: t.Scope, Revision: t.Revision, Value: t.Value, Kind: t.kind(), Effect: t.Effect}
 		return nil
 	})
 	return out, err

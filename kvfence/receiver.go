@@ -98,6 +98,12 @@ type Options struct {
 	// it (ErrAnchorClusterUnrecorded otherwise). Given with a record, it
 	// must agree with it.
 	AnchorClusterID uint64
+	// Effects are the embedder's effects by name, which targets of kind
+	// func name (Admin.CreateTargetSpec). Each declares the app buckets
+	// it may use; a write to a func target whose effect is not here is
+	// denied, never applied without it. Open refuses an effect whose
+	// name or buckets are invalid, or that has no Apply.
+	Effects map[string]Effect
 
 	// anchorUnchecked opens without comparing the database with its anchor
 	// and leaves the anchor alone. Inspect and VerifyChain (read-only) and
@@ -470,6 +476,12 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 	if o.MaxRecords <= 0 {
 		o.MaxRecords = DefaultMaxRecords
 	}
+	if err := checkEffects(o.Effects); err != nil {
+		return nil, err
+	}
+	// The caller's map and slices may change after Open; the receiver
+	// keeps its own.
+	o.Effects = cloneEffects(o.Effects)
 	r = &Receiver{eng: e, path: path, file: file, opts: o, defect: v}
 	r.batchCalls, r.batchBytes = batchLimits(e.Limits())
 	if err := r.load(); err != nil {

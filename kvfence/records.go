@@ -23,6 +23,12 @@ var (
 	// requires, and the first hold that records an id creates it
 	// (ensureHolds). A missing bucket reads as one without records.
 	bucketHolds = []byte("holds")
+	// bucketApp keeps the records of the embedder's effects (effect.go):
+	// key appKey(bucket, key), one engine bucket for every reserved
+	// bucket, so that the state digest and the known records cover them
+	// as one more state bucket. Like holds, it is created by the first
+	// write that needs it; a database without it holds no app records.
+	bucketApp = []byte("app")
 
 	allBuckets = [][]byte{bucketMeta, bucketControl, bucketGrants, bucketTargets, bucketReceipts, bucketAudit, bucketCheckpoints}
 
@@ -91,11 +97,17 @@ type grantRecord struct {
 	AuditSeq uint64 `cbor:"audit_seq,omitempty"`
 }
 
-// targetRecord is the stored form of a target.
+// targetRecord is the stored form of a target. Kind and Effect are
+// omitted for an internal target, so that its record encodes, and hashes
+// into the state digest, byte for byte as before kinds existed.
 type targetRecord struct {
 	Scope    string `cbor:"scope"`
 	Revision uint64 `cbor:"revision"`
 	Value    []byte `cbor:"value"`
+	// Kind is the target's kind; "" is TargetInternal.
+	Kind TargetKind `cbor:"kind,omitempty"`
+	// Effect names the registered effect of a TargetFunc target.
+	Effect string `cbor:"effect,omitempty"`
 }
 
 // receiptRecord is the stored form of a receipt.

@@ -143,6 +143,11 @@ func parseTargetKey(key, raw []byte) (*targetRecord, error) {
 	if err := decodeRecord(bucketTargets, key, raw, &t); err != nil {
 		return nil, err
 	}
+	// An unknown kind is never taken for internal: the write would skip
+	// what the kind demands.
+	if err := t.checkKind(key); err != nil {
+		return nil, err
+	}
 	// Values read inside a transaction live in the mmap; callers may keep
 	// them after it ends, so copy.
 	t.Value = append([]byte(nil), t.Value...)

@@ -22,11 +22,18 @@ import (
 // reads as a bucket without records (optionalBucket). The digest is a sum
 // of one term per record, so an empty or missing bucket adds nothing, and
 // checkpoints signed before it still verify.
-var stateBuckets = [][]byte{bucketControl, bucketGrants, bucketTargets, bucketReceipts, bucketHolds}
+//
+// The app bucket, which keeps the records of the embedder's effects
+// (effect.go), is a state bucket too, and optional in the same way: a
+// restore that puts back the fence's records without the application's
+// records written with them, or the reverse, is refused like any other.
+var stateBuckets = [][]byte{bucketControl, bucketGrants, bucketTargets, bucketReceipts, bucketHolds, bucketApp}
 
 // optionalBucket reports whether a state bucket may be missing from a
 // database that is otherwise whole: then it holds no records.
-func optionalBucket(bucket []byte) bool { return bytes.Equal(bucket, bucketHolds) }
+func optionalBucket(bucket []byte) bool {
+	return bytes.Equal(bucket, bucketHolds) || bytes.Equal(bucket, bucketApp)
+}
 
 // stateBucketNames are stateBuckets as strings, made once: a digest
 // change names its bucket as a string, and converting on every put would
@@ -100,9 +107,35 @@ func (c *stateChange) apply(s *audit.StateHash) {
 	if c.old != nil && !c.terms.remove(s, c.bucket, c.key, c.old) {
 		s.Remove(c.bucket, c.key, c.old)
 	}
-	if !c.terms.add(s, c.bucket, c.key, c.raw) {
+	// raw nil is a deleted record (an app record, effect.go): its term
+	// only leaves.
+	if c.raw != nil && !c.terms.add(s, c.bucket, c.key, c.raw) {
 		s.Add(c.bucket, c.key, c.raw)
 	}
+}
+
+// deleteState removes the record under key from a state bucket and its
+// term from the transaction's state digest; an absent record changes
+// nothing. Only app records (effect.go) are ever deleted.
+func (w *wtx) deleteState(bucket, key []byte) error {
+	old, err := w.tx.Get(bucket, key)
+	if err != nil {
+		return err
+	}
+	if w.recs != nil {
+		if err := w.recs.deleted(stateBucketIndex(bucket), key, old); err != nil {
+			return err
+		}
+	}
+	if old == nil {
+		return nil
+	}
+	w.stateDirty = true
+	c := stateChange{bucket: stateBucketName(bucket), key: key, old: old, terms: w.terms}
+	if w.hasher == nil || !w.hasher.offer(c) {
+		c.apply(&w.state)
+	}
+	return w.tx.Delete(bucket, key)
 }
 
 // termCache keeps the digest terms (audit.StateElement) of the control
@@ -543,7 +576,7 @@ func (r *Receiver) checkState(anchor *audit.SignedCheckpoint) (StateCheck, error
 		return sc, fmt.Errorf("%w: the database's newest checkpoint covers seq %d (%x), but its chain ends at seq %d (%x): history was copied in without the state it describes",
 			audit.ErrStateMismatch, latest.Seq, latest.Head[:], r.head.Seq, r.head.Hash[:])
 	case sc.Computed != latest.State:
-		return sc, fmt.Errorf("%w: the control, grant, target, receipt and hold records hash to %x, but the checkpoint of seq %d commits to %x: state was restored or edited apart from its history",
+		return sc, fmt.Errorf("%w: the control, grant, target, receipt, hold and app records hash to %x, but the checkpoint of seq %d commits to %x: state was restored or edited apart from its history",
 			audit.ErrStateMismatch, sc.Computed[:], latest.Seq, latest.State[:])
 	case stored != computed:
 		return sc, fmt.Errorf("%w: the stored state digest disagrees with the records", audit.ErrStateMismatch)

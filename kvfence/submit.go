@@ -231,7 +231,24 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	if len(value) > MaxTargetValueSize {
 		return w.deny(ctl, s, ReasonPreconditionFailed, fmt.Sprintf("new value is %d bytes, over the %d-byte limit", len(value), MaxTargetValueSize))
 	}
-	// 12: value, receipt and audit entry commit together or not at all.
+	// 12: value, receipt, audit entry and, for a func target, the
+	// effect's writes commit together or not at all. The effect runs
+	// last of the checks and first of the writes, so that its refusal
+	// leaves nothing but the denial.
+	if t.Kind == TargetFunc {
+		eff, ok := r.opts.Effects[t.Effect]
+		if !ok {
+			return w.deny(ctl, s, ReasonPreconditionFailed, fmt.Sprintf("the target's effect %q is not registered with this receiver", t.Effect))
+		}
+		refusal, err := w.runEffect(eff, EffectInput{Scope: env.Scope, Epoch: env.Epoch, Grant: env.Grant, Executor: s.caller,
+			Action: req.Action, Target: req.Target, Request: bytes.Clone(env.Request), Value: bytes.Clone(value), Revision: t.Revision + 1})
+		if err != nil {
+			return Result{}, err
+		}
+		if refusal != "" {
+			return w.deny(ctl, s, ReasonPreconditionFailed, "effect refused: "+refusal)
+		}
+	}
 	before := t.Revision
 	t.Revision++
 	t.Value = value

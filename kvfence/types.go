@@ -191,6 +191,11 @@ type Target struct {
 	Revision uint64
 	// Value is the target's current value, a copy the caller may keep.
 	Value []byte
+	// Kind is the target's kind: TargetInternal, or TargetFunc for a
+	// target whose applied writes also run the effect named by Effect.
+	Kind TargetKind
+	// Effect names the effect of a TargetFunc target; empty otherwise.
+	Effect string
 }
 
 // Receipt records an applied action.
