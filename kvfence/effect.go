@@ -431,3 +431,33 @@ func (t *targetRecord) kind() TargetKind {
 	}
 	return t.Kind
 }
+
+// AppGet returns key's value in the app bucket bucket as the store holds
+// it, or nil if it is absent: what the committed effects wrote. bucket
+// must be an app bucket's name (it begins with "app_"); whether an effect
+// declared it does not matter to a read.
+func (r *Receiver) AppGet(bucket string, key []byte) ([]byte, error) {
+	if !strings.HasPrefix(bucket, appBucketPrefix) || engine.CheckBucket([]byte(bucket)) != nil {
+		return nil, fmt.Errorf("%w: %q is not an app bucket's name", ErrInvalidArgument, bucket)
+	}
+	if len(key) == 0 || len(key) > MaxAppKeySize {
+		return nil, fmt.Errorf("%w: app key of %d bytes (1 to %d)", ErrInvalidArgument, len(key), MaxAppKeySize)
+	}
+	var out []byte
+	err := r.view(func(tx engine.Tx) error {
+		v, err := tx.Get(bucketApp, appKey(bucket, key))
+		if errors.Is(err, engine.ErrBucketNotFound) {
+			out = nil
+			return nil
+		}
+		if v != nil {
+			v = bytes.Clone(v)
+		}
+		out = v
+		return err
+	})
+	if err != nil {
+		return nil, engineErr(err)
+	}
+	return out, nil
+}

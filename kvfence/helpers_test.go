@@ -58,11 +58,13 @@ type fixture struct {
 	// store is where the receiver is kept, nil for the bbolt file at path
 	// of a test that made the fixture itself.
 	store *store
+	// effects are registered when the receiver is (re)opened.
+	effects map[string]Effect
 }
 
 // opts returns the options the fixture's receiver is opened with.
 func (f *fixture) opts() *Options {
-	return &Options{Now: f.clock.Now, Key: testKey, Anchor: f.anchor, Warn: func(msg string) { f.t.Log(msg) }}
+	return &Options{Now: f.clock.Now, Key: testKey, Anchor: f.anchor, Warn: func(msg string) { f.t.Log(msg) }, Effects: f.effects}
 }
 
 // reopen closes and reopens the fixture's receiver.
