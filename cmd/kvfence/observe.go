@@ -35,6 +35,11 @@ type observeTargetJSON struct {
 	Revision uint64  `json:"revision"`
 	Value    *string `json:"value"`
 	ValueB64 string  `json:"value_b64"`
+	// Kind and Effect are given for a target of another kind than
+	// internal (an embedder's func target), so that the output of an
+	// internal target is as it was.
+	Kind   string `json:"kind,omitempty"`
+	Effect string `json:"effect,omitempty"`
 }
 
 // observeReceiptJSON is the --json shape of observe receipt.
@@ -100,6 +105,9 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 		s := string(t.Value)
 		out.Value = &s
 	}
+	if t.Kind != "" && t.Kind != kvfence.TargetInternal {
+		out.Kind, out.Effect = string(t.Kind), t.Effect
+	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, out)
 	}
@@ -107,6 +115,9 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 	fmt.Fprintf(tw, "target\t%s\n", out.Target)
 	fmt.Fprintf(tw, "scope\t%s\n", out.Scope)
 	fmt.Fprintf(tw, "revision\t%d\n", out.Revision)
+	if out.Kind != "" {
+		fmt.Fprintf(tw, "kind\t%s (effect %s)\n", out.Kind, out.Effect)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
