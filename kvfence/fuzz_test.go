@@ -202,6 +202,11 @@ func FuzzDecodeRecord(f *testing.F) {
 		f.Add(uint8(i), raw)
 	}
 	f.Add(uint8(0), []byte{0xa0})
+	// A func target's record, whose two more fields the reflection
+	// decoder reads.
+	if raw, err := encodeCanonical(&targetRecord{Scope: "s", Revision: 2, Value: []byte("{}"), Kind: TargetFunc, Effect: "e"}); err == nil {
+		f.Add(uint8(2), raw)
+	}
 	f.Fuzz(func(t *testing.T, kind uint8, raw []byte) {
 		fresh := []func() any{
 			func() any { return new(controlRecord) },

@@ -28,7 +28,9 @@ var (
 	// bucket, so that the state digest and the known records cover them
 	// as one more state bucket. Like holds, it is created by the first
 	// write that needs it; a database without it holds no app records.
-	bucketApp = []byte("app")
+	// Its name is no common etcd prefix segment ("app" is), which the CLI
+	// refuses to keep prefixes from nesting in another's buckets.
+	bucketApp = []byte("effects")
 
 	allBuckets = [][]byte{bucketMeta, bucketControl, bucketGrants, bucketTargets, bucketReceipts, bucketAudit, bucketCheckpoints}
 

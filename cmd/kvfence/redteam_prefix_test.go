@@ -17,7 +17,7 @@ func TestRedteam_EtcdPrefixInsideAnotherReceiversBucket(t *testing.T) {
 	c := newCLI(t)
 	ep := "http://127.0.0.1:2379"
 	for _, p := range []string{"/kvfence/control/", "/kvfence/grants/", "/kvfence/targets/x/", "/a/receipts/",
-		"/kvfence/audit/", "/kvfence/checkpoints/", "/kvfence/meta/", "/kvfence/holds/", "/l/claims/", "/l/approvals/", "/l/actions/"} {
+		"/kvfence/audit/", "/kvfence/checkpoints/", "/kvfence/meta/", "/kvfence/holds/", "/kvfence/effects/", "/l/claims/", "/l/approvals/", "/l/actions/"} {
 		r := c.must(ExitUsage, "status", "--etcd", ep, "--etcd-prefix", p)
 		if !strings.Contains(r.stderr, "--etcd-prefix") || !strings.Contains(r.stderr, "bucket") {
 			t.Errorf("--etcd-prefix %s: %s", p, r)
