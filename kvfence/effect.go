@@ -81,7 +81,8 @@ type EffectInput struct {
 // EffectTx is an effect's view of the transaction: the app buckets it
 // declared, and nothing else. Writes are kept aside until the effect
 // returns nil, and are then stored together; reads see them. Bytes it
-// returns are the caller's to keep.
+// returns are the caller's to keep. It is not safe for concurrent use,
+// and dead once the effect returned.
 type EffectTx interface {
 	// Get returns key's value in bucket, or nil if it is absent.
 	Get(bucket string, key []byte) ([]byte, error)
@@ -91,8 +92,10 @@ type EffectTx interface {
 	Delete(bucket string, key []byte) error
 	// Scan calls fn for each key of bucket at or after from (nil: the
 	// first) in ascending bytewise order, the effect's own writes merged
-	// in. fn returns ErrStopScan to end the scan early; any other error
-	// ends it and is returned.
+	// in as they were when the scan began. fn returns ErrStopScan to end
+	// the scan early; any other error ends it and is returned. The
+	// records from `from` to the bucket's end are read before fn is
+	// first called.
 	Scan(bucket string, from []byte, fn func(key, value []byte) error) error
 }
 
@@ -283,6 +286,9 @@ func (e *effectTx) Delete(bucket string, key []byte) error {
 func (e *effectTx) Scan(bucket string, from []byte, fn func(key, value []byte) error) error {
 	if err := e.check(bucket, nil); err != nil {
 		return err
+	}
+	if len(from) > MaxAppKeySize {
+		return fmt.Errorf("%w: scan from a key of %d bytes, over %d", ErrInvalidArgument, len(from), MaxAppKeySize)
 	}
 	prefix := appKey(bucket, nil)
 	start := appKey(bucket, from)

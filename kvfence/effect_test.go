@@ -672,3 +672,59 @@ func TestRecordTable_Remove(t *testing.T) {
 		}
 	}
 }
+
+// Ensure that EffectTx refuses what an effect may not do, each with a
+// precise error and nothing written: a bucket it did not declare (for
+// every operation), an empty or oversized key or value, and any use after
+// the effect returned.
+func TestEffectTx_Refusals(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	var kept EffectTx
+	errs := map[string]error{}
+	f.effects = map[string]Effect{"probe": {Buckets: []string{effBucket}, Apply: func(tx EffectTx, in EffectInput) error {
+		kept = tx
+		_, errs["get other"] = tx.Get("app_other", []byte("k"))
+		errs["put other"] = tx.Put("app_other", []byte("k"), []byte("v"))
+		errs["delete other"] = tx.Delete("app_other", []byte("k"))
+		errs["scan other"] = tx.Scan("app_other", nil, func(k, v []byte) error { return nil })
+		errs["put fence bucket"] = tx.Put("targets", []byte("k"), []byte("v"))
+		errs["put empty key"] = tx.Put(effBucket, nil, []byte("v"))
+		errs["put long key"] = tx.Put(effBucket, make([]byte, MaxAppKeySize+1), []byte("v"))
+		errs["put long value"] = tx.Put(effBucket, []byte("k"), make([]byte, MaxAppValueSize+1))
+		errs["scan long from"] = tx.Scan(effBucket, make([]byte, MaxAppKeySize+1), func(k, v []byte) error { return nil })
+		return nil
+	}}}
+	f.reopen()
+	if _, err := f.admin.CreateTargetSpec(f.ctx, TargetSpec{Scope: fixScope, Name: effTarget, Value: []byte("{}"), Kind: TargetFunc, Effect: "probe"}); err != nil {
+		t.Fatal(err)
+	}
+	w := f.effWorker("worker-a", "a1", `{}`)
+	if res := f.submit(w.name, w.envelope); res.Outcome != Applied {
+		t.Fatalf("submit = %+v", res)
+	}
+	tests := []struct {
+		name string
+		want error
+	}{
+		{"get other", ErrEffectBucket},
+		{"put other", ErrEffectBucket},
+		{"delete other", ErrEffectBucket},
+		{"scan other", ErrEffectBucket},
+		{"put fence bucket", ErrEffectBucket},
+		{"put empty key", ErrInvalidArgument},
+		{"put long key", ErrInvalidArgument},
+		{"put long value", ErrInvalidArgument},
+		{"scan long from", ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		if !errors.Is(errs[tt.name], tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, errs[tt.name], tt.want)
+		}
+	}
+	if err := kept.Put(effBucket, []byte("late"), []byte("v")); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Put after the effect returned: %v", err)
+	}
+	if recs := appRecords(t, f); len(recs) != 0 {
+		t.Errorf("app records %q", recs)
+	}
+}
