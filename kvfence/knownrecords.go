@@ -36,7 +36,7 @@ import (
 // the slots of its probe run back (remove).
 
 // DefaultMaxRecords is the number of state records (control, grant, target,
-// receipt and hold records together) a writable receiver keeps fingerprints of
+// receipt, hold and app records together) a writable receiver keeps fingerprints of
 // when Options.MaxRecords is zero: 1,000,000 scopes with a grant, a target
 // and a receipt each, with as many again to spare. At the bound the tables
 // take about 400 MiB.

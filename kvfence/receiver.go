@@ -74,8 +74,8 @@ type Options struct {
 	// NoSync skips fsync on commit. It is for benchmarks that label their
 	// results as not durable; a receiver in service must never set it.
 	NoSync bool
-	// MaxRecords bounds the state records (control, grant, target and
-	// receipt records together) whose fingerprints a writable receiver
+	// MaxRecords bounds the state records (control, grant, target,
+	// receipt, hold and app records together) whose fingerprints a writable receiver
 	// keeps, so that no record changed in the store under it is decided
 	// on (knownrecords.go). Zero means DefaultMaxRecords. Open refuses a
 	// store that holds more with ErrRecordLimit; at the bound, a call that
