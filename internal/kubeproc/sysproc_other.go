@@ -1,0 +1,9 @@
+//go:build !linux
+
+package kubeproc
+
+import "syscall"
+
+// sysProcAttr has nothing to add where the kernel cannot tie a child's
+// life to its parent's; the test's cleanup kills the server.
+func sysProcAttr() *syscall.SysProcAttr { return nil }
