@@ -166,7 +166,7 @@ func buildCached(dir string) (string, error) {
 	tmp := filepath.Join(src, name)
 	for _, args := range [][]string{
 		{"mod", "tidy"},
-		{"build", "-o", tmp, "-ldflags=-s -w", Command},
+		append(append([]string{"build", "-o", tmp}, buildFlags()...), Command),
 	} {
 		cmd := exec.Command(goCmd, args...)
 		cmd.Dir = src
@@ -180,6 +180,19 @@ func buildCached(dir string) (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrNoBinary, err)
 	}
 	return out, nil
+}
+
+// buildFlags are the go build flags of the server: no symbol tables,
+// which only tests would carry, and the version that a build from a
+// module, without Kubernetes's own scripts, does not stamp (it would say
+// v0.0.0-master), so that /version and --version name the real one.
+func buildFlags() []string {
+	const v = "k8s.io/component-base/version."
+	major, minor, _ := strings.Cut(strings.TrimPrefix(KubernetesVersion, "v"), ".")
+	minor, _, _ = strings.Cut(minor, ".")
+	return []string{"-ldflags=-s -w -X " + v + "gitVersion=" + KubernetesVersion +
+		" -X " + v + "gitMajor=" + major + " -X " + v + "gitMinor=" + minor +
+		" -X " + v + "gitTreeState=clean"}
 }
 
 // buildEnv is the environment of the scratch module's go commands: the
@@ -200,7 +213,8 @@ func buildEnv() []string {
 }
 
 // buildKey names a build by what changes the binary: the Go toolchain and
-// target, and the scratch module, which pins every module version.
+// target, the scratch module, which pins every module version, and the
+// build flags.
 func buildKey(goCmd, gomod string) (string, error) {
 	h := sha256.New()
 	cmd := exec.Command(goCmd, "env", "GOVERSION", "GOOS", "GOARCH")
@@ -215,6 +229,7 @@ func buildKey(goCmd, gomod string) (string, error) {
 	}
 	h.Write(b)
 	h.Write([]byte(gomod))
+	h.Write([]byte(strings.Join(buildFlags(), "\n")))
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
