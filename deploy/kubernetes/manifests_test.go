@@ -145,7 +145,7 @@ func TestManifestsCloseWritePaths(t *testing.T) {
 	// An identity that RBAC lets write configmaps, given here and not
 	// shipped: what it is refused, only the policy refuses.
 	s.Must(kubeproc.Admin, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-		[]byte(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"test-editor"},"rules":[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","list","create","update","patch","delete"]}]}`), http.StatusCreated)
+		[]byte(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"test-editor"},"rules":[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","list","create","update","patch","delete","deletecollection"]}]}`), http.StatusCreated)
 	s.Must(kubeproc.Admin, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings",
 		[]byte(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{"name":"test-editor","namespace":"`+ns+`"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"test-editor"},"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"Group","name":"`+kubeproc.EditorsGroup+`"}]}`), http.StatusCreated)
 	for _, name := range []string{"backup-policy", "unscoped"} {
