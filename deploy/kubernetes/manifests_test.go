@@ -152,10 +152,8 @@ func TestManifestsCloseWritePaths(t *testing.T) {
 		s.Must(kubeproc.Admin, http.MethodPost, cmColl, []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"`+name+`"},"data":{"retention_days":"30"}}`), http.StatusCreated)
 	}
 	// The control: before the policy, the editor may change the object
-	// that is about to be scoped.
-	if r := do(t, s, kubeproc.Editor, http.MethodPatch, scoped+dryRun, `[{"op":"replace","path":"/data/retention_days","value":"1"}]`); r.Status != http.StatusOK {
-		t.Fatalf("editor's dry-run patch before the policy: %v", r)
-	}
+	// that is about to be scoped (once RBAC has seen its new binding).
+	waitStatus(t, s, kubeproc.Editor, http.MethodPatch, scoped+dryRun, `[{"op":"replace","path":"/data/retention_days","value":"1"}]`, http.StatusOK)
 
 	began := time.Now()
 	for _, m := range loadManifests(t) {
@@ -164,8 +162,11 @@ func TestManifestsCloseWritePaths(t *testing.T) {
 		}
 	}
 	// The receiver brings the object under the fence: only it may add
-	// the label.
-	if r := do(t, s, kubeproc.Receiver, http.MethodPatch, scoped, `[{"op":"add","path":"/metadata/labels","value":{"`+scopeKey+`":"backup-policy"}}]`); r.Status != http.StatusOK {
+	// the label. RBAC grants the receiver's new binding a moment after its
+	// creation; a refused dry run changes nothing, so it is safe to retry.
+	label := `[{"op":"add","path":"/metadata/labels","value":{"` + scopeKey + `":"backup-policy"}}]`
+	waitStatus(t, s, kubeproc.Receiver, http.MethodPatch, scoped+dryRun, label, http.StatusOK)
+	if r := do(t, s, kubeproc.Receiver, http.MethodPatch, scoped, label); r.Status != http.StatusOK {
 		t.Fatalf("receiver labelling the target: %v", r)
 	}
 	// The policy takes effect some time after its creation: poll with a
@@ -229,9 +230,7 @@ func TestManifestsCloseWritePaths(t *testing.T) {
 		t.Errorf("a refused label addition landed: %+v", o)
 	}
 	// Workers read.
-	if r := do(t, s, kubeproc.Worker, http.MethodGet, scoped, ""); r.Status != http.StatusOK {
-		t.Errorf("worker's read: %v", r)
-	}
+	waitStatus(t, s, kubeproc.Worker, http.MethodGet, scoped, "", http.StatusOK)
 
 	// The receiver changes the target with its resourceVersion as
 	// precondition, by update and by JSON Patch.
@@ -265,6 +264,27 @@ func TestManifestsCloseWritePaths(t *testing.T) {
 		if r := doWith(t, s, w.identity, w.method, unscoped, w.contentType, w.body); r.Status != w.want {
 			t.Errorf("%s's %s of the unlabelled object: %v; want %d", w.identity, w.method, r, w.want)
 		}
+	}
+}
+
+// waitStatus repeats a request that changes nothing (a read or a dry run)
+// until it answers want, for a grant that the API server's RBAC caches
+// take a moment to see; it fails the test after 30 s.
+func waitStatus(t *testing.T, s *kubeproc.Server, identity, method, path, body string, want int) {
+	t.Helper()
+	if method != http.MethodGet && !strings.HasSuffix(path, dryRun) {
+		t.Fatalf("waitStatus repeats only reads and dry runs, not %s %s", method, path)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := do(t, s, identity, method, path, body)
+		if r.Status == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %s as %s: %v; want %d within 30 s", method, path, identity, r, want)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
