@@ -197,6 +197,7 @@ func TestManifestsCloseWritePaths(t *testing.T) {
 		{"json patch", http.MethodPatch, scoped, "application/json-patch+json", `[{"op":"replace","path":"/data/retention_days","value":"45"}]`},
 		{"merge patch", http.MethodPatch, scoped, "application/merge-patch+json", `{"data":{"retention_days":"45"}}`},
 		{"strategic merge patch", http.MethodPatch, scoped, "application/strategic-merge-patch+json", `{"data":{"retention_days":"45"}}`},
+		{"server-side apply", http.MethodPatch, scoped + "?fieldManager=intruder&force=true", "application/apply-patch+yaml", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"backup-policy"},"data":{"retention_days":"45"}}`},
 		{"delete", http.MethodDelete, scoped, "", ""},
 		{"delete collection", http.MethodDelete, cmColl + "?labelSelector=" + scopeKey, "", ""},
 		{"label removal", http.MethodPatch, scoped, "application/json-patch+json", `[{"op":"remove","path":"/metadata/labels/kvfence.dev~1scope"}]`},
