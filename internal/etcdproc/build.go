@@ -93,19 +93,15 @@ func buildCached(dir string) (string, error) {
 	// command serves as etcd); a plain caller does not take the race one,
 	// which would slow every cluster test of a -short run.
 	flags := testbin.BuildFlags()
-	name := "kvfence-etcd-" + key
 	exe := ""
 	if runtime.GOOS == "windows" {
 		exe = ".exe"
 	}
-	if len(flags) > 0 {
-		plain := filepath.Join(dir, name+exe)
-		if fi, err := os.Stat(plain); err == nil && fi.Mode().IsRegular() {
-			return plain, nil
-		}
-		name += "-race"
+	out, cached := flavor(dir, "kvfence-etcd-"+key, exe, len(flags) > 0)
+	if cached {
+		return out, nil
 	}
-	out := filepath.Join(dir, name+exe)
+	name := strings.TrimSuffix(filepath.Base(out), exe)
 	// One lock for every build a test runs: parallel builders of this
 	// binary wait and reuse it, and a build of the kvfence binary
 	// (internal/testbin), which shares most dependencies, does not
@@ -135,6 +131,24 @@ func buildCached(dir string) (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrNoBinary, err)
 	}
 	return out, nil
+}
+
+// flavor returns the path in dir of the etcd binary named name (plus exe)
+// that a caller uses, race saying whether its test binary has the race
+// detector, and whether that binary is already there: a race caller
+// takes a plain binary in the cache, and otherwise the race one; a plain
+// caller only ever the plain one.
+func flavor(dir, name, exe string, race bool) (path string, cached bool) {
+	exists := func(p string) bool {
+		fi, err := os.Stat(p)
+		return err == nil && fi.Mode().IsRegular()
+	}
+	plain := filepath.Join(dir, name+exe)
+	if !race || exists(plain) {
+		return plain, exists(plain)
+	}
+	path = filepath.Join(dir, name+"-race"+exe)
+	return path, exists(path)
 }
 
 // buildKey names a build by everything that changes the binary: the Go

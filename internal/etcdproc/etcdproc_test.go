@@ -251,3 +251,37 @@ func TestMembersDieWithTestBinary(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Ensure that a race caller takes a plain etcd already in the cache
+// without building, and otherwise the race flavor, and that a plain
+// caller never takes the race flavor (it would slow every cluster test of
+// a -short run).
+func TestFlavorChoice(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		have       []string
+		race       bool
+		want       string
+		wantCached bool
+	}{
+		{name: "race caller, plain cached", have: []string{"e", "e-race"}, race: true, want: "e", wantCached: true},
+		{name: "race caller, only race cached", have: []string{"e-race"}, race: true, want: "e-race", wantCached: true},
+		{name: "race caller, none cached", race: true, want: "e-race"},
+		{name: "plain caller, plain cached", have: []string{"e"}, want: "e", wantCached: true},
+		{name: "plain caller, only race cached", have: []string{"e-race"}, want: "e"},
+		{name: "plain caller, none cached", want: "e"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range tc.have {
+				if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, cached := flavor(dir, "e", "", tc.race)
+			if got != filepath.Join(dir, tc.want) || cached != tc.wantCached {
+				t.Errorf("flavor = %s, cached %v; want %s, cached %v", got, cached, filepath.Join(dir, tc.want), tc.wantCached)
+			}
+		})
+	}
+}
