@@ -238,18 +238,20 @@ func TestServe_DescriptorFloodAdminHolds(t *testing.T) {
 	var took []time.Duration
 	// The bound is the shipped binary's: a plain build. Under -race the
 	// server is a race build too (testbin.BuildFlags), several times
-	// slower, and gets three times the bound; .ci/run runs this test
-	// without -race as well, so the 1 s claim is checked every run.
+	// slower, and a loaded machine stalled its first hold for 7 s in one
+	// run; there the test checks that holds get through the flood at all,
+	// within 10 s. .ci/run runs this test without -race as well, so the
+	// 1 s claim is checked every run.
 	bound := time.Second
 	if testbin.Race {
-		bound = 3 * time.Second
+		bound = 10 * time.Second
 	}
 	for i := range holds {
 		admin, err := client.New("unix://"+sock, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*bound)
 		start := time.Now()
 		_, err = admin.Hold(ctx, kvfence.HoldRequest{Scopes: []string{fmt.Sprintf("fd/%d", i)}, Reason: "flood"})
 		d := time.Since(start)
