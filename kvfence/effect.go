@@ -2,6 +2,7 @@ package kvfence
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -381,7 +382,8 @@ func (w *wtx) runEffect(e Effect, in EffectInput) (refusal string, err error) {
 		return "", etx.fault
 	}
 	if applyErr != nil {
-		return clip(applyErr.Error(), maxEffectDetail), nil
+		// An error with no text still refuses: "" would read as success.
+		return clip(cmp.Or(applyErr.Error(), "an error with no text"), maxEffectDetail), nil
 	}
 	if len(etx.writes) == 0 {
 		return "", nil
