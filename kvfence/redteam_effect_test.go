@@ -60,9 +60,13 @@ func (e *rtNilErr) Error() string { return e.msg }
 // panic is a denial, precondition_failed, and costs the batch nothing; the
 // receiver goes on.
 func TestRedteamEffect_ErrorMethodPanics(t *testing.T) {
+	forEngines(t, func(t *testing.T, s *store) { rtErrorMethodPanics(t, s) })
+}
+
+func rtErrorMethodPanics(t *testing.T, s *store) {
 	var bad atomic.Bool
 	bad.Store(true)
-	f := rtFixture(t, engines[0].new(t), []string{effBucket}, func(tx EffectTx, in EffectInput) error {
+	f := rtFixture(t, s, []string{effBucket}, func(tx EffectTx, in EffectInput) error {
 		if err := tx.Put(effBucket, []byte("k"), in.Value); err != nil {
 			return err
 		}
