@@ -80,24 +80,34 @@ type Submit struct {
 	// and only for the executor of the grant it was applied under, the
 	// audit seq of the applied decision; omitted when 0.
 	ReceiptSeq uint64 `json:"receipt_seq,omitempty"`
+	// Dispatch is, for a write to a remote target, the state of its
+	// dispatch; omitted otherwise.
+	Dispatch string `json:"dispatch,omitempty"`
+	// DispatchID identifies the dispatch; omitted when Dispatch is.
+	DispatchID string `json:"dispatch_id,omitempty"`
+	// Version is the remote object's version the write or its fence
+	// left; omitted when none.
+	Version string `json:"version,omitempty"`
 }
 
 // SubmitOf returns the response for a decision.
 func SubmitOf(r kvfence.Result) Submit {
 	return Submit{Outcome: string(r.Outcome), Reason: string(r.Reason), Detail: r.Detail, Scope: r.Scope,
-		Epoch: r.Epoch, Grant: r.Grant, Action: r.Action, Target: r.Target, Revision: r.Revision, AuditSeq: r.AuditSeq, ReceiptSeq: r.ReceiptSeq}
+		Epoch: r.Epoch, Grant: r.Grant, Action: r.Action, Target: r.Target, Revision: r.Revision, AuditSeq: r.AuditSeq, ReceiptSeq: r.ReceiptSeq,
+		Dispatch: string(r.Dispatch), DispatchID: r.DispatchID, Version: r.Version}
 }
 
 // Result returns the decision a response carries.
 func (s Submit) Result() (kvfence.Result, error) {
 	switch kvfence.Outcome(s.Outcome) {
-	case kvfence.Applied, kvfence.AlreadyApplied, kvfence.Denied:
+	case kvfence.Applied, kvfence.AlreadyApplied, kvfence.Denied, kvfence.Dispatching, kvfence.NotApplied, kvfence.OutcomeUnknown:
 	default:
 		return kvfence.Result{}, fmt.Errorf("unknown outcome %q", s.Outcome)
 	}
 	return kvfence.Result{Outcome: kvfence.Outcome(s.Outcome), Reason: kvfence.Reason(s.Reason), Detail: s.Detail,
 		Scope: s.Scope, Epoch: s.Epoch, Grant: s.Grant, Action: s.Action, Target: s.Target, Revision: s.Revision,
-		AuditSeq: s.AuditSeq, ReceiptSeq: s.ReceiptSeq}, nil
+		AuditSeq: s.AuditSeq, ReceiptSeq: s.ReceiptSeq, Dispatch: kvfence.DispatchState(s.Dispatch), DispatchID: s.DispatchID,
+		Version: s.Version}, nil
 }
 
 // ScopeCreateRequest is the body of POST /v1/scopes.
