@@ -1,7 +1,9 @@
 package kvfence
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -35,6 +37,14 @@ func (r *Receiver) resolveDispatches() error {
 				ErrNoDispatcher, r.path, rr.rc.DispatchID, rr.object, rr.object.kind())
 		}
 	}
+	// One wait for all, until the latest deadline, bounded by the
+	// configured timeout: a deadline recorded further ahead than a write
+	// may take is not waited for in full.
+	var wait time.Duration
+	for _, rr := range rs {
+		wait = max(wait, min(time.Until(r.realDeadline(rr.rc.Deadline)), r.opts.DispatchTimeout))
+	}
+	time.Sleep(wait)
 	for _, rr := range rs {
 		if err := r.resolveDispatch(rr); err != nil {
 			return fmt.Errorf("kvfence: %s: resolving dispatch %s to %s: %w", r.path, rr.rc.DispatchID, rr.object, err)
@@ -46,12 +56,6 @@ func (r *Receiver) resolveDispatches() error {
 // resolveDispatch settles one dispatch found in flight at Open.
 func (r *Receiver) resolveDispatch(rr remoteReceipt) error {
 	d := r.opts.Dispatchers[rr.object.kind()]
-	// Bounded by the configured timeout: a deadline recorded further ahead
-	// than a write may take is not waited for in full.
-	wait := min(time.Until(r.realDeadline(rr.rc.Deadline)), r.opts.DispatchTimeout)
-	if wait > 0 {
-		time.Sleep(wait)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(remoteReadTimeout, r.opts.DispatchTimeout))
 	st, err := d.Read(ctx, rr.object)
 	cancel()
@@ -66,7 +70,15 @@ func (r *Receiver) resolveDispatch(rr remoteReceipt) error {
 		_, _, err = r.settleDispatch(rr.key, rr.rc.DispatchID, DispatchApplied, st.Version, "stamp found at open")
 		return err
 	case st.UID == rr.rc.UID && st.Version == rr.rc.Precondition:
-		if err := r.fenceAtOpen(rr); err != nil {
+		fst, err := r.fenceAtOpen(rr)
+		if err != nil {
+			return err
+		}
+		if sum := sha256.Sum256(fst.Value); bytes.Equal(sum[:], rr.rc.ValueSHA256) {
+			// The write may have landed between the read and the fence
+			// (a deadline longer than this receiver's): it cannot be told
+			// from a value that was there already, so it is unknown.
+			_, _, err = r.settleDispatch(rr.key, rr.rc.DispatchID, DispatchUnknown, fst.Version, "the object holds the new value after the fence at open")
 			return err
 		}
 		_, _, err = r.settleDispatch(rr.key, rr.rc.DispatchID, DispatchFailed, "", "not applied: the object was at the precondition at open, and was fenced")
@@ -77,16 +89,15 @@ func (r *Receiver) resolveDispatch(rr remoteReceipt) error {
 
 // fenceAtOpen writes a fencing stamp on a dispatch's object without
 // settling it.
-func (r *Receiver) fenceAtOpen(rr remoteReceipt) error {
+func (r *Receiver) fenceAtOpen(rr remoteReceipt) (RemoteState, error) {
 	if r.faults.skipFence {
-		return nil
+		return RemoteState{}, nil
 	}
 	fid, err := newGrantID(r.opts.Rand)
 	if err != nil {
-		return err
+		return RemoteState{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.DispatchTimeout)
 	defer cancel()
-	_, err = r.opts.Dispatchers[rr.object.kind()].Fence(ctx, rr.object, Stamp{Scope: rr.scope, Epoch: rr.scopeEpoch, Receipt: fid})
-	return err
+	return r.opts.Dispatchers[rr.object.kind()].Fence(ctx, rr.object, Stamp{Scope: rr.scope, Epoch: rr.scopeEpoch, Receipt: fid})
 }
