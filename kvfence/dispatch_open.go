@@ -17,7 +17,9 @@ import (
 //     in the incarnation read: applied, at the version read;
 //   - the object is gone: failed;
 //   - the object is still at the precondition version: nothing landed; it
-//     is fenced all the same, then recorded failed;
+//     is fenced all the same, then recorded failed (unknown if the fenced
+//     object holds the new value: a write of a process whose deadline was
+//     longer than this one's may have landed in between);
 //   - anything else (another version without this stamp, a stamp naming
 //     another dispatch, another incarnation): fenced, then recorded
 //     unknown, an outstanding effect a later hold lists.

@@ -149,6 +149,17 @@ func dispatchRace(t *testing.T, s *store, seed uint64, defective bool) string {
 			}
 		}
 	}
+	// Each action was dispatched at most once, whoever repeated it: every
+	// Apply call is a receipt's that was not cancelled.
+	started := 0
+	for _, rc := range byID {
+		if rc.Dispatch != DispatchCancelled {
+			started++
+		}
+	}
+	if _, _, applies := obj.snapshot(); applies != started {
+		return fmt.Sprintf("%d writes started for %d dispatches", applies, started)
+	}
 	for _, wr := range log {
 		if wr.fence || wr.stamp.Receipt == "" {
 			continue
