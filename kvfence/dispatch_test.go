@@ -417,3 +417,44 @@ func TestDispatchRestart(t *testing.T) {
 		}
 	})
 }
+
+// Ensure that a hold by one receiver waits for a write another receiver
+// on the same etcd prefix decided before it, which the first learns of
+// only from the store: it fences the object at the write's deadline,
+// lists the write as outstanding, and the late write then fails.
+func TestDispatchHoldAcrossReceivers(t *testing.T) {
+	s := engines[1].new(t)
+	obj := newFakeObject(fixValue)
+	f := newRemoteFixture(t, s, obj, 300*time.Millisecond)
+	other, err := f.openStore(f.opts(), defect.Variant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	w := f.activate("worker-a", "claim-1", f.remoteRequest("raise"))
+	release, started, late := make(chan struct{}), make(chan struct{}, 1), make(chan error, 1)
+	obj.set(func(o *fakeObject) { o.block, o.ignoreCtx, o.started, o.lateResult = release, true, started, late })
+	sub := make(chan error, 1)
+	go func() {
+		_, err := other.Submit(f.ctx, "worker-a", w.envelope)
+		sub <- err
+	}()
+	<-started
+	h := <-f.holdAsync(f.ctx, "")
+	if h.err != nil {
+		t.Fatalf("Hold: %v", h.err)
+	}
+	if len(h.res.Outstanding) != 1 || h.res.Outstanding[0].Grant != w.grant.ID {
+		t.Fatalf("outstanding %+v", h.res.Outstanding)
+	}
+	close(release)
+	if err := <-late; !errors.Is(err, ErrRemoteConflict) {
+		t.Fatalf("late write: %v", err)
+	}
+	if err := <-sub; err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	if rc := f.receiptOf("raise"); rc.Dispatch != DispatchUnknown {
+		t.Fatalf("receipt %s", rc.Dispatch)
+	}
+}
