@@ -408,6 +408,7 @@ func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 				return HoldResult{}, err
 			}
 		}
+		a.r.gate.holdAll(res.Scopes)
 		return res, nil
 	})
 	if err != nil {
@@ -555,9 +556,6 @@ func (a *Admin) holdScope(w *wtx, res *HoldResult, s string, c *controlRecord, r
 	if err := w.putControl(s, c); err != nil {
 		return err
 	}
-	// Before the commit: no remote write of the scope decided at an older
-	// epoch starts once it is committed (dispatch_gate.go).
-	a.r.gate.hold(s, c.Epoch)
 	if err := w.raiseEpochHighWater(c.Epoch); err != nil {
 		return err
 	}

@@ -3,12 +3,13 @@ package kvfence
 import "sync"
 
 // dispatchGate is the in-process record of holds that a remote write
-// checks before it starts (docs/design.md §4.2). A hold sets its scope's
-// new epoch here inside the write transaction that commits it, before
-// the commit, under the writer's lock; a write decided at an older epoch
-// that checks the gate after that does not start. A hold whose
-// transaction then fails has cancelled such a write for nothing, which is
-// safe: nothing was written. Holds of other processes sharing an etcd
+// checks before it starts (docs/design.md §4.2). A hold sets its scopes'
+// new epochs here inside the write transaction that commits it, once
+// every scope is held, before the commit, under the writer's lock; a
+// write decided at an older epoch that checks the gate after that does
+// not start. A hold whose commit then fails has cancelled such writes
+// for nothing, which is safe (nothing was written), until a hold that
+// commits moves the scope on. Holds of other processes sharing an etcd
 // prefix do not reach this gate; their wait and fencing write order the
 // write before their acknowledgment instead.
 type dispatchGate struct {
@@ -29,6 +30,14 @@ func (g *dispatchGate) hold(scope string, epoch uint64) {
 		g.held = make(map[string]uint64)
 	}
 	g.held[scope] = max(g.held[scope], epoch)
+}
+
+// holdAll records the scopes of a hold whose transaction is about to
+// commit.
+func (g *dispatchGate) holdAll(scopes []HeldScope) {
+	for _, s := range scopes {
+		g.hold(s.Scope, s.Epoch)
+	}
 }
 
 // mayStart reports whether a write decided at epoch in scope may start:

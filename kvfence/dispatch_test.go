@@ -458,3 +458,19 @@ func TestDispatchHoldAcrossReceivers(t *testing.T) {
 		t.Fatalf("receipt %s", rc.Dispatch)
 	}
 }
+
+// Ensure that a hold that fails (a scope it names does not exist) leaves
+// no mark in the hold gate: a write decided after it still starts. Were
+// the gate set per scope before the whole hold succeeded, every write of
+// the scope would be cancelled until the next hold.
+func TestDispatchFailedHoldLeavesGate(t *testing.T) {
+	obj := newFakeObject(fixValue)
+	f := newRemoteFixture(t, engines[0].new(t), obj, time.Second)
+	w := f.activate("worker-a", "claim-1", f.remoteRequest("raise"))
+	if _, err := f.admin.Hold(f.ctx, HoldRequest{Scopes: []string{fixScope, "no/such/scope"}, Reason: "incident"}); !errors.Is(err, ErrUnknownScope) {
+		t.Fatalf("Hold: %v", err)
+	}
+	if res := f.submit("worker-a", w.envelope); res.Dispatch != DispatchApplied {
+		t.Fatalf("after a failed hold: %+v", res)
+	}
+}

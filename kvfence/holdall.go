@@ -78,6 +78,7 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 		if len(res.Scopes) == 0 {
 			res.AuditSeq = w.chain.Head().Seq
 		}
+		a.r.gate.holdAll(res.Scopes)
 		return res, nil
 	})
 	if err != nil {
