@@ -151,11 +151,11 @@ func (r *Receiver) realDeadline(deadline int64) time.Time {
 // and err are the decision's answer.
 func (r *Receiver) finishDispatch(p *pendingDispatch, decided Result, err error) (Result, error) {
 	if err != nil {
-		if errors.Is(err, ErrNotAcknowledged) {
-			// The decision committed but no anchor covers it: the write
-			// must not start. Its receipt says so if it can.
-			_, _, _ = r.settleDispatch(p.key, p.id, DispatchCancelled, "", "the decision was not acknowledged")
-		}
+		// The decision may have committed (ErrNotAcknowledged: no anchor
+		// covers it; ErrOutcomeUnknown) or not: the write must not start.
+		// A receipt of this dispatch, if any, says so, so that neither a
+		// repeat nor a hold waits for it; a random id names no other.
+		_, _, _ = r.settleDispatch(p.key, p.id, DispatchCancelled, "", "the decision was not acknowledged")
 		return decided, err
 	}
 	if r.faults.beforeGate != nil {
@@ -205,7 +205,9 @@ func (r *Receiver) finishDispatch(p *pendingDispatch, decided Result, err error)
 func (r *Receiver) dispatchResult(decided Result, p *pendingDispatch, st DispatchState, version, note string) (Result, error) {
 	rc, seq, err := r.settleDispatch(p.key, p.id, st, version, note)
 	if err != nil {
-		return Result{}, err
+		// The decision committed: a repeat of the envelope answers with
+		// the receipt's state, which a hold or the next Open settles.
+		return Result{}, fmt.Errorf("%w: %s: the outcome %s of dispatch %s was not recorded: %w", ErrNotAcknowledged, r.path, st, p.id, err)
 	}
 	res := decided
 	res.Outcome, res.Dispatch, res.Version, res.Revision = outcomeOf(rc.Dispatch), rc.Dispatch, rc.Version, rc.RevAfter
