@@ -474,3 +474,30 @@ func TestDispatchFailedHoldLeavesGate(t *testing.T) {
 		t.Fatalf("after a failed hold: %+v", res)
 	}
 }
+
+// Ensure that HoldAll waits for a write in flight as Hold does, and that
+// a HoldAll that finds the scope held already (an earlier one that was
+// not acknowledged) finishes that wait and lists the write if unknown.
+func TestDispatchHoldAllWaits(t *testing.T) {
+	obj := newFakeObject(fixValue)
+	f := newRemoteFixture(t, engines[0].new(t), obj, 200*time.Millisecond)
+	w := f.activate("worker-a", "claim-1", f.remoteRequest("raise"))
+	release, started := make(chan struct{}), make(chan struct{}, 1)
+	obj.set(func(o *fakeObject) { o.block, o.ignoreCtx, o.started = release, true, started })
+	go func() { _, _ = f.r.Submit(f.ctx, "worker-a", w.envelope) }()
+	<-started
+	ctx, cancel := context.WithTimeout(f.ctx, 20*time.Millisecond)
+	_, err := f.admin.HoldAll(ctx, "incident")
+	cancel()
+	if !errors.Is(err, ErrHoldNotSettled) {
+		t.Fatalf("HoldAll: %v, want ErrHoldNotSettled", err)
+	}
+	res, err := f.admin.HoldAll(f.ctx, "incident")
+	close(release)
+	if err != nil || len(res.Scopes) != 0 || len(res.AlreadyHeld) != 1 || len(res.Outstanding) != 1 {
+		t.Fatalf("HoldAll again: %+v %v", res, err)
+	}
+	if rc := f.receiptOf("raise"); rc.Dispatch != DispatchUnknown {
+		t.Fatalf("receipt %s", rc.Dispatch)
+	}
+}
