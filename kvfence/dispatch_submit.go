@@ -22,8 +22,7 @@ import (
 
 // remoteRead is what Submit read of a remote target's object.
 type remoteRead struct {
-	target string
-	state  RemoteState
+	state RemoteState
 	// err is the read's failure; noDispatcher says no dispatcher was
 	// given for the kind, and nothing was read.
 	err          error
@@ -44,7 +43,7 @@ type pendingDispatch struct {
 // readRemote reads the object of s's target, if it is a remote one,
 // through its kind's dispatcher, with a bounded timeout.
 func (r *Receiver) readRemote(ctx context.Context, s *submission) {
-	rr := &remoteRead{target: s.req.Target}
+	rr := &remoteRead{}
 	s.remote = rr
 	var t *targetRecord
 	if err := r.view(func(tx engine.Tx) (err error) { t, err = getTargetKey(tx, s.keys.target); return err }); err != nil {

@@ -119,15 +119,16 @@ func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (
 	// Decoding and hashing need no lock, so they happen before the call
 	// joins the commit queue; the leader of its batch runs only decide.
 	s := r.prepare(caller, envelope)
+	decideOnce := r.decideCall
 	if r.defect.CheckOutsideTransaction && defectsAllowed.Load() {
-		return r.submitCheckedBefore(s, len(envelope))
+		decideOnce = r.submitCheckedBefore
 	}
-	res, err := r.decideCall(s, len(envelope))
+	res, err := decideOnce(s, len(envelope))
 	if err == nil && s.needRemote {
 		// The target is remote: its object is read outside any
 		// transaction, and the decision made again against what it holds.
 		r.readRemote(ctx, s)
-		res, err = r.decideCall(s, len(envelope))
+		res, err = decideOnce(s, len(envelope))
 	}
 	if s.pending != nil {
 		return r.finishDispatch(s.pending, res, err)
