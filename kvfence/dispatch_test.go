@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/internal/defect"
 )
 
@@ -509,4 +510,42 @@ func TestDispatchHoldAllWaits(t *testing.T) {
 	if rc := f.receiptOf("raise"); rc.Dispatch != DispatchUnknown {
 		t.Fatalf("receipt %s", rc.Dispatch)
 	}
+}
+
+// Ensure that the state digest covers a receipt's dispatch fields: a
+// receipt whose unknown outcome is rewritten as applied in the store is
+// refused at the next Open.
+func TestDispatchReceiptEditedIsRefused(t *testing.T) {
+	obj := newFakeObject(fixValue)
+	f := newRemoteFixture(t, engines[0].new(t), obj, 100*time.Millisecond)
+	w := f.activate("worker-a", "claim-1", f.remoteRequest("raise"))
+	obj.set(func(o *fakeObject) { o.loseAnswer = true })
+	if res := f.submit("worker-a", w.envelope); res.Dispatch != DispatchUnknown {
+		t.Fatalf("result %+v", res)
+	}
+	err := f.r.rawUpdate(func(tx engine.Tx) error {
+		rc, err := getReceipt(tx, fixScope, "raise")
+		if err != nil {
+			return err
+		}
+		rc.Dispatch = DispatchApplied
+		raw, err := encodeCanonical(rc)
+		if err != nil {
+			return err
+		}
+		return tx.Put(bucketReceipts, receiptKey(fixScope, "raise"), raw)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.r.Close()
+	if _, err := f.openStore(f.opts(), defect.Variant{}); !errors.Is(err, ErrStateMismatch) {
+		t.Fatalf("Open after the edit: %v, want ErrStateMismatch", err)
+	}
+	// The cleanup's chain check reads through a read-only receiver.
+	r, err := f.openStore(&Options{ReadOnly: true}, defect.Variant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.r = r
 }
