@@ -608,8 +608,8 @@
 // epoch 1; [KindActivate]: open at the entry's epoch under its grant;
 // [KindHold]: held at the entry's epoch, no active grant; [KindRecovered]:
 // every scope held, every active grant removed, until the scope's next
-// activation). A [KindSubmit] entry with outcome [OutcomeApplied], and a
-// [KindGrantExtended] entry, must name its scope's active grant and that
+// activation). A [KindSubmit] entry with outcome [OutcomeApplied] or
+// [OutcomeDispatching], and a [KindGrantExtended] entry, must name its scope's active grant and that
 // grant's epoch; one that does not, or that names a held or unknown scope,
 // is a fence_violation
 // ([ErrFenceViolation], [FenceViolationError]), whose detail names the

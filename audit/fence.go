@@ -32,6 +32,10 @@ const (
 	OutcomeApplied        = "applied"         // the mutation committed
 	OutcomeAlreadyApplied = "already_applied" // an identical request was applied before; nothing changed
 	OutcomeDenied         = "denied"          // refused; reason says why
+	// OutcomeDispatching is the decision of a write to a remote target:
+	// it passed every check and its write was handed to the target, so,
+	// like an applied submit, it must name the scope's active grant.
+	OutcomeDispatching = "dispatching"
 )
 
 // FenceViolationError reports an applied submit entry, or a grant
@@ -182,7 +186,7 @@ func (r *fenceReplay) observe(e *Entry) {
 		// cannot violate the fence. An extension must name the active
 		// grant as an applied submit must: one that names a superseded
 		// grant would have revived what a hold fenced.
-		if (e.Kind == KindSubmit && e.Outcome != OutcomeApplied) || r.violation != nil {
+		if (e.Kind == KindSubmit && e.Outcome != OutcomeApplied && e.Outcome != OutcomeDispatching) || r.violation != nil {
 			return
 		}
 		s := r.scope(e.Scope)

@@ -98,6 +98,10 @@ func TestVerify_FenceReplay(t *testing.T) {
 			extended(s, 1, "g1")}, want{seq: 6, hold: 4, activeGrant: "g2"}},
 		{"extended after a recovery", []*Entry{created(s), activated(s, 1, "g1"), recovered(1), extended(s, 1, "g1")},
 			want{seq: 5, hold: 4, recovery: true}},
+		{"dispatched while held", []*Entry{created(s), activated(s, 1, "g1"), held(s, 2), submitted(OutcomeDispatching, s, 1, "g1")},
+			want{seq: 5, hold: 4}},
+		{"dispatched under the active grant, outcome after the hold", []*Entry{created(s), activated(s, 1, "g1"),
+			submitted(OutcomeDispatching, s, 1, "g1"), held(s, 2), {Kind: "dispatch", Scope: s, Epoch: 1, Grant: "g1", Outcome: "applied"}}, want{}},
 		{"the first of two violations", []*Entry{created(s), activated(s, 1, "g1"), held(s, 2),
 			submitted(OutcomeApplied, s, 1, "g1"), submitted(OutcomeApplied, s, 1, "g1")}, want{seq: 5, hold: 4}},
 	} {

@@ -56,6 +56,11 @@ type TargetSpec struct {
 	// registered with this receiver (Options.Effects); it must be empty
 	// for any other kind.
 	Effect string
+	// Object names the remote object of a TargetKubernetes target, which
+	// must exist: it is read once, through the kind's dispatcher, and the
+	// target records the incarnation (UID) it found. Value must then be
+	// empty, since the object holds the value. Nil for any other kind.
+	Object *RemoteObject
 }
 
 // CreateTargetSpec is CreateTarget for a target of any kind. A func
@@ -79,7 +84,22 @@ func (a *Admin) CreateTargetSpec(ctx context.Context, spec TargetSpec) (Target, 
 	}
 	rec := targetRecord{Scope: scope, Revision: 1, Value: value}
 	var note string
+	if spec.Object != nil && spec.Kind != TargetKubernetes {
+		return Target{}, fmt.Errorf("%w: an object is named only for a target of kind %s", ErrInvalidArgument, TargetKubernetes)
+	}
 	switch spec.Kind {
+	case TargetKubernetes:
+		if spec.Effect != "" || len(value) != 0 || spec.Object == nil {
+			return Target{}, fmt.Errorf("%w: a target of kind %s names an object, and no effect or value", ErrInvalidArgument, TargetKubernetes)
+		}
+		obj := *spec.Object
+		st, err := a.r.readRemoteForCreate(ctx, spec.Kind, obj)
+		if err != nil {
+			return Target{}, err
+		}
+		rec.Kind, rec.Object, rec.UID, rec.Value = TargetKubernetes, &obj, st.UID, []byte{}
+		value = st.Value
+		note = clip(fmt.Sprintf("kind %s, object %s, uid %s", TargetKubernetes, obj, st.UID), maxDenialDetail*4)
 	case "", TargetInternal:
 		if spec.Effect != "" {
 			return Target{}, fmt.Errorf("%w: an effect is named only for a target of kind %s", ErrInvalidArgument, TargetFunc)
@@ -94,12 +114,12 @@ func (a *Admin) CreateTargetSpec(ctx context.Context, spec TargetSpec) (Target, 
 		rec.Kind, rec.Effect = TargetFunc, spec.Effect
 		note = fmt.Sprintf("kind %s, effect %s", TargetFunc, spec.Effect)
 	default:
-		return Target{}, fmt.Errorf("%w: target kind %q (an embedder creates %s or %s targets)", ErrInvalidArgument, clip(string(spec.Kind), 32), TargetInternal, TargetFunc)
+		return Target{}, fmt.Errorf("%w: target kind %q (an embedder creates %s, %s or %s targets)", ErrInvalidArgument, clip(string(spec.Kind), 32), TargetInternal, TargetFunc, TargetKubernetes)
 	}
 	if err := ctx.Err(); err != nil {
 		return Target{}, err
 	}
-	err := a.r.exec(len(target)+len(value)+len(spec.Effect), func(w *wtx) error {
+	err := a.r.exec(len(target)+len(rec.Value)+len(spec.Effect), func(w *wtx) error {
 		c, err := w.control(scope)
 		if err != nil {
 			return err
@@ -130,7 +150,12 @@ func (a *Admin) CreateTargetSpec(ctx context.Context, spec TargetSpec) (Target, 
 		return Target{}, err
 	}
 	// The caller's slice may change after the call; the result is a copy.
-	return Target{Name: target, Scope: scope, Revision: 1, Value: append([]byte{}, value...), Kind: rec.kind(), Effect: rec.Effect}, nil
+	out := Target{Name: target, Scope: scope, Revision: 1, Value: append([]byte{}, rec.Value...), Kind: rec.kind(), Effect: rec.Effect, UID: rec.UID}
+	if rec.Object != nil {
+		obj := *rec.Object
+		out.Object = &obj
+	}
+	return out, nil
 }
 
 // ActivateRequest describes a grant to activate.
@@ -383,6 +408,7 @@ func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 				return HoldResult{}, err
 			}
 		}
+		a.r.gate.holdAll(res.Scopes)
 		return res, nil
 	})
 	if err != nil {
@@ -390,6 +416,11 @@ func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 	}
 	if anchored != nil {
 		res.Checkpoint = *anchored
+	}
+	// Acknowledged only once every remote write decided before the hold
+	// has settled or been fenced off; a repeat finishes an earlier wait.
+	if res.Outstanding, err = a.r.settleBeforeAck(ctx, res.Scopes); err != nil {
+		return HoldResult{}, err
 	}
 	if err := a.r.signHoldAcks(&res); err != nil {
 		return HoldResult{}, err

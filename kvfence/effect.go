@@ -480,9 +480,11 @@ func (w *wtx) ensureBucket(bucket []byte) error {
 // target that names no effect, is a record this package never writes.
 func (t *targetRecord) checkKind(key []byte) error {
 	switch {
-	case t.Kind == "" && t.Effect == "":
+	case t.Kind == "" && t.Effect == "" && t.Object == nil && t.UID == "":
 		return nil
-	case t.Kind == TargetFunc && checkName("effect", t.Effect) == nil:
+	case t.Kind == TargetFunc && checkName("effect", t.Effect) == nil && t.Object == nil && t.UID == "":
+		return nil
+	case t.Kind == TargetKubernetes && t.Effect == "" && t.Object != nil && t.Object.check() == nil && checkRemoteID("uid", t.UID) == nil:
 		return nil
 	}
 	return fmt.Errorf("%w: target record %q: kind %q effect %q is not one this receiver writes", ErrBadFormat, key, t.Kind, t.Effect)

@@ -154,12 +154,14 @@ func encodeFast(v any) (b []byte, ok bool) {
 	case *targetRecord:
 		// A target of another kind than internal is rare: the
 		// reflection encoder writes its two more fields.
-		if x == nil || x.Kind != "" || x.Effect != "" {
+		if x == nil || x.Kind != "" || x.Effect != "" || x.Object != nil || x.UID != "" {
 			return nil, false
 		}
 		return appendTarget(make([]byte, 0, 50+len(x.Scope)+len(x.Value)), x), true
 	case *receiptRecord:
-		if x == nil {
+		// A remote target's receipt is rare: the reflection encoder
+		// writes its dispatch fields.
+		if x == nil || x.isRemote() {
 			return nil, false
 		}
 		return appendReceipt(make([]byte, 0, 120+len(x.Grant)+len(x.Target)+len(x.RequestSHA256)), x), true

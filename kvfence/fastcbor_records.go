@@ -395,7 +395,7 @@ func decodeRecordFast(raw []byte, v any) bool {
 		*x = g
 		return true
 	case *targetRecord:
-		if x == nil || !(x.Scope == "" && x.Revision == 0 && x.Value == nil && x.Kind == "" && x.Effect == "") {
+		if x == nil || !(x.Scope == "" && x.Revision == 0 && x.Value == nil && x.Kind == "" && x.Effect == "" && x.Object == nil && x.UID == "") {
 			return false
 		}
 		t, ok := scanTarget(raw)
@@ -409,7 +409,7 @@ func decodeRecordFast(raw []byte, v any) bool {
 		return true
 	case *receiptRecord:
 		if x == nil || !(x.Grant == "" && x.RequestSHA256 == nil && x.Target == "" && x.RevBefore == 0 &&
-			x.RevAfter == 0 && x.AuditSeq == 0 && x.At == 0) {
+			x.RevAfter == 0 && x.AuditSeq == 0 && x.At == 0 && !x.isRemote()) {
 			return false
 		}
 		rc, ok := scanReceipt(raw)

@@ -60,11 +60,15 @@ type fixture struct {
 	store *store
 	// effects are registered when the receiver is (re)opened.
 	effects map[string]Effect
+	// dispatchers and dispatchTimeout are given when it is (re)opened.
+	dispatchers     map[TargetKind]Dispatcher
+	dispatchTimeout time.Duration
 }
 
 // opts returns the options the fixture's receiver is opened with.
 func (f *fixture) opts() *Options {
-	return &Options{Now: f.clock.Now, Key: testKey, Anchor: f.anchor, Warn: func(msg string) { f.t.Log(msg) }, Effects: f.effects}
+	return &Options{Now: f.clock.Now, Key: testKey, Anchor: f.anchor, Warn: func(msg string) { f.t.Log(msg) }, Effects: f.effects,
+		Dispatchers: f.dispatchers, DispatchTimeout: f.dispatchTimeout}
 }
 
 // reopen closes and reopens the fixture's receiver.

@@ -40,7 +40,12 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 	if err := ctx.Err(); err != nil {
 		return HoldAllResult{}, err
 	}
+	// The epochs of the scopes found held: a write decided before the
+	// hold that held them may still be unsettled (an earlier HoldAll that
+	// returned ErrHoldNotSettled), and this call finishes that wait.
+	var already []HeldScope
 	res, anchored, err := updateAnchored(a.r, len(reason), func(w *wtx) (HoldAllResult, error) {
+		already = already[:0]
 		res := HoldAllResult{HoldResult: HoldResult{HoldRequestedAt: requested.UTC(), HoldCommittedAt: w.now.UTC()}}
 		// Scope names are collected first: a cursor must not walk a
 		// bucket that the loop below writes to.
@@ -63,6 +68,7 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 			}
 			if c.Mode != ModeOpen {
 				res.AlreadyHeld = append(res.AlreadyHeld, s)
+				already = append(already, HeldScope{Scope: s, Epoch: c.Epoch})
 				continue
 			}
 			if err := a.holdScope(w, &res.HoldResult, s, c, requested, reason, ""); err != nil {
@@ -72,6 +78,7 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 		if len(res.Scopes) == 0 {
 			res.AuditSeq = w.chain.Head().Seq
 		}
+		a.r.gate.holdAll(res.Scopes)
 		return res, nil
 	})
 	if err != nil {
@@ -79,6 +86,9 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 	}
 	if anchored != nil {
 		res.Checkpoint = *anchored
+	}
+	if res.Outstanding, err = a.r.settleBeforeAck(ctx, append(already, res.Scopes...)); err != nil {
+		return HoldAllResult{}, err
 	}
 	if err := a.r.signHoldAcks(&res.HoldResult); err != nil {
 		return HoldAllResult{}, err

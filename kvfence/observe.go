@@ -61,7 +61,11 @@ func (r *Receiver) Target(name string) (Target, error) {
 		if t == nil {
 			return fmt.Errorf("%w: %s", ErrUnknownTarget, name)
 		}
-		out = Target{Name: name, Scope: t.Scope, Revision: t.Revision, Value: t.Value, Kind: t.kind(), Effect: t.Effect}
+		out = Target{Name: name, Scope: t.Scope, Revision: t.Revision, Value: t.Value, Kind: t.kind(), Effect: t.Effect, UID: t.UID}
+		if t.Object != nil {
+			obj := *t.Object
+			out.Object = &obj
+		}
 		return nil
 	})
 	return out, err
@@ -222,7 +226,9 @@ func (r *Receiver) ReceiptsByClaim(scope, claim string) ([]Receipt, error) {
 // public is the receipt's observable form.
 func (rc *receiptRecord) public(scope, action string) Receipt {
 	out := Receipt{Scope: scope, Action: action, Grant: rc.Grant, Target: rc.Target,
-		RevBefore: rc.RevBefore, RevAfter: rc.RevAfter, AuditSeq: rc.AuditSeq, At: fromNanos(rc.At)}
+		RevBefore: rc.RevBefore, RevAfter: rc.RevAfter, AuditSeq: rc.AuditSeq, At: fromNanos(rc.At),
+		Dispatch: rc.Dispatch, DispatchID: rc.DispatchID, Precondition: rc.Precondition, UID: rc.UID,
+		Deadline: fromNanos(rc.Deadline), Version: rc.Version}
 	copy(out.RequestSHA256[:], rc.RequestSHA256)
 	return out
 }

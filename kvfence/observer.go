@@ -52,7 +52,11 @@ func (r *Receiver) commitStats(batch []*call) *CommitStats {
 	for _, c := range batch {
 		switch v := c.res.(type) {
 		case Result:
-			s.Decisions = append(s.Decisions, v)
+			// A decision that met a remote target before its object was
+			// read decided nothing yet (dispatch_submit.go).
+			if v.Outcome != "" {
+				s.Decisions = append(s.Decisions, v)
+			}
 		case Grant:
 			s.Activations++
 		case HoldResult:

@@ -104,6 +104,16 @@ type Options struct {
 	// denied, never applied without it. Open refuses an effect whose
 	// name or buckets are invalid, or that has no Apply.
 	Effects map[string]Effect
+	// Dispatchers make the writes of remote targets, by kind
+	// (docs/design.md §4.2). A receiver whose targets use a kind without
+	// a dispatcher still opens, and denies every submit to them
+	// (precondition_failed); one whose store holds a dispatch still in
+	// flight of such a kind refuses to open (ErrNoDispatcher).
+	Dispatchers map[TargetKind]Dispatcher
+	// DispatchTimeout bounds a remote write, from its decision to its
+	// outcome: zero means DefaultDispatchTimeout; at most
+	// MaxDispatchTimeout.
+	DispatchTimeout time.Duration
 
 	// anchorUnchecked opens without comparing the database with its anchor
 	// and leaves the anchor alone. Inspect and VerifyChain (read-only) and
@@ -195,6 +205,9 @@ type Receiver struct {
 	anchorDamage *audit.SlotDamage
 	// closed is set by Close, for Readiness.
 	closed atomic.Bool
+	// gate is the in-process record of holds that dispatches check before
+	// they start (dispatch_gate.go).
+	gate dispatchGate
 }
 
 // faultHooks lets this package's tests make a write transaction fail at a
@@ -211,6 +224,15 @@ type faultHooks struct {
 	// freeSpace, if set, replaces the store's measurement of the volume's
 	// free space that the reserve for administrators is checked against.
 	freeSpace func(path string) (int64, error)
+	// beforeGate, if set, runs after a dispatching decision committed and
+	// before its write checks the hold gate, so that a test can commit a
+	// hold in between.
+	beforeGate func(scope string)
+	// skipHoldWait and skipFence remove a hold's wait for the remote
+	// writes decided before it, and the fencing write at a write's
+	// deadline: only the tests that show those controls are decisive set
+	// them, to show that they then go red.
+	skipHoldWait, skipFence bool
 }
 
 // defectsAllowed says whether a defect.Variant may take effect. It is set
@@ -479,6 +501,9 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 	if err := checkEffects(o.Effects); err != nil {
 		return nil, err
 	}
+	if err := checkDispatchOptions(&o); err != nil {
+		return nil, err
+	}
 	// The caller's map and slices may change after Open; the receiver
 	// keeps its own.
 	o.Effects = cloneEffects(o.Effects)
@@ -520,6 +545,13 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 			return nil, err
 		}
 		if err := r.checkAnchor(); err != nil {
+			return nil, err
+		}
+	}
+	if !o.ReadOnly && !o.anchorUnchecked && v == (defect.Variant{}) {
+		// Before the receiver serves: a dispatch a process left in flight
+		// is settled or fenced off (dispatch_open.go).
+		if err := r.resolveDispatches(); err != nil {
 			return nil, err
 		}
 	}

@@ -110,6 +110,10 @@ type targetRecord struct {
 	Kind TargetKind `cbor:"kind,omitempty"`
 	// Effect names the registered effect of a TargetFunc target.
 	Effect string `cbor:"effect,omitempty"`
+	// Object names the remote object of a TargetKubernetes target, and
+	// UID the incarnation of it the target was created for (dispatch.go).
+	Object *RemoteObject `cbor:"object,omitempty"`
+	UID    string        `cbor:"uid,omitempty"`
 }
 
 // receiptRecord is the stored form of a receipt.
@@ -121,6 +125,18 @@ type receiptRecord struct {
 	RevAfter      uint64 `cbor:"rev_after"`
 	AuditSeq      uint64 `cbor:"audit_seq"`
 	At            int64  `cbor:"at"`
+	// The fields below are set only on the receipt of a write to a remote
+	// target (dispatch_records.go), and omitted otherwise, so that every
+	// other receipt encodes, and hashes into the state digest, byte for
+	// byte as before they existed.
+	Dispatch     DispatchState `cbor:"dispatch,omitempty"`
+	DispatchID   string        `cbor:"dispatch_id,omitempty"`
+	Epoch        uint64        `cbor:"epoch,omitempty"`
+	Precondition string        `cbor:"precondition,omitempty"`
+	UID          string        `cbor:"uid,omitempty"`
+	Deadline     int64         `cbor:"deadline,omitempty"`
+	ValueSHA256  []byte        `cbor:"value_sha256,omitempty"`
+	Version      string        `cbor:"version,omitempty"`
 }
 
 // holdRecord is the stored form of one scope's part of an idempotent

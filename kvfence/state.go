@@ -184,6 +184,11 @@ func parseReceiptKey(key, raw []byte) (*receiptRecord, error) {
 	if err := decodeRecord(bucketReceipts, key, raw, &rc); err != nil {
 		return nil, err
 	}
+	// A dispatch state this package never writes is never taken for one
+	// it does: a hold would wait on it, or skip it, by mistake.
+	if rc.isRemote() && (!validDispatchState(rc.Dispatch) || checkRemoteID("dispatch id", rc.DispatchID) != nil) {
+		return nil, fmt.Errorf("%w: receipt record %q: dispatch state %q is not one this receiver writes", ErrBadFormat, key, clip(string(rc.Dispatch), 32))
+	}
 	return &rc, nil
 }
 

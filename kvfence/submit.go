@@ -36,6 +36,14 @@ type submission struct {
 	// keys are the store keys decide reads and writes, made once, outside
 	// the transaction, in one buffer.
 	keys submissionKeys
+	// remote is what Submit read of a remote target's object before the
+	// decision; needRemote is set by a decision that met a remote target
+	// without it, and wrote nothing; pending is the dispatch a committed
+	// decision handed over (dispatch_submit.go). decide resets the last
+	// two on every run.
+	remote     *remoteRead
+	needRemote bool
+	pending    *pendingDispatch
 }
 
 // submissionKeys are a submission's keys: its scope's control record,
@@ -111,15 +119,27 @@ func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (
 	// Decoding and hashing need no lock, so they happen before the call
 	// joins the commit queue; the leader of its batch runs only decide.
 	s := r.prepare(caller, envelope)
+	decideOnce := r.decideCall
 	if r.defect.CheckOutsideTransaction && defectsAllowed.Load() {
-		return r.submitCheckedBefore(s, len(envelope))
+		decideOnce = r.submitCheckedBefore
 	}
-	return r.decideCall(s, len(envelope))
+	res, err := decideOnce(s, len(envelope))
+	if err == nil && s.needRemote {
+		// The target is remote: its object is read outside any
+		// transaction, and the decision made again against what it holds.
+		r.readRemote(ctx, s)
+		res, err = decideOnce(s, len(envelope))
+	}
+	if s.pending != nil {
+		return r.finishDispatch(s.pending, res, err)
+	}
+	return res, err
 }
 
 // decide runs checks 1-12 for one submission inside w.
 func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	s.grant, s.target, s.scope = nil, false, false
+	s.needRemote, s.pending = false, nil
 	if s.env == nil {
 		return w.deny(nil, s, s.denial, s.detail)
 	}
@@ -196,6 +216,10 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 		if !bytes.Equal(rc.RequestSHA256, s.digest[:]) {
 			return w.deny(ctl, s, ReasonActionReuseConflict, fmt.Sprintf("action applied earlier with request sha256 %x", rc.RequestSHA256))
 		}
+		if rc.isRemote() {
+			// Never dispatched twice: the repeat is told the state.
+			return w.repeatDispatch(s, rc)
+		}
 		seq, err := w.appendAudit(s.entry(AlreadyApplied, "", ""))
 		if err != nil {
 			return Result{}, err
@@ -213,17 +237,34 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 		return w.deny(ctl, s, ReasonUnknownTarget, "no such target in this scope")
 	}
 	s.target = true
+	current := t.Value
+	if t.Kind == TargetKubernetes {
+		if s.remote == nil {
+			// Nothing is written: Submit reads the object outside the
+			// transaction and decides again.
+			s.needRemote = true
+			w.idle++
+			return Result{}, nil
+		}
+		if reason, detail := s.remote.refusal(t); reason != "" {
+			return w.deny(ctl, s, reason, detail)
+		}
+		current = s.remote.state.Value
+	}
+	// For a remote target, expect_revision is the target's kvfence
+	// revision, which counts the writes the receiver applied to it, not
+	// the object's version.
 	if req.ExpectRevision != nil && *req.ExpectRevision != t.Revision {
 		return w.deny(ctl, s, ReasonPreconditionFailed, fmt.Sprintf("expected revision %d, target is at %d", *req.ExpectRevision, t.Revision))
 	}
-	if req.ExpectValue != nil && !bytes.Equal(*req.ExpectValue, t.Value) {
+	if req.ExpectValue != nil && !bytes.Equal(*req.ExpectValue, current) {
 		return w.deny(ctl, s, ReasonPreconditionFailed, "expected value differs from the target's value")
 	}
 	var value []byte
 	if req.Set != nil {
 		value = *req.Set
 	} else {
-		value, err = applyPatch(req.patch, t.Value)
+		value, err = applyPatch(req.patch, current)
 		if err != nil {
 			return w.deny(ctl, s, ReasonPreconditionFailed, err.Error())
 		}
@@ -235,6 +276,9 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	// effect's writes commit together or not at all. The effect runs
 	// last of the checks and first of the writes, so that its refusal
 	// leaves nothing but the denial.
+	if t.Kind == TargetKubernetes {
+		return r.decideDispatch(w, s, t, value)
+	}
 	if t.Kind == TargetFunc {
 		eff, ok := r.opts.Effects[t.Effect]
 		if !ok {

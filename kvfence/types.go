@@ -93,6 +93,18 @@ type Result struct {
 	// applied under: the audit seq of the applied decision, so that the
 	// executor can tell a stale retry of its own effect from a refusal.
 	ReceiptSeq uint64 `json:"receipt_seq,omitempty"`
+	// Dispatch is set for a write to a remote target (docs/design.md
+	// §4.2): the state of its dispatch as this answer leaves it. Outcome
+	// then says the same in short: Applied or AlreadyApplied for applied,
+	// NotApplied for conflict, failed or cancelled, OutcomeUnknown for
+	// unknown, Dispatching while the write is in flight.
+	Dispatch DispatchState `json:"dispatch,omitempty"`
+	// DispatchID identifies the dispatch: the receipt stamp written on the
+	// remote object with the change.
+	DispatchID string `json:"dispatch_id,omitempty"`
+	// Version is the remote object's version the dispatch left (applied),
+	// or the fencing write left (unknown after a fence).
+	Version string `json:"version,omitempty"`
 }
 
 // Grant is a reviewed authorisation for exactly one logical action.
@@ -196,6 +208,13 @@ type Target struct {
 	Kind TargetKind
 	// Effect names the effect of a TargetFunc target; empty otherwise.
 	Effect string
+	// Object names the remote object of a TargetKubernetes target, and
+	// UID the incarnation it was created for; nil and empty otherwise.
+	// Such a target's Value is empty: the object holds it, and Revision
+	// counts the writes the receiver applied to it.
+	Object *RemoteObject
+	// UID is the remote object's incarnation the target stands for.
+	UID string
 }
 
 // Receipt records an applied action.
@@ -220,6 +239,23 @@ type Receipt struct {
 	AuditSeq uint64
 	// At is when the action was applied, on the receiver's clock.
 	At time.Time
+	// Dispatch is the state of a remote target's write (docs/design.md
+	// §4.2); empty for any other target, whose receipt means applied.
+	// RevAfter equals RevBefore until the dispatch is applied.
+	Dispatch DispatchState
+	// DispatchID is the dispatch's id, the receipt stamp on the object.
+	DispatchID string
+	// Precondition and UID are the object's version and incarnation the
+	// decision read, under which the write was made.
+	Precondition string
+	// UID is the object's incarnation the decision read.
+	UID string
+	// Deadline is when the dispatch must have ended, on the receiver's
+	// clock.
+	Deadline time.Time
+	// Version is the object's version the write left (applied), or a
+	// fencing write left (unknown).
+	Version string
 }
 
 // HeldScope is one scope's part of a hold.
@@ -259,4 +295,9 @@ type HoldResult struct {
 	// for the hold's commit, or for a repeat the current one. Each scope's
 	// Ack names it.
 	Checkpoint audit.SignedCheckpoint
+	// Outstanding lists the writes to remote targets of the held scopes,
+	// decided before the hold, whose outcome is unknown: each may or may
+	// not have reached its object, and was fenced off before the hold was
+	// acknowledged (docs/design.md §4.2). Containment reads them.
+	Outstanding []OutstandingDispatch
 }

@@ -168,6 +168,11 @@ func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error)
 	fmt.Fprintf(tw, "revision\t%d -> %d\n", out.RevBefore, out.RevAfter)
 	fmt.Fprintf(tw, "audit seq\t%d\n", out.AuditSeq)
 	fmt.Fprintf(tw, "at\t%s\n", humanTime(rc.At))
+	if rc.Dispatch != "" {
+		fmt.Fprintf(tw, "dispatch\t%s %s\n", rc.Dispatch, rc.DispatchID)
+		fmt.Fprintf(tw, "object version\t%s -> %s (uid %s)\n", rc.Precondition, rc.Version, rc.UID)
+		fmt.Fprintf(tw, "deadline\t%s\n", humanTime(rc.Deadline))
+	}
 	return tw.Flush()
 }
 
@@ -298,7 +303,7 @@ func (c *ObserveCommand) events(ctx context.Context, args []string) (err error) 
 
 // eventKinds are the kinds of entry a receiver writes, which --kind accepts.
 var eventKinds = []string{audit.KindInit, audit.KindScopeCreated, audit.KindTargetCreated, audit.KindActivate,
-	audit.KindHold, audit.KindGrantExtended, audit.KindSubmit, audit.KindRecovered, audit.KindReanchored, audit.KindArchived}
+	audit.KindHold, audit.KindGrantExtended, audit.KindSubmit, kvfence.KindDispatch, audit.KindRecovered, audit.KindReanchored, audit.KindArchived}
 
 // eventFilter selects the events observe events prints.
 type eventFilter struct {

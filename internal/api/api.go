@@ -80,24 +80,34 @@ type Submit struct {
 	// and only for the executor of the grant it was applied under, the
 	// audit seq of the applied decision; omitted when 0.
 	ReceiptSeq uint64 `json:"receipt_seq,omitempty"`
+	// Dispatch is, for a write to a remote target, the state of its
+	// dispatch; omitted otherwise.
+	Dispatch string `json:"dispatch,omitempty"`
+	// DispatchID identifies the dispatch; omitted when Dispatch is.
+	DispatchID string `json:"dispatch_id,omitempty"`
+	// Version is the remote object's version the write or its fence
+	// left; omitted when none.
+	Version string `json:"version,omitempty"`
 }
 
 // SubmitOf returns the response for a decision.
 func SubmitOf(r kvfence.Result) Submit {
 	return Submit{Outcome: string(r.Outcome), Reason: string(r.Reason), Detail: r.Detail, Scope: r.Scope,
-		Epoch: r.Epoch, Grant: r.Grant, Action: r.Action, Target: r.Target, Revision: r.Revision, AuditSeq: r.AuditSeq, ReceiptSeq: r.ReceiptSeq}
+		Epoch: r.Epoch, Grant: r.Grant, Action: r.Action, Target: r.Target, Revision: r.Revision, AuditSeq: r.AuditSeq, ReceiptSeq: r.ReceiptSeq,
+		Dispatch: string(r.Dispatch), DispatchID: r.DispatchID, Version: r.Version}
 }
 
 // Result returns the decision a response carries.
 func (s Submit) Result() (kvfence.Result, error) {
 	switch kvfence.Outcome(s.Outcome) {
-	case kvfence.Applied, kvfence.AlreadyApplied, kvfence.Denied:
+	case kvfence.Applied, kvfence.AlreadyApplied, kvfence.Denied, kvfence.Dispatching, kvfence.NotApplied, kvfence.OutcomeUnknown:
 	default:
 		return kvfence.Result{}, fmt.Errorf("unknown outcome %q", s.Outcome)
 	}
 	return kvfence.Result{Outcome: kvfence.Outcome(s.Outcome), Reason: kvfence.Reason(s.Reason), Detail: s.Detail,
 		Scope: s.Scope, Epoch: s.Epoch, Grant: s.Grant, Action: s.Action, Target: s.Target, Revision: s.Revision,
-		AuditSeq: s.AuditSeq, ReceiptSeq: s.ReceiptSeq}, nil
+		AuditSeq: s.AuditSeq, ReceiptSeq: s.ReceiptSeq, Dispatch: kvfence.DispatchState(s.Dispatch), DispatchID: s.DispatchID,
+		Version: s.Version}, nil
 }
 
 // ScopeCreateRequest is the body of POST /v1/scopes.
@@ -459,24 +469,42 @@ type Receipt struct {
 	AuditSeq uint64 `json:"audit_seq"`
 	// At is when the action was applied.
 	At *string `json:"at"`
+	// Dispatch is a remote target's dispatch state; the fields below are
+	// omitted for any other receipt.
+	Dispatch string `json:"dispatch,omitempty"`
+	// DispatchID is the dispatch's id, the receipt stamp on the object.
+	DispatchID string `json:"dispatch_id,omitempty"`
+	// Precondition is the object's version the decision read.
+	Precondition string `json:"precondition,omitempty"`
+	// UID is the object's incarnation the decision read.
+	UID string `json:"uid,omitempty"`
+	// Deadline is when the dispatch must have ended.
+	Deadline *string `json:"deadline,omitempty"`
+	// Version is the object's version the write or its fence left.
+	Version string `json:"version,omitempty"`
 }
 
 // ReceiptOf returns the JSON form of a receipt.
 func ReceiptOf(rc kvfence.Receipt) Receipt {
 	return Receipt{Scope: rc.Scope, Action: rc.Action, Grant: rc.Grant,
 		RequestSHA256: hex.EncodeToString(rc.RequestSHA256[:]), Target: rc.Target, RevBefore: rc.RevBefore,
-		RevAfter: rc.RevAfter, AuditSeq: rc.AuditSeq, At: Time(rc.At)}
+		RevAfter: rc.RevAfter, AuditSeq: rc.AuditSeq, At: Time(rc.At), Dispatch: string(rc.Dispatch), DispatchID: rc.DispatchID,
+		Precondition: rc.Precondition, UID: rc.UID, Deadline: Time(rc.Deadline), Version: rc.Version}
 }
 
 // ToReceipt returns the receipt a response describes.
 func (r Receipt) ToReceipt() (kvfence.Receipt, error) {
 	out := kvfence.Receipt{Scope: r.Scope, Action: r.Action, Grant: r.Grant, Target: r.Target,
-		RevBefore: r.RevBefore, RevAfter: r.RevAfter, AuditSeq: r.AuditSeq}
+		RevBefore: r.RevBefore, RevAfter: r.RevAfter, AuditSeq: r.AuditSeq, Dispatch: kvfence.DispatchState(r.Dispatch),
+		DispatchID: r.DispatchID, Precondition: r.Precondition, UID: r.UID, Version: r.Version}
 	if err := hexDigest(r.RequestSHA256, &out.RequestSHA256); err != nil {
 		return out, err
 	}
 	var err error
-	out.At, err = ParseTime(r.At)
+	if out.At, err = ParseTime(r.At); err != nil {
+		return out, err
+	}
+	out.Deadline, err = ParseTime(r.Deadline)
 	return out, err
 }
 

@@ -35,6 +35,11 @@ func (s *Submit) AppendJSON(b []byte) []byte {
 		b = append(b, `,"receipt_seq":`...)
 		b = strconv.AppendUint(b, s.ReceiptSeq, 10)
 	}
+	for _, f := range [...]struct{ key, v string }{{`,"dispatch":`, s.Dispatch}, {`,"dispatch_id":`, s.DispatchID}, {`,"version":`, s.Version}} {
+		if f.v != "" {
+			b = appendJSONString(append(b, f.key...), f.v)
+		}
+	}
 	return append(b, "}\n"...)
 }
 

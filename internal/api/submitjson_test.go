@@ -35,7 +35,7 @@ func TestSubmitAppendJSON(t *testing.T) {
 	for _, s := range strs {
 		for _, n := range []uint64{0, 1, 1 << 63, ^uint64(0)} {
 			in := Submit{Outcome: s, Reason: s, Detail: s, Scope: s, Epoch: n, Grant: s, Action: s, Target: s,
-				Revision: n + 1, AuditSeq: n ^ 7, ReceiptSeq: n}
+				Revision: n + 1, AuditSeq: n ^ 7, ReceiptSeq: n, Dispatch: s, DispatchID: s, Version: s}
 			want := encodeStd(t, in)
 			if got := in.AppendJSON([]byte("prefix")); !bytes.Equal(got, append([]byte("prefix"), want...)) {
 				t.Errorf("AppendJSON(%q, %d):\n got %q\nwant prefix%q", s, n, got, want)
@@ -50,7 +50,7 @@ func FuzzSubmitAppendJSON(f *testing.F) {
 	f.Add("applied", "", "\u2028", uint64(0))
 	f.Fuzz(func(t *testing.T, outcome, reason, detail string, n uint64) {
 		in := Submit{Outcome: outcome, Reason: reason, Detail: detail, Scope: detail + outcome, Epoch: n,
-			Grant: reason, Action: outcome, Target: detail, Revision: n * 3, AuditSeq: ^n, ReceiptSeq: n / 2}
+			Grant: reason, Action: outcome, Target: detail, Revision: n * 3, AuditSeq: ^n, ReceiptSeq: n / 2, Dispatch: reason, Version: detail}
 		if got, want := in.AppendJSON(nil), encodeStd(t, in); !bytes.Equal(got, want) {
 			t.Fatalf("AppendJSON:\n got %q\nwant %q", got, want)
 		}
