@@ -104,6 +104,9 @@ func (a *anchorEtcdFlags) open(cmd, anchor string) (audit.AnchorStore, error) {
 	}
 	s, err := etcdanchor.Open(addr, &etcdanchor.Options{CertFile: a.cert, KeyFile: a.key, CAFile: a.ca,
 		Username: a.user, Password: password})
+	if errors.Is(err, etcdanchor.ErrAuthOff) {
+		return nil, authOffErr(cmd, "--anchor", "--anchor-etcd-user", a.user, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kvfence %s: --anchor: %w", cmd, err)
 	}

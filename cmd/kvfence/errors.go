@@ -62,9 +62,10 @@ func exitCode(err error) int {
 	case errors.As(err, &we):
 		return ExitWarning
 	case errors.As(err, &ue), isMalformedInput(err), errors.Is(err, kvfence.ErrAnchorNotApart),
-		errors.Is(err, kvfence.ErrAnchorClusterUnrecorded):
-		// The command line names the store's cluster as the anchor, or
-		// must state the anchor's cluster: corrected there.
+		errors.Is(err, kvfence.ErrAnchorClusterUnrecorded), errors.Is(err, etcdanchor.ErrAuthOff):
+		// The command line names the store's cluster as the anchor, must
+		// state the anchor's cluster, or names an etcd user for a cluster
+		// without auth: corrected there (or on the cluster).
 		return ExitUsage
 	case errors.As(err, &de), kvfence.IsRefusal(err), ledger.IsRefusal(err), errors.Is(err, kvfence.ErrHoldIDConflict):
 		return ExitDenied

@@ -20,6 +20,7 @@ import (
 var etcdAuthPasswords = map[string]string{
 	"root.password": "root-pw", "receiver.password": "receiver-pw", "worker-a.password": "worker-pw",
 	"anchor-root.password": "anchor-root-pw", "anchor.password": "anchor-pw",
+	"ledger.password": "ledger-pw", "ledger-anchor.password": "ledger-anchor-pw",
 }
 
 // authClusters starts the receiver's and the anchor's clusters and runs

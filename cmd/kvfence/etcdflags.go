@@ -116,7 +116,9 @@ func (e *etcdFlags) check(cmd string) error {
 
 // client connects to the checked endpoints. Without --etcd-user it does
 // not contact the cluster (the first request does); with it, it
-// authenticates first, within the dial timeout.
+// authenticates first, within the dial timeout, and then refuses a
+// cluster whose auth is off (etcdauth.ErrAuthOff), on which etcd's client
+// would go on without the user.
 func (e *etcdFlags) client(cmd string) (*clientv3.Client, error) {
 	tlsCfg, err := (&etcdanchor.Options{CertFile: e.cert, KeyFile: e.key, CAFile: e.ca}).TLSConfig()
 	if err != nil {
@@ -137,6 +139,12 @@ func (e *etcdFlags) client(cmd string) (*clientv3.Client, error) {
 		Username: e.user, Password: password, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("kvfence %s: --etcd: %w", cmd, err)
+	}
+	if e.user != "" {
+		if err := requireAuth(cli); err != nil {
+			cli.Close()
+			return nil, authOffErr(cmd, "--etcd", "--etcd-user", e.user, err)
+		}
 	}
 	cli.KV = timeoutKV{KV: cli.KV, d: etcdRequestTimeout}
 	return cli, nil
