@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"maps"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -83,19 +85,25 @@ func TestEtcdAuth_Ledger(t *testing.T) {
 	c.env[envEtcdUser], c.env[envEtcdPasswordFile] = "kvfence-receiver", c.path("receiver.password")
 	initArgs := []string{"ledger", "init", "--id", "ledger-1"}
 	for _, tt := range []struct {
-		name, user, file, want string
+		name, user, file string
+		want             []string // the error, and the hint that says what to do
 	}{
-		{"no user", "", "", "user name is empty"},
-		{"the receiver's user", "kvfence-receiver", c.path("receiver.password"), "permission denied"},
-		{"a worker's user", "worker-a", c.path("worker-a.password"), "permission denied"},
-		{"a wrong password", "kvfence-ledger", c.path("receiver.password"), "authentication failed"},
+		{"no user", "", "", []string{"user name is empty", "KVFENCE_LEDGER_ETCD_USER"}},
+		{"the receiver's user", "kvfence-receiver", c.path("receiver.password"), []string{"permission denied", "kvfence-ledger for the ledger's"}},
+		{"a worker's user", "worker-a", c.path("worker-a.password"), []string{"permission denied", "kvfence-ledger for the ledger's"}},
+		{"a wrong password", "kvfence-ledger", c.path("receiver.password"), []string{"authentication failed", "password is wrong"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c.env[envLedgerEtcdUser], c.env[envLedgerEtcdPasswordFile] = tt.user, tt.file
 			start := time.Now()
 			r := c.run(initArgs...)
-			if r.code == 0 || !strings.Contains(r.stderr, tt.want) || strings.Contains(r.stderr, "outcome is unknown") {
-				t.Fatalf("ledger init: %s; want a refusal saying %q", r, tt.want)
+			if r.code != ExitError || strings.Contains(r.stderr, "outcome is unknown") {
+				t.Fatalf("ledger init: %s; want exit 1, a definite refusal", r)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Fatalf("ledger init: %s; want a refusal saying %q", r, w)
+				}
 			}
 			if d := time.Since(start); d > 20*time.Second {
 				t.Fatalf("ledger init took %v to fail", d)
@@ -134,4 +142,50 @@ func TestEtcdAuth_Ledger(t *testing.T) {
 	if _, err := w.Get(ctx, defaultLedgerPrefix, clientv3.WithPrefix()); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("a worker's read of the ledger: %v; want permission denied", err)
 	}
+}
+
+// Ensure that a receiver's commit refused by etcd auth is reported as a
+// definite error (exit 1, never outcome_unknown, which would tell the
+// operator to repeat a write that may have landed), with nothing written:
+// a user whose role reads the receiver's prefix but may not write it
+// opens the receiver and is refused at its hold's commit.
+func TestEtcdAuth_RefusedCommitIsDefinite(t *testing.T) {
+	c := newCLI(t)
+	rc, ac := c.authClusters()
+	c.env[envEtcd] = strings.Join(rc.Endpoints(), ",")
+	c.env[envEtcdUser], c.env[envEtcdPasswordFile] = "kvfence-receiver", c.path("receiver.password")
+	c.env[envAnchor] = "etcd://" + strings.TrimPrefix(ac.Endpoints()[0], "http://") + "/kvfence/anchor"
+	c.env[envAnchorEtcdUser], c.env[envAnchorEtcdPasswordFile] = "kvfence-receiver", c.path("anchor.password")
+	c.receiver()
+	root := authClient(t, rc, "root", etcdAuthPasswords["root.password"])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := root.RoleAdd(ctx, "kvfence-reader"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.RoleGrantPermission(ctx, "kvfence-reader", "/kvfence/", clientv3.GetPrefixRangeEnd("/kvfence/"),
+		clientv3.PermissionType(clientv3.PermRead)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.UserAdd(ctx, "auditor", "auditor-pw"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.UserGrantRole(ctx, "auditor", "kvfence-reader"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.path("auditor.password"), []byte("auditor-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, root, "/kvfence/")
+	c.env[envEtcdUser], c.env[envEtcdPasswordFile] = "auditor", c.path("auditor.password")
+	c.must(0, "status") // it reads
+	out := c.json(ExitError, "hold", "--scope", fixtureScope, "--reason", "auditor tries")
+	if e := out["error"].(map[string]any); e["code"] == "outcome_unknown" || !strings.Contains(e["message"].(string), "refused the commit: etcdserver: permission denied") {
+		t.Fatalf("hold as a read-only user: %v; want a definite permission denied", out)
+	}
+	if after := snapshot(t, root, "/kvfence/"); !maps.Equal(after, before) {
+		t.Fatalf("the refused hold changed the receiver's prefix: %d keys, then %d", len(before), len(after))
+	}
+	c.env[envEtcdUser], c.env[envEtcdPasswordFile] = "kvfence-receiver", c.path("receiver.password")
+	c.must(0, "verify-chain", "--pub", c.path("receiver.key.pub"))
 }
