@@ -160,7 +160,9 @@ const usageEtcdTLS = `	--etcd-cert FILE, --etcd-key FILE, --etcd-ca FILE
 	    password on one line (both or neither; the file not readable by
 	    group or others, at most 1024 bytes). Default to $KVFENCE_ETCD_USER
 	    and $KVFENCE_ETCD_PASSWORD_FILE ($KVFENCE_LEDGER_ETCD_USER and
-	    $KVFENCE_LEDGER_ETCD_PASSWORD_FILE for the ledger).
+	    $KVFENCE_LEDGER_ETCD_PASSWORD_FILE for the ledger). A user given
+	    for a cluster whose auth is off is refused (exit 2): etcd's client
+	    would go on without it.
 	    deploy/etcd/README.md gives the roles that leave workers read-only.
 	--etcd-max-txn-ops N
 	    The cluster's --max-txn-ops (default 128, etcd's): one transaction
