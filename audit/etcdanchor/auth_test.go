@@ -5,8 +5,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	deployetcd "github.com/kvfence/kvfence/deploy/etcd"
 	"github.com/kvfence/kvfence/internal/etcdtest"
@@ -70,6 +72,16 @@ func TestOpen_UserForClusterWithoutAuth(t *testing.T) {
 				t.Fatalf("Store as the anchor's user: %v", err)
 			}
 		})
+	}
+	// New, on a client of the caller's that authenticates as a user.
+	userCli, err := clientv3.New(clientv3.Config{Endpoints: plain.Endpoints(), DialTimeout: 5 * time.Second,
+		Username: "kvfence-receiver", Password: "any-password", Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer userCli.Close()
+	if _, err := New(userCli, "/kvfence/anchor", nil); !errors.Is(err, ErrAuthOff) {
+		t.Fatalf("New with a user on a cluster without auth: %v, want ErrAuthOff", err)
 	}
 	resp, err := plain.Client(t).Get(context.Background(), "/", clientv3.WithPrefix())
 	if err != nil || len(resp.Kvs) != 0 {

@@ -160,7 +160,9 @@ func Open(addr Address, opts *Options) (*Store, error) {
 
 // New returns a Store on key through client, which the caller keeps and
 // closes; only opts' Timeout and Attempts apply. The key follows
-// ParseAddress's rules.
+// ParseAddress's rules. If client authenticates as a user, New asks the
+// cluster, within Options.Timeout, whether its auth is enabled, and a
+// cluster without auth is ErrAuthOff, as with Open.
 func New(client *clientv3.Client, key string, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("etcdanchor: nil client")
@@ -169,6 +171,14 @@ func New(client *clientv3.Client, key string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: key %q: %v", ErrBadAddress, key, err)
 	}
 	o := opts.orDefaults()
+	if client.Username != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+		err := etcdauth.RequireEnabled(ctx, client)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("etcdanchor: user %s: %w", client.Username, err)
+		}
+	}
 	return &Store{client: client, kv: client, key: key, timeout: o.Timeout, attempts: o.Attempts}, nil
 }
 

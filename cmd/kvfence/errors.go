@@ -253,6 +253,9 @@ func hint(err error) string {
 		return "ask for a shorter --ttl; kvfence scope list shows each scope's maximum grant ttl"
 	case errors.Is(err, fs.ErrExist):
 		return "choose another --out path; kvfence never overwrites a file"
+	case errors.Is(err, etcdanchor.ErrAuthOff):
+		return "enable auth on the cluster as deploy/etcd/README.md says (auth enable comes last), or drop the etcd user " +
+			"and its password file if the cluster is meant to run without auth"
 	case errors.Is(err, rpctypes.ErrUserEmpty):
 		return "the etcd cluster has auth enabled and no user was given: pass --etcd-user and --etcd-password-file " +
 			"(KVFENCE_ETCD_USER and KVFENCE_ETCD_PASSWORD_FILE; the ledger's KVFENCE_LEDGER_ETCD_USER and " +

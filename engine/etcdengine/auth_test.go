@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	deployetcd "github.com/kvfence/kvfence/deploy/etcd"
 	"github.com/kvfence/kvfence/engine"
@@ -69,5 +70,39 @@ func TestAuthRefusalIsDefinite(t *testing.T) {
 	resp, err := d.ClientAs(t, d.Receiver, "root", "root.password").Get(ctx, "/app/", clientv3.WithPrefix())
 	if err != nil || len(resp.Kvs) != 0 {
 		t.Errorf("the worker's refused commit wrote %d keys (%v)", len(resp.Kvs), err)
+	}
+}
+
+// Ensure that New refuses a client that authenticates as a user on a
+// cluster whose auth is off (ErrAuthOff), where etcd's client would drop
+// the user and every client could write the engine's keys, and that a
+// client without a user is taken as before.
+func TestNewRefusesUserWithoutAuth(t *testing.T) {
+	c := etcdtest.Start(t)
+	for _, tc := range []struct {
+		name, user string
+		want       error
+	}{
+		{"a user", "kvfence-receiver", ErrAuthOff},
+		{"no user", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+			if tc.user != "" {
+				cfg.Username, cfg.Password = tc.user, "any-password"
+			}
+			cli, err := clientv3.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			e, err := New(cli, nil)
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("New: %v, want %v", err, tc.want)
+			}
+			if e != nil && tc.want != nil {
+				t.Fatal("New returned an engine with its error")
+			}
+		})
 	}
 }
