@@ -34,7 +34,7 @@ func (c *cli) authClusters() (receiver, anchor *etcdtest.Cluster) {
 		c.t.Fatal(err)
 	}
 	receiver, anchor = etcdtest.Start(c.t), etcdtest.Start(c.t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n, err := etcdtest.ApplyEtcdctl(ctx, string(doc), map[string]*clientv3.Client{
 		"RECEIVER_ETCD": receiver.Client(c.t), "ANCHOR_ETCD": anchor.Client(c.t)}, etcdAuthPasswords)

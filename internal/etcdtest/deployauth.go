@@ -14,6 +14,10 @@ import (
 	"go.uber.org/zap"
 )
 
+// applyTimeout bounds running a page's etcdctl lines: each user add
+// hashes a password, slow on a loaded machine.
+const applyTimeout = 2 * time.Minute
+
 // passwordFileRef finds the password files a page's etcdctl lines read
 // ("--interactive=false < FILE").
 var passwordFileRef = regexp.MustCompile(`--interactive=false < (\S+)`)
@@ -56,7 +60,7 @@ func StartDeployedAuth(t testing.TB, page string) *DeployedAuth {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ReadyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
 	defer cancel()
 	n, err := ApplyEtcdctl(ctx, page, map[string]*clientv3.Client{
 		"RECEIVER_ETCD": d.Receiver.Client(t), "ANCHOR_ETCD": d.Anchor.Client(t)}, d.Passwords)
