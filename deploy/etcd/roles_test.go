@@ -76,22 +76,26 @@ var workerAttempts = []attempt{
 		_, err := w.Get(ctx, "/kvfence-ledger/", clientv3.WithPrefix())
 		return err
 	}},
-	{"watch the receiver's prefix", func(ctx context.Context, w *clientv3.Client) error {
-		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), 5*time.Second)
-		defer cancel()
-		resp, ok := <-w.Watch(ctx, "/kvfence/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-		if !ok {
-			return fmt.Errorf("the watch ended without an answer: %w", ctx.Err())
-		}
-		if err := resp.Err(); err != nil {
-			return err
-		}
-		return nil // the watch was created: admitted
-	}},
+	{"watch the receiver's prefix", watch("/kvfence/")},
+	{"watch the ledger's prefix", watch("/kvfence-ledger/")},
 	{"disable auth", func(ctx context.Context, w *clientv3.Client) error {
 		_, err := w.AuthDisable(ctx)
 		return err
 	}},
+}
+
+// watch returns an attempt to watch prefix: its first answer is the
+// watch's creation, or etcd's refusal.
+func watch(prefix string) func(ctx context.Context, w *clientv3.Client) error {
+	return func(ctx context.Context, w *clientv3.Client) error {
+		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), 5*time.Second)
+		defer cancel()
+		resp, ok := <-w.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+		if !ok {
+			return fmt.Errorf("the watch ended without an answer: %w", ctx.Err())
+		}
+		return resp.Err() // nil: the watch was created, admitted
+	}
 }
 
 // denied reports whether err is etcd's refusal for lack of permission.
