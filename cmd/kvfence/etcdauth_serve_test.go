@@ -37,8 +37,10 @@ func TestEtcdAuth_Serve(t *testing.T) {
 	// Refused first, while nothing serves: no user, then a worker's.
 	c.env[envEtcdUser], c.env[envEtcdPasswordFile] = "", ""
 	c.serveRefused("user name is empty", serveArgs...)
+	c.serveRefused("pass --etcd-user and --etcd-password-file (KVFENCE_ETCD_USER", serveArgs...) // the hint
 	c.env[envEtcdUser], c.env[envEtcdPasswordFile] = "worker-a", c.path("worker-a.password")
 	c.serveRefused("permission denied", serveArgs...)
+	c.serveRefused("kvfence-receiver for the receiver's prefix", serveArgs...)
 	c.env[envEtcdUser], c.env[envEtcdPasswordFile] = "kvfence-receiver", c.path("receiver.password")
 
 	rn := c.serve(serveArgs...)
