@@ -1,6 +1,10 @@
 package etcdanchor
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/kvfence/kvfence/internal/etcdauth"
+)
 
 var (
 	// ErrBadAddress means an anchor address is not one that ParseAddress
@@ -12,6 +16,11 @@ var (
 	// ErrBadAuth means a user name was given without its password, or the
 	// reverse.
 	ErrBadAuth = errors.New("etcdanchor: bad auth options")
+	// ErrAuthOff means a user name was given for a cluster whose auth is
+	// not enabled. etcd's client would go on without the user, and every
+	// client of the cluster could then write the anchor key; Open refuses
+	// the cluster instead.
+	ErrAuthOff = etcdauth.ErrAuthOff
 	// ErrOutcomeUnknown means an anchor write reached the cluster, or may
 	// have, and no answer came back (a timeout, a lost leader, a dropped
 	// connection), and reading the key afterwards could not settle it: the

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/clusterid"
+	"github.com/kvfence/kvfence/internal/etcdauth"
 	"github.com/kvfence/kvfence/internal/etcdcluster"
 )
 
@@ -105,7 +106,9 @@ var _ audit.AnchorStore = (*Store)(nil)
 // timeouts of opts. Without a user name it does not contact the cluster:
 // the first Load or Store does, and reports a cluster it cannot reach.
 // With one (etcd auth) it authenticates first, within the dial timeout,
-// and a wrong password or an unreachable cluster is its error.
+// and a wrong password or an unreachable cluster is its error; it then
+// asks the cluster whether auth is enabled, within Options.Timeout, and a
+// cluster without auth is ErrAuthOff.
 func Open(addr Address, opts *Options) (*Store, error) {
 	if _, err := ParseAddress(addr.String()); err != nil {
 		return nil, err
@@ -141,12 +144,25 @@ func Open(addr Address, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdanchor: %s: %w", addr, err)
 	}
+	if o.Username != "" {
+		// etcd's client drops the user without a word on a cluster whose
+		// auth is off: ask, with the user's own token.
+		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+		err := etcdauth.RequireEnabled(ctx, client)
+		cancel()
+		if err != nil {
+			client.Close()
+			return nil, fmt.Errorf("etcdanchor: %s: user %s: %w", addr, o.Username, err)
+		}
+	}
 	return &Store{client: client, kv: client, owned: true, key: addr.Key, timeout: o.Timeout, attempts: o.Attempts}, nil
 }
 
 // New returns a Store on key through client, which the caller keeps and
 // closes; only opts' Timeout and Attempts apply. The key follows
-// ParseAddress's rules.
+// ParseAddress's rules. If client authenticates as a user, New asks the
+// cluster, within Options.Timeout, whether its auth is enabled, and a
+// cluster without auth is ErrAuthOff, as with Open.
 func New(client *clientv3.Client, key string, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("etcdanchor: nil client")
@@ -155,6 +171,14 @@ func New(client *clientv3.Client, key string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: key %q: %v", ErrBadAddress, key, err)
 	}
 	o := opts.orDefaults()
+	if client.Username != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+		err := etcdauth.RequireEnabled(ctx, client)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("etcdanchor: user %s: %w", client.Username, err)
+		}
+	}
 	return &Store{client: client, kv: client, key: key, timeout: o.Timeout, attempts: o.Attempts}, nil
 }
 

@@ -104,6 +104,9 @@ func (a *anchorEtcdFlags) open(cmd, anchor string) (audit.AnchorStore, error) {
 	}
 	s, err := etcdanchor.Open(addr, &etcdanchor.Options{CertFile: a.cert, KeyFile: a.key, CAFile: a.ca,
 		Username: a.user, Password: password})
+	if errors.Is(err, etcdanchor.ErrAuthOff) {
+		return nil, authOffErr(cmd, "--anchor", "--anchor-etcd-user", a.user, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kvfence %s: --anchor: %w", cmd, err)
 	}
@@ -163,7 +166,9 @@ const usageAnchorEtcd = `	--anchor etcd://HOST:PORT[,HOST:PORT]/KEY
 	    etcd auth on the anchor's cluster: the user and a file holding its
 	    password on one line (both or neither; the file not readable by
 	    group or others). Default to $KVFENCE_ANCHOR_ETCD_USER and
-	    $KVFENCE_ANCHOR_ETCD_PASSWORD_FILE.
+	    $KVFENCE_ANCHOR_ETCD_PASSWORD_FILE ($KVFENCE_LEDGER_ANCHOR_ETCD_USER
+	    and $KVFENCE_LEDGER_ANCHOR_ETCD_PASSWORD_FILE for the ledger). A
+	    user given for a cluster whose auth is off is refused (exit 2).
 	--anchor-etcd-cluster-id ID
 	    The anchor cluster's ID in hexadecimal, as etcdctl endpoint status
 	    prints it. Init records the anchor's cluster, and every command

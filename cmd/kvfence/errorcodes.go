@@ -87,6 +87,7 @@ var cliCodes = []errorCodeEntry{
 	{"anchor_not_apart", kvfence.ErrAnchorNotApart},
 	{"anchor_cluster_changed", kvfence.ErrAnchorClusterChanged},
 	{"anchor_cluster_changed", etcdanchor.ErrClusterMismatch},
+	{"etcd_auth_off", etcdanchor.ErrAuthOff},
 	{"anchor_cluster_unrecorded", kvfence.ErrAnchorClusterUnrecorded},
 	{"malformed_envelope", kvfence.ErrMalformedEnvelope},
 	{"pub_mismatch", errPubMismatch},

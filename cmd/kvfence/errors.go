@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/audit/etcdanchor"
 	"github.com/kvfence/kvfence/backup"
@@ -62,9 +64,10 @@ func exitCode(err error) int {
 	case errors.As(err, &we):
 		return ExitWarning
 	case errors.As(err, &ue), isMalformedInput(err), errors.Is(err, kvfence.ErrAnchorNotApart),
-		errors.Is(err, kvfence.ErrAnchorClusterUnrecorded):
-		// The command line names the store's cluster as the anchor, or
-		// must state the anchor's cluster: corrected there.
+		errors.Is(err, kvfence.ErrAnchorClusterUnrecorded), errors.Is(err, etcdanchor.ErrAuthOff):
+		// The command line names the store's cluster as the anchor, must
+		// state the anchor's cluster, or names an etcd user for a cluster
+		// without auth: corrected there (or on the cluster).
 		return ExitUsage
 	case errors.As(err, &de), kvfence.IsRefusal(err), ledger.IsRefusal(err), errors.Is(err, kvfence.ErrHoldIDConflict):
 		return ExitDenied
@@ -250,6 +253,19 @@ func hint(err error) string {
 		return "ask for a shorter --ttl; kvfence scope list shows each scope's maximum grant ttl"
 	case errors.Is(err, fs.ErrExist):
 		return "choose another --out path; kvfence never overwrites a file"
+	case errors.Is(err, etcdanchor.ErrAuthOff):
+		return "enable auth on the cluster as deploy/etcd/README.md says (auth enable comes last), or drop the etcd user " +
+			"and its password file if the cluster is meant to run without auth"
+	case errors.Is(err, rpctypes.ErrUserEmpty):
+		return "the etcd cluster has auth enabled and no user was given: pass --etcd-user and --etcd-password-file " +
+			"(KVFENCE_ETCD_USER and KVFENCE_ETCD_PASSWORD_FILE; the ledger's KVFENCE_LEDGER_ETCD_USER and " +
+			"KVFENCE_LEDGER_ETCD_PASSWORD_FILE), and for an etcd anchor --anchor-etcd-user and --anchor-etcd-password-file " +
+			"(KVFENCE_ANCHOR_ETCD_*, the ledger's KVFENCE_LEDGER_ANCHOR_ETCD_*)"
+	case errors.Is(err, rpctypes.ErrPermissionDenied):
+		return "etcd auth refused this user these keys: use the user whose role covers them " +
+			"(deploy/etcd/README.md: kvfence-receiver for the receiver's prefix and anchor, kvfence-ledger for the ledger's)"
+	case errors.Is(err, rpctypes.ErrAuthFailed):
+		return "the etcd user or its password is wrong: check the user and the password file it was given with"
 	}
 	return ""
 }

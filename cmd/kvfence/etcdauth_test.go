@@ -20,6 +20,7 @@ import (
 var etcdAuthPasswords = map[string]string{
 	"root.password": "root-pw", "receiver.password": "receiver-pw", "worker-a.password": "worker-pw",
 	"anchor-root.password": "anchor-root-pw", "anchor.password": "anchor-pw",
+	"ledger.password": "ledger-pw", "ledger-anchor.password": "ledger-anchor-pw",
 }
 
 // authClusters starts the receiver's and the anchor's clusters and runs
@@ -33,7 +34,7 @@ func (c *cli) authClusters() (receiver, anchor *etcdtest.Cluster) {
 		c.t.Fatal(err)
 	}
 	receiver, anchor = etcdtest.Start(c.t), etcdtest.Start(c.t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n, err := etcdtest.ApplyEtcdctl(ctx, string(doc), map[string]*clientv3.Client{
 		"RECEIVER_ETCD": receiver.Client(c.t), "ANCHOR_ETCD": anchor.Client(c.t)}, etcdAuthPasswords)

@@ -116,7 +116,9 @@ func (e *etcdFlags) check(cmd string) error {
 
 // client connects to the checked endpoints. Without --etcd-user it does
 // not contact the cluster (the first request does); with it, it
-// authenticates first, within the dial timeout.
+// authenticates first, within the dial timeout, and then refuses a
+// cluster whose auth is off (etcdauth.ErrAuthOff), on which etcd's client
+// would go on without the user.
 func (e *etcdFlags) client(cmd string) (*clientv3.Client, error) {
 	tlsCfg, err := (&etcdanchor.Options{CertFile: e.cert, KeyFile: e.key, CAFile: e.ca}).TLSConfig()
 	if err != nil {
@@ -138,6 +140,12 @@ func (e *etcdFlags) client(cmd string) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvfence %s: --etcd: %w", cmd, err)
 	}
+	if e.user != "" {
+		if err := requireAuth(cli); err != nil {
+			cli.Close()
+			return nil, authOffErr(cmd, "--etcd", "--etcd-user", e.user, err)
+		}
+	}
 	cli.KV = timeoutKV{KV: cli.KV, d: etcdRequestTimeout}
 	return cli, nil
 }
@@ -152,7 +160,9 @@ const usageEtcdTLS = `	--etcd-cert FILE, --etcd-key FILE, --etcd-ca FILE
 	    password on one line (both or neither; the file not readable by
 	    group or others, at most 1024 bytes). Default to $KVFENCE_ETCD_USER
 	    and $KVFENCE_ETCD_PASSWORD_FILE ($KVFENCE_LEDGER_ETCD_USER and
-	    $KVFENCE_LEDGER_ETCD_PASSWORD_FILE for the ledger).
+	    $KVFENCE_LEDGER_ETCD_PASSWORD_FILE for the ledger). A user given
+	    for a cluster whose auth is off is refused (exit 2): etcd's client
+	    would go on without it.
 	    deploy/etcd/README.md gives the roles that leave workers read-only.
 	--etcd-max-txn-ops N
 	    The cluster's --max-txn-ops (default 128, etcd's): one transaction

@@ -33,6 +33,11 @@ const (
 	// envLedgerEtcdUser and envLedgerEtcdPasswordFile authenticate to it.
 	envLedgerEtcdUser         = "KVFENCE_LEDGER_ETCD_USER"
 	envLedgerEtcdPasswordFile = "KVFENCE_LEDGER_ETCD_PASSWORD_FILE"
+	// envLedgerAnchorEtcdUser and envLedgerAnchorEtcdPasswordFile
+	// authenticate to the cluster of the ledger's etcd anchor, as the
+	// ledger's own user there.
+	envLedgerAnchorEtcdUser         = "KVFENCE_LEDGER_ANCHOR_ETCD_USER"
+	envLedgerAnchorEtcdPasswordFile = "KVFENCE_LEDGER_ANCHOR_ETCD_PASSWORD_FILE"
 )
 
 // defaultLedgerPrefix is the ledger's etcd prefix unless --etcd-prefix
@@ -74,7 +79,9 @@ func (f *ledgerFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 		dst       *string
 	}{{"ledger", envLedger, &f.path}, {"anchor", envLedgerAnchor, &f.anchor}, {"key", envLedgerKey, &f.key},
 		{"etcd", envLedgerEtcd, &f.etcd.urls}, {"etcd-prefix", envLedgerEtcdPrefix, &f.etcdPrefix},
-		{"etcd-user", envLedgerEtcdUser, &f.etcd.user}, {"etcd-password-file", envLedgerEtcdPasswordFile, &f.etcd.passwordFile}} {
+		{"etcd-user", envLedgerEtcdUser, &f.etcd.user}, {"etcd-password-file", envLedgerEtcdPasswordFile, &f.etcd.passwordFile},
+		{"anchor-etcd-user", envLedgerAnchorEtcdUser, &f.anchorEtcd.user},
+		{"anchor-etcd-password-file", envLedgerAnchorEtcdPasswordFile, &f.anchorEtcd.passwordFile}} {
 		if !isSet(fs, v.name) {
 			if e := getenv(v.env); e != "" || v.name != "etcd-prefix" {
 				*v.dst = e
@@ -895,7 +902,9 @@ Arguments of every subcommand:
 	    defaults to $KVFENCE_LEDGER_ANCHOR). A restored or rewritten ledger
 	    is refused with exit code 4.
 	--anchor etcd://HOST:PORT/KEY, --anchor-etcd-* flags: see kvfence help etcd
-	    The anchor in an etcd key instead of a file.
+	    The anchor in an etcd key instead of a file. The ledger's user
+	    there defaults to $KVFENCE_LEDGER_ANCHOR_ETCD_USER and
+	    $KVFENCE_LEDGER_ANCHOR_ETCD_PASSWORD_FILE.
 	--key FILE
 	    The ledger's private key (required to write; defaults to
 	    $KVFENCE_LEDGER_KEY).

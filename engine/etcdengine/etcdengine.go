@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/internal/etcdauth"
 	"github.com/kvfence/kvfence/internal/etcdcluster"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -31,7 +32,14 @@ const (
 	// DefaultScanPage is how many keys one range request of a scan asks
 	// for.
 	DefaultScanPage = 256
+	// AuthCheckTimeout bounds New's question whether the cluster's auth
+	// is enabled, asked when the client authenticates as a user.
+	AuthCheckTimeout = 5 * time.Second
 )
+
+// ErrAuthOff means the client authenticates as a user, but the cluster
+// does not have auth enabled (New).
+var ErrAuthOff = etcdauth.ErrAuthOff
 
 // opOverhead is what one operation or compare adds to a Txn request beyond
 // its key, range end and value: protobuf tags, lengths and a revision.
@@ -75,7 +83,12 @@ type Engine struct {
 var _ engine.Engine = (*Engine)(nil)
 
 // New returns an engine over cli, which it then owns: Close closes cli.
-// opts may be nil.
+// opts may be nil. If cli authenticates as a user (etcd auth), New asks
+// the cluster, within AuthCheckTimeout, whether its auth is enabled, and
+// refuses a cluster without auth with ErrAuthOff: etcd's client would
+// otherwise drop the user and go on unauthenticated, on a cluster where
+// every client may write the engine's keys. Without a user New does not
+// contact the cluster.
 func New(cli *clientv3.Client, opts *Options) (*Engine, error) {
 	o := Options{}
 	if opts != nil {
@@ -98,6 +111,16 @@ func New(cli *clientv3.Client, opts *Options) (*Engine, error) {
 	}
 	if o.ScanPage <= 0 {
 		o.ScanPage = DefaultScanPage
+	}
+	if cli.Username != "" {
+		// etcd's client drops the user on a cluster whose auth is off and
+		// goes on unauthenticated: ask, with the user's own token.
+		ctx, cancel := context.WithTimeout(context.Background(), AuthCheckTimeout)
+		err := etcdauth.RequireEnabled(ctx, cli)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("etcdengine: user %s: %w", cli.Username, err)
+		}
 	}
 	return &Engine{cli: cli, kv: cli.KV, prefix: o.Prefix, opts: o}, nil
 }
