@@ -2,6 +2,7 @@ package kvfence
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -421,13 +422,17 @@ func (w *wtx) ensureBucket(bucket []byte) error {
 // checkKind checks a stored target's kind: an unknown kind, or a func
 // target that names no effect, is a record this package never writes.
 func (t *targetRecord) checkKind(key []byte) error {
+	noEtcd := t.Key == "" && t.ValueSHA256 == nil
 	switch {
-	case t.Kind == "" && t.Effect == "":
+	case t.Kind == "" && t.Effect == "" && noEtcd:
 		return nil
-	case t.Kind == TargetFunc && checkName("effect", t.Effect) == nil:
+	case t.Kind == TargetFunc && checkName("effect", t.Effect) == nil && noEtcd:
+		return nil
+	case t.Kind == TargetEtcd && t.Effect == "" && engine.CheckRawKey([]byte(t.Key)) == nil &&
+		len(t.Value) == 0 && len(t.ValueSHA256) == sha256.Size:
 		return nil
 	}
-	return fmt.Errorf("%w: target record %q: kind %q effect %q is not one this receiver writes", ErrBadFormat, key, t.Kind, t.Effect)
+	return fmt.Errorf("%w: target record %q: kind %q effect %q key %q is not one this receiver writes", ErrBadFormat, key, t.Kind, t.Effect, clip(t.Key, 64))
 }
 
 // kind is the target's kind as the API reports it.
