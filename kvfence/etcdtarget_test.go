@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
@@ -336,5 +338,88 @@ func TestEtcdTarget_RecordChecked(t *testing.T) {
 	internal, err := encodeCanonical(&targetRecord{Scope: "s", Revision: 1, Value: []byte("v")})
 	if err != nil || bytes.Contains(internal, []byte("key")) || bytes.Contains(internal, []byte("kind")) {
 		t.Fatalf("internal record %x, %v", internal, err)
+	}
+}
+
+// Ensure that the same envelope sent many times at once, so that repeats
+// share a group-committed batch with the write they repeat, writes the key
+// once, and that every answer, applied or already_applied, gives the
+// revision the write gave the key: a repeat in the write's own batch is
+// told the revision of that commit, known only after it.
+func TestEtcdTarget_ConcurrentRepeatsOneWrite(t *testing.T) {
+	f, key := etcdTargetFixture(t, "v0")
+	w := f.etcdWorker("worker-a", "a1", &Request{Set: ptr([]byte("v1"))})
+	before := etcdKey(t, key)
+	// A scope's creation holds the commit queue while the submits line up
+	// behind it, so that they share the next batch.
+	release, blocked := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.r.faults.beforeAudit = func(e *audit.Entry) error {
+		if e.Kind == KindScopeCreated {
+			once.Do(func() { close(blocked); <-release })
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := f.admin.CreateScope(f.ctx, "blocker"); err != nil {
+			t.Error(err)
+		}
+	})
+	<-blocked
+	const n = 16
+	results := make([]Result, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { results[i], errs[i] = f.r.Submit(f.ctx, w.name, w.envelope) })
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	after := etcdKey(t, key)
+	applied := 0
+	for i, res := range results {
+		if errs[i] != nil {
+			t.Fatalf("submit %d: %v", i, errs[i])
+		}
+		if res.Outcome == Applied {
+			applied++
+		}
+		if res.Revision != uint64(after.ModRevision) {
+			t.Errorf("submit %d: %s at revision %d, the key is at %d", i, res.Outcome, res.Revision, after.ModRevision)
+		}
+	}
+	if applied != 1 || string(after.Value) != "v1" {
+		t.Fatalf("%d applied; key %q", applied, after.Value)
+	}
+	if hist := after.ModRevision - before.ModRevision; hist <= 0 {
+		t.Fatalf("the key did not move: %d -> %d", before.ModRevision, after.ModRevision)
+	}
+	if v := etcdKey(t, key, clientv3.WithRev(after.ModRevision-1)); v.ModRevision != before.ModRevision {
+		t.Fatalf("the key was written more than once: the version before the last is at %d, not %d", v.ModRevision, before.ModRevision)
+	}
+}
+
+// Ensure that a key deleted outside the fence makes a write
+// precondition_failed, with nothing written, and that the fence does not
+// recreate it.
+func TestEtcdTarget_DeletedKeyRefused(t *testing.T) {
+	f, key := etcdTargetFixture(t, "v0")
+	w := f.etcdWorker("worker-a", "a1", &Request{Set: ptr([]byte("v1"))})
+	cli := etcdClient(t)
+	defer cli.Close()
+	if _, err := cli.Delete(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	res := f.submit(w.name, w.envelope)
+	wantDenied(t, res, ReasonPreconditionFailed)
+	if !strings.Contains(res.Detail, "does not exist") {
+		t.Fatalf("detail %q", res.Detail)
+	}
+	if kv := etcdKey(t, key); kv.ModRevision != 0 {
+		t.Fatalf("the fence recreated the key: %+v", kv)
+	}
+	if tg, err := f.r.Target(etcdTarget); err != nil || tg.Value != nil || tg.Revision != 0 {
+		t.Fatalf("Target of a deleted key = %+v, %v", tg, err)
 	}
 }
