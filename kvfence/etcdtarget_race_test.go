@@ -61,6 +61,31 @@ func userClient(t *testing.T, ec *etcdtest.Cluster, user, passwordFile string) *
 	return cli
 }
 
+// authReceiver initialises and opens, as variant, a receiver at prefix of
+// ec as the receiver's etcd user, with an anchor file.
+func authReceiver(t *testing.T, ec *etcdtest.Cluster, prefix string, variant defect.Variant) *Receiver {
+	t.Helper()
+	newEngine := func() *etcdengine.Engine {
+		e, err := etcdengine.New(userClient(t, ec, "kvfence-receiver", "receiver.password"), &etcdengine.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	clock := newClock()
+	anchor := audit.FileAnchor{Path: filepath.Join(t.TempDir(), "receiver.anchor")}
+	ie := newEngine()
+	if err := InitEngine(ie, &InitOptions{ReceiverID: "race-receiver", Key: testKey, Anchor: anchor, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	ie.Close()
+	r, err := OpenEngineDefective(newEngine(), &Options{Now: clock.Now, Key: testKey, Anchor: anchor}, variant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // keyVersion is one version of the target's key, from etcd's history.
 type keyVersion struct {
 	value []byte
@@ -132,24 +157,7 @@ func TestEtcdTarget_HoldRaceWithAuth(t *testing.T) {
 // versions were written under a grant after the hold that superseded it.
 func holdRace(t *testing.T, ec *etcdtest.Cluster, prefix, key string, rounds int, variant defect.Variant) (late int) {
 	const scope = "race"
-	newEngine := func() *etcdengine.Engine {
-		e, err := etcdengine.New(userClient(t, ec, "kvfence-receiver", "receiver.password"), &etcdengine.Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	clock := newClock()
-	anchor := audit.FileAnchor{Path: filepath.Join(t.TempDir(), "receiver.anchor")}
-	ie := newEngine()
-	if err := InitEngine(ie, &InitOptions{ReceiverID: "race-receiver", Key: testKey, Anchor: anchor, Now: clock.Now}); err != nil {
-		t.Fatal(err)
-	}
-	ie.Close()
-	r, err := OpenEngineDefective(newEngine(), &Options{Now: clock.Now, Key: testKey, Anchor: anchor}, variant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := authReceiver(t, ec, prefix, variant)
 	defer r.Close()
 	ctx, admin := context.Background(), r.Admin()
 	if _, err := admin.CreateScope(ctx, scope); err != nil {
@@ -245,7 +253,7 @@ func holdRace(t *testing.T, ec *etcdtest.Cluster, prefix, key string, rounds int
 	// The audit chain's applied entries are the key's versions, one for
 	// one, at their revisions.
 	seqByRev := map[int64]uint64{}
-	err = r.Events(0, func(e Event) bool {
+	err := r.Events(0, func(e Event) bool {
 		if e.Kind != KindSubmit || e.Outcome != string(Applied) || e.Target != etcdTarget {
 			return true
 		}
@@ -309,4 +317,66 @@ func holdRace(t *testing.T, ec *etcdtest.Cluster, prefix, key string, rounds int
 		t.Errorf("the key changed under the worker's refused writes")
 	}
 	return late
+}
+
+// Ensure that a commit etcd refuses as a whole leaves neither the key's
+// write nor the receipt and audit entry: the receiver's user may read a
+// key but not write it (a target adopted on a prefix its role only
+// reads), so the Txn that would write the key with the receipt is refused
+// by etcd auth, and the receiver still serves, its chain intact.
+func TestEtcdTarget_RefusedTxnLeavesNeither(t *testing.T) {
+	ec := raceAuthCluster(t)
+	root := userClient(t, ec, "root", "root.password")
+	defer root.Close()
+	ctx := context.Background()
+	if _, err := root.RoleGrantPermission(ctx, "kvfence-receiver", "/ro/", "/ro0", clientv3.PermissionType(clientv3.PermRead)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Put(ctx, "/ro/policy", "v0"); err != nil {
+		t.Fatal(err)
+	}
+	r := authReceiver(t, ec, "/kvfence/", defect.Variant{})
+	defer r.Close()
+	admin := r.Admin()
+	if _, err := admin.CreateScope(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	// Adopting the key writes nothing to it: reading is enough.
+	if _, err := admin.CreateTargetSpec(ctx, TargetSpec{Scope: "s", Name: etcdTarget, Value: []byte("v0"), Kind: TargetEtcd, Key: "/ro/policy"}); err != nil {
+		t.Fatal(err)
+	}
+	req, err := EncodeRequest(&Request{V: 1, Action: "a1", Target: etcdTarget, Set: ptr([]byte("v1"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := admin.Activate(ctx, ActivateRequest{Scope: "s", Executor: "w", Claim: "c", Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := EncodeEnvelope(&Envelope{V: 1, Scope: "s", Epoch: g.Epoch, Grant: g.ID, Executor: "w", Claim: "c", Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := r.Head()
+	if _, err := r.Submit(ctx, "w", env); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("Submit = %v, want etcd's refusal", err)
+	}
+	if resp, err := root.Get(ctx, "/ro/policy"); err != nil || string(resp.Kvs[0].Value) != "v0" {
+		t.Fatalf("the key changed: %v %v", resp, err)
+	}
+	if _, err := r.Receipt("s", "a1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("receipt after a refused commit: %v", err)
+	}
+	if r.Head() != head {
+		t.Fatal("the chain moved under a refused commit")
+	}
+	// The receiver still decides: a hold commits, and the envelope is then
+	// denied without touching the key.
+	if _, err := admin.Hold(ctx, HoldRequest{Scopes: []string{"s"}, Reason: "refused"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Submit(ctx, "w", env); err != nil || res.Outcome != Denied {
+		t.Fatalf("after the hold: %+v, %v", res, err)
+	}
+	checkChain(t, r)
 }
