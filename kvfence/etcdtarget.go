@@ -142,6 +142,16 @@ func (t *targetRecord) setEtcdValue(value []byte) {
 	t.Value, t.ValueSHA256 = []byte{}, sum[:]
 }
 
+// committed is the result of s's decision once its transaction committed:
+// for a write of an etcd target, the key's mod revision after it is the
+// commit's revision, known only then.
+func (s *submission) committed(res Result) Result {
+	if s.etcdApplied {
+		res.Revision = uint64(s.keyRev)
+	}
+	return res
+}
+
 // etcdAlreadyApplied sets the Revision of an already_applied answer about
 // an etcd target to the key's mod revision that the applied write gave
 // it: the revision of the commit that stored the receipt, which the

@@ -134,13 +134,7 @@ func (r *Receiver) decideCall(s *submission, size int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	out := res.(Result)
-	if s.etcdApplied {
-		// The key's mod revision after the write is the commit's revision,
-		// known only once the transaction committed.
-		out.Revision = uint64(s.keyRev)
-	}
-	return out, nil
+	return s.committed(res.(Result)), nil
 }
 
 // write queues one call and waits for its outcome, leading a batch itself
