@@ -423,3 +423,35 @@ func TestEtcdTarget_DeletedKeyRefused(t *testing.T) {
 		t.Fatalf("Target of a deleted key = %+v, %v", tg, err)
 	}
 }
+
+// Ensure that two creations racing for one key, in one batch or in two
+// commits, leave one target on it: the other is ErrTargetKeyInUse (the
+// scan of the targets is compared at the commit and sees the batch's own
+// writes).
+func TestEtcdTarget_CreationRaceOneKey(t *testing.T) {
+	f, _ := etcdTargetFixture(t, "v0")
+	for round := range 4 {
+		key := fmt.Sprintf("/app-%d/raced", appKeys.Add(1))
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				_, errs[i] = f.admin.CreateTargetSpec(f.ctx, TargetSpec{Scope: fixScope, Name: fmt.Sprintf("raced-%d-%d", round, i),
+					Kind: TargetEtcd, Key: key, Value: []byte("v")})
+			})
+		}
+		wg.Wait()
+		ok := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case !errors.Is(err, ErrTargetKeyInUse):
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("round %d: %d creations on one key: %v", round, ok, errs)
+		}
+	}
+}
