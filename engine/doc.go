@@ -28,6 +28,16 @@
 // Prefetch (the function) asks a transaction that is one and does nothing
 // for one that is not.
 //
+// # Raw keys
+//
+// A transaction of an engine that shares its store with other keyspaces
+// (etcd) may also be a RawTx: it reads and writes an application's keys
+// outside the engine's own, in the same commit, each read compared at the
+// commit like a bucket's key, and reports the commit's revision to
+// OnCommit. A raw key never lies where the engine keeps its records or
+// under a prefix its options reserve (ErrReservedKey). A target of kind
+// etcd is built on it (docs/design.md §4.3).
+//
 // # Lifetime of bytes
 //
 // One rule for every engine: keys and values that a Tx returns (Get, Scan,

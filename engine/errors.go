@@ -38,3 +38,8 @@ var (
 // StopScan is returned by a Scan function to end the scan early; Scan then
 // returns nil. It is not an error.
 var StopScan = errors.New("engine: stop scan")
+
+// ErrReservedKey means a raw key (RawTx) lies where the engine keeps its
+// own keys, or under a prefix its options reserve for another user of the
+// store. Nothing is read or written.
+var ErrReservedKey = errors.New("engine: raw key inside a reserved keyspace")

@@ -61,13 +61,24 @@ type TargetSpec struct {
 	// target records the incarnation (UID) it found. Value must then be
 	// empty, since the object holds the value. Nil for any other kind.
 	Object *RemoteObject
+	// Key is the etcd key of a TargetEtcd target: outside the receiver's
+	// prefix and any prefix the engine reserves, 1 to
+	// engine.MaxRawKeySize bytes of printable ASCII without blanks. The
+	// key must be absent, and is then written with Value, or hold exactly
+	// Value, and is then adopted. It must be empty for any other kind.
+	Key string
 }
 
 // CreateTargetSpec is CreateTarget for a target of any kind. A func
 // target's effect must be registered with this receiver
 // (ErrEffectNotRegistered); its audit entry records the kind and the
-// effect's name. An internal target is created exactly as CreateTarget
-// creates it.
+// effect's name. An etcd target needs the etcd engine (ErrKindUnsupported
+// on any other) and a key no other target has (ErrTargetKeyInUse); its
+// key is written with the value in the same transaction as the target's
+// record and audit entry, which notes the kind and the key, and the
+// returned Target's Revision is the key's mod revision. A kubernetes
+// target's object is read once through the kind's dispatcher and must
+// exist. An internal target is created exactly as CreateTarget creates it.
 func (a *Admin) CreateTargetSpec(ctx context.Context, spec TargetSpec) (Target, error) {
 	scope, target, value := spec.Scope, spec.Name, spec.Value
 	if err := a.checkActor(); err != nil {
@@ -87,6 +98,9 @@ func (a *Admin) CreateTargetSpec(ctx context.Context, spec TargetSpec) (Target, 
 	if spec.Object != nil && spec.Kind != TargetKubernetes {
 		return Target{}, fmt.Errorf("%w: an object is named only for a target of kind %s", ErrInvalidArgument, TargetKubernetes)
 	}
+	if spec.Key != "" && spec.Kind != TargetEtcd {
+		return Target{}, fmt.Errorf("%w: a key is named only for a target of kind %s", ErrInvalidArgument, TargetEtcd)
+	}
 	switch spec.Kind {
 	case TargetKubernetes:
 		if spec.Effect != "" || len(value) != 0 || spec.Object == nil {
@@ -104,6 +118,15 @@ func (a *Admin) CreateTargetSpec(ctx context.Context, spec TargetSpec) (Target, 
 		if spec.Effect != "" {
 			return Target{}, fmt.Errorf("%w: an effect is named only for a target of kind %s", ErrInvalidArgument, TargetFunc)
 		}
+	case TargetEtcd:
+		if spec.Effect != "" {
+			return Target{}, fmt.Errorf("%w: an effect is named only for a target of kind %s", ErrInvalidArgument, TargetFunc)
+		}
+		if err := checkEtcdKey(spec.Key); err != nil {
+			return Target{}, err
+		}
+		rec.Kind, rec.Key = TargetEtcd, spec.Key
+		rec.setEtcdValue(value)
 	case TargetFunc:
 		if err := checkName("effect", spec.Effect); err != nil {
 			return Target{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
@@ -114,12 +137,14 @@ func (a *Admin) CreateTargetSpec(ctx context.Context, spec TargetSpec) (Target, 
 		rec.Kind, rec.Effect = TargetFunc, spec.Effect
 		note = fmt.Sprintf("kind %s, effect %s", TargetFunc, spec.Effect)
 	default:
-		return Target{}, fmt.Errorf("%w: target kind %q (an embedder creates %s, %s or %s targets)", ErrInvalidArgument, clip(string(spec.Kind), 32), TargetInternal, TargetFunc, TargetKubernetes)
+		return Target{}, fmt.Errorf("%w: target kind %q (an embedder creates %s, %s, %s or %s targets)", ErrInvalidArgument, clip(string(spec.Kind), 32), TargetInternal, TargetFunc, TargetEtcd, TargetKubernetes)
 	}
 	if err := ctx.Err(); err != nil {
 		return Target{}, err
 	}
-	err := a.r.exec(len(target)+len(rec.Value)+len(spec.Effect), func(w *wtx) error {
+	// keyRev is the etcd key's mod revision, set by the run that commits.
+	var keyRev int64
+	err := a.r.exec(len(target)+2*len(value)+len(spec.Effect)+len(spec.Key), func(w *wtx) error {
 		c, err := w.control(scope)
 		if err != nil {
 			return err
@@ -138,6 +163,12 @@ func (a *Admin) CreateTargetSpec(ctx context.Context, spec TargetSpec) (Target, 
 		}
 		// A run may be repeated: the record is built afresh each time.
 		stored := rec
+		note := note
+		if rec.Kind == TargetEtcd {
+			if note, err = w.createEtcd(&stored, value, func(rev int64) { keyRev = rev }); err != nil {
+				return err
+			}
+		}
 		if err := w.put(bucketTargets, []byte(target), &stored); err != nil {
 			return err
 		}
@@ -150,10 +181,18 @@ func (a *Admin) CreateTargetSpec(ctx context.Context, spec TargetSpec) (Target, 
 		return Target{}, err
 	}
 	// The caller's slice may change after the call; the result is a copy.
-	out := Target{Name: target, Scope: scope, Revision: 1, Value: append([]byte{}, rec.Value...), Kind: rec.kind(), Effect: rec.Effect, UID: rec.UID}
+	shown := value
+	if rec.Kind == TargetKubernetes {
+		// The object holds the value; the target's record keeps none.
+		shown = rec.Value
+	}
+	out := Target{Name: target, Scope: scope, Revision: 1, Value: append([]byte{}, shown...), Kind: rec.kind(), Effect: rec.Effect, UID: rec.UID}
 	if rec.Object != nil {
 		obj := *rec.Object
 		out.Object = &obj
+	}
+	if rec.Kind == TargetEtcd {
+		out.Key, out.Revision, out.Writes = rec.Key, uint64(keyRev), 1
 	}
 	return out, nil
 }

@@ -36,7 +36,11 @@ func (r *Receiver) submitCheckedBefore(s *submission, size int) (Result, error) 
 		}
 	}
 	if reason == "" {
-		return submitCall(r, size, func(w *wtx) (Result, error) { return r.decide(w, s) })
+		res, err := submitCall(r, size, func(w *wtx) (Result, error) { return r.decide(w, s) })
+		if err != nil {
+			return Result{}, err
+		}
+		return s.committed(res), nil
 	}
 	return submitCall(r, size, func(w *wtx) (Result, error) {
 		s.grant, s.target, s.scope = nil, false, false

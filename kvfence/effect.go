@@ -3,6 +3,7 @@ package kvfence
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -479,15 +480,19 @@ func (w *wtx) ensureBucket(bucket []byte) error {
 // checkKind checks a stored target's kind: an unknown kind, or a func
 // target that names no effect, is a record this package never writes.
 func (t *targetRecord) checkKind(key []byte) error {
+	noEtcd := t.Key == "" && t.ValueSHA256 == nil
 	switch {
-	case t.Kind == "" && t.Effect == "" && t.Object == nil && t.UID == "":
+	case t.Kind == "" && t.Effect == "" && t.Object == nil && t.UID == "" && noEtcd:
 		return nil
-	case t.Kind == TargetFunc && checkName("effect", t.Effect) == nil && t.Object == nil && t.UID == "":
+	case t.Kind == TargetFunc && checkName("effect", t.Effect) == nil && t.Object == nil && t.UID == "" && noEtcd:
 		return nil
-	case t.Kind == TargetKubernetes && t.Effect == "" && t.Object != nil && t.Object.check() == nil && checkRemoteID("uid", t.UID) == nil:
+	case t.Kind == TargetKubernetes && t.Effect == "" && t.Object != nil && t.Object.check() == nil && checkRemoteID("uid", t.UID) == nil && noEtcd:
+		return nil
+	case t.Kind == TargetEtcd && t.Effect == "" && engine.CheckRawKey([]byte(t.Key)) == nil &&
+		len(t.Value) == 0 && len(t.ValueSHA256) == sha256.Size && t.Object == nil && t.UID == "":
 		return nil
 	}
-	return fmt.Errorf("%w: target record %q: kind %q effect %q is not one this receiver writes", ErrBadFormat, key, t.Kind, t.Effect)
+	return fmt.Errorf("%w: target record %q: kind %q effect %q key %q is not one this receiver writes", ErrBadFormat, key, t.Kind, t.Effect, clip(t.Key, 64))
 }
 
 // kind is the target's kind as the API reports it.

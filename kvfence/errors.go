@@ -86,7 +86,7 @@ var ErrRecoveryKeyIsReceiverKey = errors.New("kvfence: the recovery key is the r
 // refusals are the errors that IsRefusal recognises.
 var refusals = []error{ErrNotHeld, ErrEpochMismatch, ErrEpochExhausted, ErrScopeExists, ErrUnknownScope,
 	ErrTargetExists, ErrUnknownTarget, ErrNotFound, ErrRecoveryKeyIsReceiverKey, ErrAnchorPresent, ErrTTLTooLong,
-	ErrGrantNotActive, ErrGrantExpired}
+	ErrGrantNotActive, ErrGrantExpired, ErrTargetKeyInUse}
 
 // IsRefusal reports whether err is a refusal by the receiver's rules: the
 // call was well formed and the receiver is sound, but its state does not
@@ -96,7 +96,8 @@ var refusals = []error{ErrNotHeld, ErrEpochMismatch, ErrEpochExhausted, ErrScope
 // ErrUnknownTarget, ErrNotFound (no receipt or grant under that key),
 // ErrRecoveryKeyIsReceiverKey, ErrAnchorPresent, ErrTTLTooLong (a grant
 // lifetime over the maximum), ErrGrantNotActive and ErrGrantExpired (an
-// extension of a grant that is not active). Retrying the same call
+// extension of a grant that is not active) and ErrTargetKeyInUse (an etcd
+// target's key taken by another target or another value). Retrying the same call
 // is refused again until the state changes (a hold, another epoch, another
 // name).
 //

@@ -154,7 +154,7 @@ func encodeFast(v any) (b []byte, ok bool) {
 	case *targetRecord:
 		// A target of another kind than internal is rare: the
 		// reflection encoder writes its two more fields.
-		if x == nil || x.Kind != "" || x.Effect != "" || x.Object != nil || x.UID != "" {
+		if x == nil || x.Kind != "" || x.Effect != "" || x.Object != nil || x.UID != "" || x.Key != "" || x.ValueSHA256 != nil {
 			return nil, false
 		}
 		return appendTarget(make([]byte, 0, 50+len(x.Scope)+len(x.Value)), x), true

@@ -395,7 +395,7 @@ func decodeRecordFast(raw []byte, v any) bool {
 		*x = g
 		return true
 	case *targetRecord:
-		if x == nil || !(x.Scope == "" && x.Revision == 0 && x.Value == nil && x.Kind == "" && x.Effect == "" && x.Object == nil && x.UID == "") {
+		if x == nil || !(x.Scope == "" && x.Revision == 0 && x.Value == nil && x.Kind == "" && x.Effect == "" && x.Object == nil && x.UID == "" && x.Key == "" && x.ValueSHA256 == nil) {
 			return false
 		}
 		t, ok := scanTarget(raw)

@@ -207,6 +207,12 @@ func FuzzDecodeRecord(f *testing.F) {
 	if raw, err := encodeCanonical(&targetRecord{Scope: "s", Revision: 2, Value: []byte("{}"), Kind: TargetFunc, Effect: "e"}); err == nil {
 		f.Add(uint8(2), raw)
 	}
+	// An etcd target's record: a key, an empty value and the digest of
+	// the value written.
+	if raw, err := encodeCanonical(&targetRecord{Scope: "s", Revision: 3, Value: []byte{}, Kind: TargetEtcd, Key: "/app/policy",
+		ValueSHA256: make([]byte, 32)}); err == nil {
+		f.Add(uint8(2), raw)
+	}
 	f.Fuzz(func(t *testing.T, kind uint8, raw []byte) {
 		fresh := []func() any{
 			func() any { return new(controlRecord) },
@@ -216,6 +222,16 @@ func FuzzDecodeRecord(f *testing.F) {
 			func() any { return new(holdRecord) },
 		}[kind%5]
 		v := fresh()
+		if kind%5 == 2 {
+			// The kind's rules: a record they refuse is corruption,
+			// never an internal target; one they accept names a key
+			// only for the etcd kind.
+			if tr, err := parseTargetKey([]byte("k"), raw); err != nil && !errors.Is(err, ErrBadFormat) {
+				t.Fatalf("target error %v does not wrap ErrBadFormat", err)
+			} else if err == nil && (tr.Key != "") != (tr.Kind == TargetEtcd) {
+				t.Fatalf("accepted target %+v", tr)
+			}
+		}
 		if err := decodeRecord(bucketControl, []byte("k"), raw, v); err != nil {
 			if !errors.Is(err, ErrBadFormat) {
 				t.Fatalf("error %v does not wrap ErrBadFormat", err)

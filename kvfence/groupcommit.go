@@ -134,7 +134,7 @@ func (r *Receiver) decideCall(s *submission, size int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return res.(Result), nil
+	return s.committed(res.(Result)), nil
 }
 
 // write queues one call and waits for its outcome, leading a batch itself

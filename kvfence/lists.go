@@ -47,16 +47,32 @@ func (r *Receiver) Targets(scope string) ([]Target, error) {
 				return fmt.Errorf("%w: %s", ErrUnknownScope, scope)
 			}
 		}
-		return tx.Scan(bucketTargets, nil, func(k, v []byte) error {
+		var etcd []int
+		err := tx.Scan(bucketTargets, nil, func(k, v []byte) error {
 			t, err := parseTarget(string(k), v)
 			if err != nil {
 				return err
 			}
 			if scope == "" || t.Scope == scope {
-				out = append(out, Target{Name: string(k), Scope: t.Scope, Revision: t.Revision, Value: t.Value, Kind: t.kind(), Effect: t.Effect})
+				out = append(out, Target{Name: string(k), Scope: t.Scope, Revision: t.Revision, Value: t.Value, Kind: t.kind(), Effect: t.Effect, Key: t.Key})
+				if t.Kind == TargetEtcd {
+					etcd = append(etcd, len(out)-1)
+				}
 			}
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		// The keys are read after the scan, which allows no other use of
+		// the transaction meanwhile.
+		for _, i := range etcd {
+			rec := &targetRecord{Scope: out[i].Scope, Kind: TargetEtcd, Key: out[i].Key, Revision: out[i].Revision}
+			if out[i], err = publicTarget(tx, out[i].Name, rec); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return out, err
 }

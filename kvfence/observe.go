@@ -61,14 +61,31 @@ func (r *Receiver) Target(name string) (Target, error) {
 		if t == nil {
 			return fmt.Errorf("%w: %s", ErrUnknownTarget, name)
 		}
-		out = Target{Name: name, Scope: t.Scope, Revision: t.Revision, Value: t.Value, Kind: t.kind(), Effect: t.Effect, UID: t.UID}
-		if t.Object != nil {
-			obj := *t.Object
-			out.Object = &obj
-		}
-		return nil
+		out, err = publicTarget(tx, name, t)
+		return err
 	})
 	return out, err
+}
+
+// publicTarget is the Target of record t, named name. An etcd target's key
+// is read in tx, at the state the record was read at: its live value and
+// mod revision. A key that is absent (deleted outside the fence) has a nil
+// Value and Revision 0.
+func publicTarget(tx engine.Tx, name string, t *targetRecord) (Target, error) {
+	out := Target{Name: name, Scope: t.Scope, Revision: t.Revision, Value: t.Value, Kind: t.kind(), Effect: t.Effect, UID: t.UID}
+	if t.Object != nil {
+		obj := *t.Object
+		out.Object = &obj
+	}
+	if t.Kind != TargetEtcd {
+		return out, nil
+	}
+	v, mod, err := liveKey(tx, t)
+	if err != nil {
+		return Target{}, err
+	}
+	out.Key, out.Writes, out.Value, out.Revision = t.Key, t.Revision, v, uint64(mod)
+	return out, nil
 }
 
 // Receipt returns the receipt of an applied action, or ErrNotFound.

@@ -705,6 +705,9 @@ type wtx struct {
 	// repeated hold); when every call of a batch is idle, the
 	// transaction commits nothing (errIdle).
 	idle int
+	// rawWritten are the etcd targets' keys this run wrote: a second
+	// write of one in the same batch is errRawRewrite.
+	rawWritten map[string]bool
 }
 
 // appendAudit fills in e's time, links it into the chain and stores it. It

@@ -99,8 +99,8 @@ type grantRecord struct {
 	AuditSeq uint64 `cbor:"audit_seq,omitempty"`
 }
 
-// targetRecord is the stored form of a target. Kind and Effect are
-// omitted for an internal target, so that its record encodes, and hashes
+// targetRecord is the stored form of a target. Kind, Effect, Key and
+// ValueSHA256 are omitted for an internal target, so that its record encodes, and hashes
 // into the state digest, byte for byte as before kinds existed.
 type targetRecord struct {
 	Scope    string `cbor:"scope"`
@@ -114,6 +114,13 @@ type targetRecord struct {
 	// UID the incarnation of it the target was created for (dispatch.go).
 	Object *RemoteObject `cbor:"object,omitempty"`
 	UID    string        `cbor:"uid,omitempty"`
+	// Key is a TargetEtcd target's etcd key; its Value is then empty (the
+	// key holds the value) and Revision counts the fence's writes.
+	Key string `cbor:"key,omitempty"`
+	// ValueSHA256 is, for a TargetEtcd target, the SHA-256 of the value
+	// the fence last wrote to the key (or adopted), which the state
+	// digest binds.
+	ValueSHA256 []byte `cbor:"value_sha256,omitempty"`
 }
 
 // receiptRecord is the stored form of a receipt.

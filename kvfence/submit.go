@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/engine"
 )
 
 // submission is a Submit call after the work that needs no lock: strict
@@ -44,6 +45,12 @@ type submission struct {
 	remote     *remoteRead
 	needRemote bool
 	pending    *pendingDispatch
+	// etcdApplied says decide's last run applied a write to an etcd
+	// target (or answered already_applied for one): the result's Revision
+	// is then keyRev, the revision of the commit that wrote the key, which
+	// the engine gives only once the transaction committed.
+	etcdApplied bool
+	keyRev      int64
 }
 
 // submissionKeys are a submission's keys: its scope's control record,
@@ -140,6 +147,7 @@ func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (
 func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	s.grant, s.target, s.scope = nil, false, false
 	s.needRemote, s.pending = false, nil
+	s.etcdApplied, s.keyRev = false, 0
 	if s.env == nil {
 		return w.deny(nil, s, s.denial, s.detail)
 	}
@@ -226,6 +234,9 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 		}
 		res := s.result(AlreadyApplied, "", "", seq)
 		res.Revision = rc.RevAfter
+		if err := w.etcdAlreadyApplied(s, rc, &res); err != nil {
+			return Result{}, err
+		}
 		return res, nil
 	}
 	// 11
@@ -237,8 +248,17 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 		return w.deny(ctl, s, ReasonUnknownTarget, "no such target in this scope")
 	}
 	s.target = true
-	current := t.Value
-	if t.Kind == TargetKubernetes {
+	// An etcd target's value and revision are its key's, read here in the
+	// transaction that will write it: the commit compares the key's mod
+	// revision, so a write of the key by anyone else after this read makes
+	// the decision run again on what that write left. A remote target's
+	// value is the object's, read by Submit before the transaction; its
+	// expect_revision is the target's kvfence revision, which counts the
+	// writes the receiver applied to it, not the object's version.
+	cur, curRev := t.Value, t.Revision
+	var raw engine.RawTx
+	switch t.Kind {
+	case TargetKubernetes:
 		if s.remote == nil {
 			// Nothing is written: Submit reads the object outside the
 			// transaction and decides again.
@@ -249,22 +269,34 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 		if reason, detail := s.remote.refusal(t); reason != "" {
 			return w.deny(ctl, s, reason, detail)
 		}
-		current = s.remote.state.Value
+		cur = s.remote.state.Value
+	case TargetEtcd:
+		if w.rawWritten[t.Key] {
+			return Result{}, errRawRewrite
+		}
+		if raw, err = rawTx(w.tx); err != nil {
+			return Result{}, err
+		}
+		v, mod, err := raw.GetRaw([]byte(t.Key))
+		if err != nil {
+			return Result{}, err
+		}
+		if v == nil {
+			return w.deny(ctl, s, ReasonPreconditionFailed, "the target's etcd key does not exist: it was deleted outside the fence")
+		}
+		cur, curRev = v, uint64(mod)
 	}
-	// For a remote target, expect_revision is the target's kvfence
-	// revision, which counts the writes the receiver applied to it, not
-	// the object's version.
-	if req.ExpectRevision != nil && *req.ExpectRevision != t.Revision {
-		return w.deny(ctl, s, ReasonPreconditionFailed, fmt.Sprintf("expected revision %d, target is at %d", *req.ExpectRevision, t.Revision))
+	if req.ExpectRevision != nil && *req.ExpectRevision != curRev {
+		return w.deny(ctl, s, ReasonPreconditionFailed, fmt.Sprintf("expected revision %d, target is at %d", *req.ExpectRevision, curRev))
 	}
-	if req.ExpectValue != nil && !bytes.Equal(*req.ExpectValue, current) {
+	if req.ExpectValue != nil && !bytes.Equal(*req.ExpectValue, cur) {
 		return w.deny(ctl, s, ReasonPreconditionFailed, "expected value differs from the target's value")
 	}
 	var value []byte
 	if req.Set != nil {
 		value = *req.Set
 	} else {
-		value, err = applyPatch(req.patch, current)
+		value, err = applyPatch(req.patch, cur)
 		if err != nil {
 			return w.deny(ctl, s, ReasonPreconditionFailed, err.Error())
 		}
@@ -295,12 +327,30 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 	}
 	before := t.Revision
 	t.Revision++
-	t.Value = value
+	if raw != nil {
+		if err := raw.PutRaw([]byte(t.Key), value); err != nil {
+			return Result{}, err
+		}
+		if w.rawWritten == nil {
+			w.rawWritten = map[string]bool{}
+		}
+		w.rawWritten[t.Key] = true
+		s.etcdApplied = true
+		raw.OnCommit(func(rev int64) { s.keyRev = rev })
+		t.setEtcdValue(value)
+	} else {
+		t.Value = value
+	}
 	if err := w.put(bucketTargets, s.keys.target, t); err != nil {
 		return Result{}, err
 	}
 	e := s.entry(Applied, "", "")
 	e.RevBefore, e.RevAfter = before, t.Revision
+	if raw != nil {
+		// The key's new mod revision is the commit's, the revision of this
+		// entry's own key; the one it replaced is known now.
+		e.Note = fmt.Sprintf("etcd key mod revision %d replaced", curRev)
+	}
 	sum := sha256.Sum256(value)
 	e.ValueSHA256 = sum[:]
 	// The receipt names the audit seq, which is the chain's next one.

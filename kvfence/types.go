@@ -199,7 +199,8 @@ type Target struct {
 	Name string
 	// Scope is the scope the target belongs to.
 	Scope string
-	// Revision is 1 at creation and grows by one with each applied mutation.
+	// Revision is 1 at creation and grows by one with each applied
+	// mutation; for a TargetEtcd target it is the key's mod revision.
 	Revision uint64
 	// Value is the target's current value, a copy the caller may keep.
 	Value []byte
@@ -215,6 +216,16 @@ type Target struct {
 	Object *RemoteObject
 	// UID is the remote object's incarnation the target stands for.
 	UID string
+	// Key is a TargetEtcd target's etcd key; empty otherwise. For such a
+	// target Value and Revision are the key's live value and mod revision
+	// (the revision a request's expect_revision names), read when the
+	// target was, and Writes counts the fence's writes to the key.
+	Key string
+	// Writes is, for a TargetEtcd target, the number of writes the fence
+	// made to its key, counting the creation: the revision that its
+	// receipts' and audit entries' RevBefore and RevAfter name. It is 0
+	// for any other kind.
+	Writes uint64
 }
 
 // Receipt records an applied action.

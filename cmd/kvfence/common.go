@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/audit/etcdanchor"
 	"github.com/kvfence/kvfence/engine/etcdengine"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/keyfile"
@@ -58,10 +59,14 @@ type commonFlags struct {
 	etcdPrefix string
 	// etcdPrefixSet says --etcd-prefix or its variable was given.
 	etcdPrefixSet bool
-	key           string
-	pub           string
-	lockTimeout   time.Duration
-	json          bool
+	// reserved are the etcd prefixes no etcd target's key may lie under
+	// besides the receiver's own: the ledger's, by default and as
+	// $KVFENCE_LEDGER_ETCD_PREFIX names it, and the anchor's key.
+	reserved    []string
+	key         string
+	pub         string
+	lockTimeout time.Duration
+	json        bool
 }
 
 // register adds the selected common flags, and always --json, to fs.
@@ -103,6 +108,13 @@ func (c *commonFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 		c.etcdPrefixSet = isSet(fs, "etcd-prefix")
 		if p := getenv(envEtcdPrefix); !c.etcdPrefixSet && p != "" {
 			c.etcdPrefix, c.etcdPrefixSet = p, true
+		}
+		c.reserved = []string{defaultLedgerPrefix}
+		if p := getenv(envLedgerEtcdPrefix); p != "" {
+			c.reserved = append(c.reserved, p)
+		}
+		if a, err := etcdanchor.ParseAddress(c.anchor); isEtcdAnchor(c.anchor) && err == nil {
+			c.reserved = append(c.reserved, a.Key)
 		}
 	}
 }

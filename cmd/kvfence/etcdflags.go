@@ -258,7 +258,7 @@ func (c *commonFlags) openEngine() (engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := etcdengine.New(cli, &etcdengine.Options{Prefix: c.etcdPrefix, MaxTxnOps: c.etcd.maxTxnOps})
+	e, err := etcdengine.New(cli, &etcdengine.Options{Prefix: c.etcdPrefix, MaxTxnOps: c.etcd.maxTxnOps, Reserved: c.reserved})
 	if err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("kvfence %s: %w", c.name, err)

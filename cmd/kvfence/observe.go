@@ -40,6 +40,11 @@ type observeTargetJSON struct {
 	// internal target is as it was.
 	Kind   string `json:"kind,omitempty"`
 	Effect string `json:"effect,omitempty"`
+	// Key is an etcd target's key; its revision and value are then the
+	// key's live mod revision and value, and Writes counts the fence's
+	// writes to it (the revisions its receipts name).
+	Key    string `json:"key,omitempty"`
+	Writes uint64 `json:"writes,omitempty"`
 }
 
 // observeReceiptJSON is the --json shape of observe receipt.
@@ -106,7 +111,7 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 		out.Value = &s
 	}
 	if t.Kind != "" && t.Kind != kvfence.TargetInternal {
-		out.Kind, out.Effect = string(t.Kind), t.Effect
+		out.Kind, out.Effect, out.Key, out.Writes = string(t.Kind), t.Effect, t.Key, t.Writes
 	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, out)
@@ -115,7 +120,12 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 	fmt.Fprintf(tw, "target\t%s\n", out.Target)
 	fmt.Fprintf(tw, "scope\t%s\n", out.Scope)
 	fmt.Fprintf(tw, "revision\t%d\n", out.Revision)
-	if out.Kind != "" {
+	switch {
+	case out.Key != "":
+		fmt.Fprintf(tw, "kind\t%s\n", out.Kind)
+		fmt.Fprintf(tw, "key\t%s\n", out.Key)
+		fmt.Fprintf(tw, "fence writes\t%d\n", out.Writes)
+	case out.Kind != "":
 		fmt.Fprintf(tw, "kind\t%s (effect %s)\n", out.Kind, out.Effect)
 	}
 	if err := tw.Flush(); err != nil {
@@ -522,7 +532,9 @@ Prints state without changing it; the database is opened read-only.
 
 	target    a target's scope, revision and value. With --json, "value"
 	          is the value as text when it is valid UTF-8 (else null) and
-	          "value_b64" is always the value in base64.
+	          "value_b64" is always the value in base64. For a target of
+	          kind etcd, also its kind and key; its revision and value are
+	          the key's live mod revision and value, read from etcd.
 	receipt   the receipt of an applied action: grant, request digest,
 	          revisions before and after, audit seq and time.
 	receipts  the receipts of scope S applied under grants that carried

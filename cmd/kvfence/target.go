@@ -20,6 +20,39 @@ type targetCreateJSON struct {
 	Scope       string `json:"scope"`
 	Revision    uint64 `json:"revision"`
 	ValueSHA256 string `json:"value_sha256"`
+	// Kind and Key are given for a target of kind etcd, whose revision is
+	// the key's mod revision.
+	Kind string `json:"kind,omitempty"`
+	Key  string `json:"key,omitempty"`
+}
+
+// targetKindSpec checks --kind and --target-key (--key is the receiver's
+// private key): an etcd target is created on
+// the receiver's own etcd store (--etcd), never on a database file or
+// through a served receiver, and names its key; an internal one names
+// none.
+func targetKindSpec(cf *commonFlags, rf *remoteFlags, kind kvfence.TargetKind, key string, keySet bool) (kvfence.TargetSpec, error) {
+	usage := func(msg string) error {
+		return &usageError{msg: "kvfence target create: " + msg, hint: "kvfence target create -h"}
+	}
+	switch kind {
+	case kvfence.TargetInternal:
+		if keySet {
+			return kvfence.TargetSpec{}, usage("--target-key is for --kind etcd only")
+		}
+		return kvfence.TargetSpec{}, nil
+	case kvfence.TargetEtcd:
+		switch {
+		case key == "":
+			return kvfence.TargetSpec{}, usage("--kind etcd needs --target-key, the application's etcd key")
+		case rf.on():
+			return kvfence.TargetSpec{}, usage("--kind etcd is created on the receiver's etcd store (--etcd), not through --server")
+		case !cf.etcd.on():
+			return kvfence.TargetSpec{}, usage("--kind etcd needs the etcd engine (--etcd): a receiver in a database file cannot write an etcd key in its transaction")
+		}
+		return kvfence.TargetSpec{Kind: kvfence.TargetEtcd, Key: key}, nil
+	}
+	return kvfence.TargetSpec{}, usage(fmt.Sprintf("--kind %q: one of internal or etcd", kind))
 }
 
 // Run runs the command.
@@ -33,11 +66,17 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 	target := fs.String("target", "", "")
 	value := fs.String("value", "", "")
 	valueFile := fs.String("value-file", "", "")
+	kind := fs.String("kind", string(kvfence.TargetInternal), "")
+	key := fs.String("target-key", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
 	cf.resolve(fs, c.m.Getenv)
 	if err := rf.check(fs, "target create"); err != nil {
+		return err
+	}
+	spec, err := targetKindSpec(&cf, &rf, kvfence.TargetKind(*kind), *key, isSet(fs, "target-key"))
+	if err != nil {
 		return err
 	}
 	if !rf.on() {
@@ -61,16 +100,20 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 	default:
 		return &usageError{msg: "kvfence target create: one of --value or --value-file is required", hint: "kvfence target create -h"}
 	}
+	spec.Scope, spec.Name, spec.Value = *scope, *target, v
 	t, err := either(&cf, &rf, true, c.m.warn,
 		func(r *kvfence.Receiver) (kvfence.Target, error) {
-			return localAdmin(r).CreateTarget(ctx, *scope, *target, v)
+			return localAdmin(r).CreateTargetSpec(ctx, spec)
 		},
 		func(cl *client.Client) (kvfence.Target, error) { return cl.CreateTarget(ctx, *scope, *target, v) })
 	if err != nil {
 		return err
 	}
 	sum := sha256.Sum256(t.Value)
-	res := targetCreateJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision, ValueSHA256: hex.EncodeToString(sum[:])}
+	res := targetCreateJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision, ValueSHA256: hex.EncodeToString(sum[:]), Key: t.Key}
+	if t.Key != "" {
+		res.Kind = string(t.Kind)
+	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
 	}
@@ -78,18 +121,30 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 	fmt.Fprintf(tw, "target\t%s\n", res.Target)
 	fmt.Fprintf(tw, "scope\t%s\n", res.Scope)
 	fmt.Fprintf(tw, "revision\t%d\n", res.Revision)
+	if res.Key != "" {
+		fmt.Fprintf(tw, "kind\t%s\n", res.Kind)
+		fmt.Fprintf(tw, "key\t%s\n", res.Key)
+	}
 	fmt.Fprintf(tw, "value sha256\t%s\n", res.ValueSHA256)
 	return tw.Flush()
 }
 
 // Usage prints the command's help.
 func (c *TargetCreateCommand) Usage() {
-	fmt.Fprint(c.m.Stderr, `Usage: kvfence target create --scope S --target K (--value V | --value-file F) [common arguments]
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence target create --scope S --target K (--value V | --value-file F)
+                             [--kind etcd --target-key KEY] [common arguments]
 
 Creates target K in scope S at revision 1 with the given value. Target
 names are unique across the receiver, not per scope: K must not name a
 target of any scope (the refusal says which scope holds it).
 Privileged: requires the receiver's private key.
+
+With --kind etcd (receivers on --etcd only), the target is the
+application's etcd key KEY, outside the receiver's prefix: every applied
+write puts the raw value in KEY in the receiver's own transaction, and
+a request's expect_revision is KEY's mod revision. KEY must be absent
+(it is written with the value) or hold exactly the value (it is
+adopted), and be no other target's key.
 
 Arguments:
 
@@ -101,6 +156,12 @@ Arguments:
 	    The initial value, as given.
 	--value-file F
 	    Read the initial value from F, byte for byte ("-" for stdin).
+	--kind internal|etcd
+	    The target's kind (default internal, a value in the receiver's
+	    store).
+	--target-key KEY
+	    The etcd key of a target of kind etcd: printable ASCII without
+	    blanks, at most 512 bytes.
 `+usageKey+usageDB+usageServer+usageJSON)
 }
 

@@ -78,4 +78,10 @@
 // append-only bucket in a key of its own and read that. etcd's own
 // concurrency.STM is not used: it retries without a bound and does not
 // bound its size.
+//
+// A transaction is also an engine.RawTx: keys of the cluster outside the
+// prefix (and outside Options.Reserved) are read into the same read set,
+// compared by mod revision at the commit (0 for an absent key), and
+// written in the same Txn; OnCommit gets the Txn's revision, which is the
+// new mod revision of every key the Txn wrote.
 package etcdengine

@@ -65,6 +65,11 @@ type Options struct {
 	// ScanPage is the number of keys fetched per range request of a scan.
 	// Default DefaultScanPage.
 	ScanPage int
+	// Reserved are key prefixes outside Prefix that raw keys
+	// (engine.RawTx) must not lie under: another user's records on the
+	// same cluster, such as a ledger's prefix or an anchor's key. Each
+	// must be non-empty.
+	Reserved []string
 }
 
 // Engine runs the seam's transactions on etcd. It is safe for concurrent
@@ -111,6 +116,12 @@ func New(cli *clientv3.Client, opts *Options) (*Engine, error) {
 	}
 	if o.ScanPage <= 0 {
 		o.ScanPage = DefaultScanPage
+	}
+	o.Reserved = append([]string(nil), o.Reserved...)
+	for _, r := range o.Reserved {
+		if r == "" {
+			return nil, fmt.Errorf("%w: an empty reserved prefix would reserve every key", engine.ErrInvalid)
+		}
 	}
 	if cli.Username != "" {
 		// etcd's client drops the user on a cluster whose auth is off and
@@ -194,12 +205,15 @@ func (e *Engine) run(ctx context.Context, writable bool, fn func(engine.Tx) erro
 			t.learnBuckets()
 			return nil
 		default:
-			ok, err := t.commit()
+			rev, ok, err := t.commit()
 			if err != nil {
 				return err
 			}
 			if ok {
 				t.learnBuckets()
+				for _, fn := range t.committed {
+					fn(rev)
+				}
 				return nil
 			}
 		}
@@ -226,9 +240,10 @@ func backoff(ctx context.Context, attempt int) error {
 	}
 }
 
-// commit sends the Txn. It reports whether the compares held; an error
-// means nothing was decided by the compares.
-func (t *tx) commit() (bool, error) {
+// commit sends the Txn. It reports whether the compares held, and the
+// revision of a Txn whose compares held; an error means nothing was
+// decided by the compares.
+func (t *tx) commit() (int64, bool, error) {
 	cmps := t.compares()
 	ops := make([]clientv3.Op, 0, len(t.writes))
 	for k, w := range t.writes {
@@ -240,13 +255,13 @@ func (t *tx) commit() (bool, error) {
 	}
 	// A context that ended before the send leaves nothing in doubt.
 	if err := t.ctx.Err(); err != nil {
-		return false, err
+		return 0, false, err
 	}
 	resp, err := t.e.kv.Txn(t.ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
-		return false, commitErr(err)
+		return 0, false, commitErr(err)
 	}
-	return resp.Succeeded, nil
+	return resp.Header.Revision, resp.Succeeded, nil
 }
 
 // commitErr sorts a failed Txn: refusals that etcd gives before applying

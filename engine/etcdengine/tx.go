@@ -47,6 +47,8 @@ type tx struct {
 	// tooLarge and readFailed fail the transaction whatever fn does with
 	// the error; retry makes it run again.
 	tooLarge, readFailed, retry error
+	// committed are the OnCommit functions of this run.
+	committed []func(rev int64)
 }
 
 func newTx(ctx context.Context, e *Engine, writable bool) *tx {
