@@ -3,6 +3,7 @@ package kvfence
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -107,7 +108,9 @@ func dispatchRace(t *testing.T, s *store, seed uint64, defective bool) string {
 				wg.Wait()
 				return fmt.Sprintf("round %d: dispatch %s still in flight at the acknowledgment", round, rc.DispatchID)
 			case DispatchUnknown:
-				if len(h.Outstanding) != 1 || h.Outstanding[0].DispatchID != rc.DispatchID {
+				// Unknown dispatches of earlier rounds stay outstanding
+				// and are listed again: this one must be among them.
+				if !slices.ContainsFunc(h.Outstanding, func(o OutstandingDispatch) bool { return o.DispatchID == rc.DispatchID }) {
 					wg.Wait()
 					return fmt.Sprintf("round %d: unknown dispatch %s not listed: %+v", round, rc.DispatchID, h.Outstanding)
 				}

@@ -24,7 +24,7 @@ import (
 
 // raceAuthPasswords are the password files of deploy/etcd/README.md's
 // receiver cluster.
-var raceAuthPasswords = map[string]string{"root.password": "root-pw", "receiver.password": "receiver-pw", "worker-a.password": "worker-pw"}
+var raceAuthPasswords = map[string]string{"root.password": "root-pw", "receiver.password": "receiver-pw", "worker-a.password": "worker-pw", "ledger.password": "ledger-pw"}
 
 // raceAuthCluster starts a cluster of its own and runs the receiver
 // cluster's etcdctl lines of deploy/etcd/README.md on it, so that the
