@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/kvfence/kvfence/kvfence"
 	"k8s.io/client-go/dynamic"
@@ -18,12 +21,25 @@ import (
 // object again after a conflict, when Options leaves it zero.
 const DefaultFenceRetryInterval = 20 * time.Millisecond
 
+// DefaultQPS and DefaultBurst are the client-side rate limit of a
+// Dispatcher whose Config sets neither QPS nor a RateLimiter: higher than
+// client-go's 5 and 10, because every dispatch is a read and a write, and
+// a write that the limiter keeps waiting past its deadline is one whose
+// outcome the receiver must record as unknown.
+const (
+	DefaultQPS   = 50
+	DefaultBurst = 100
+)
+
+// maxMessage bounds the server's message that a StatusError keeps.
+const maxMessage = 1024
+
 // Options configures a Dispatcher.
 type Options struct {
 	// Config is how to reach the API server, and as whom: the receiver's
 	// identity, the only one deploy/kubernetes's admission policy lets
 	// change a scoped object. Required. Its WrapTransport, if any, is
-	// kept.
+	// kept; its QPS and Burst, if zero, are DefaultQPS and DefaultBurst.
 	Config *rest.Config
 	// FenceRetryInterval is how long Fence waits after a conflict before
 	// it reads the object again; zero is DefaultFenceRetryInterval.
@@ -61,6 +77,9 @@ func New(o Options) (*Dispatcher, error) {
 	cfg := rest.CopyConfig(o.Config)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "kvfence-kubetarget"
+	}
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
 	}
 	cfg = dynamic.ConfigFor(cfg)
 	// JSON always, whatever client-go's feature gates say, because the
@@ -144,6 +163,21 @@ func (e *StatusError) Unwrap() error {
 	return nil
 }
 
+// printable returns the server's message cut to maxMessage bytes, with
+// control and bidirectional-override characters replaced, because it ends
+// up in logs and on terminals.
+func printable(m string) string {
+	if len(m) > maxMessage {
+		m = strings.ToValidUTF8(m[:maxMessage], "") + "…"
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, m)
+}
+
 // do sends one request and never retries it; a status other than 2xx is
 // a *StatusError, a failure without a status another error.
 func (d *Dispatcher) do(ctx context.Context, method, path string, body []byte) (*object, error) {
@@ -164,7 +198,7 @@ func (d *Dispatcher) do(ctx context.Context, method, path string, body []byte) (
 		if json.Unmarshal(raw, &st) != nil || st.Message == "" {
 			st.Message = err.Error()
 		}
-		return nil, &StatusError{Method: method, Path: path, Code: code, Message: st.Message}
+		return nil, &StatusError{Method: method, Path: path, Code: code, Message: printable(st.Message)}
 	}
 	if code < 200 || code > 299 {
 		return nil, &StatusError{Method: method, Path: path, Code: code, Message: "unexpected status"}
@@ -209,6 +243,11 @@ func (d *Dispatcher) Apply(ctx context.Context, in kvfence.DispatchInput) (kvfen
 	data, err := DecodeData(in.Value)
 	if err != nil {
 		return kvfence.RemoteState{}, err
+	}
+	if in.Stamp.Grant == "" {
+		// A stamp without a grant is a fencing write's: a value written
+		// under it would read back as a fence.
+		return kvfence.RemoteState{}, fmt.Errorf("%w: a value is written under a grant; the stamp names none", ErrInvalidStamp)
 	}
 	stamp, err := StampAnnotations(in.Stamp)
 	if err != nil {

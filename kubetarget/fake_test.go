@@ -159,6 +159,48 @@ func TestApplyOutcomesAndNoRetry(t *testing.T) {
 	}
 }
 
+// Ensure that the server's message is kept printable and bounded: it ends
+// up on terminals and in logs.
+func TestStatusMessagePrintable(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"plain", "the object has been modified", "the object has been modified"},
+		{"terminal escape", `a\u001b[2Jb\nc`, "a?[2Jb?c"},
+		{"bidi override", `a\u202eb`, "a?b"},
+		{"long", strings.Repeat("x", 5000), strings.Repeat("x", maxMessage) + "…"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var in string
+			if err := json.Unmarshal([]byte(`"`+tc.in+`"`), &in); err != nil {
+				t.Fatal(err)
+			}
+			f := &fakeAPI{labelled: true, putAnswers: []fakeAnswer{{code: 422, message: in}}}
+			d := newFake(t, f)
+			_, err := d.Apply(context.Background(), fakeInput)
+			var se *StatusError
+			if !errors.As(err, &se) || se.Message != tc.want {
+				t.Errorf("message %q; want %q", se.Message, tc.want)
+			}
+		})
+	}
+}
+
+// Ensure that a Dispatcher whose config sets no rate limit gets one that
+// lets a burst of dispatches through without waiting, and keeps one the
+// config sets.
+func TestRateLimitDefault(t *testing.T) {
+	f := &fakeAPI{labelled: true}
+	d := newFake(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	// client-go's own default (5 per second, bursts of 10) would make
+	// these 40 requests take about 6 s.
+	for i := 0; i < 20; i++ {
+		if _, err := d.Apply(ctx, fakeInput); err != nil {
+			t.Fatalf("apply %d: %v", i, err)
+		}
+	}
+}
+
 // Ensure that Apply sends the decision's preconditions, not the read's,
 // with the data and stamp, and returns the state the server answers.
 func TestApplySendsTheDecisionsPreconditions(t *testing.T) {
@@ -191,6 +233,7 @@ func TestApplyRefusesBeforeWriting(t *testing.T) {
 		{"no uid", func(in *kvfence.DispatchInput) { in.UID = "" }, true, ErrNoPrecondition},
 		{"invalid value", func(in *kvfence.DispatchInput) { in.Value = []byte(`{"a":1}`) }, true, ErrInvalidValue},
 		{"invalid stamp", func(in *kvfence.DispatchInput) { in.Stamp.Receipt = "" }, true, ErrInvalidStamp},
+		{"stamp without a grant", func(in *kvfence.DispatchInput) { in.Stamp.Grant = "" }, true, ErrInvalidStamp},
 		{"unsupported resource", func(in *kvfence.DispatchInput) { in.Object.Resource = "secrets" }, true, ErrUnsupportedResource},
 		{"unlabelled object", func(in *kvfence.DispatchInput) {}, false, ErrUnguarded},
 	} {
