@@ -503,7 +503,8 @@ func TestAgainstAPIServer(t *testing.T) {
 }
 
 // Ensure that a kubeconfig is never looked for elsewhere when its path is
-// empty: no silent fallback to $KUBECONFIG or ~/.kube/config.
+// empty (no silent fallback to $KUBECONFIG or ~/.kube/config), and that
+// the in-cluster constructor refuses outside a pod.
 func TestFromKubeconfigNeedsAPath(t *testing.T) {
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "elsewhere"))
 	if _, err := FromKubeconfig("", ""); !errors.Is(err, ErrNoConfig) {
@@ -514,5 +515,11 @@ func TestFromKubeconfigNeedsAPath(t *testing.T) {
 	}
 	if _, err := New(Options{}); !errors.Is(err, ErrNoConfig) {
 		t.Errorf("New without a config: %v", err)
+	}
+	// Outside a pod, InCluster refuses rather than fall back to anything.
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	if _, err := InCluster(); err == nil {
+		t.Error("InCluster outside a pod succeeded")
 	}
 }
