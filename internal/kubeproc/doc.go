@@ -9,8 +9,8 @@
 // The binary is $KVFENCE_KUBE_APISERVER_BIN if set, else
 // k8s.io/kubernetes/cmd/kube-apiserver built by Binary in a scratch module
 // under the user's cache directory, so that the kvfence module itself
-// requires nothing from k8s.io: this package speaks to the server over
-// net/http and encoding/json alone. The first build takes minutes, so the
+// requires nothing of the server's build: this package speaks to the
+// server over net/http and encoding/json alone. The first build takes minutes, so the
 // tests that need a server run only when $KVFENCE_KUBE is 1 (.ci/run sets
 // it); without it Require skips them and says so.
 package kubeproc

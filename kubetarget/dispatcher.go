@@ -1,0 +1,313 @@
+package kubetarget
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/kvfence/kvfence/kvfence"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// DefaultFenceRetryInterval is how long Fence waits before it reads the
+// object again after a conflict, when Options leaves it zero.
+const DefaultFenceRetryInterval = 20 * time.Millisecond
+
+// DefaultQPS and DefaultBurst are the client-side rate limit of a
+// Dispatcher whose Config sets neither QPS nor a RateLimiter: higher than
+// client-go's 5 and 10, because every dispatch is a read and a write, and
+// a write that the limiter keeps waiting past its deadline is one whose
+// outcome the receiver must record as unknown.
+const (
+	DefaultQPS   = 50
+	DefaultBurst = 100
+)
+
+// maxMessage bounds the server's message that a StatusError keeps.
+const maxMessage = 1024
+
+// Options configures a Dispatcher.
+type Options struct {
+	// Config is how to reach the API server, and as whom: the receiver's
+	// identity, the only one deploy/kubernetes's admission policy lets
+	// change a scoped object. Required. Its WrapTransport, if any, is
+	// kept; its QPS and Burst, if zero, are DefaultQPS and DefaultBurst.
+	Config *rest.Config
+	// FenceRetryInterval is how long Fence waits after a conflict before
+	// it reads the object again; zero is DefaultFenceRetryInterval.
+	FenceRetryInterval time.Duration
+}
+
+// Dispatcher is the kvfence.Dispatcher of Kubernetes ConfigMaps. It is
+// safe for concurrent use.
+type Dispatcher struct {
+	client     *rest.RESTClient
+	fenceRetry time.Duration
+}
+
+var _ kvfence.Dispatcher = (*Dispatcher)(nil)
+
+// ErrNoConfig means Options.Config is nil, or a kubeconfig file was not
+// named.
+var ErrNoConfig = errors.New("kubetarget: no API server configuration")
+
+// ErrUnguarded means Apply found the object without the label
+// kvfence.dev/scope: the admission policy does not guard it, so other
+// identities could change it behind the fence, and nothing was written.
+var ErrUnguarded = errors.New("kubetarget: the object is not labelled " + LabelScope)
+
+// ErrNoPrecondition means Apply was given an empty version or UID: an
+// update without them would overwrite whatever the object holds.
+var ErrNoPrecondition = errors.New("kubetarget: a write needs the version and UID it was decided on")
+
+// New returns a Dispatcher that speaks JSON to the API server o.Config
+// names.
+func New(o Options) (*Dispatcher, error) {
+	if o.Config == nil {
+		return nil, ErrNoConfig
+	}
+	cfg := rest.CopyConfig(o.Config)
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "kvfence-kubetarget"
+	}
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
+	}
+	cfg = dynamic.ConfigFor(cfg)
+	// JSON always, whatever client-go's feature gates say, because the
+	// objects are read and written as JSON here.
+	cfg.ContentType = "application/json"
+	cfg.AcceptContentTypes = "application/json"
+	client, err := rest.UnversionedRESTClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubetarget: %w", err)
+	}
+	d := &Dispatcher{client: client, fenceRetry: o.FenceRetryInterval}
+	if d.fenceRetry <= 0 {
+		d.fenceRetry = DefaultFenceRetryInterval
+	}
+	return d, nil
+}
+
+// ConfigFromKubeconfig loads the kubeconfig file at path, and its context
+// of that name (empty: the file's current context). Only that file is
+// read: neither $KUBECONFIG nor ~/.kube/config stands in for it.
+func ConfigFromKubeconfig(path, context string) (*rest.Config, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%w: the kubeconfig file's path is empty", ErrNoConfig)
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path},
+		&clientcmd.ConfigOverrides{CurrentContext: context})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubetarget: kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// FromKubeconfig returns a Dispatcher for the API server and identity of
+// a kubeconfig file's context (ConfigFromKubeconfig).
+func FromKubeconfig(path, context string) (*Dispatcher, error) {
+	cfg, err := ConfigFromKubeconfig(path, context)
+	if err != nil {
+		return nil, err
+	}
+	return New(Options{Config: cfg})
+}
+
+// InCluster returns a Dispatcher that acts as the pod's service account,
+// from the token and CA that Kubernetes mounts in every pod.
+func InCluster() (*Dispatcher, error) {
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubetarget: %w", err)
+	}
+	return New(Options{Config: cfg})
+}
+
+// StatusError is an API server's answer other than success to one
+// request. It wraps kvfence.ErrRemoteConflict for a 409 and
+// kvfence.ErrRemoteNotFound for a 404, and nothing for any other status.
+type StatusError struct {
+	// Method and Path are the request's.
+	Method, Path string
+	// Code is the HTTP status.
+	Code int
+	// Message is the server's message, from its Status object.
+	Message string
+}
+
+// Error returns the request, the status and the server's message.
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("kubetarget: %s %s: %d %s: %s", e.Method, e.Path, e.Code, http.StatusText(e.Code), e.Message)
+}
+
+// Unwrap returns kvfence.ErrRemoteConflict for a 409,
+// kvfence.ErrRemoteNotFound for a 404, and nil otherwise.
+func (e *StatusError) Unwrap() error {
+	switch e.Code {
+	case http.StatusConflict:
+		return kvfence.ErrRemoteConflict
+	case http.StatusNotFound:
+		return kvfence.ErrRemoteNotFound
+	}
+	return nil
+}
+
+// printable returns the server's message cut to maxMessage bytes, with
+// control and bidirectional-override characters replaced, because it ends
+// up in logs and on terminals.
+func printable(m string) string {
+	if len(m) > maxMessage {
+		m = strings.ToValidUTF8(m[:maxMessage], "") + "…"
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, m)
+}
+
+// do sends one request and never retries it; a status other than 2xx is
+// a *StatusError, a failure without a status another error.
+func (d *Dispatcher) do(ctx context.Context, method, path string, body []byte) (*object, error) {
+	req := d.client.Verb(method).AbsPath(path).MaxRetries(0)
+	if body != nil {
+		req = req.Body(body)
+	}
+	var code int
+	res := req.Do(ctx).StatusCode(&code)
+	raw, err := res.Raw()
+	if err != nil {
+		if code == 0 {
+			return nil, fmt.Errorf("kubetarget: %s %s: %w", method, path, err)
+		}
+		var st struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(raw, &st) != nil || st.Message == "" {
+			st.Message = err.Error()
+		}
+		return nil, &StatusError{Method: method, Path: path, Code: code, Message: printable(st.Message)}
+	}
+	if code < 200 || code > 299 {
+		return nil, &StatusError{Method: method, Path: path, Code: code, Message: "unexpected status"}
+	}
+	o, err := decodeObject(raw)
+	if err != nil {
+		return nil, fmt.Errorf("kubetarget: %s %s: %w", method, path, err)
+	}
+	return o, nil
+}
+
+// Read returns the ConfigMap's version, UID, data as canonical JSON and
+// stamp; kvfence.ErrRemoteNotFound if it does not exist.
+func (d *Dispatcher) Read(ctx context.Context, obj kvfence.RemoteObject) (kvfence.RemoteState, error) {
+	path, err := objectPath(obj)
+	if err != nil {
+		return kvfence.RemoteState{}, err
+	}
+	o, err := d.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return kvfence.RemoteState{}, err
+	}
+	return o.state(), nil
+}
+
+// Apply reads the ConfigMap and sends one update of it with data
+// in.Value, the stamp in.Stamp, and metadata.resourceVersion and
+// metadata.uid in.Precondition and in.UID, so that the API server refuses
+// it (409, kvfence.ErrRemoteConflict) unless the object is still the one
+// the decision read. Labels, other annotations, binaryData and all other
+// fields are sent back as read. It returns the state the update left.
+// Nothing is sent for an input that is invalid or an object without the
+// label kvfence.dev/scope (ErrUnguarded).
+func (d *Dispatcher) Apply(ctx context.Context, in kvfence.DispatchInput) (kvfence.RemoteState, error) {
+	path, err := objectPath(in.Object)
+	if err != nil {
+		return kvfence.RemoteState{}, err
+	}
+	if in.Precondition == "" || in.UID == "" {
+		return kvfence.RemoteState{}, ErrNoPrecondition
+	}
+	data, err := DecodeData(in.Value)
+	if err != nil {
+		return kvfence.RemoteState{}, err
+	}
+	if in.Stamp.Grant == "" {
+		// A stamp without a grant is a fencing write's: a value written
+		// under it would read back as a fence.
+		return kvfence.RemoteState{}, fmt.Errorf("%w: a value is written under a grant; the stamp names none", ErrInvalidStamp)
+	}
+	stamp, err := StampAnnotations(in.Stamp)
+	if err != nil {
+		return kvfence.RemoteState{}, err
+	}
+	cur, err := d.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return kvfence.RemoteState{}, err
+	}
+	if _, ok := cur.labels[LabelScope]; !ok {
+		return kvfence.RemoteState{}, fmt.Errorf("%w: %s", ErrUnguarded, path)
+	}
+	// The preconditions are the decision's, not the read's: if the object
+	// moved on since the decision, the server refuses the update.
+	body, err := cur.updateBody(in.Precondition, in.UID, stamp, data)
+	if err != nil {
+		return kvfence.RemoteState{}, fmt.Errorf("kubetarget: %w", err)
+	}
+	o, err := d.do(ctx, http.MethodPut, path, body)
+	if err != nil {
+		return kvfence.RemoteState{}, err
+	}
+	return o.state(), nil
+}
+
+// Fence writes stamp on the ConfigMap under the version and UID it has
+// just read, changing nothing else, so that its resourceVersion moves on
+// and every update still in flight with an older precondition fails. On
+// a conflict it reads again and retries until ctx ends; any other failure
+// ends it at once. It returns the state it left.
+func (d *Dispatcher) Fence(ctx context.Context, obj kvfence.RemoteObject, stamp kvfence.Stamp) (kvfence.RemoteState, error) {
+	path, err := objectPath(obj)
+	if err != nil {
+		return kvfence.RemoteState{}, err
+	}
+	ann, err := StampAnnotations(stamp)
+	if err != nil {
+		return kvfence.RemoteState{}, err
+	}
+	for {
+		cur, err := d.do(ctx, http.MethodGet, path, nil)
+		if err != nil {
+			return kvfence.RemoteState{}, err
+		}
+		body, err := cur.updateBody(cur.resourceVersion, cur.uid, ann, nil)
+		if err != nil {
+			return kvfence.RemoteState{}, fmt.Errorf("kubetarget: %w", err)
+		}
+		o, err := d.do(ctx, http.MethodPut, path, body)
+		if err == nil {
+			return o.state(), nil
+		}
+		if !errors.Is(err, kvfence.ErrRemoteConflict) {
+			return kvfence.RemoteState{}, err
+		}
+		select {
+		case <-ctx.Done():
+			// Not ErrRemoteConflict: the object is not fenced.
+			return kvfence.RemoteState{}, fmt.Errorf("kubetarget: fencing %s: %w (last: %v)", path, ctx.Err(), err)
+		case <-time.After(d.fenceRetry):
+		}
+	}
+}
