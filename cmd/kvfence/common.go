@@ -63,6 +63,7 @@ type commonFlags struct {
 	// besides the receiver's own: the ledger's, by default and as
 	// $KVFENCE_LEDGER_ETCD_PREFIX names it, and the anchor's key.
 	reserved    []string
+	kube        kubeFlags // targets of kind kubernetes (docs/design.md §4.2)
 	key         string
 	pub         string
 	lockTimeout time.Duration
@@ -77,6 +78,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, g flagGroup) {
 		c.anchorEtcd.register(fs)
 		c.etcd.register(fs)
 		fs.StringVar(&c.etcdPrefix, "etcd-prefix", etcdengine.DefaultPrefix, "")
+		c.kube.register(fs)
 		if g&withoutPub == 0 {
 			fs.StringVar(&c.pub, "pub", "", "")
 		}
@@ -104,6 +106,7 @@ func (c *commonFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 			*f.dst = getenv(f.env)
 		}
 	}
+	c.kube.resolve(fs, getenv)
 	if fs.Lookup("etcd-prefix") != nil {
 		c.etcdPrefixSet = isSet(fs, "etcd-prefix")
 		if p := getenv(envEtcdPrefix); !c.etcdPrefixSet && p != "" {
@@ -130,7 +133,7 @@ const usageDB = `	--db FILE
 	    restored or rewritten database exits with code 4), and it is moved
 	    forward, durably, before the command returns. A missing anchor is
 	    never recreated.
-` + usageEtcdSee + usagePubLock
+` + usageEtcdSee + usageKube + usagePubLock
 
 // usageDBRead documents the common flags of an observation command: the
 // anchor is optional.
@@ -141,7 +144,7 @@ const usageDBRead = `	--db FILE
 	    a database that is older than its anchor or disagrees with it is
 	    refused (exit code 4); without it nothing is checked against the
 	    anchor and the output may describe a restored copy.
-` + usageEtcdSee + usagePubLock
+` + usageEtcdSee + usageKube + usagePubLock
 
 const usagePubLock = `	--pub FILE
 	    If set, refuse a receiver whose public key recorded at init

@@ -275,6 +275,11 @@ func (c *commonFlags) openEngine() (engine.Engine, error) {
 // openReceiver opens the receiver in --db, or on --etcd.
 func (c *commonFlags) openReceiver(opts *kvfence.Options) (*kvfence.Receiver, error) {
 	opts.AnchorClusterID = c.anchorEtcd.clusterID
+	d, err := c.kube.dispatchers(c.name)
+	if err != nil {
+		return nil, err
+	}
+	opts.Dispatchers = d
 	if !c.etcd.on() {
 		return kvfence.Open(c.db, opts)
 	}

@@ -45,6 +45,16 @@ type observeTargetJSON struct {
 	// writes to it (the revisions its receipts name).
 	Key    string `json:"key,omitempty"`
 	Writes uint64 `json:"writes,omitempty"`
+	// Object and UID are a kubernetes target's object and the incarnation
+	// it stands for. With --kubeconfig the object is read live: its value
+	// is then the object's, ResourceVersion its version, and LastDispatch
+	// the kvfence.dev/receipt stamp of the write that changed it last (a
+	// warning on stderr says why it could not be read).
+	Object          string `json:"object,omitempty"`
+	UID             string `json:"uid,omitempty"`
+	ResourceVersion string `json:"resource_version,omitempty"`
+	LiveUID         string `json:"live_uid,omitempty"`
+	LastDispatch    string `json:"last_dispatch,omitempty"`
 }
 
 // observeReceiptJSON is the --json shape of observe receipt.
@@ -98,14 +108,30 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 	if err := rf.check(fs, "observe target"); err != nil {
 		return err
 	}
+	var live *kvfence.RemoteState
 	t, err := either(&cf, &rf, false, c.m.warn,
 		func(r *kvfence.Receiver) (kvfence.Target, error) { return r.Target(names[0]) },
 		func(cl *client.Client) (kvfence.Target, error) { return cl.Target(ctx, names[0]) })
 	if err != nil {
 		return err
 	}
+	if t.Object != nil && cf.kube.on() && !rf.on() {
+		st, err := readLive(ctx, &cf, *t.Object)
+		if err != nil {
+			c.m.warn(fmt.Sprintf("kvfence observe target: the object %s could not be read: %v", t.Object, err))
+		} else {
+			t.Value = st.Value
+			live = &st
+		}
+	}
 	out := observeTargetJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
 		ValueB64: base64.StdEncoding.EncodeToString(t.Value)}
+	if t.Object != nil {
+		out.Object, out.UID = t.Object.String(), t.UID
+		if live != nil {
+			out.ResourceVersion, out.LiveUID, out.LastDispatch = live.Version, live.UID, live.Stamp.Receipt
+		}
+	}
 	if utf8.Valid(t.Value) {
 		s := string(t.Value)
 		out.Value = &s
@@ -125,6 +151,17 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 		fmt.Fprintf(tw, "kind\t%s\n", out.Kind)
 		fmt.Fprintf(tw, "key\t%s\n", out.Key)
 		fmt.Fprintf(tw, "fence writes\t%d\n", out.Writes)
+	case out.Object != "":
+		fmt.Fprintf(tw, "kind\t%s\n", out.Kind)
+		fmt.Fprintf(tw, "object\t%s\n", out.Object)
+		fmt.Fprintf(tw, "uid\t%s\n", out.UID)
+		if live != nil {
+			fmt.Fprintf(tw, "resource version\t%s\n", out.ResourceVersion)
+			fmt.Fprintf(tw, "live uid\t%s\n", out.LiveUID)
+			fmt.Fprintf(tw, "last dispatch\t%s\n", out.LastDispatch)
+		} else {
+			fmt.Fprintf(tw, "value\tnot read (give --kubeconfig to read the object)\n")
+		}
 	case out.Kind != "":
 		fmt.Fprintf(tw, "kind\t%s (effect %s)\n", out.Kind, out.Effect)
 	}
@@ -581,3 +618,18 @@ Arguments:
 	    Time between polls with --follow (default 1s).
 `+usageDBRead+usageServer+usageJSON)
 }
+
+// readLive reads a kubernetes target's object through the receiver's
+// identity, bounded by observeLiveTimeout.
+func readLive(ctx context.Context, cf *commonFlags, obj kvfence.RemoteObject) (kvfence.RemoteState, error) {
+	ds, err := cf.kube.dispatchers(cf.name)
+	if err != nil {
+		return kvfence.RemoteState{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, observeLiveTimeout)
+	defer cancel()
+	return ds[kvfence.TargetKubernetes].Read(ctx, obj)
+}
+
+// observeLiveTimeout bounds observe target's read of a live object.
+const observeLiveTimeout = 10 * time.Second

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
@@ -24,6 +25,10 @@ type targetCreateJSON struct {
 	// the key's mod revision.
 	Kind string `json:"kind,omitempty"`
 	Key  string `json:"key,omitempty"`
+	// Object and UID are given for a target of kind kubernetes: the
+	// object (RESOURCE/NAMESPACE/NAME) and the incarnation it stands for.
+	Object string `json:"object,omitempty"`
+	UID    string `json:"uid,omitempty"`
 }
 
 // targetKindSpec checks --kind and --target-key (--key is the receiver's
@@ -31,11 +36,30 @@ type targetCreateJSON struct {
 // the receiver's own etcd store (--etcd), never on a database file or
 // through a served receiver, and names its key; an internal one names
 // none.
-func targetKindSpec(cf *commonFlags, rf *remoteFlags, kind kvfence.TargetKind, key string, keySet bool) (kvfence.TargetSpec, error) {
+func targetKindSpec(cf *commonFlags, rf *remoteFlags, kind kvfence.TargetKind, key string, keySet bool, object string, objectSet bool) (kvfence.TargetSpec, error) {
 	usage := func(msg string) error {
 		return &usageError{msg: "kvfence target create: " + msg, hint: "kvfence target create -h"}
 	}
+	if objectSet && kind != kvfence.TargetKubernetes {
+		return kvfence.TargetSpec{}, usage("--object is for --kind kubernetes only")
+	}
 	switch kind {
+	case kvfence.TargetKubernetes:
+		switch {
+		case keySet:
+			return kvfence.TargetSpec{}, usage("--target-key is for --kind etcd only")
+		case object == "":
+			return kvfence.TargetSpec{}, usage("--kind kubernetes needs --object configmaps/NAMESPACE/NAME")
+		case rf.on():
+			return kvfence.TargetSpec{}, usage("--kind kubernetes is created on the receiver's own store, not through --server")
+		case !cf.kube.on():
+			return kvfence.TargetSpec{}, usage("--kind kubernetes needs --kubeconfig (or $KVFENCE_KUBECONFIG, or --kube-in-cluster): the receiver reads the object through its own identity")
+		}
+		obj, err := parseObject(object)
+		if err != nil {
+			return kvfence.TargetSpec{}, usage(err.Error())
+		}
+		return kvfence.TargetSpec{Kind: kvfence.TargetKubernetes, Object: &obj}, nil
 	case kvfence.TargetInternal:
 		if keySet {
 			return kvfence.TargetSpec{}, usage("--target-key is for --kind etcd only")
@@ -52,7 +76,21 @@ func targetKindSpec(cf *commonFlags, rf *remoteFlags, kind kvfence.TargetKind, k
 		}
 		return kvfence.TargetSpec{Kind: kvfence.TargetEtcd, Key: key}, nil
 	}
-	return kvfence.TargetSpec{}, usage(fmt.Sprintf("--kind %q: one of internal or etcd", kind))
+	return kvfence.TargetSpec{}, usage(fmt.Sprintf("--kind %q: one of internal, etcd or kubernetes", kind))
+}
+
+// parseObject reads --object: RESOURCE/NAMESPACE/NAME of the core API
+// group's v1, the only objects kubetarget writes (ConfigMaps). Each part
+// is checked again by the receiver and by kubetarget.
+func parseObject(s string) (kvfence.RemoteObject, error) {
+	if len(s) > 512 || !printable([]byte(s)) {
+		return kvfence.RemoteObject{}, fmt.Errorf("--object: %d bytes, not RESOURCE/NAMESPACE/NAME of printable text", len(s))
+	}
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return kvfence.RemoteObject{}, fmt.Errorf("--object %q: RESOURCE/NAMESPACE/NAME, such as configmaps/prod/backup-policy", s)
+	}
+	return kvfence.RemoteObject{Version: "v1", Resource: parts[0], Namespace: parts[1], Name: parts[2]}, nil
 }
 
 // Run runs the command.
@@ -68,6 +106,7 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 	valueFile := fs.String("value-file", "", "")
 	kind := fs.String("kind", string(kvfence.TargetInternal), "")
 	key := fs.String("target-key", "", "")
+	object := fs.String("object", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
@@ -75,7 +114,7 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 	if err := rf.check(fs, "target create"); err != nil {
 		return err
 	}
-	spec, err := targetKindSpec(&cf, &rf, kvfence.TargetKind(*kind), *key, isSet(fs, "target-key"))
+	spec, err := targetKindSpec(&cf, &rf, kvfence.TargetKind(*kind), *key, isSet(fs, "target-key"), *object, isSet(fs, "object"))
 	if err != nil {
 		return err
 	}
@@ -89,6 +128,9 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 	}
 	var v []byte
 	switch hasValue, hasFile := isSet(fs, "value"), isSet(fs, "value-file"); {
+	case spec.Kind == kvfence.TargetKubernetes && (hasValue || hasFile):
+		return &usageError{msg: "kvfence target create: a target of kind kubernetes takes no --value: the object holds it", hint: "kvfence target create -h"}
+	case spec.Kind == kvfence.TargetKubernetes:
 	case hasValue && hasFile:
 		return &usageError{msg: "kvfence target create: --value and --value-file are mutually exclusive", hint: "kvfence target create -h"}
 	case hasValue:
@@ -110,9 +152,12 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 		return err
 	}
 	sum := sha256.Sum256(t.Value)
-	res := targetCreateJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision, ValueSHA256: hex.EncodeToString(sum[:]), Key: t.Key}
-	if t.Key != "" {
+	res := targetCreateJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision, ValueSHA256: hex.EncodeToString(sum[:]), Key: t.Key, UID: t.UID}
+	if t.Key != "" || t.Object != nil {
 		res.Kind = string(t.Kind)
+	}
+	if t.Object != nil {
+		res.Object = t.Object.String()
 	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, res)
@@ -125,6 +170,11 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 		fmt.Fprintf(tw, "kind\t%s\n", res.Kind)
 		fmt.Fprintf(tw, "key\t%s\n", res.Key)
 	}
+	if res.Object != "" {
+		fmt.Fprintf(tw, "kind\t%s\n", res.Kind)
+		fmt.Fprintf(tw, "object\t%s\n", res.Object)
+		fmt.Fprintf(tw, "uid\t%s\n", res.UID)
+	}
 	fmt.Fprintf(tw, "value sha256\t%s\n", res.ValueSHA256)
 	return tw.Flush()
 }
@@ -132,7 +182,9 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 // Usage prints the command's help.
 func (c *TargetCreateCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence target create --scope S --target K (--value V | --value-file F)
-                             [--kind etcd --target-key KEY] [common arguments]
+                             [--kind etcd --target-key KEY]
+                             [--kind kubernetes --object configmaps/NS/NAME
+                              --kubeconfig F] [common arguments]
 
 Creates target K in scope S at revision 1 with the given value. Target
 names are unique across the receiver, not per scope: K must not name a
@@ -146,6 +198,14 @@ a request's expect_revision is KEY's mod revision. KEY must be absent
 (it is written with the value) or hold exactly the value (it is
 adopted), and be no other target's key.
 
+With --kind kubernetes, the target is the ConfigMap NAME in namespace NS,
+which must exist and carry the label kvfence.dev/scope (deploy/kubernetes
+keeps every other identity from writing it); its value is the object's
+data as canonical JSON, read through --kubeconfig, so no --value is
+given. Every applied write is one update of the object with the
+resourceVersion the decision read as its precondition; a hold is
+acknowledged only once every write decided before it has settled.
+
 Arguments:
 
 	--scope S
@@ -156,9 +216,11 @@ Arguments:
 	    The initial value, as given.
 	--value-file F
 	    Read the initial value from F, byte for byte ("-" for stdin).
-	--kind internal|etcd
+	--kind internal|etcd|kubernetes
 	    The target's kind (default internal, a value in the receiver's
 	    store).
+	--object RESOURCE/NAMESPACE/NAME
+	    The object of a target of kind kubernetes: configmaps/NS/NAME.
 	--target-key KEY
 	    The etcd key of a target of kind etcd: printable ASCII without
 	    blanks, at most 512 bytes.
