@@ -66,7 +66,7 @@ func TestEtcdTargetKind(t *testing.T) {
 	}{
 		{"without --key", []string{"--kind", "etcd"}, ExitUsage, "needs --target-key"},
 		{"--key without the kind", []string{"--target-key", "/app/x"}, ExitUsage, "--kind etcd only"},
-		{"an unknown kind", []string{"--kind", "bogus"}, ExitUsage, "one of internal or etcd"},
+		{"an unknown kind", []string{"--kind", "bogus"}, ExitUsage, "one of internal, etcd or kubernetes"},
 		{"the receiver's prefix", []string{"--kind", "etcd", "--target-key", "/kvfence/targets/x"}, ExitError, "reserved"},
 		{"the ledger's prefix", []string{"--kind", "etcd", "--target-key", "/kvfence-ledger/claims/x"}, ExitError, "reserved"},
 		{"another target's key", []string{"--kind", "etcd", "--target-key", "/app/policy"}, ExitDenied, "in use"},

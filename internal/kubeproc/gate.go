@@ -14,7 +14,7 @@ const EnvGate = "KVFENCE_KUBE"
 // SkipMessage is what Require says when it skips a test.
 const SkipMessage = "needs a real kube-apiserver, built on first use in minutes: set " + EnvGate +
 	"=1 to run (.ci/run runs these tests every time, on their own line: " + EnvGate +
-	"=1 go test ./internal/kubeproc ./deploy/kubernetes ./kubetarget)"
+	"=1 go test ./internal/kubeproc ./deploy/kubernetes ./kubetarget, and -run '^TestKube_' ./cmd/kvfence)"
 
 // Enabled reports whether EnvGate turns the API-server tests on.
 func Enabled() bool { return os.Getenv(EnvGate) == "1" }

@@ -1,7 +1,9 @@
 package kubeproc
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -29,5 +31,55 @@ func TestGateRunsInCI(t *testing.T) {
 		if !strings.Contains(SkipMessage, want) {
 			t.Errorf("skip message %q does not name %s", SkipMessage, want)
 		}
+	}
+}
+
+// Ensure that every package whose tests start a gated API server
+// (kubeproc.Require, kubetest.StartDeployed) is named on a line of .ci/run
+// that sets the gate: a package left off would skip its tests everywhere.
+func TestEveryGatedPackageRunsInCI(t *testing.T) {
+	b, err := os.ReadFile("../../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, EnvGate+"=1 go test ") {
+			lines = append(lines, line+" ")
+		}
+	}
+	gated := 0
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != "../.." || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(src), "kubeproc.Require(") && !strings.Contains(string(src), "kubetest.StartDeployed(") {
+			return nil
+		}
+		gated++
+		pkg := "./" + filepath.ToSlash(strings.TrimPrefix(filepath.Dir(path), "../../"))
+		for _, l := range lines {
+			if strings.Contains(l, " "+pkg+" ") {
+				return nil
+			}
+		}
+		t.Errorf("%s starts a gated API server, but no %s=1 line of .ci/run tests %s", path, EnvGate, pkg)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gated < 3 {
+		t.Fatalf("found only %d test files that start a gated API server", gated)
 	}
 }
