@@ -108,6 +108,13 @@ func printHoldEvidence(w io.Writer, id string, res kvfence.HoldResult) {
 		fmt.Fprintf(w, "checkpoint head\t%x\n", cp.Head[:])
 		fmt.Fprintf(w, "key fingerprint\t%s\n", cp.Key)
 	}
+	// Writes to remote targets whose outcome is unknown: each may have
+	// reached its object before the fencing write; containment and the
+	// operator reconcile them.
+	for _, o := range res.Outstanding {
+		fmt.Fprintf(w, "outstanding write\t%s %s on %s (grant %s, dispatch %s, fenced at version %s)\n",
+			o.Scope, o.Action, o.Object, o.Grant, o.DispatchID, o.Version)
+	}
 	if res.Repeated {
 		// Last, and without a tab: the epochs above are the first hold's,
 		// and this says so in words a reader cannot miss.

@@ -63,6 +63,7 @@ type Sentinel struct {
 // nothing was written (a busy or closed store), since it may wrap one.
 var Sentinels = []Sentinel{
 	{"not_acknowledged", http.StatusInternalServerError, kvfence.ErrNotAcknowledged},
+	{"hold_not_settled", http.StatusServiceUnavailable, kvfence.ErrHoldNotSettled},
 	{CodeOutcomeUnknown, http.StatusServiceUnavailable, kvfence.ErrOutcomeUnknown},
 	{"storage_busy", http.StatusServiceUnavailable, kvfence.ErrStorageBusy},
 	{"storage_reserve", http.StatusServiceUnavailable, kvfence.ErrStorageReserve},

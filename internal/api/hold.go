@@ -32,6 +32,46 @@ type Hold struct {
 	// Checkpoint is the receiver's signed checkpoint that covers every
 	// scope's hold entry, or null when the result has none.
 	Checkpoint *Checkpoint `json:"checkpoint"`
+	// Outstanding lists the writes to remote targets of the held scopes,
+	// decided before the hold, whose outcome is unknown; they were fenced
+	// off before the hold was acknowledged (docs/design.md §4.2).
+	Outstanding []OutstandingDispatch `json:"outstanding"`
+}
+
+// OutstandingDispatch is a kvfence.OutstandingDispatch as JSON.
+type OutstandingDispatch struct {
+	// Scope is the scope the write was decided in.
+	Scope string `json:"scope"`
+	// Action is the action the write was decided for.
+	Action string `json:"action"`
+	// Grant is the grant it was decided under.
+	Grant string `json:"grant"`
+	// Target is the target written.
+	Target string `json:"target"`
+	// Object is the remote object.
+	Object RemoteObject `json:"object"`
+	// DispatchID is the receipt stamp the write would have left.
+	DispatchID string `json:"dispatch_id"`
+	// Precondition is the version the write was conditioned on.
+	Precondition string `json:"precondition"`
+	// Version is the object's version after the fencing write.
+	Version string `json:"version"`
+	// AuditSeq is the seq of the decision's audit entry.
+	AuditSeq uint64 `json:"audit_seq"`
+}
+
+// RemoteObject is a kvfence.RemoteObject as JSON.
+type RemoteObject struct {
+	// Group is the API group; empty for the core group.
+	Group string `json:"group"`
+	// Version is the API version.
+	Version string `json:"version"`
+	// Resource is the plural resource name.
+	Resource string `json:"resource"`
+	// Namespace is the object's namespace.
+	Namespace string `json:"namespace"`
+	// Name is the object's name.
+	Name string `json:"name"`
 }
 
 // HoldScope is one scope's part of a hold.
@@ -189,6 +229,12 @@ func HoldOf(res kvfence.HoldResult) Hold {
 		out.Scopes = append(out.Scopes, HoldScope{Scope: s.Scope, PreviousEpoch: s.PreviousEpoch, Epoch: s.Epoch,
 			Mode: string(kvfence.ModeHeld), Ack: HoldAckOf(s.Ack)})
 	}
+	out.Outstanding = make([]OutstandingDispatch, 0, len(res.Outstanding))
+	for _, o := range res.Outstanding {
+		out.Outstanding = append(out.Outstanding, OutstandingDispatch{Scope: o.Scope, Action: o.Action, Grant: o.Grant,
+			Target: o.Target, Object: RemoteObject(o.Object), DispatchID: o.DispatchID,
+			Precondition: o.Precondition, Version: o.Version, AuditSeq: o.AuditSeq})
+	}
 	return out
 }
 
@@ -230,6 +276,11 @@ func (h Hold) Result() (kvfence.HoldResult, error) {
 			last = max(last, hs.Ack.AuditSeq)
 		}
 		out.Scopes = append(out.Scopes, hs)
+	}
+	for _, o := range h.Outstanding {
+		out.Outstanding = append(out.Outstanding, kvfence.OutstandingDispatch{Scope: o.Scope, Action: o.Action, Grant: o.Grant,
+			Target: o.Target, Object: kvfence.RemoteObject(o.Object), DispatchID: o.DispatchID,
+			Precondition: o.Precondition, Version: o.Version, AuditSeq: o.AuditSeq})
 	}
 	if last != 0 && last != out.AuditSeq {
 		// The hold's entries are its scopes', one each, the last of them

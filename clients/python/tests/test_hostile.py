@@ -317,7 +317,21 @@ def test_hold_answer_is_checked(fake: FakeReceiver) -> None:
     assert fake.requests[0][2] == _j({"scopes": [SCOPE], "reason": "r", "hold_id": "h1", "expect_epoch": 1})
 
 
+_OUTSTANDING = {"scope": SCOPE, "action": "a", "grant": "g", "target": "t",
+                "object": {"group": "", "version": "v1", "resource": "configmaps", "namespace": "prod", "name": "x"},
+                "dispatch_id": "d", "precondition": "7", "version": "9", "audit_seq": 4}
+
+
+def test_hold_answer_lists_outstanding_writes(fake: FakeReceiver) -> None:
+    fake.answers.append((200, JSON, _j(_hold(outstanding=[_OUTSTANDING]))))
+    res = fake.client().hold(SCOPE, "r", hold_id="h1", expect_epoch=1)
+    assert [(o.dispatch_id, o.version, o.object["name"]) for o in res.outstanding] == [("d", "9", "x")]
+
+
 @pytest.mark.parametrize("over,match", [
+    (dict(outstanding=[dict(_OUTSTANDING, audit_seq=-1)]), "audit_seq"),
+    (dict(outstanding=[dict(_OUTSTANDING, object=None)]), "object"),
+    (dict(outstanding={}), "not an array"),
     (dict(checkpoint=None), "not covered by the answer.s checkpoint"),
     (dict(checkpoint=None, no_ack=True), "no signed checkpoint"),
     (dict(no_ack=True), "carries no signed acknowledgment"),

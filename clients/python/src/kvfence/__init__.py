@@ -56,7 +56,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Activation", "Assignment", "Checkpoint", "Client", "Envelope", "Event", "Grant", "HeldScope", "HoldAck",
-    "HoldAllResult", "HoldResult", "MAX_ASSIGNMENT_SIZE", "MAX_ENVELOPE_SIZE", "Receipt", "Request", "ScopeCreated",
+    "HoldAllResult", "HoldResult", "MAX_ASSIGNMENT_SIZE", "OutstandingDispatch", "MAX_ENVELOPE_SIZE", "Receipt", "Request", "ScopeCreated",
     "ScopeStatus", "Status", "SubmitResult", "Target", "Timestamp", "WIRE_VERSION", "check_name", "decode_assignment",
     "decode_envelope", "decode_request", "encode_envelope", "encode_request", "load_assignment", "load_tls",
     "patch_request", "request_digest", "set_request", "validate_patch",

@@ -235,6 +235,9 @@ class TLSFileError(KvfenceError):
 _BY_CODE: dict[str, type[KvfenceError]] = {
     "not_acknowledged": NotAcknowledgedError,
     "outcome_unknown": OutcomeUnknownError,
+    # A hold that committed while a write to a remote target decided before
+    # it had not settled: repeat it with the same hold id.
+    "hold_not_settled": UnavailableError,
     "storage_busy": UnavailableError,
     "storage_reserve": UnavailableError,
     "record_limit": UnavailableError,

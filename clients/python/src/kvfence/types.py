@@ -370,7 +370,38 @@ class HeldScope:
                          mode=o.text("mode"), ack=None if ack is None else HoldAck.from_json(ack, f"{where}.ack"))
 
 
-_HOLD = ("scopes", "hold_requested_at", "hold_committed_at", "audit_seq", "repeated", "checkpoint")
+_HOLD = ("scopes", "hold_requested_at", "hold_committed_at", "audit_seq", "repeated", "checkpoint", "outstanding")
+
+_OBJECT = ("group", "version", "resource", "namespace", "name")
+
+
+@dataclass(frozen=True)
+class OutstandingDispatch:
+    """A write to a remote target, decided before a hold, whose outcome is
+    unknown: it may or may not have reached its object, and was fenced off
+    before the hold was acknowledged."""
+
+    scope: str
+    action: str
+    grant: str
+    target: str
+    object: dict[str, str]
+    dispatch_id: str
+    precondition: str
+    version: str
+    audit_seq: int
+
+    @staticmethod
+    def from_json(v: Any, where: str) -> "OutstandingDispatch":
+        """Read one element of a hold answer's outstanding; raises ValueError."""
+        o = Obj(v, where, ("scope", "action", "grant", "target", "object", "dispatch_id", "precondition",
+                           "version", "audit_seq"))
+        ob = o.obj("object", _OBJECT)
+        assert ob is not None
+        return OutstandingDispatch(scope=o.text("scope"), action=o.text("action"), grant=o.text("grant"),
+                                   target=o.text("target"), object={k: ob.text(k) for k in _OBJECT},
+                                   dispatch_id=o.text("dispatch_id"), precondition=o.text("precondition"),
+                                   version=o.text("version"), audit_seq=o.uint("audit_seq"))
 
 
 @dataclass(frozen=True)
@@ -384,6 +415,9 @@ class HoldResult:
     audit_seq: int
     repeated: bool
     checkpoint: Optional[Checkpoint]
+    # Writes to remote targets whose outcome is unknown (receivers that
+    # predate them send none).
+    outstanding: list[OutstandingDispatch] = field(default_factory=list)
 
     @staticmethod
     def from_json(v: Any, where: str = "hold answer", extra: tuple[str, ...] = ()) -> "HoldResult":
@@ -393,7 +427,8 @@ class HoldResult:
         res = HoldResult(scopes=o.array("scopes", HeldScope.from_json), hold_requested_at=o.time("hold_requested_at"),
                          hold_committed_at=o.time("hold_committed_at"), audit_seq=o.uint("audit_seq"),
                          repeated=o.flag("repeated"),
-                         checkpoint=None if cp is None else Checkpoint.from_json(cp, f"{where}.checkpoint"))
+                         checkpoint=None if cp is None else Checkpoint.from_json(cp, f"{where}.checkpoint"),
+                         outstanding=o.array("outstanding", OutstandingDispatch.from_json) if o.has("outstanding") else [])
         last = 0
         for s in res.scopes:
             if s.mode != "held" or s.epoch <= s.previous_epoch:
