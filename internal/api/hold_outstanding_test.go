@@ -19,7 +19,7 @@ func TestHoldOutstandingRoundTrip(t *testing.T) {
 	}{
 		{name: "none", want: `[]`},
 		{name: "one", out: []kvfence.OutstandingDispatch{{Scope: "s", Action: "a", Grant: "g", Target: "t",
-			Object: kvfence.RemoteObject{Version: "v1", Resource: "configmaps", Namespace: "prod", Name: "x"},
+			Object:     kvfence.RemoteObject{Version: "v1", Resource: "configmaps", Namespace: "prod", Name: "x"},
 			DispatchID: "d", Precondition: "7", Version: "9", AuditSeq: 4}},
 			want: `[{"scope":"s","action":"a","grant":"g","target":"t","object":{"group":"","version":"v1","resource":"configmaps","namespace":"prod","name":"x"},"dispatch_id":"d","precondition":"7","version":"9","audit_seq":4}]`},
 	} {
