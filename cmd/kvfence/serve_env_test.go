@@ -65,6 +65,9 @@ var serveEnvCases = map[string]struct{ env, envWant, flag, flagWant string }{
 	"lock-timeout":              {"2s", "2s", "0", "0s"},
 	"key":                       {"/etc/kvfence/env.key", "/etc/kvfence/env.key", "flag-r.key", "flag-r.key"},
 	"json":                      {"true", "true", "false", "false"},
+	"kubeconfig":                {"/etc/kvfence/env.kubeconfig", "/etc/kvfence/env.kubeconfig", "flag.kubeconfig", "flag.kubeconfig"},
+	"kube-context":              {"env-ctx", "env-ctx", "flag-ctx", "flag-ctx"},
+	"kube-in-cluster":           {"true", "true", "false", "false"},
 }
 
 // TestServeEnvSetsEachFlag sets every flag of serve from its variable, and
