@@ -306,3 +306,73 @@ func TestRedteamDispatch_RestartAtPreconditionWithNewValue(t *testing.T) {
 		t.Fatalf("resolved %s, want unknown", rc.Dispatch)
 	}
 }
+
+// landingFence is the fake object on which a write lands just before the
+// next fence: the in-flight write of a process with a longer deadline,
+// between Open's read and its fence.
+type landingFence struct {
+	*fakeObject
+	land func(o *fakeObject)
+}
+
+func (o *landingFence) Fence(ctx context.Context, obj RemoteObject, stamp Stamp) (RemoteState, error) {
+	if o.land != nil {
+		o.set(o.land)
+		o.land = nil
+	}
+	return o.fakeObject.Fence(ctx, obj, stamp)
+}
+
+// Attack: Open finds the object at the precondition, and the write lands
+// between its read and its fence; Open then tells applied from not by
+// comparing the fenced value's SHA-256 with the decided value's. The
+// decided value is the request's bytes, but the object reads back its own
+// canonical form (kubetarget.Read: RFC 8785; a Set with a space, or a
+// patch that adds a key out of order or with an escaped string, differs):
+// the landed write is recorded failed, "nothing was written", the worker
+// is told not_applied and no hold lists it as outstanding.
+func TestRedteamDispatch_OpenRaceNonCanonicalValue(t *testing.T) {
+	lf := &landingFence{fakeObject: newFakeObject(fixValue)}
+	f := newFixtureOn(t, engines[0].new(t), defect.Variant{})
+	f.dispatchers, f.dispatchTimeout = map[TargetKind]Dispatcher{TargetKubernetes: lf}, 200*time.Millisecond
+	f.reopen()
+	o := testObject
+	if _, err := f.admin.CreateTargetSpec(f.ctx, TargetSpec{Scope: fixScope, Name: remoteTarget, Kind: TargetKubernetes, Object: &o}); err != nil {
+		t.Fatal(err)
+	}
+	set := []byte(`{"data": {"retention_days": "45"}}`) // valid, not canonical
+	w := f.activate("worker-a", "claim-1", f.request(&Request{V: 1, Action: "raise", Target: remoteTarget, Set: &set}))
+	stop, done := make(chan struct{}), make(chan struct{})
+	f.r.faults.beforeGate = func(string) { <-stop }
+	go func() { defer close(done); _, _ = f.r.Submit(f.ctx, "worker-a", w.envelope) }()
+	var rc Receipt
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var err error
+		if rc, err = f.r.Receipt(fixScope, "raise"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no receipt")
+		}
+	}
+	lf.land = func(o *fakeObject) {
+		o.version++
+		o.value = []byte(fixAfter) // as the API server reads it back
+		o.stamp = Stamp{Scope: fixScope, Epoch: w.grant.Epoch, Grant: w.grant.ID, Receipt: rc.DispatchID}
+	}
+	f.r.Close()
+	r, err := f.openStore(f.opts(), defect.Variant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.r, f.admin = r, r.Admin()
+	close(stop)
+	<-done
+	landed := false
+	_, log, _ := lf.snapshot()
+	st, _, _ := lf.snapshot()
+	landed = string(st.Value) == fixAfter
+	if got := f.receiptOf("raise"); landed && got.Dispatch == DispatchFailed {
+		t.Fatalf("the write landed (object %s, log %+v) but Open recorded it failed: nothing written, not outstanding", st.Value, log)
+	}
+}
