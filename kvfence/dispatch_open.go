@@ -76,7 +76,9 @@ func (r *Receiver) resolveDispatch(rr remoteReceipt) error {
 		if err != nil {
 			return err
 		}
-		if sum := sha256.Sum256(fst.Value); bytes.Equal(sum[:], rr.rc.ValueSHA256) {
+		// The decided bytes need not be the form the object reads back in
+		// (canonical JSON): a value that changed since the read says so too.
+		if sum := sha256.Sum256(fst.Value); bytes.Equal(sum[:], rr.rc.ValueSHA256) || fst.Version != "" && !bytes.Equal(fst.Value, st.Value) {
 			// The write may have landed between the read and the fence
 			// (a deadline longer than this receiver's): it cannot be told
 			// from a value that was there already, so it is unknown.
