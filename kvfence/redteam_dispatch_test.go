@@ -376,3 +376,58 @@ func TestRedteamDispatch_OpenRaceNonCanonicalValue(t *testing.T) {
 		t.Fatalf("the write landed (object %s, log %+v) but Open recorded it failed: nothing written, not outstanding", st.Value, log)
 	}
 }
+
+// Probe: a hostile worker fires the same envelope many times at once,
+// racing its own dispatch: one Apply, every other answer from the receipt.
+func TestRedteamDispatch_ConcurrentRepeats(t *testing.T) {
+	forEngines(t, func(t *testing.T, s *store) {
+		obj := newFakeObject(fixValue)
+		f := newRemoteFixture(t, s, obj, time.Second)
+		w := f.activate("worker-a", "claim-1", f.remoteRequest("raise"))
+		obj.set(func(o *fakeObject) { o.applyDelay = 20 * time.Millisecond })
+		var wg sync.WaitGroup
+		var applied atomic.Int32
+		for i := 0; i < 16; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := f.r.Submit(f.ctx, "worker-a", w.envelope)
+				if err == nil && res.Outcome == Applied {
+					applied.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if _, _, n := obj.snapshot(); n != 1 || applied.Load() != 1 {
+			t.Fatalf("%d Apply calls, %d applied answers", n, applied.Load())
+		}
+	})
+}
+
+// Attack: the object is deleted out of band (an administrator, during the
+// incident) while a write's answer is lost. Fence then fails with
+// ErrRemoteNotFound for ever: the receipt stays dispatching and no hold of
+// the scope is ever acknowledged, though no write can land any more (the
+// write's UID precondition refuses a recreated object).
+func TestRedteamDispatch_ObjectDeletedBeforeFence(t *testing.T) {
+	obj := newFakeObject(fixValue)
+	f := newRemoteFixture(t, engines[0].new(t), obj, 150*time.Millisecond)
+	w := f.activate("worker-a", "claim-1", f.remoteRequest("raise"))
+	obj.set(func(o *fakeObject) {
+		o.failApply = errors.New("connection reset")
+		o.beforeWrite = nil
+	})
+	// The answer is lost; the object is deleted before the fence.
+	go func() { time.Sleep(50 * time.Millisecond); obj.set(func(o *fakeObject) { o.exists = false }) }()
+	res := f.submit("worker-a", w.envelope)
+	t.Logf("worker told %s/%s: %s", res.Outcome, res.Dispatch, res.Detail)
+	ctx, cancel := context.WithTimeout(f.ctx, 2*time.Second)
+	defer cancel()
+	h, err := f.admin.Hold(ctx, HoldRequest{Scopes: []string{fixScope}, Reason: "incident"})
+	if err != nil {
+		t.Fatalf("Hold with the object deleted: %v (receipt %s)", err, f.receiptOf("raise").Dispatch)
+	}
+	if len(h.Outstanding) != 1 {
+		t.Fatalf("outstanding %+v", h.Outstanding)
+	}
+}
