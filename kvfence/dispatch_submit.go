@@ -191,7 +191,7 @@ func (r *Receiver) finishDispatch(p *pendingDispatch, decided Result, err error)
 	}
 	if ferr == nil {
 		var fst RemoteState
-		if fst, ferr = d.Fence(fctx, p.in.Object, Stamp{Scope: p.scope, Epoch: p.epoch, Receipt: fid}); ferr == nil {
+		if fst, ferr = d.Fence(fctx, p.in.Object, Stamp{Scope: p.scope, Epoch: p.epoch, Receipt: fid}); ferr == nil || errors.Is(ferr, ErrRemoteNotFound) {
 			return r.dispatchResult(decided, p, DispatchUnknown, fst.Version, "no answer by the deadline; fence "+fid)
 		}
 	}
