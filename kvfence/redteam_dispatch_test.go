@@ -368,10 +368,8 @@ func TestRedteamDispatch_OpenRaceNonCanonicalValue(t *testing.T) {
 	f.r, f.admin = r, r.Admin()
 	close(stop)
 	<-done
-	landed := false
-	_, log, _ := lf.snapshot()
-	st, _, _ := lf.snapshot()
-	landed = string(st.Value) == fixAfter
+	st, log, _ := lf.snapshot()
+	landed := string(st.Value) == fixAfter
 	if got := f.receiptOf("raise"); landed && got.Dispatch == DispatchFailed {
 		t.Fatalf("the write landed (object %s, log %+v) but Open recorded it failed: nothing written, not outstanding", st.Value, log)
 	}
