@@ -80,6 +80,11 @@ func TestRedteamDispatch_ForgedStampWithLeakedID(t *testing.T) {
 	// The hostile worker races its own dispatch: the repeat tells it the id.
 	var id string
 	for deadline := time.Now().Add(5 * time.Second); id == ""; {
+		if _, err := f.r.Receipt(fixScope, "raise"); err != nil {
+			// Not decided yet: a repeat now could be the one decided.
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
 		res, err := f.r.Submit(f.ctx, "worker-a", w.envelope)
 		if err == nil && res.Outcome == Dispatching {
 			id = res.DispatchID
