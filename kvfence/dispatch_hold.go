@@ -3,6 +3,7 @@ package kvfence
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -174,7 +175,8 @@ func (r *Receiver) fenceDispatch(ctx context.Context, rr remoteReceipt, epoch ui
 		fctx, cancel := context.WithTimeout(ctx, r.opts.DispatchTimeout)
 		st, err := d.Fence(fctx, rr.object, Stamp{Scope: rr.scope, Epoch: epoch, Receipt: fid})
 		cancel()
-		if err != nil {
+		// An object that is gone takes no write conditioned on its UID.
+		if err != nil && !errors.Is(err, ErrRemoteNotFound) {
 			return fmt.Errorf("fencing %s for dispatch %s: %w", rr.object, rr.rc.DispatchID, err)
 		}
 		version = st.Version

@@ -68,7 +68,7 @@ func (r *Receiver) resolveDispatch(rr remoteReceipt) error {
 	case err != nil:
 		return err
 	case st.UID == rr.rc.UID && st.Stamp.Receipt == rr.rc.DispatchID && st.Stamp.Scope == rr.scope &&
-		checkRemoteID("object version", st.Version) == nil:
+		checkRemoteID("object version", st.Version) == nil && valueIs(st.Value, rr.rc.ValueSHA256):
 		_, _, err = r.settleDispatch(rr.key, rr.rc.DispatchID, DispatchApplied, st.Version, "stamp found at open")
 		return err
 	case st.UID == rr.rc.UID && st.Version == rr.rc.Precondition:
@@ -76,7 +76,9 @@ func (r *Receiver) resolveDispatch(rr remoteReceipt) error {
 		if err != nil {
 			return err
 		}
-		if sum := sha256.Sum256(fst.Value); bytes.Equal(sum[:], rr.rc.ValueSHA256) {
+		// The decided bytes need not be the form the object reads back in
+		// (canonical JSON): a value that changed since the read says so too.
+		if sum := sha256.Sum256(fst.Value); bytes.Equal(sum[:], rr.rc.ValueSHA256) || fst.Version != "" && !bytes.Equal(fst.Value, st.Value) {
 			// The write may have landed between the read and the fence
 			// (a deadline longer than this receiver's): it cannot be told
 			// from a value that was there already, so it is unknown.
@@ -102,4 +104,12 @@ func (r *Receiver) fenceAtOpen(rr remoteReceipt) (RemoteState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.DispatchTimeout)
 	defer cancel()
 	return r.opts.Dispatchers[rr.object.kind()].Fence(ctx, rr.object, Stamp{Scope: rr.scope, Epoch: rr.scopeEpoch, Receipt: fid})
+}
+
+// valueIs reports whether value's SHA-256 is sum: a stamp that names the
+// dispatch on another value (forged with the id, which the worker and the
+// audit chain know) is not taken for the write.
+func valueIs(value, sum []byte) bool {
+	got := sha256.Sum256(value)
+	return bytes.Equal(got[:], sum)
 }

@@ -140,9 +140,12 @@ func (w *wtx) repeatDispatch(s *submission, rc *receiptRecord) (Result, error) {
 }
 
 // realDeadline turns a deadline on the receiver's clock into one on this
-// process's monotonic clock, by the time left now.
+// process's monotonic clock, by the time left now, at most DispatchTimeout:
+// a clock stepped back after the decision (or another process's longer
+// timeout) must not stretch a write or a hold's wait past it; a fence
+// ends a write cut short.
 func (r *Receiver) realDeadline(deadline int64) time.Time {
-	return time.Now().Add(time.Duration(deadline - r.opts.Now().UnixNano()))
+	return time.Now().Add(min(time.Duration(deadline-r.opts.Now().UnixNano()), r.opts.DispatchTimeout))
 }
 
 // finishDispatch makes the write a committed decision handed over, unless
@@ -188,7 +191,7 @@ func (r *Receiver) finishDispatch(p *pendingDispatch, decided Result, err error)
 	}
 	if ferr == nil {
 		var fst RemoteState
-		if fst, ferr = d.Fence(fctx, p.in.Object, Stamp{Scope: p.scope, Epoch: p.epoch, Receipt: fid}); ferr == nil {
+		if fst, ferr = d.Fence(fctx, p.in.Object, Stamp{Scope: p.scope, Epoch: p.epoch, Receipt: fid}); ferr == nil || errors.Is(ferr, ErrRemoteNotFound) {
 			return r.dispatchResult(decided, p, DispatchUnknown, fst.Version, "no answer by the deadline; fence "+fid)
 		}
 	}
