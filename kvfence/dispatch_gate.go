@@ -2,7 +2,7 @@ package kvfence
 
 import "sync"
 
-// dispatchGate is the in-process record of holds that a remote write
+// dispatchGate is one Receiver handle's record of holds that a remote write
 // checks before it starts (docs/design.md §4.2). A hold sets its scopes'
 // new epochs here inside the write transaction that commits it, once
 // every scope is held, before the commit, under the writer's lock; a
