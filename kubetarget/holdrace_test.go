@@ -451,7 +451,7 @@ func kubeHoldRace(t *testing.T, e *kubeEnv, seed uint64, defective bool, tally *
 				decided[id] = true
 			}
 		}
-		if _, fid, ok := strings.Cut(ev.Note, "fence "); ok {
+		if _, fid, ok := strings.Cut(ev.Note, "; fence "); ok && ev.Kind == kvfence.KindDispatch {
 			fences[fid] = true
 		}
 		return true
