@@ -409,11 +409,22 @@ func kubeHoldRace(t *testing.T, e *kubeEnv, seed uint64, defective bool, tally *
 		if v := checkAfterAck(faults.log(), gone); v != "" {
 			return fmt.Sprintf("round %d: %s", round, v)
 		}
-		// The object as it stands: its stamp is a dispatch's or a fence's.
+		// The object as it stands: its stamp is a dispatch's the receipts
+		// hold or a fence the audit chain records.
 		o := e.get(obj)
 		e.checkKept(o)
-		if _, err := ParseStamp(o.Metadata.Annotations); err != nil {
-			return fmt.Sprintf("round %d: the object's stamp: %v", round, err)
+		_, _, fences, err := auditOf(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		receipts := map[string]kvfence.Receipt{}
+		for i := range round + 1 {
+			if rc, err := r.Receipt(raceScope, fmt.Sprintf("a-%d", i)); err == nil {
+				receipts[rc.DispatchID] = rc
+			}
+		}
+		if v := stampAgrees(r, o, receipts, fences, oob); v != "" {
+			return fmt.Sprintf("round %d: %s", round, v)
 		}
 	}
 
@@ -440,22 +451,8 @@ func kubeHoldRace(t *testing.T, e *kubeEnv, seed uint64, defective bool, tally *
 		}
 	}
 
-	// The audit chain: each dispatch's decision and final outcome, and
-	// the fences written.
-	decided, outcome, fences := map[string]bool{}, map[string]string{}, map[string]bool{}
-	if err := r.Events(1, func(ev kvfence.Event) bool {
-		if id, ok := noteDispatchID(ev.Note); ok {
-			if ev.Kind == kvfence.KindDispatch {
-				outcome[id] = ev.Outcome
-			} else if ev.Outcome == string(kvfence.Dispatching) {
-				decided[id] = true
-			}
-		}
-		if _, fid, ok := strings.Cut(ev.Note, "; fence "); ok && ev.Kind == kvfence.KindDispatch {
-			fences[fid] = true
-		}
-		return true
-	}); err != nil {
+	decided, outcome, fences, err := auditOf(r)
+	if err != nil {
 		t.Fatal(err)
 	}
 	// Receipts, audit and the server's answers agree.
@@ -497,25 +494,8 @@ func kubeHoldRace(t *testing.T, e *kubeEnv, seed uint64, defective bool, tally *
 	if n := len(receipts); started > n {
 		return fmt.Sprintf("%d updates sent for %d dispatches", started, n)
 	}
-	// The object's annotations name what the audit chain says last
-	// changed it.
-	o := e.get(obj)
-	stamp, err := ParseStamp(o.Metadata.Annotations)
-	if err != nil {
-		return fmt.Sprintf("the object's stamp: %v", err)
-	}
-	switch {
-	case stamp.Grant != "":
-		rc, ok := receipts[stamp.Receipt]
-		gr, gerr := r.Grant(stamp.Grant)
-		if !ok || gerr != nil || rc.Grant != stamp.Grant || gr.Epoch != stamp.Epoch || (rc.Dispatch != kvfence.DispatchApplied && rc.Dispatch != kvfence.DispatchUnknown) {
-			return fmt.Sprintf("the object is stamped %+v; its receipt is %+v", stamp, rc)
-		}
-		if rc.Dispatch == kvfence.DispatchApplied && rc.Version != o.Metadata.ResourceVersion {
-			return fmt.Sprintf("the object is at %s; its last write's receipt says %s", o.Metadata.ResourceVersion, rc.Version)
-		}
-	case stamp.Receipt != "" && !fences[stamp.Receipt] && !oob[stamp.Receipt]:
-		return fmt.Sprintf("the object is stamped by fence %s, which the audit chain does not record", stamp.Receipt)
+	if v := stampAgrees(r, e.get(obj), receipts, fences, oob); v != "" {
+		return v
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
@@ -526,6 +506,53 @@ func kubeHoldRace(t *testing.T, e *kubeEnv, seed uint64, defective bool, tally *
 	}
 	if !rep.OK() {
 		return fmt.Sprintf("the audit chain does not verify: %+v", rep)
+	}
+	return ""
+}
+
+// auditOf reads r's audit chain: the dispatches decided, the outcome
+// each was last recorded with, and the fences recorded.
+func auditOf(r *kvfence.Receiver) (decided map[string]bool, outcome map[string]string, fences map[string]bool, err error) {
+	decided, outcome, fences = map[string]bool{}, map[string]string{}, map[string]bool{}
+	err = r.Events(1, func(ev kvfence.Event) bool {
+		if id, ok := noteDispatchID(ev.Note); ok {
+			if ev.Kind == kvfence.KindDispatch {
+				outcome[id] = ev.Outcome
+			} else if ev.Outcome == string(kvfence.Dispatching) {
+				decided[id] = true
+			}
+		}
+		if _, fid, ok := strings.Cut(ev.Note, "; fence "); ok && ev.Kind == kvfence.KindDispatch {
+			fences[fid] = true
+		}
+		return true
+	})
+	return decided, outcome, fences, err
+}
+
+// stampAgrees returns a violation unless o's kvfence.dev/* annotations
+// name what the receipts and audit chain say last changed it: a dispatch
+// recorded applied, at o's version, under its grant's epoch;
+// a fence the chain records; or one of the test's own changes (oob).
+func stampAgrees(r *kvfence.Receiver, o stored, receipts map[string]kvfence.Receipt, fences, oob map[string]bool) string {
+	stamp, err := ParseStamp(o.Metadata.Annotations)
+	if err != nil {
+		return fmt.Sprintf("the object's stamp: %v", err)
+	}
+	switch {
+	case stamp.Grant != "":
+		rc, ok := receipts[stamp.Receipt]
+		gr, gerr := r.Grant(stamp.Grant)
+		// Not unknown: an unknown dispatch is fenced, so its stamp
+		// cannot be the last one.
+		if !ok || gerr != nil || rc.Grant != stamp.Grant || gr.Epoch != stamp.Epoch || rc.Dispatch != kvfence.DispatchApplied {
+			return fmt.Sprintf("the object is stamped %+v; its receipt is %+v", stamp, rc)
+		}
+		if rc.Version != o.Metadata.ResourceVersion {
+			return fmt.Sprintf("the object is at %s; its last write's receipt says %s", o.Metadata.ResourceVersion, rc.Version)
+		}
+	case stamp.Receipt != "" && !fences[stamp.Receipt] && !oob[stamp.Receipt]:
+		return fmt.Sprintf("the object is stamped by fence %s, which the audit chain does not record", stamp.Receipt)
 	}
 	return ""
 }
