@@ -52,9 +52,13 @@ const (
 	// holdSend keeps the update until the test releases it (after the
 	// hold's acknowledgment), whatever the caller's deadline.
 	holdSend
+	// changeFirst has another writer change the object just before the
+	// update is delivered: a concurrent change the precondition must
+	// turn into a conflict, not a lost update.
+	changeFirst
 )
 
-var faultNames = [...]string{"send", "lose", "delay", "hold"}
+var faultNames = [...]string{"send", "lose", "delay", "hold", "change"}
 
 // delivery is one update the transport sent to the server, with its
 // answer.
@@ -76,8 +80,13 @@ type delivery struct {
 type faultPUT struct {
 	next  http.RoundTripper
 	randn func(int) int
+	// change makes the out-of-band change of changeFirst.
+	change func()
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// readDone, if not nil, is closed (and cleared) when a read's answer
+	// comes back: a hold timed by it lands near a decision.
+	readDone   chan struct{}
 	parked     []chan struct{}
 	deliveries []delivery
 	inflight   sync.WaitGroup
@@ -91,6 +100,16 @@ type answer struct {
 }
 
 func (f *faultPUT) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet {
+		resp, err := f.next.RoundTrip(req)
+		f.mu.Lock()
+		if f.readDone != nil {
+			close(f.readDone)
+			f.readDone = nil
+		}
+		f.mu.Unlock()
+		return resp, err
+	}
 	if req.Method != http.MethodPut || req.Body == nil {
 		return f.next.RoundTrip(req)
 	}
@@ -139,6 +158,10 @@ func (f *faultPUT) RoundTrip(req *http.Request) (*http.Response, error) {
 	d.mode = faultMode(f.randn(len(faultNames)))
 	ctx := req.Context()
 	switch d.mode {
+	case changeFirst:
+		f.change()
+		a := send(ctx)
+		return a.resp, a.err
 	case sendNow:
 		a := send(ctx)
 		return a.resp, a.err
@@ -226,7 +249,7 @@ func (c *raceTally) add(st kvfence.DispatchState) {
 // (verified) and the object's kvfence.dev/* annotations agree.
 func TestKubeHoldRace(t *testing.T) {
 	e := startKube(t)
-	schedules := 10
+	schedules := 16
 	if testing.Short() {
 		schedules = 3
 	}
@@ -333,7 +356,18 @@ func kubeHoldRace(t *testing.T, e *kubeEnv, seed uint64, defective bool, tally *
 	}
 	var gone []superseded
 	var stale []worker
+	var oobMu sync.Mutex
 	oob := map[string]bool{}
+	// changeOOB changes the object as another writer with the receiver's
+	// identity would (a second receiver): the conflicts.
+	changeOOB := func(epoch uint64) error {
+		oobMu.Lock()
+		id := fmt.Sprintf("oob-%d-%d", seed, len(oob))
+		oob[id] = true
+		oobMu.Unlock()
+		_, err := other.Fence(ctx, obj, kvfence.Stamp{Scope: raceScope, Epoch: epoch, Receipt: id})
+		return err
+	}
 	const rounds = 4
 	for round := range rounds {
 		w := worker{name: fmt.Sprintf("worker-%d", round), claim: fmt.Sprintf("claim-%d", round)}
@@ -347,6 +381,15 @@ func kubeHoldRace(t *testing.T, e *kubeEnv, seed uint64, defective bool, tally *
 		}
 		if w.grant, err = admin.Activate(ctx, kvfence.ActivateRequest{Scope: raceScope, Executor: w.name, Claim: w.claim, Request: w.request, Epoch: st.Epoch}); err != nil {
 			t.Fatalf("round %d: Activate: %v", round, err)
+		}
+		// Half the holds are timed by the first read of the round, so
+		// that some commit between a decision and its write's start.
+		var readDone chan struct{}
+		if randn(2) == 0 {
+			readDone = make(chan struct{})
+			faults.mu.Lock()
+			faults.readDone = readDone
+			faults.mu.Unlock()
 		}
 		var wg sync.WaitGroup
 		errs := make(chan error, 16)
@@ -366,19 +409,32 @@ func kubeHoldRace(t *testing.T, e *kubeEnv, seed uint64, defective bool, tally *
 			go submit(s.name, envelopeAt(s, s.grant.Epoch))
 			go submit(s.name, envelopeAt(s, w.grant.Epoch))
 		}
+		faults.change = func() {
+			if err := changeOOB(w.grant.Epoch); err != nil {
+				errs <- fmt.Errorf("out-of-band change: %w", err)
+			}
+		}
 		if randn(3) == 0 {
-			id := fmt.Sprintf("oob-%d-%d", seed, round)
-			oob[id] = true
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				time.Sleep(time.Duration(randn(60)) * time.Millisecond)
-				if _, err := other.Fence(ctx, obj, kvfence.Stamp{Scope: raceScope, Epoch: w.grant.Epoch, Receipt: id}); err != nil {
-					errs <- fmt.Errorf("out-of-band change: %w", err)
-				}
+				faults.change()
 			}()
 		}
-		time.Sleep(time.Duration(randn(80)) * time.Millisecond)
+		if readDone != nil {
+			select {
+			case <-readDone:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: no read within 5 s", round)
+			}
+			time.Sleep(time.Duration(randn(4000)) * time.Microsecond)
+		} else {
+			time.Sleep(time.Duration(randn(80)) * time.Millisecond)
+		}
+		faults.mu.Lock()
+		faults.readDone = nil
+		faults.mu.Unlock()
 		h, err := admin.Hold(ctx, kvfence.HoldRequest{Scopes: []string{raceScope}, Reason: "rotate"})
 		if err != nil {
 			t.Fatalf("round %d: Hold: %v", round, err)
