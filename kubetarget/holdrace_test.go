@@ -626,6 +626,8 @@ type superseded struct {
 // checkAfterAck returns a violation if the server applied an update
 // carrying a superseded grant after its hold's acknowledgment: sent after
 // it, or leaving a resourceVersion past the one read just after it.
+// resourceVersions are opaque to clients; here, on one API server over one
+// etcd, they are etcd revisions, which order every write.
 func checkAfterAck(log []delivery, gone []superseded) string {
 	for _, g := range gone {
 		for _, dl := range log {
