@@ -1,6 +1,7 @@
 package kubetarget
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ed25519"
@@ -21,6 +22,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/kubeproc"
 	"github.com/kvfence/kvfence/kvfence"
+	"k8s.io/client-go/rest"
 )
 
 // The hold race of docs/design.md §4.2 on a real API server: a receiver
@@ -336,6 +338,7 @@ func kubeHoldRace(t *testing.T, e *kubeEnv, seed uint64, defective bool, tally *
 	if _, err := admin.CreateScope(ctx, raceScope); err != nil {
 		t.Fatal(err)
 	}
+	history := e.watchHistory(obj, e.get(obj).Metadata.ResourceVersion)
 	target := "cm/" + testNS + "/" + name
 	if _, err := admin.CreateTargetSpec(ctx, kvfence.TargetSpec{Scope: raceScope, Name: target, Kind: kvfence.TargetKubernetes, Object: &obj}); err != nil {
 		t.Fatal(err)
@@ -546,6 +549,36 @@ func kubeHoldRace(t *testing.T, e *kubeEnv, seed uint64, defective bool, tally *
 			return fmt.Sprintf("the server applied dispatch %s, recorded %s", dl.receipt, rc.Dispatch)
 		}
 	}
+	// The object's history, from the server's watch: every change the
+	// receiver's dispatches made is one the transport saw applied at that
+	// version (nothing reached the object around the transport, and no
+	// update was sent twice), and none under a superseded grant comes
+	// after its hold's acknowledgment.
+	changes := history()
+	// And the other way: every update the server answered 2xx is a change
+	// the watch saw, so the history is not empty by accident.
+	for _, dl := range log {
+		if dl.status/100 == 2 && !slices.ContainsFunc(changes, func(ev historyEvent) bool {
+			return strconv.FormatInt(ev.version, 10) == dl.version && ev.stamp.Receipt == dl.receipt
+		}) {
+			return fmt.Sprintf("the server applied update %s at version %s; the watch did not see it", dl.receipt, dl.version)
+		}
+	}
+	for _, ev := range changes {
+		if ev.stamp.Grant == "" {
+			continue // a fence's, or the other writer's
+		}
+		if !slices.ContainsFunc(log, func(dl delivery) bool {
+			return dl.receipt == ev.stamp.Receipt && dl.status/100 == 2 && dl.version == strconv.FormatInt(ev.version, 10)
+		}) {
+			return fmt.Sprintf("the object changed at version %d under stamp %+v, which no update the transport sent made", ev.version, ev.stamp)
+		}
+		for _, g := range gone {
+			if ev.stamp.Grant == g.grant && ev.version > g.ackVersion {
+				return fmt.Sprintf("the object changed at version %d under grant %s after its hold's acknowledgment (at %d)", ev.version, g.grant, g.ackVersion)
+			}
+		}
+	}
 	// Each dispatch sent at most one update, whoever repeated it.
 	if n := len(receipts); started > n {
 		return fmt.Sprintf("%d updates sent for %d dispatches", started, n)
@@ -611,6 +644,89 @@ func stampAgrees(r *kvfence.Receiver, o stored, receipts map[string]kvfence.Rece
 		return fmt.Sprintf("the object is stamped by fence %s, which the audit chain does not record", stamp.Receipt)
 	}
 	return ""
+}
+
+// historyEvent is one change of the object as a watch reported it.
+type historyEvent struct {
+	version int64
+	stamp   kvfence.Stamp
+}
+
+// watchHistory watches obj from version on, as the administrator, and
+// returns a function that stops the watch and returns every change it saw
+// up to the object's resourceVersion then: the object's history, which
+// Kubernetes does not otherwise keep.
+func (e *kubeEnv) watchHistory(obj kvfence.RemoteObject, from string) func() []historyEvent {
+	e.t.Helper()
+	client, err := rest.HTTPClientFor(e.config(kubeproc.Admin, nil))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.s.URL+testColl+"?watch=1&allowWatchBookmarks=false&resourceVersion="+from+
+		"&fieldSelector=metadata.name%3D"+obj.Name, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		e.t.Fatalf("watch: %v %v", resp, err)
+	}
+	var mu sync.Mutex
+	var events []historyEvent
+	var werr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var ev struct {
+				Type   string `json:"type"`
+				Object stored `json:"object"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil || ev.Type != "MODIFIED" {
+				mu.Lock()
+				werr = fmt.Errorf("watch event %q: %v", sc.Bytes(), err)
+				mu.Unlock()
+				return
+			}
+			v, _ := strconv.ParseInt(ev.Object.Metadata.ResourceVersion, 10, 64)
+			st, _ := ParseStamp(ev.Object.Metadata.Annotations)
+			mu.Lock()
+			events = append(events, historyEvent{version: v, stamp: st})
+			mu.Unlock()
+		}
+	}()
+	return func() []historyEvent {
+		e.t.Helper()
+		want, _ := strconv.ParseInt(e.get(obj).Metadata.ResourceVersion, 10, 64)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			n, last, err := len(events), int64(0), werr
+			if n > 0 {
+				last = events[n-1].version
+			}
+			mu.Unlock()
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			if last >= want || (n == 0 && want == 0) {
+				break
+			}
+			if time.Now().After(deadline) {
+				e.t.Fatalf("the watch saw up to version %d of %d within 10 s", last, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(events)
+	}
 }
 
 // superseded is a grant a hold superseded, with its acknowledgment.
