@@ -184,7 +184,11 @@ func (r *Receiver) fenceDispatch(ctx context.Context, rr remoteReceipt, epoch ui
 			version = ""
 		}
 	}
-	_, _, err = r.settleDispatch(rr.key, rr.rc.DispatchID, DispatchUnknown, version, fmt.Sprintf("%s at epoch %d; fence %s", why, epoch, fid))
+	settle := r.settleFenced
+	if r.faults.skipFence {
+		settle = r.settleDispatch
+	}
+	_, _, err = settle(rr.key, rr.rc.DispatchID, DispatchUnknown, version, fmt.Sprintf("%s at epoch %d; fence %s", why, epoch, fid))
 	return err
 }
 

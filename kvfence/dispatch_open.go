@@ -72,9 +72,13 @@ func (r *Receiver) resolveDispatch(rr remoteReceipt) error {
 		_, _, err = r.settleDispatch(rr.key, rr.rc.DispatchID, DispatchApplied, st.Version, "stamp found at open")
 		return err
 	case st.UID == rr.rc.UID && st.Version == rr.rc.Precondition:
-		fst, err := r.fenceAtOpen(rr)
+		fst, fid, err := r.fenceAtOpen(rr)
 		if err != nil {
 			return err
+		}
+		settle := r.settleFenced
+		if fid == "" {
+			settle = r.settleDispatch // the test switch skipFence wrote none
 		}
 		// The decided bytes need not be the form the object reads back in
 		// (canonical JSON): a value that changed since the read says so too.
@@ -82,28 +86,30 @@ func (r *Receiver) resolveDispatch(rr remoteReceipt) error {
 			// The write may have landed between the read and the fence
 			// (a deadline longer than this receiver's): it cannot be told
 			// from a value that was there already, so it is unknown.
-			_, _, err = r.settleDispatch(rr.key, rr.rc.DispatchID, DispatchUnknown, fst.Version, "the object holds the new value after the fence at open")
+			_, _, err = settle(rr.key, rr.rc.DispatchID, DispatchUnknown, fst.Version, "the object holds the new value after the fence at open; fence "+fid)
 			return err
 		}
-		_, _, err = r.settleDispatch(rr.key, rr.rc.DispatchID, DispatchFailed, "", "not applied: the object was at the precondition at open, and was fenced")
+		_, _, err = settle(rr.key, rr.rc.DispatchID, DispatchFailed, "", "not applied: the object was at the precondition at open, and was fenced; fence "+fid)
 		return err
 	}
 	return r.fenceDispatch(context.Background(), rr, rr.scopeEpoch, "fenced at open")
 }
 
 // fenceAtOpen writes a fencing stamp on a dispatch's object without
-// settling it.
-func (r *Receiver) fenceAtOpen(rr remoteReceipt) (RemoteState, error) {
+// settling it, and returns the state it left and the stamp's id, which
+// the settling entry names.
+func (r *Receiver) fenceAtOpen(rr remoteReceipt) (RemoteState, string, error) {
 	if r.faults.skipFence {
-		return RemoteState{}, nil
+		return RemoteState{}, "", nil
 	}
 	fid, err := newGrantID(r.opts.Rand)
 	if err != nil {
-		return RemoteState{}, err
+		return RemoteState{}, "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.DispatchTimeout)
 	defer cancel()
-	return r.opts.Dispatchers[rr.object.kind()].Fence(ctx, rr.object, Stamp{Scope: rr.scope, Epoch: rr.scopeEpoch, Receipt: fid})
+	st, err := r.opts.Dispatchers[rr.object.kind()].Fence(ctx, rr.object, Stamp{Scope: rr.scope, Epoch: rr.scopeEpoch, Receipt: fid})
+	return st, fid, err
 }
 
 // valueIs reports whether value's SHA-256 is sum: a stamp that names the

@@ -192,7 +192,7 @@ func (r *Receiver) finishDispatch(p *pendingDispatch, decided Result, err error)
 	if ferr == nil {
 		var fst RemoteState
 		if fst, ferr = d.Fence(fctx, p.in.Object, Stamp{Scope: p.scope, Epoch: p.epoch, Receipt: fid}); ferr == nil || errors.Is(ferr, ErrRemoteNotFound) {
-			return r.dispatchResult(decided, p, DispatchUnknown, fst.Version, "no answer by the deadline; fence "+fid)
+			return r.dispatchResultFenced(decided, p, fst.Version, "no answer by the deadline; fence "+fid)
 		}
 	}
 	res := decided
@@ -205,7 +205,18 @@ func (r *Receiver) finishDispatch(p *pendingDispatch, decided Result, err error)
 // the state its receipt then holds, which a hold or an Open may have
 // settled first.
 func (r *Receiver) dispatchResult(decided Result, p *pendingDispatch, st DispatchState, version, note string) (Result, error) {
-	rc, seq, err := r.settleDispatch(p.key, p.id, st, version, note)
+	return r.dispatchResultAfter(decided, p, st, version, note, false)
+}
+
+// dispatchResultFenced is dispatchResult for an unknown outcome after the
+// dispatch's own fence, which is audited even if a hold settled the
+// dispatch first (settleFenced).
+func (r *Receiver) dispatchResultFenced(decided Result, p *pendingDispatch, version, note string) (Result, error) {
+	return r.dispatchResultAfter(decided, p, DispatchUnknown, version, note, true)
+}
+
+func (r *Receiver) dispatchResultAfter(decided Result, p *pendingDispatch, st DispatchState, version, note string, fenced bool) (Result, error) {
+	rc, seq, err := r.settleDispatchAfter(p.key, p.id, st, version, note, fenced)
 	if err != nil {
 		// The decision committed: a repeat of the envelope answers with
 		// the receipt's state, which a hold or the next Open settles.
@@ -227,6 +238,23 @@ func (r *Receiver) dispatchResult(decided Result, p *pendingDispatch, st Dispatc
 // receipt settled already is left as it is. It returns the receipt as it
 // stands after, and the seq of the entry written (0 if none).
 func (r *Receiver) settleDispatch(key []byte, id string, st DispatchState, version, note string) (receiptRecord, uint64, error) {
+	return r.settleDispatchAfter(key, id, st, version, note, false)
+}
+
+// settleFenced is settleDispatch for a caller that has just written a
+// fencing stamp on the object, whose id note names. If another path
+// settled the dispatch first (a hold and the dispatch's own deadline
+// fence at once, or another process on a shared etcd prefix), the
+// receipt is left as it is but the fence still gets an audit entry, so
+// that every stamp the receiver leaves on an object is one the audit
+// chain records.
+func (r *Receiver) settleFenced(key []byte, id string, st DispatchState, version, note string) (receiptRecord, uint64, error) {
+	return r.settleDispatchAfter(key, id, st, version, note, true)
+}
+
+// settleDispatchAfter is settleDispatch; fenced says the caller wrote a
+// fence that must be audited even if the receipt is settled already.
+func (r *Receiver) settleDispatchAfter(key []byte, id string, st DispatchState, version, note string, fenced bool) (receiptRecord, uint64, error) {
 	type settled struct {
 		rc  receiptRecord
 		seq uint64
@@ -239,7 +267,7 @@ func (r *Receiver) settleDispatch(key []byte, id string, st DispatchState, versi
 		if rc == nil || rc.DispatchID != id {
 			return settled{}, fmt.Errorf("%w: receipt %q no longer names dispatch %s", ErrBadFormat, key, id)
 		}
-		if rc.Dispatch != DispatchDispatching {
+		if rc.Dispatch != DispatchDispatching && !fenced {
 			w.idle++
 			return settled{rc: *rc}, nil
 		}
@@ -250,6 +278,20 @@ func (r *Receiver) settleDispatch(key []byte, id string, st DispatchState, versi
 		if t == nil || t.Kind != TargetKubernetes {
 			return settled{}, fmt.Errorf("%w: receipt %q names target %q, which is not a remote one", ErrBadFormat, key, rc.Target)
 		}
+		scope, action, _ := bytes.Cut(key, []byte{0})
+		if rc.Dispatch != DispatchDispatching {
+			// The receipt keeps the outcome recorded first; the entry
+			// repeats it and names the extra fence and the version it
+			// left.
+			text := fmt.Sprintf("dispatch %s; already %s; version %s; %s", id, rc.Dispatch, version, note)
+			seq, err := w.appendAudit(&audit.Entry{Kind: KindDispatch, Scope: t.Scope, Epoch: rc.Epoch, Grant: rc.Grant, Action: string(action),
+				Target: rc.Target, Outcome: string(rc.Dispatch), RequestSHA256: rc.RequestSHA256, RevBefore: rc.RevBefore, RevAfter: rc.RevAfter,
+				ValueSHA256: rc.ValueSHA256, Note: clip(text, maxDenialDetail*4)})
+			if err != nil {
+				return settled{}, err
+			}
+			return settled{rc: *rc, seq: seq}, nil
+		}
 		rc.Dispatch, rc.Version = st, version
 		if st == DispatchApplied {
 			t.Revision++
@@ -258,7 +300,6 @@ func (r *Receiver) settleDispatch(key []byte, id string, st DispatchState, versi
 				return settled{}, err
 			}
 		}
-		scope, action, _ := bytes.Cut(key, []byte{0})
 		if err := w.putReceiptAt(string(scope), string(action), key, rc); err != nil {
 			return settled{}, err
 		}
