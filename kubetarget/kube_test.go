@@ -4,22 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	deploy "github.com/kvfence/kvfence/deploy/kubernetes"
 	"github.com/kvfence/kvfence/internal/kubeproc"
+	"github.com/kvfence/kvfence/internal/kubetest"
 	"github.com/kvfence/kvfence/kvfence"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 )
 
 // The tests below run on a real kube-apiserver (internal/kubeproc) with
@@ -38,61 +35,17 @@ type kubeEnv struct {
 	s *kubeproc.Server
 }
 
-// manifestCollections are the REST collections of the kinds the shipped
-// manifests hold; %s is the namespace.
-var manifestCollections = map[string]string{
-	"v1/Namespace":      "/api/v1/namespaces",
-	"v1/ServiceAccount": "/api/v1/namespaces/%s/serviceaccounts",
-	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy":        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
-	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
-	"rbac.authorization.k8s.io/v1/ClusterRole":                         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-	"rbac.authorization.k8s.io/v1/RoleBinding":                         "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings",
-}
-
-// startKube starts a server, creates the target namespace, gives the
-// editor identity RBAC write access to its ConfigMaps (so that what the
-// editor is refused, the policy refuses), and applies the shipped
-// manifests.
+// startKube starts a server with the target namespace and the shipped
+// manifests (internal/kubetest), and gives the editor identity RBAC write
+// access to the namespace's ConfigMaps (so that what the editor is
+// refused, the policy refuses).
 func startKube(t *testing.T) *kubeEnv {
 	t.Helper()
-	kubeproc.Require(t)
-	e := &kubeEnv{t: t, s: kubeproc.Start(t, kubeproc.Config{})}
-	e.s.Must(kubeproc.Admin, http.MethodPost, "/api/v1/namespaces", []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"`+testNS+`"}}`), http.StatusCreated)
+	e := &kubeEnv{t: t, s: kubetest.StartDeployed(t, testNS)}
 	e.s.Must(kubeproc.Admin, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterroles",
 		[]byte(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"test-editor"},"rules":[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","list","create","update","patch","delete"]}]}`), http.StatusCreated)
 	e.s.Must(kubeproc.Admin, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+testNS+"/rolebindings",
 		[]byte(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{"name":"test-editor","namespace":"`+testNS+`"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"test-editor"},"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"Group","name":"`+kubeproc.EditorsGroup+`"}]}`), http.StatusCreated)
-	sep := regexp.MustCompile(`(?m)^---[ \t]*$`)
-	for _, name := range deploy.Names() {
-		b, err := deploy.Manifests.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, doc := range sep.Split(string(b), -1) {
-			j, err := yaml.YAMLToJSON([]byte(doc))
-			if err != nil {
-				t.Fatalf("%s document %d: %v", name, i, err)
-			}
-			if string(j) == "null" {
-				continue
-			}
-			var head struct {
-				APIVersion, Kind string
-				Metadata         struct{ Namespace string }
-			}
-			if err := json.Unmarshal(j, &head); err != nil {
-				t.Fatal(err)
-			}
-			coll, ok := manifestCollections[head.APIVersion+"/"+head.Kind]
-			if !ok {
-				t.Fatalf("%s document %d: kind %s/%s has no collection here", name, i, head.APIVersion, head.Kind)
-			}
-			if strings.Contains(coll, "%s") {
-				coll = fmt.Sprintf(coll, head.Metadata.Namespace)
-			}
-			e.s.Must(kubeproc.Admin, http.MethodPost, coll, j, http.StatusCreated)
-		}
-	}
 	return e
 }
 
