@@ -75,21 +75,7 @@ func (e *kubeEnv) dispatcher(identity string, wrap func(http.RoundTripper) http.
 // after their objects are created.
 func (e *kubeEnv) waitStatus(identity, method, path, body string, want int, bodyHas string) {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var b []byte
-		if body != "" {
-			b = []byte(body)
-		}
-		r, err := e.s.Do(identity, method, path, b)
-		if err == nil && r.Status == want && strings.Contains(string(r.Body), bodyHas) {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s %s as %s: %v %v; want %d with %q within 30 s", method, path, identity, r, err, want, bodyHas)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	kubetest.WaitStatus(e.t, e.s, identity, method, path, body, want, bodyHas)
 }
 
 // create makes a ConfigMap as the administrator, with an extra label, an
