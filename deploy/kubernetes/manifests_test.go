@@ -1,4 +1,4 @@
-package kubernetes
+package kubernetes_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	deploy "github.com/kvfence/kvfence/deploy/kubernetes"
 	"github.com/kvfence/kvfence/internal/kubeproc"
 	"sigs.k8s.io/yaml"
 )
@@ -53,8 +54,8 @@ type manifest struct {
 func loadManifests(t *testing.T) []manifest {
 	t.Helper()
 	var out []manifest
-	for _, name := range Names() {
-		b, err := Manifests.ReadFile(name)
+	for _, name := range deploy.Names() {
+		b, err := deploy.Manifests.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/kvfence/kvfence/internal/etcdproc"
+	"github.com/kvfence/kvfence/internal/etcdbin"
 )
 
 // freeLayout returns n members on ports that were free a moment ago.
@@ -82,7 +82,7 @@ func TestDevClusterStartsStopsRestarts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: runs in the full test command (go test without -short)")
 	}
-	bin, err := etcdproc.Binary()
+	bin, err := etcdbin.Binary()
 	if err != nil {
 		t.Fatal(err)
 	}

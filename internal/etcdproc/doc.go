@@ -5,7 +5,7 @@
 // when the test ends, failed or not, and dies with the test binary if that
 // is killed first (Linux).
 //
-// The etcd binary is $KVFENCE_ETCD_BIN if set, else cmd/kvfence-etcd, which
+// The etcd binary is internal/etcdbin's: $KVFENCE_ETCD_BIN if set, else cmd/kvfence-etcd, which
 // is etcd's own main built from the etcd module in go.mod: Binary builds it
 // once into the user's cache directory, so a machine with only Go runs these
 // tests. Without a binary Start fails the test with a message that says how

@@ -17,17 +17,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvfence/kvfence/internal/etcdbin"
 )
-
-// EnvBinary names the environment variable that overrides the etcd binary.
-const EnvBinary = "KVFENCE_ETCD_BIN"
-
-// InstallHint says how to get the etcd binary.
-const InstallHint = "run the tests where the go command is on PATH (it builds " + Command + "), " +
-	"or set " + EnvBinary + " to the path of an etcd binary"
-
-// ErrNoBinary means no etcd binary was found.
-var ErrNoBinary = errors.New("etcdproc: no etcd binary")
 
 // Timeouts for a cluster to become healthy. A loaded 2-core machine takes
 // seconds to hold its first election; these leave room for that and still
@@ -120,7 +112,7 @@ func StartWith(t testing.TB, opts *Options) *Cluster {
 	if n < 1 {
 		t.Fatalf("etcdproc: a cluster of %d members", n)
 	}
-	bin, err := Binary()
+	bin, err := etcdbin.Binary()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +236,7 @@ func (m *Member) launch(initial string) error {
 		return fmt.Errorf("etcdproc: %w", err)
 	}
 	fmt.Fprintf(log, "=== etcdproc: starting %s at %s\n", m.Name, time.Now().UTC().Format(time.RFC3339Nano))
-	cmd := Cmd(m.c.bin, m.args(initial)...)
+	cmd := etcdbin.Cmd(m.c.bin, m.args(initial)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		log.Close()
@@ -258,18 +250,6 @@ func (m *Member) launch(initial string) error {
 	}()
 	m.proc = p
 	return nil
-}
-
-// cleanEnv is the test's environment without ETCD_* variables, which etcd
-// would read as flags.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ETCD_") && !strings.HasPrefix(kv, "ETCDCTL_") {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 // Endpoints returns every member's client address, HOST:PORT; the scheme
@@ -494,15 +474,4 @@ func tail(path string, n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
-}
-
-// Cmd returns a command that runs the etcd binary bin with args, as
-// this package runs its members: without the test's ETCD_* variables,
-// which etcd would read as flags, and, on Linux, killed by the kernel when
-// the test binary dies before its cleanup runs.
-func Cmd(bin string, args ...string) *exec.Cmd {
-	cmd := exec.Command(bin, args...)
-	cmd.Env = cleanEnv()
-	cmd.SysProcAttr = sysProcAttr()
-	return cmd
 }

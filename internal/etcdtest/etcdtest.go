@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvfence/kvfence/internal/etcdproc"
+	"github.com/kvfence/kvfence/internal/etcdbin"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -142,7 +142,7 @@ func NewClusterIn(t testing.TB, dir string, cfg Config) *Cluster {
 // test (TestMain), which must call Stop. On Linux the members die with the
 // process that launched them even if it never calls Stop.
 func Launch(dir string, config Config) (_ *Cluster, err error) {
-	bin, err := etcdproc.Binary()
+	bin, err := etcdbin.Binary()
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +227,7 @@ func (m *Member) launch(bin string, args []string) error {
 	if err != nil {
 		return fmt.Errorf("etcdtest: %w", err)
 	}
-	cmd := etcdproc.Cmd(bin, args...)
+	cmd := etcdbin.Cmd(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		log.Close()

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/kvfence/kvfence/internal/etcdproc"
+	"github.com/kvfence/kvfence/internal/etcdbin"
 )
 
 // RestoreOptions says how Restore rebuilds a member from a snapshot.
@@ -22,7 +22,7 @@ type RestoreOptions struct {
 // etcd binary that runs the members. The restored member is alone in its
 // cluster.
 func Restore(snap, dataDir string, o RestoreOptions) error {
-	bin, err := etcdproc.Binary()
+	bin, err := etcdbin.Binary()
 	if err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func Restore(snap, dataDir string, o RestoreOptions) error {
 	if o.RevisionBump > 0 {
 		args = append(args, "--bump-revision", strconv.FormatUint(o.RevisionBump, 10), "--mark-compacted")
 	}
-	if out, err := etcdproc.Cmd(bin, args...).CombinedOutput(); err != nil {
+	if out, err := etcdbin.Cmd(bin, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("etcdtest: restore %s: %w\n%s", snap, err, out)
 	}
 	return nil

@@ -123,6 +123,53 @@ func Binary() (string, error) {
 	return p, nil
 }
 
+// Cached returns the kube-apiserver binary that Binary would return
+// without building anything: $KVFENCE_KUBE_APISERVER_BIN if it is set and
+// names an executable file, else a binary an earlier build left in the
+// user's cache for the current build key. ok is false when there is none;
+// err says why, for a caller to report.
+func Cached() (path string, ok bool, err error) {
+	if p := os.Getenv(EnvBinary); p != "" {
+		p, err := Binary()
+		return p, err == nil, err
+	}
+	built.Lock()
+	p := built.path
+	built.Unlock()
+	if p != "" {
+		return p, true, nil
+	}
+	root, err := os.UserCacheDir()
+	if err != nil {
+		return "", false, fmt.Errorf("%w: no cache directory: %v; %s", ErrNoBinary, err, InstallHint)
+	}
+	goCmd, err := goCommand()
+	if err != nil {
+		return "", false, err
+	}
+	out, err := cachePath(filepath.Join(root, cacheSubdir), goCmd)
+	if err != nil {
+		return "", false, err
+	}
+	if fi, err := os.Stat(out); err != nil || !fi.Mode().IsRegular() {
+		return "", false, fmt.Errorf("%w: none built yet at %s; %s", ErrNoBinary, out, InstallHint)
+	}
+	return out, true, nil
+}
+
+// cachePath is where, under dir, the binary of the current build key is.
+func cachePath(dir, goCmd string) (string, error) {
+	key, err := buildKey(goCmd, scratchGoMod())
+	if err != nil {
+		return "", err
+	}
+	name := "kube-apiserver-" + key
+	if runtime.GOOS == "windows" {
+		name += ".exe"
+	}
+	return filepath.Join(dir, name), nil
+}
+
 // buildCached returns the binary under dir for the current build key,
 // building it first if it is not there. testbin's lock serializes every
 // go build that tests run, across processes; the binary appears under its
@@ -133,15 +180,12 @@ func buildCached(dir string) (string, error) {
 		return "", err
 	}
 	gomod := scratchGoMod()
-	key, err := buildKey(goCmd, gomod)
+	out, err := cachePath(dir, goCmd)
 	if err != nil {
 		return "", err
 	}
-	name := "kube-apiserver-" + key
-	if runtime.GOOS == "windows" {
-		name += ".exe"
-	}
-	out := filepath.Join(dir, name)
+	name := filepath.Base(out)
+	key := strings.TrimSuffix(strings.TrimPrefix(name, "kube-apiserver-"), ".exe")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrNoBinary, err)
 	}

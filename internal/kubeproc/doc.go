@@ -1,6 +1,6 @@
-// Package kubeproc runs a real Kubernetes API server for tests: a
-// kube-apiserver process on loopback, on a fresh etcd member from
-// internal/etcdtest, with a fresh CA and serving certificate, a
+// Package kubeproc runs a real Kubernetes API server for tests and the lab: a
+// kube-apiserver process on loopback, on a fresh etcd member of its own (or
+// a cluster the caller names), with a fresh CA and serving certificate, a
 // service-account key pair, a static token file that names the identities
 // the tests act as, and RBAC authorization. Every process is killed when
 // the test ends, failed or not, and dies with the test binary if that is
@@ -13,4 +13,9 @@
 // server over net/http and encoding/json alone. The first build takes minutes, so the
 // tests that need a server run only when $KVFENCE_KUBE is 1 (.ci/run sets
 // it); without it Require skips them and says so.
+//
+// The package links nothing of package testing (Start takes this
+// package's TB), so that the lab, part of the kvfence binary, launches
+// servers through Launch and Close. Cached says whether a server is at
+// hand without a build.
 package kubeproc

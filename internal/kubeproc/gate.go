@@ -1,9 +1,6 @@
 package kubeproc
 
-import (
-	"os"
-	"testing"
-)
+import "os"
 
 // EnvGate names the environment variable that turns on the tests that run
 // a real API server: they run only when it is "1". The first build of
@@ -20,7 +17,7 @@ const SkipMessage = "needs a real kube-apiserver, built on first use in minutes:
 func Enabled() bool { return os.Getenv(EnvGate) == "1" }
 
 // Require skips t with SkipMessage unless EnvGate is "1".
-func Require(t testing.TB) {
+func Require(t TB) {
 	t.Helper()
 	if !Enabled() {
 		t.Skip(SkipMessage)

@@ -21,10 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
-	"github.com/kvfence/kvfence/internal/etcdtest"
 	"github.com/kvfence/kvfence/internal/pki"
 )
 
@@ -87,8 +85,10 @@ type Config struct {
 	// Identities are added to DefaultIdentities in the token file; a
 	// name may not repeat.
 	Identities []Identity
-	// Etcd is the cluster to store in; nil starts a member of its own.
-	Etcd *etcdtest.Cluster
+	// EtcdEndpoints are the client URLs of the etcd cluster to store in;
+	// none starts a member of the server's own (internal/etcdbin's etcd,
+	// in the server's directory), which stops with it.
+	EtcdEndpoints []string
 	// Args are further kube-apiserver flags.
 	Args []string
 }
@@ -106,48 +106,103 @@ type Server struct {
 	// Ready is how long the server took from its process start to /readyz
 	// ok.
 	Ready time.Duration
-	// Etcd is the cluster the server stores in.
-	Etcd *etcdtest.Cluster
+	// EtcdEndpoints are the client URLs of the etcd the server stores in.
+	EtcdEndpoints []string
 
-	t       testing.TB
+	// t is the test that started the server, nil for Launch.
+	t       TB
 	http    *http.Client
 	logPath string
 	proc    *exec.Cmd
 	done    chan struct{}
 	waitErr error
+	// etcd is the server's own etcd member, nil when Config named one.
+	etcd *etcdMember
+}
+
+// TB is the part of testing.TB that Start uses. It is an interface of
+// this package so that the package links nothing of package testing: the
+// lab, part of the kvfence binary, launches servers through Launch.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	TempDir() string
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Failed() bool
+	Skip(args ...any)
 }
 
 // Start starts a kube-apiserver on loopback, waits for /readyz ok and
 // stops it when the test ends; it fails t if it cannot.
-func Start(t testing.TB, cfg Config) *Server {
+func Start(t TB, cfg Config) *Server {
 	t.Helper()
-	bin, err := Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Etcd == nil {
-		cfg.Etcd = etcdtest.Start(t)
-	}
-	ids, err := identities(cfg.Identities)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var lastErr error
 	for range startTries {
-		s := &Server{t: t, Etcd: cfg.Etcd}
-		t.Cleanup(s.Stop)
-		if lastErr = s.start(bin, t.TempDir(), ids, cfg); lastErr == nil {
+		s, err := launch(t.TempDir(), cfg, t)
+		if err == nil {
+			t.Cleanup(s.Stop)
 			t.Logf("kubeproc: kube-apiserver ready in %v at %s", s.Ready.Round(time.Millisecond), s.URL)
 			return s
 		}
-		s.Stop()
-		t.Logf("kubeproc: last lines of %s:\n%s", s.logPath, tail(s.logPath, 20))
-		if !errors.Is(lastErr, errExited) {
+		if lastErr = err; !errors.Is(err, errExited) {
 			break
 		}
 	}
 	t.Fatalf("kubeproc: starting kube-apiserver: %v", lastErr)
 	return nil
+}
+
+// Launch starts a kube-apiserver on loopback with its files (and its own
+// etcd's data, unless cfg names a cluster) in dir, an existing directory,
+// and waits for /readyz ok. It is for callers without a test, such as
+// the lab, which must call Close. On Linux the processes die with the
+// process that launched them even if it never calls Close.
+func Launch(dir string, cfg Config) (*Server, error) {
+	var lastErr error
+	for i := range startTries {
+		d := filepath.Join(dir, fmt.Sprintf("try-%d", i))
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, fmt.Errorf("kubeproc: %w", err)
+		}
+		s, err := launch(d, cfg, nil)
+		if err == nil {
+			return s, nil
+		}
+		if lastErr = err; !errors.Is(err, errExited) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("kubeproc: starting kube-apiserver: %w", lastErr)
+}
+
+// launch is one try of Start or Launch: a failed try leaves nothing
+// running, and an error that wraps errExited is worth another (a port
+// taken between its choice and the listen).
+func launch(dir string, cfg Config, t TB) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	ids, err := identities(cfg.Identities)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{t: t, EtcdEndpoints: cfg.EtcdEndpoints}
+	if len(s.EtcdEndpoints) == 0 {
+		if s.etcd, err = startEtcd(filepath.Join(dir, "etcd")); err != nil {
+			return nil, err
+		}
+		s.EtcdEndpoints = []string{s.etcd.clientURL}
+	}
+	if err := s.start(bin, dir, ids, cfg); err != nil {
+		msg := tail(s.logPath, 20)
+		s.stop()
+		return nil, fmt.Errorf("%w\nlast lines of %s:\n%s", err, s.logPath, msg)
+	}
+	return s, nil
 }
 
 // errExited means the server's process ended while it was expected to run.
@@ -243,7 +298,7 @@ func (s *Server) start(bin, dir string, ids []Identity, cfg Config) error {
 		"--cert-dir=" + filepath.Join(dir, "certs"),
 		"--tls-cert-file=" + filepath.Join(dir, "serving.crt"),
 		"--tls-private-key-file=" + filepath.Join(dir, "serving.key"),
-		"--etcd-servers=" + strings.Join(cfg.Etcd.Endpoints(), ","),
+		"--etcd-servers=" + strings.Join(s.EtcdEndpoints, ","),
 		// A prefix of its own: two servers on one etcd do not share
 		// objects.
 		"--etcd-prefix=/kubeproc-" + filepath.Base(dir),
@@ -306,24 +361,48 @@ func (s *Server) waitReady(deadline time.Time) error {
 	}
 }
 
-// Stop kills the server and waits for its process to end. It is safe to
-// call more than once, and runs at the test's end.
+// Stop kills the server (and its own etcd) and waits for the processes to
+// end, reporting a failure to the test. It is safe to call more than once,
+// and runs at the end of the test that started the server.
 func (s *Server) Stop() {
-	if s.proc == nil {
+	err := s.stop()
+	if s.t == nil {
 		return
 	}
-	if err := s.proc.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		s.t.Errorf("kubeproc: killing kube-apiserver: %v", err)
+	if err != nil {
+		s.t.Errorf("%v", err)
 	}
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		s.t.Errorf("kubeproc: kube-apiserver pid %d still running 10s after SIGKILL", s.proc.Process.Pid)
-	}
-	if s.t.Failed() {
+	if s.t.Failed() && s.logPath != "" {
 		s.t.Logf("kubeproc: last lines of %s:\n%s", s.logPath, tail(s.logPath, 20))
 	}
-	s.proc = nil
+}
+
+// Close is Stop for a server from Launch: it returns what went wrong.
+func (s *Server) Close() error { return s.stop() }
+
+// LogPath returns the path of the server's log file.
+func (s *Server) LogPath() string { return s.logPath }
+
+func (s *Server) stop() error {
+	var errs []error
+	if s.proc != nil {
+		if err := s.proc.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			errs = append(errs, fmt.Errorf("kubeproc: killing kube-apiserver: %w", err))
+		}
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			errs = append(errs, fmt.Errorf("kubeproc: kube-apiserver pid %d still running 10s after SIGKILL", s.proc.Process.Pid))
+		}
+		s.proc = nil
+	}
+	if s.etcd != nil {
+		if err := s.etcd.stop(); err != nil {
+			errs = append(errs, err)
+		}
+		s.etcd = nil
+	}
+	return errors.Join(errs...)
 }
 
 // Pid returns the server's process id, or 0 once it is stopped.
@@ -449,6 +528,9 @@ func (s *Server) DoWith(identity, method, path, contentType string, body []byte)
 // Must is Do that fails the test on a transport error or a status other
 // than want, and returns the body.
 func (s *Server) Must(identity, method, path string, body []byte, want int) []byte {
+	if s.t == nil {
+		panic("kubeproc: Must is for a server that Start started")
+	}
 	s.t.Helper()
 	r, err := s.Do(identity, method, path, body)
 	if err != nil {

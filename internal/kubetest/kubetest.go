@@ -4,34 +4,15 @@
 package kubetest
 
 import (
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
-	"time"
 
-	deploy "github.com/kvfence/kvfence/deploy/kubernetes"
 	"github.com/kvfence/kvfence/internal/kubeproc"
-	"sigs.k8s.io/yaml"
 )
 
 // PolicyMessage is part of the admission policy's refusal.
-const PolicyMessage = "change only through the kvfence receiver"
-
-// manifestCollections are the REST collections of the kinds the shipped
-// manifests hold; %s is the namespace.
-var manifestCollections = map[string]string{
-	"v1/Namespace":      "/api/v1/namespaces",
-	"v1/ServiceAccount": "/api/v1/namespaces/%s/serviceaccounts",
-	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy":        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
-	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding": "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
-	"rbac.authorization.k8s.io/v1/ClusterRole":                         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-	"rbac.authorization.k8s.io/v1/RoleBinding":                         "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings",
-}
+const PolicyMessage = kubeproc.PolicyMessage
 
 // StartDeployed starts a server, creates namespace, and applies the
 // shipped manifests as the administrator. It skips the test unless the
@@ -40,37 +21,8 @@ func StartDeployed(t testing.TB, namespace string) *kubeproc.Server {
 	t.Helper()
 	kubeproc.Require(t)
 	s := kubeproc.Start(t, kubeproc.Config{})
-	s.Must(kubeproc.Admin, http.MethodPost, "/api/v1/namespaces", []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"`+namespace+`"}}`), http.StatusCreated)
-	sep := regexp.MustCompile(`(?m)^---[ \t]*$`)
-	for _, name := range deploy.Names() {
-		b, err := deploy.Manifests.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, doc := range sep.Split(string(b), -1) {
-			j, err := yaml.YAMLToJSON([]byte(doc))
-			if err != nil {
-				t.Fatalf("%s document %d: %v", name, i, err)
-			}
-			if string(j) == "null" {
-				continue
-			}
-			var head struct {
-				APIVersion, Kind string
-				Metadata         struct{ Namespace string }
-			}
-			if err := json.Unmarshal(j, &head); err != nil {
-				t.Fatal(err)
-			}
-			coll, ok := manifestCollections[head.APIVersion+"/"+head.Kind]
-			if !ok {
-				t.Fatalf("%s document %d: kind %s/%s has no collection here", name, i, head.APIVersion, head.Kind)
-			}
-			if strings.Contains(coll, "%s") {
-				coll = fmt.Sprintf(coll, head.Metadata.Namespace)
-			}
-			s.Must(kubeproc.Admin, http.MethodPost, coll, j, http.StatusCreated)
-		}
+	if err := s.Deploy(namespace); err != nil {
+		t.Fatal(err)
 	}
 	return s
 }
@@ -81,17 +33,9 @@ func StartDeployed(t testing.TB, namespace string) *kubeproc.Server {
 // administrator's change to it.
 func CreateScoped(t testing.TB, s *kubeproc.Server, namespace, name string, data map[string]string) {
 	t.Helper()
-	d, err := json.Marshal(data)
-	if err != nil {
+	if err := s.CreateScoped(namespace, name, "scoped", data); err != nil {
 		t.Fatal(err)
 	}
-	coll := "/api/v1/namespaces/" + namespace + "/configmaps"
-	s.Must(kubeproc.Admin, http.MethodPost, coll, []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"`+name+`"},"data":`+string(d)+`}`), http.StatusCreated)
-	label := `[{"op":"add","path":"/metadata/labels","value":{"kvfence.dev/scope":"scoped"}}]`
-	WaitStatus(t, s, kubeproc.Receiver, http.MethodPatch, coll+"/"+name+"?dryRun=All", label, http.StatusOK, "")
-	s.Must(kubeproc.Receiver, http.MethodPatch, coll+"/"+name, []byte(label), http.StatusOK)
-	WaitStatus(t, s, kubeproc.Admin, http.MethodPatch, coll+"/"+name+"?dryRun=All",
-		`[{"op":"add","path":"/data/probe","value":"x"}]`, http.StatusForbidden, PolicyMessage)
 }
 
 // WaitStatus repeats a request that changes nothing (a read or a dry
@@ -99,20 +43,8 @@ func CreateScoped(t testing.TB, s *kubeproc.Server, namespace, name string, data
 // policies take effect a moment after their objects are created.
 func WaitStatus(t testing.TB, s *kubeproc.Server, identity, method, path, body string, want int, bodyHas string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var b []byte
-		if body != "" {
-			b = []byte(body)
-		}
-		r, err := s.Do(identity, method, path, b)
-		if err == nil && r.Status == want && strings.Contains(string(r.Body), bodyHas) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s %s as %s: %v %v; want %d with %q within 30 s", method, path, identity, r, err, want, bodyHas)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := s.WaitStatus(identity, method, path, body, want, bodyHas); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -124,26 +56,8 @@ func Kubeconfig(t testing.TB, s *kubeproc.Server, identity, dir string) string {
 	if err := os.WriteFile(ca, s.CAPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: test
-  cluster:
-    server: %s
-    certificate-authority: %s
-users:
-- name: %s
-  user:
-    token: %s
-contexts:
-- name: test
-  context:
-    cluster: test
-    user: %s
-current-context: test
-`, s.URL, ca, identity, s.Tokens[identity], identity)
 	p := filepath.Join(dir, identity+".kubeconfig")
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+	if err := s.WriteKubeconfig(p, identity, s.URL, ca); err != nil {
 		t.Fatal(err)
 	}
 	return p

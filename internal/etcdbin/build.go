@@ -1,4 +1,4 @@
-package etcdproc
+package etcdbin
 
 import (
 	"crypto/sha256"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package etcdproc
+package etcdbin
 
 import "syscall"
 
