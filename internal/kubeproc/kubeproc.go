@@ -124,14 +124,23 @@ type Server struct {
 // this package so that the package links nothing of package testing: the
 // lab, part of the kvfence binary, launches servers through Launch.
 type TB interface {
+	// Helper marks the caller as a test helper.
 	Helper()
+	// Cleanup registers a function to run when the test ends.
 	Cleanup(func())
+	// TempDir returns a directory removed when the test ends.
 	TempDir() string
+	// Logf logs a line.
 	Logf(format string, args ...any)
+	// Errorf reports a failure and goes on.
 	Errorf(format string, args ...any)
+	// Fatal reports a failure and ends the test.
 	Fatal(args ...any)
+	// Fatalf reports a failure and ends the test.
 	Fatalf(format string, args ...any)
+	// Failed reports whether the test has failed.
 	Failed() bool
+	// Skip ends the test as skipped.
 	Skip(args ...any)
 }
 
