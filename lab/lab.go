@@ -44,6 +44,9 @@ type Options struct {
 	WorkerTimeout time.Duration
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
+	// Kube says whether demonstration 8 runs on a real kube-apiserver;
+	// "" is KubeOff.
+	Kube KubeMode
 }
 
 // ErrOutputExists means the output directory already exists; the lab never
@@ -71,6 +74,9 @@ type Summary struct {
 	// they agree, and whether the expected value is a success, a
 	// counterexample kept on purpose, or a stated limit.
 	Checks map[string]Check `json:"checks"`
+	// NotRun names each demonstration that did not run, with the reason;
+	// its checks are marked not run and count neither way in Verdict.
+	NotRun map[string]string `json:"not_run,omitempty"`
 }
 
 // Observations are the lab's results, one per claim it checks. Some are
@@ -145,6 +151,22 @@ type Observations struct {
 	// worker B at both boundaries (exit 0) and B's envelopes were applied
 	// at both (demonstration 7).
 	ContainSuccessorAccepted bool `json:"contain_successor_accepted"`
+	// K8sStaleWorkerChangedObject says worker A's superseded envelope
+	// changed the ConfigMap, or anything did before worker B wrote
+	// (demonstration 8); null when demonstration 8 did not run.
+	K8sStaleWorkerChangedObject *bool `json:"k8s_stale_worker_changed_object"`
+	// K8sDirectWriteByWorkerAccepted says the API server accepted worker
+	// A's own PATCH of the ConfigMap, with read-only RBAC or with RBAC
+	// widened (demonstration 8); null when it did not run.
+	K8sDirectWriteByWorkerAccepted *bool `json:"k8s_direct_write_by_worker_accepted"`
+	// K8sCurrentWorkerApplied says worker B's envelope was applied to the
+	// ConfigMap, stamped, at the version B's answer names (demonstration
+	// 8); null when it did not run.
+	K8sCurrentWorkerApplied *bool `json:"k8s_current_worker_applied"`
+	// K8sLostUpdate says a change made out of band while B's next write
+	// was on the wire was overwritten by it (demonstration 8); null when
+	// it did not run.
+	K8sLostUpdate *bool `json:"k8s_lost_update"`
 	// ProductionAuthorization is always "not_assessed": the lab does not
 	// assess production authorization.
 	ProductionAuthorization string `json:"production_authorization"`
@@ -258,11 +280,26 @@ func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
 	}
 	d7.observe(&sum.Observations)
 
+	var d8 *kubeReport
+	skip, err := l.kubeBinaries()
+	if err != nil {
+		return nil, err
+	}
+	if skip != "" {
+		sum.NotRun = map[string]string{kubeDemonstration: skip}
+		l.logf("%s: %s", kubeDemonstration, skip)
+	} else {
+		if d8, err = l.kubeTargetDemonstration(ctx, kubeDemonstration); err != nil {
+			return nil, err
+		}
+		d8.observe(&sum.Observations)
+	}
+
 	sum.judge()
 	if err := writeJSON(filepath.Join(opts.Output, "summary.json"), sum); err != nil {
 		return nil, err
 	}
-	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2, d3u, d3a, d4, d5, d6, d7); err != nil {
+	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2, d3u, d3a, d4, d5, d6, d7, d8); err != nil {
 		return nil, err
 	}
 	return sum, nil

@@ -258,6 +258,8 @@ type serveConfig struct {
 	log string
 	// cleanup runs once serve stopped, or failed to start; nil for none.
 	cleanup func()
+	// extra are further serve flags.
+	extra []string
 }
 
 // startServeWith starts kvfence serve as cfg says and returns once serve
@@ -277,6 +279,7 @@ func (l *lab) startServeWith(ctx context.Context, cfg serveConfig) (*served, err
 	args := []string{"serve", "--db", rc.db, "--anchor", rc.anchor, "--key", rc.key, "--lock-timeout", "10s",
 		"--listen", cfg.listen, "--tls-cert", cert, "--tls-key", key, "--client-ca", sv.caFile(),
 		"--admin", servedOperator, "--admin-socket", sock, "--admin-uid", strconv.Itoa(os.Getuid()), "--json"}
+	args = append(args, cfg.extra...)
 	sv.cmd = exec.CommandContext(ctx, l.opts.Executable, args...)
 	sv.cmd.Env = append(os.Environ(), l.opts.Env...)
 	sv.cmd.Stderr = sv.log
@@ -633,10 +636,11 @@ func scopeLine(st client.Status) string {
 
 // startServedWorker starts a served worker process with the named party's
 // certificate and its envelope, and waits until it holds both.
-func (l *lab) startServedWorker(ctx context.Context, sv *served, name, envelope string) (*workerProc, error) {
+func (l *lab) startServedWorker(ctx context.Context, sv *served, name, envelope string, extra ...string) (*workerProc, error) {
 	cert, key := sv.certFiles(name)
 	args := []string{ServedWorkerCommand, "--server", "https://" + sv.ready.Listen, "--tls-cert", cert, "--tls-key", key,
 		"--tls-ca", sv.caFile(), "--envelope", envelope}
+	args = append(args, extra...)
 	return l.startProc(ctx, name, args)
 }
 
@@ -675,7 +679,10 @@ const ServedWorkerCommand = "lab-served-worker"
 // and envelope, says "ready", then runs one command per stdin line until
 // stdin closes, printing one JSON result line for each: "submit" (its own
 // envelope), "submit-file PATH" (an envelope it got hold of) and
-// "hold SCOPE" (the administrative hold, which a worker may not call). It
+// "hold SCOPE" (the administrative hold, which a worker may not call), and,
+// given --kube-server, "kube-write FILE": the request in FILE sent to the
+// Kubernetes API server with the worker's own token, as a worker that goes
+// around the receiver would. It
 // returns an exit code. It has no mode a deployed client lacks: it can do
 // nothing that kvfence submit --server with the same certificate cannot.
 func ServedWorkerMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -686,20 +693,28 @@ func ServedWorkerMain(ctx context.Context, args []string, stdin io.Reader, stdou
 	key := fs.String("tls-key", "", "its key")
 	ca := fs.String("tls-ca", "", "the CA of the receiver's certificate")
 	envPath := fs.String("envelope", "", "the worker's own envelope")
+	kubeServer := fs.String("kube-server", "", "https://HOST:PORT of a Kubernetes API server, for kube-write")
+	kubeCA := fs.String("kube-ca", "", "the API server's CA")
+	kubeToken := fs.String("kube-token", "", "a file holding the worker's own bearer token")
 	timeout := fs.Duration(timeoutFlag, DefaultWorkerTimeout, "the worker's whole life, after which it gives up")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	ctx, cancel := withBound(ctx, *timeout)
 	defer cancel()
-	if err := runServedWorker(ctx, *srv, *cert, *key, *ca, *envPath, stdin, stdout); err != nil {
+	kc, err := newKubeClient(*kubeServer, *kubeCA, *kubeToken)
+	if err != nil {
+		fmt.Fprintf(stderr, "lab served worker: %v\n", err)
+		return 1
+	}
+	if err := runServedWorker(ctx, *srv, *cert, *key, *ca, *envPath, kc, stdin, stdout); err != nil {
 		fmt.Fprintf(stderr, "lab served worker: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func runServedWorker(ctx context.Context, srv, cert, key, ca, envPath string, stdin io.Reader, stdout io.Writer) error {
+func runServedWorker(ctx context.Context, srv, cert, key, ca, envPath string, kc *kubeClient, stdin io.Reader, stdout io.Writer) error {
 	if srv == "" || cert == "" || key == "" || ca == "" || envPath == "" {
 		return errors.New("--server, --tls-cert, --tls-key, --tls-ca and --envelope are required")
 	}
@@ -750,6 +765,13 @@ func runServedWorker(ctx context.Context, srv, cert, key, ca, envPath string, st
 			}
 			res.Outcome, res.Reason, res.Detail = string(out.Outcome), string(out.Reason), out.Detail
 			res.Revision, res.AuditSeq = out.Revision, out.AuditSeq
+			res.Dispatch, res.Version = string(out.Dispatch), out.Version
+		case "kube-write":
+			err := kc.write(ctx, arg, &res)
+			res.DecidedAt = time.Now().UTC()
+			if err != nil {
+				return err
+			}
 		case "hold":
 			h, err := c.Hold(ctx, kvfence.HoldRequest{Scopes: []string{arg}, Reason: "a worker tries to hold"})
 			res.DecidedAt = time.Now().UTC()

@@ -112,6 +112,11 @@ type workerResult struct {
 	HTTPStatus int `json:"http_status,omitempty"`
 	// ErrorCode is that refusal's error code.
 	ErrorCode string `json:"error_code,omitempty"`
+	// Dispatch is the state of a remote target's write as the answer
+	// left it (applied, conflict, unknown, …).
+	Dispatch string `json:"dispatch,omitempty"`
+	// Version is the remote object's version the write left.
+	Version string `json:"version,omitempty"`
 }
 
 // ledgerResult is a worker's attempt to claim its action in the ledger.
