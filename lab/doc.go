@@ -43,6 +43,18 @@
 //	                                 the stale worker is denied at both,
 //	                                 and the successor, activated through
 //	                                 contain activate, is applied at both
+//	08-kubernetes-target             the backup policy as a ConfigMap on a
+//	                                 real kube-apiserver, changed by kvfence
+//	                                 serve with the receiver's identity: A
+//	                                 is denied and the object unchanged; A's
+//	                                 own token is refused by RBAC and, with
+//	                                 RBAC widened, by the admission policy;
+//	                                 B is applied with the resourceVersion
+//	                                 precondition; an out-of-band change
+//	                                 while B's next PUT is held on the wire
+//	                                 makes it a conflict, not a lost update.
+//	                                 It needs a kube-apiserver (Options.Kube)
+//	                                 and is reported as not run without one
 //
 // Some demonstrations need a receiver or ledger that skips a check on
 // purpose. Those exist only in a binary built with the kvfencelab tag

@@ -215,7 +215,7 @@ func (l *lab) kubeTargetDemonstration(ctx context.Context, name string) (*kubeRe
 	if err := os.WriteFile(apiCA, s.CAPEM, 0o600); err != nil {
 		return nil, err
 	}
-	gate, err := startKubeProxy(s.URL, s.CAPEM, dir)
+	gate, err := startKubeProxy(s.URL, s.CAPEM, dir, l.hooks.kubePut)
 	if err != nil {
 		return nil, err
 	}
@@ -331,6 +331,11 @@ func (l *lab) kubeTargetDemonstration(ctx context.Context, name string) (*kubeRe
 		return nil, err
 	}
 	record("admin", "widens RBAC by mistake: a RoleBinding lets worker-a update and patch ConfigMaps in prod", "")
+	if l.hooks.beforeKubeDirectWithEdit != nil {
+		if err := l.hooks.beforeKubeDirectWithEdit(s); err != nil {
+			return nil, err
+		}
+	}
 	if rep.DirectWithEdit, err = a.command("kube-write " + directPatch); err != nil {
 		return nil, err
 	}
@@ -408,7 +413,7 @@ func (l *lab) kubeTargetDemonstration(ctx context.Context, name string) (*kubeRe
 		gate.release()
 		return nil, err
 	}
-	rep.OutOfBand = workerResult{Outcome: kubeOutcome(r.Status), HTTPStatus: r.Status, Detail: kubeMessage(r.Body)}
+	rep.OutOfBand = workerResult{Outcome: kubeOutcome(r.Status), HTTPStatus: r.Status, Detail: kubeMessage(r.Status, r.Body)}
 	record("out of band", "PATCH data.owner directly on the API server with the receiver's own credentials", kubeResult(rep.OutOfBand))
 	gate.release()
 	ans := <-answered
@@ -525,14 +530,22 @@ func kubeOutcome(status int) string {
 	return "refused"
 }
 
-// kubeMessage is the message of an API server's Status answer, or the
-// start of its body.
-func kubeMessage(body []byte) string {
+// kubeMessage is the message of an API server's Status answer, the
+// resourceVersion an accepted write left, or the start of the body.
+func kubeMessage(status int, body []byte) string {
 	var st struct {
-		Message string `json:"message"`
+		Message  string `json:"message"`
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
 	}
-	if json.Unmarshal(body, &st) == nil && st.Message != "" {
-		return st.Message
+	if json.Unmarshal(body, &st) == nil {
+		switch {
+		case status >= 200 && status < 300 && st.Metadata.ResourceVersion != "":
+			return "resourceVersion " + st.Metadata.ResourceVersion
+		case st.Message != "":
+			return st.Message
+		}
 	}
 	if len(body) > 300 {
 		body = body[:300]
@@ -601,7 +614,7 @@ func (k *kubeClient) write(ctx context.Context, file string, res *workerResult) 
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	res.Outcome, res.HTTPStatus, res.Detail = kubeOutcome(resp.StatusCode), resp.StatusCode, kubeMessage(body)
+	res.Outcome, res.HTTPStatus, res.Detail = kubeOutcome(resp.StatusCode), resp.StatusCode, kubeMessage(resp.StatusCode, body)
 	return nil
 }
 
@@ -616,9 +629,11 @@ type kubeProxy struct {
 	path        string
 	held        chan struct{}
 	released    chan struct{}
+	// rewrite, for tests, changes the held PUT before it is forwarded.
+	rewrite func(*http.Request) error
 }
 
-func startKubeProxy(upstream string, upstreamCA []byte, dir string) (*kubeProxy, error) {
+func startKubeProxy(upstream string, upstreamCA []byte, dir string, rewrite func(*http.Request) error) (*kubeProxy, error) {
 	target, err := url.Parse(upstream)
 	if err != nil {
 		return nil, err
@@ -636,7 +651,7 @@ func startKubeProxy(upstream string, upstreamCA []byte, dir string) (*kubeProxy,
 	if err != nil {
 		return nil, err
 	}
-	p := &kubeProxy{caFile: filepath.Join(dir, "proxy-ca.crt")}
+	p := &kubeProxy{caFile: filepath.Join(dir, "proxy-ca.crt"), rewrite: rewrite}
 	if err := os.WriteFile(p.caFile, ca.CertPEM(), 0o600); err != nil {
 		return nil, err
 	}
@@ -653,7 +668,12 @@ func startKubeProxy(upstream string, upstreamCA []byte, dir string) (*kubeProxy,
 	p.url = "https://" + ln.Addr().String()
 	p.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p.wait(r)
+			if p.wait(r) && p.rewrite != nil {
+				if err := p.rewrite(r); err != nil {
+					http.Error(w, err.Error(), http.StatusBadGateway)
+					return
+				}
+			}
 			rp.ServeHTTP(w, r)
 		}),
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert.TLS()}, MinVersion: tls.VersionTLS12},
@@ -683,12 +703,13 @@ func (p *kubeProxy) release() {
 	p.path = ""
 }
 
-// wait holds r if it is the PUT the proxy is armed for.
-func (p *kubeProxy) wait(r *http.Request) {
+// wait holds r if it is the PUT the proxy is armed for, and says whether
+// it was.
+func (p *kubeProxy) wait(r *http.Request) bool {
 	p.mu.Lock()
 	if p.path == "" || r.Method != http.MethodPut || r.URL.Path != p.path {
 		p.mu.Unlock()
-		return
+		return false
 	}
 	held, released := p.held, p.released
 	p.path = ""
@@ -698,6 +719,7 @@ func (p *kubeProxy) wait(r *http.Request) {
 	case <-released:
 	case <-r.Context().Done():
 	}
+	return true
 }
 
 func (p *kubeProxy) close() {

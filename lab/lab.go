@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/fixture"
+	"github.com/kvfence/kvfence/internal/kubeproc"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 )
@@ -195,6 +197,12 @@ type hooks struct {
 	// afterReceiverStop runs in demonstration 7 after receiver 2's serve
 	// stopped and before the first containment.
 	afterReceiverStop func(cr *containedRun) error
+	// beforeKubeDirectWithEdit runs in demonstration 8 after RBAC was
+	// widened for worker A and before A's second PATCH.
+	beforeKubeDirectWithEdit func(s *kubeproc.Server) error
+	// kubePut changes the receiver's held PUT in demonstration 8 before
+	// the network proxy forwards it.
+	kubePut func(r *http.Request) error
 }
 
 func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {

@@ -82,6 +82,11 @@ func TestRun(t *testing.T) {
 	if sum.Observations != want || sum.Verdict != VerdictAsExpected || len(sum.Unexpected()) != 0 {
 		t.Fatalf("summary %+v, want %+v, all as expected", *sum, want)
 	}
+	// The zero Options leave demonstration 8 off, and the summary says so
+	// (TestKube_Demonstration8 runs it).
+	if sum.NotRun[kubeDemonstration] == "" || sum.Checks["k8s_lost_update"].NotRun == "" {
+		t.Fatalf("demonstration 8 not reported as not run: %v %+v", sum.NotRun, sum.Checks["k8s_lost_update"])
+	}
 	var onDisk Summary
 	raw, err := os.ReadFile(filepath.Join(out, "summary.json"))
 	if err != nil {

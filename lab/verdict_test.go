@@ -25,7 +25,14 @@ func expectedObservations(t *testing.T) Observations {
 	t.Helper()
 	var o Observations
 	for _, e := range expectations {
-		observationField(t, &o, e.key).Set(reflect.ValueOf(e.expected))
+		f := observationField(t, &o, e.key)
+		v := reflect.ValueOf(e.expected)
+		if f.Kind() == reflect.Pointer {
+			p := reflect.New(v.Type())
+			p.Elem().Set(v)
+			v = p
+		}
+		f.Set(v)
 	}
 	return o
 }
@@ -65,7 +72,7 @@ func TestExpectations_CoverEveryKey(t *testing.T) {
 func TestJudge_AsExpected(t *testing.T) {
 	s := Summary{Observations: expectedObservations(t)}
 	s.judge()
-	if s.Verdict != VerdictAsExpected || len(s.Unexpected()) != 0 || !strings.HasPrefix(s.VerdictDetail, "all 20 checks as expected") {
+	if s.Verdict != VerdictAsExpected || len(s.Unexpected()) != 0 || !strings.HasPrefix(s.VerdictDetail, "all 24 checks as expected") {
 		t.Fatalf("verdict %s: %s; unexpected %v", s.Verdict, s.VerdictDetail, s.Unexpected())
 	}
 	raw, err := json.Marshal(&s)
@@ -101,6 +108,8 @@ func TestJudge_UnexpectedObservationFails(t *testing.T) {
 				f.SetUint(f.Uint() + 1)
 			case reflect.String:
 				f.SetString("assessed")
+			case reflect.Pointer:
+				f.Elem().SetBool(!f.Elem().Bool())
 			default:
 				t.Fatalf("unhandled kind %s", f.Kind())
 			}
@@ -116,5 +125,47 @@ func TestJudge_UnexpectedObservationFails(t *testing.T) {
 				t.Fatalf("report verdict:\n%s", b.String())
 			}
 		})
+	}
+}
+
+// Ensure that the checks of a demonstration that did not run are marked
+// not run and count neither way: the verdict covers the rest, its detail
+// names them, and the CLI's exit code (Unexpected) does not fail on them;
+// a wrong observation elsewhere still fails the verdict; and a check of a
+// demonstration that ran but left its observation unset is not as
+// expected.
+func TestJudge_NotRun(t *testing.T) {
+	kube := []string{"k8s_stale_worker_changed_object", "k8s_direct_write_by_worker_accepted", "k8s_current_worker_applied", "k8s_lost_update"}
+	o := expectedObservations(t)
+	o.K8sStaleWorkerChangedObject, o.K8sDirectWriteByWorkerAccepted, o.K8sCurrentWorkerApplied, o.K8sLostUpdate = nil, nil, nil, nil
+	s := Summary{Observations: o, NotRun: map[string]string{kubeDemonstration: "not run: no kube-apiserver"}}
+	s.judge()
+	if s.Verdict != VerdictAsExpected || len(s.Unexpected()) != 0 || !strings.HasPrefix(s.VerdictDetail, "all 20 checks as expected") ||
+		!strings.Contains(s.VerdictDetail, "4 checks NOT RUN") || !strings.Contains(s.VerdictDetail, "no kube-apiserver") {
+		t.Fatalf("verdict %s: %s; unexpected %v", s.Verdict, s.VerdictDetail, s.Unexpected())
+	}
+	for _, k := range kube {
+		if c := s.Checks[k]; c.NotRun == "" || c.AsExpected || c.Observed != nil {
+			t.Errorf("%s: %+v, want not run", k, c)
+		}
+	}
+	raw, err := json.Marshal(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"k8s_lost_update":null`) || !strings.Contains(string(raw), `"not_run":{"08-kubernetes-target":`) {
+		t.Fatalf("summary.json: %s", raw)
+	}
+
+	s.StaleWorkerAccepted = true
+	s.judge()
+	if s.Verdict != VerdictNotAsExpected || !reflect.DeepEqual(s.Unexpected(), []string{"stale_worker_accepted"}) {
+		t.Fatalf("a wrong observation beside checks not run: %s: %s", s.Verdict, s.VerdictDetail)
+	}
+
+	ran := Summary{Observations: o}
+	ran.judge()
+	if ran.Verdict != VerdictNotAsExpected || !reflect.DeepEqual(ran.Unexpected(), kube) {
+		t.Fatalf("unset observations of a demonstration that ran: %s: %s", ran.Verdict, ran.VerdictDetail)
 	}
 }

@@ -176,6 +176,19 @@ func TestLab_ShippedBinaryRefuses(t *testing.T) {
 	}
 }
 
+// Ensure that a --kube value other than auto, on or off is a usage error
+// that creates nothing, before the lab starts.
+func TestLab_BadKubeMode(t *testing.T) {
+	c := newCLI(t)
+	out := c.path("lab-out")
+	if r := c.must(ExitUsage, "lab", "--output", out, "--kube", "yes"); !strings.Contains(r.stderr, "one of auto, on or off") {
+		t.Fatalf("stderr %q", r.stderr)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("kvfence lab created %s: %v", out, err)
+	}
+}
+
 // Ensure that the lab build's worker, which has the defective modes,
 // refuses a database reached through a symbolic link or a hard link from a
 // directory that carries the lab marker; and, so that the refusal is not
@@ -240,7 +253,9 @@ func TestLab_LabBuildTableListsEverySummaryKey(t *testing.T) {
 	}
 	bin := kvfenceBinary(t, testbin.LabTag)
 	out := filepath.Join(t.TempDir(), "lab-out")
-	cmd := exec.Command(bin, "lab", "--output", out)
+	// --kube off: demonstration 8 is TestKube_Demonstration8's (package
+	// lab); here its checks show as not run, whatever this machine has.
+	cmd := exec.Command(bin, "lab", "--output", out, "--kube", "off")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -263,15 +278,23 @@ func TestLab_LabBuildTableListsEverySummaryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, v := range sum {
-		if k == "checks" || k == "verdict_detail" {
+		if k == "checks" || k == "verdict_detail" || k == "not_run" {
 			continue // nested, or words: checked below
 		}
-		if got, want := table[k], fmt.Sprint(v); got != want {
+		want := fmt.Sprint(v)
+		if v == nil {
+			want = "-" // a check not run
+		}
+		if got := table[k]; got != want {
 			t.Errorf("table %s = %q, summary.json %q", k, got, want)
 		}
 	}
-	if table["verdict"] != "as_expected" || len(sum["checks"].(map[string]any)) != len(sum)-3 {
-		t.Errorf("verdict %q, %d checks for %d flat keys", table["verdict"], len(sum["checks"].(map[string]any)), len(sum)-3)
+	if table["verdict"] != "as_expected" || len(sum["checks"].(map[string]any)) != len(sum)-4 {
+		t.Errorf("verdict %q, %d checks for %d flat keys", table["verdict"], len(sum["checks"].(map[string]any)), len(sum)-4)
+	}
+	if table["k8s_lost_update"] != "-" || !strings.Contains(stdout.String(), "<- not run") ||
+		!strings.Contains(fmt.Sprint(sum["not_run"]), "--kube off") {
+		t.Errorf("demonstration 8 not shown as not run: %q, not_run %v", table["k8s_lost_update"], sum["not_run"])
 	}
 	for _, k := range []string{"served_wrong_identity_denied", "served_worker_hold_forbidden",
 		"served_hold_while_serving_denied_stale_worker", "served_current_worker_accepted"} {

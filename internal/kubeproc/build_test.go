@@ -1,7 +1,9 @@
 package kubeproc
 
 import (
+	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -85,5 +87,63 @@ func TestBinaryBuildsOnce(t *testing.T) {
 	out, err := Cmd(p1, "--version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), KubernetesVersion) {
 		t.Fatalf("%s --version: %v: %s; want %s", p1, err, out, KubernetesVersion)
+	}
+}
+
+// Ensure that Cached finds a binary without building one: the one the
+// environment names, else the one in the user's cache under the current
+// build key, and nothing (with the way to get one) when the cache holds
+// none or another key's.
+func TestCached(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "exe")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvBinary, exe)
+	if p, ok, err := Cached(); !ok || err != nil || p != exe {
+		t.Fatalf("Cached() with %s set = %q, %v, %v", EnvBinary, p, ok, err)
+	}
+	t.Setenv(EnvBinary, filepath.Join(dir, "missing"))
+	if _, ok, err := Cached(); ok || !errors.Is(err, ErrNoBinary) {
+		t.Fatalf("Cached() with a missing %s = %v, %v", EnvBinary, ok, err)
+	}
+
+	t.Setenv(EnvBinary, "")
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	t.Setenv("HOME", cache)
+	built.Lock()
+	saved := built.path
+	built.path = ""
+	built.Unlock()
+	t.Cleanup(func() { built.Lock(); built.path = saved; built.Unlock() })
+	root, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(root, cacheSubdir)
+	if err := os.MkdirAll(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sub, "kube-apiserver-0000000000000000"), nil, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := Cached(); ok || !errors.Is(err, ErrNoBinary) || !strings.Contains(err.Error(), "none built yet") {
+		t.Fatalf("Cached() with another key's binary = %v, %v", ok, err)
+	}
+	goCmd, err := goCommand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := cachePath(sub, goCmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(want, []byte("#!/bin/sh\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok, err := Cached(); !ok || err != nil || p != want {
+		t.Fatalf("Cached() = %q, %v, %v; want %s", p, ok, err, want)
 	}
 }
