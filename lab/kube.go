@@ -343,6 +343,13 @@ func (l *lab) kubeTargetDemonstration(ctx context.Context, name string) (*kubeRe
 	if err := a.finish(); err != nil {
 		return nil, err
 	}
+	// A write the server never answered says nothing about what refuses
+	// the worker.
+	for _, w := range []workerResult{rep.DirectReadOnly, rep.DirectWithEdit} {
+		if w.HTTPStatus == 0 {
+			return nil, fmt.Errorf("%w: %s: worker-a's own write got no answer from the API server: %s", ErrPrecondition, name, w.Detail)
+		}
+	}
 	if rep.ObjectBeforeCurrentWorker, err = readObject(s); err != nil {
 		return nil, err
 	}
