@@ -210,6 +210,14 @@ func (d *Dispatcher) do(ctx context.Context, method, path string, body []byte) (
 	return o, nil
 }
 
+// CheckValue returns value, a ConfigMap's data, in canonical form
+// (CanonicalValue), so that a receiver decides, dispatches and later
+// compares the value the object will hold; a value that is not a
+// ConfigMap's data is an error wrapping ErrInvalidValue, and the request
+// is denied before anything is dispatched. It makes Dispatcher a
+// kvfence.ValueChecker.
+func (d *Dispatcher) CheckValue(value []byte) ([]byte, error) { return CanonicalValue(value) }
+
 // Read returns the ConfigMap's version, UID, data as canonical JSON and
 // stamp; kvfence.ErrRemoteNotFound if it does not exist.
 func (d *Dispatcher) Read(ctx context.Context, obj kvfence.RemoteObject) (kvfence.RemoteState, error) {

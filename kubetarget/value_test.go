@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kvfence/kvfence/kvfence"
 )
 
 // Ensure that a ConfigMap's data is written in RFC 8785's canonical form:
@@ -120,4 +122,27 @@ func FuzzDecodeData(f *testing.F) {
 			t.Fatalf("canonical form %q not a fixed point: %q, %v", enc, again, err)
 		}
 	})
+}
+
+// The receiver finds the check through kvfence.ValueChecker.
+var _ kvfence.ValueChecker = (*Dispatcher)(nil)
+
+// Ensure that the dispatcher's value check is CanonicalValue: a value in
+// another order or spacing comes back canonical, and one a ConfigMap
+// cannot hold (a number, a nested object) is refused.
+func TestCheckValue(t *testing.T) {
+	var d Dispatcher
+	for _, tc := range []struct {
+		in, want string
+		err      bool
+	}{
+		{in: `{ "b": "2", "a": "1" }`, want: `{"a":"1","b":"2"}`},
+		{in: `{"retention_days":45}`, err: true},
+		{in: `{"a":{"b":"c"}}`, err: true},
+	} {
+		got, err := d.CheckValue([]byte(tc.in))
+		if tc.err != (err != nil) || (!tc.err && string(got) != tc.want) || (tc.err && !errors.Is(err, ErrInvalidValue)) {
+			t.Errorf("CheckValue(%s) = %s, %v; want %s (error %v)", tc.in, got, err, tc.want, tc.err)
+		}
+	}
 }

@@ -111,6 +111,21 @@ type Dispatcher interface {
 	Fence(ctx context.Context, obj RemoteObject, stamp Stamp) (RemoteState, error)
 }
 
+// ValueChecker is implemented by a Dispatcher whose kind holds values of
+// one form (kubetarget's: a ConfigMap's data, a JSON object of strings in
+// canonical form). Submit calls CheckValue at check 11 on the value a
+// request would write, before anything is committed: an error denies the
+// request (precondition_failed), and the value returned is the one
+// decided, dispatched, digested and compared when a restarted receiver
+// resolves the write. Without it a request's value is dispatched as the
+// request made it, and a value the object cannot hold, or holds in
+// another form, is found only by the write or by the restart.
+type ValueChecker interface {
+	// CheckValue returns value in the kind's form, or an error saying why
+	// the kind cannot hold it.
+	CheckValue(value []byte) ([]byte, error)
+}
+
 // Errors a Dispatcher returns.
 var (
 	// ErrRemoteConflict means a conditional write found the object at

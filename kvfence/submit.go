@@ -301,6 +301,12 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 			return w.deny(ctl, s, ReasonPreconditionFailed, err.Error())
 		}
 	}
+	if vc, ok := r.opts.Dispatchers[t.Kind].(ValueChecker); ok && t.Kind == TargetKubernetes {
+		if value, err = vc.CheckValue(value); err != nil {
+			return w.deny(ctl, s, ReasonPreconditionFailed, clip("the new value is not one a target of kind "+string(t.Kind)+
+				" can hold: "+err.Error(), maxDenialDetail*4))
+		}
+	}
 	if len(value) > MaxTargetValueSize {
 		return w.deny(ctl, s, ReasonPreconditionFailed, fmt.Sprintf("new value is %d bytes, over the %d-byte limit", len(value), MaxTargetValueSize))
 	}
