@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -37,14 +38,18 @@ func CanonicalValue(value []byte) ([]byte, error) {
 // error wrapping ErrInvalidValue, anything but one JSON object whose
 // members are strings: invalid UTF-8 (which a JSON decoder would replace
 // silently), a key that appears twice (which a decoder would resolve
-// silently by the last one), a key that is not a valid ConfigMap key, and
-// trailing data.
+// silently by the last one), a \u escape of a lone UTF-16 surrogate
+// (which it would replace silently with U+FFFD), a key that is not a
+// valid ConfigMap key, and trailing data.
 func DecodeData(value []byte) (map[string]string, error) {
 	if len(value) > MaxValueBytes {
 		return nil, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrInvalidValue, len(value), MaxValueBytes)
 	}
 	if !utf8.Valid(value) {
 		return nil, fmt.Errorf("%w: not valid UTF-8", ErrInvalidValue)
+	}
+	if err := checkSurrogates(value); err != nil {
+		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(value))
 	tok, err := dec.Token()
@@ -84,6 +89,45 @@ func DecodeData(value []byte) (map[string]string, error) {
 		return nil, fmt.Errorf("%w: data after the object", ErrInvalidValue)
 	}
 	return data, nil
+}
+
+// checkSurrogates refuses a \u escape of a UTF-16 surrogate that is not
+// the high half of a pair followed at once by the escape of its low half:
+// two values that differ only in such an escape would decode to one
+// string. A backslash occurs in valid JSON only inside a string, so the
+// bytes are scanned without tracking strings; anything malformed is left
+// to the decoder.
+func checkSurrogates(value []byte) error {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(value) || value[i] != '\\' || value[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(value[i+2:i+6]), 16, 16)
+		return rune(n), err == nil
+	}
+	for i := 0; i < len(value); i++ {
+		if value[i] != '\\' {
+			continue
+		}
+		r, ok := hex4(i)
+		if !ok {
+			i++ // a two-byte escape, or one the decoder refuses
+			continue
+		}
+		switch {
+		case r >= 0xd800 && r < 0xdc00:
+			low, ok := hex4(i + 6)
+			if !ok || low < 0xdc00 || low > 0xdfff {
+				return fmt.Errorf("%w: \\u%04x is half of a UTF-16 surrogate pair without its other half", ErrInvalidValue, r)
+			}
+			i += 11
+		case r >= 0xdc00 && r <= 0xdfff:
+			return fmt.Errorf("%w: \\u%04x is half of a UTF-16 surrogate pair without its other half", ErrInvalidValue, r)
+		default:
+			i += 5
+		}
+	}
+	return nil
 }
 
 // describe names a JSON token's kind for an error message.

@@ -146,3 +146,30 @@ func TestCheckValue(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCanonicalValue checks that a value CanonicalValue accepts comes back
+// in a form it maps to itself, holding the same data, and that a value
+// holding U+FFFD after decoding had it in its bytes, not from an escape
+// the decoder replaced.
+func FuzzCanonicalValue(f *testing.F) {
+	for _, s := range []string{`{"a":"1"}`, `{ "b":"2","a":"\u00e9"}`, `{"a":"\ud83d\ude00"}`, `{"a":"\ud800"}`,
+		`{"a":"\\ud800"}`, `{"a":1}`, `[]`, `{"a":"x"} {}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, err := CanonicalValue(in)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidValue) {
+				t.Fatalf("CanonicalValue(%q): %v, not ErrInvalidValue", in, err)
+			}
+			return
+		}
+		again, err := CanonicalValue(out)
+		if err != nil || !bytes.Equal(again, out) {
+			t.Fatalf("CanonicalValue(%q) = %q, which maps to %q, %v", in, out, again, err)
+		}
+		if bytes.Contains(out, []byte("\uFFFD")) && !bytes.Contains(in, []byte("\uFFFD")) && !bytes.Contains(bytes.ToLower(in), []byte(`\ufffd`)) {
+			t.Fatalf("CanonicalValue(%q) = %q: a replacement character the input did not hold", in, out)
+		}
+	})
+}

@@ -120,6 +120,11 @@ type Dispatcher interface {
 // resolves the write. Without it a request's value is dispatched as the
 // request made it, and a value the object cannot hold, or holds in
 // another form, is found only by the write or by the restart.
+//
+// CheckValue runs inside the write transaction, on an etcd retry again:
+// it must be deterministic, fast (it holds up every other write, holds
+// included) and leave its input alone (it gets a copy). A panic is a
+// refusal.
 type ValueChecker interface {
 	// CheckValue returns value in the kind's form, or an error saying why
 	// the kind cannot hold it.

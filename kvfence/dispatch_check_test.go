@@ -34,7 +34,7 @@ func TestDispatchValueChecker(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, set, want string
-		denied       bool
+		denied          bool
 	}{
 		{"rewritten to the kind's form", `{ "data": {"retention_days": "45"} }`, fixAfter, false},
 		{"refused", `{"data":{"retention_days":"bad"}}`, fixValue, true},

@@ -301,14 +301,17 @@ func (r *Receiver) decide(w *wtx, s *submission) (Result, error) {
 			return w.deny(ctl, s, ReasonPreconditionFailed, err.Error())
 		}
 	}
+	if len(value) > MaxTargetValueSize {
+		return w.deny(ctl, s, ReasonPreconditionFailed, fmt.Sprintf("new value is %d bytes, over the %d-byte limit", len(value), MaxTargetValueSize))
+	}
 	if vc, ok := r.opts.Dispatchers[t.Kind].(ValueChecker); ok && t.Kind == TargetKubernetes {
-		if value, err = vc.CheckValue(value); err != nil {
+		if value, err = checkValue(vc, value); err != nil {
 			return w.deny(ctl, s, ReasonPreconditionFailed, clip("the new value is not one a target of kind "+string(t.Kind)+
 				" can hold: "+err.Error(), maxDenialDetail*4))
 		}
-	}
-	if len(value) > MaxTargetValueSize {
-		return w.deny(ctl, s, ReasonPreconditionFailed, fmt.Sprintf("new value is %d bytes, over the %d-byte limit", len(value), MaxTargetValueSize))
+		if len(value) > MaxTargetValueSize {
+			return w.deny(ctl, s, ReasonPreconditionFailed, fmt.Sprintf("checked value is %d bytes, over the %d-byte limit", len(value), MaxTargetValueSize))
+		}
 	}
 	// 12: value, receipt, audit entry and, for a func target, the
 	// effect's writes commit together or not at all. The effect runs
@@ -574,4 +577,16 @@ func (s *submission) result(o Outcome, reason Reason, detail string, seq uint64)
 		res.Action, res.Target = s.req.Action, s.req.Target
 	}
 	return res
+}
+
+// checkValue runs a dispatcher's value check on a copy of value, turning
+// a panic into a refusal: the check runs inside the write transaction,
+// where a panic would fail the whole batch as a database fault.
+func checkValue(vc ValueChecker, value []byte) (out []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, fmt.Errorf("the value check panicked: %v", p)
+		}
+	}()
+	return vc.CheckValue(bytes.Clone(value))
 }

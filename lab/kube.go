@@ -36,7 +36,10 @@ const (
 	KubeOff KubeMode = "off"
 	// KubeAuto runs it when a kube-apiserver is at hand without a build
 	// ($KVFENCE_KUBE_APISERVER_BIN, or one an earlier run built into the
-	// user's cache), and otherwise reports it as not run, saying why.
+	// user's cache), and otherwise reports it as not run, saying why. A
+	// $KVFENCE_KUBE_APISERVER_BIN that names no executable is an error, and
+	// the etcd it runs on is built if it is not (about a minute and a
+	// half, once).
 	KubeAuto KubeMode = "auto"
 	// KubeOn runs it, building kube-apiserver first if there is none: a
 	// few minutes and over 2 GB of memory the first time, in kvfence's
@@ -75,9 +78,11 @@ type kubeReport struct {
 	Demonstration string `json:"demonstration"`
 	// Steps are the demonstration's steps, in order.
 	Steps []step `json:"steps"`
-	// APIServer is the kube-apiserver's address; Receiver's kubeconfig
-	// reaches it through the lab's network proxy at Proxy.
-	APIServer, Proxy string
+	// APIServer is the kube-apiserver's address.
+	APIServer string `json:"api_server"`
+	// Proxy is the lab's network proxy, through which the receiver's
+	// kubeconfig reaches the API server.
+	Proxy string `json:"proxy"`
 	// ObjectBefore is the object before worker A's attempts.
 	ObjectBefore kubeView `json:"object_before"`
 	// Stale is A's superseded envelope, submitted after the hold and B's
@@ -125,16 +130,25 @@ type kubeView struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
-// observe fills demonstration 8's observations.
+// observe fills demonstration 8's observations. Each is the expected one
+// only if the control it names answered: the fence's stale-epoch denial,
+// 403s from RBAC and from the admission policy, and the API server's 409
+// on the resourceVersion precondition. An answer that never came (a
+// transport error, a dropped PUT, an unknown outcome) or came from
+// something else (401, 404, 422) reads as the failure.
 func (rep *kubeReport) observe(o *Observations) {
-	stale := rep.Stale.Outcome == string(kvfence.Applied) ||
-		rep.ObjectBeforeCurrentWorker.ResourceVersion != rep.ObjectBefore.ResourceVersion ||
+	fenced := rep.Stale.Outcome == string(kvfence.Denied) && rep.Stale.Reason == string(kvfence.ReasonStaleEpoch)
+	stale := !fenced || rep.ObjectBeforeCurrentWorker.ResourceVersion != rep.ObjectBefore.ResourceVersion ||
 		rep.ObjectBeforeCurrentWorker.Data["retention_days"] != rep.ObjectBefore.Data["retention_days"]
-	direct := accepted(rep.DirectReadOnly) || accepted(rep.DirectWithEdit)
+	refused := rep.DirectReadOnly.HTTPStatus == http.StatusForbidden && rep.DirectWithEdit.HTTPStatus == http.StatusForbidden &&
+		strings.Contains(rep.DirectWithEdit.Detail, kubeproc.PolicyMessage)
+	direct := !refused
 	current := rep.Current.Outcome == string(kvfence.Applied) && rep.ObjectAfterCurrentWorker.Data["retention_days"] == "45" &&
 		rep.ObjectAfterCurrentWorker.Annotations["kvfence.dev/epoch"] != "" &&
 		rep.ObjectAfterCurrentWorker.ResourceVersion == rep.Current.Version
-	lost := rep.Concurrent.Outcome == string(kvfence.Applied) || rep.FinalObject.Data["owner"] != outOfBandOwner
+	conflict := rep.Concurrent.Dispatch == string(kvfence.DispatchConflict) && rep.FinalObject.Data["owner"] == outOfBandOwner &&
+		rep.FinalObject.Data["retention_days"] == "45"
+	lost := !conflict
 	o.K8sStaleWorkerChangedObject, o.K8sDirectWriteByWorkerAccepted = &stale, &direct
 	o.K8sCurrentWorkerApplied, o.K8sLostUpdate = &current, &lost
 }
@@ -153,6 +167,11 @@ func (l *lab) kubeBinaries() (skip string, err error) {
 	case "", KubeOff:
 		return "not run: kvfence lab --kube off (the default of the library's Options)", nil
 	case KubeAuto:
+		// A binary the operator named and that is not there is an error,
+		// not a machine without one.
+		if os.Getenv(kubeproc.EnvBinary) != "" {
+			break
+		}
 		if _, ok, err := kubeproc.Cached(); !ok {
 			return "not run: no kube-apiserver at hand (" + err.Error() + "); run kvfence lab --kube on to build it once " +
 				"(minutes, over 2 GB of memory) or set " + kubeproc.EnvBinary, nil
