@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// Ensure that target create --kind etcd works through a served receiver
+// on etcd: the key holds the value as any etcd client reads it, the
+// output names the kind, the key and its mod revision, and observe target
+// --server prints what the local observe target prints; that a served
+// receiver without a Kubernetes identity refuses --kind kubernetes with
+// no_dispatcher; and that --kubeconfig does not go with --server (the
+// kubeconfig is the server's). Nothing refused is created.
+func TestServedTargetKinds(t *testing.T) {
+	c := newCLI(t)
+	_, cli := c.etcdReceiver()
+	c.pki("t")
+	c.clientCert("t", "operator", spiffeOperator)
+	rn := c.serve("--listen", "127.0.0.1:0", "--tls-cert", c.path("t-server.crt"), "--tls-key", c.path("t-server.key"),
+		"--client-ca", c.path("t-ca.crt"), "--admin", spiffeOperator)
+	as := func(args ...string) []string {
+		return append(args, "--server", "https://"+rn.addrs.Listen, "--tls-cert", c.path("t-operator.crt"),
+			"--tls-key", c.path("t-operator.key"), "--tls-ca", c.path("t-ca.crt"))
+	}
+	out := c.json(0, as("target", "create", "--scope", fixtureScope, "--target", "served", "--kind", "etcd", "--target-key", "/app/served",
+		"--value", `{"retention_days":"30"}`)...)
+	resp, err := cli.Get(context.Background(), "/app/served")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != `{"retention_days":"30"}` {
+		t.Fatalf("the key after create: %v %v", resp, err)
+	}
+	if out["kind"] != "etcd" || out["key"] != "/app/served" || out["revision"].(float64) != float64(resp.Kvs[0].ModRevision) {
+		t.Fatalf("target create --server: %v; key at %d", out, resp.Kvs[0].ModRevision)
+	}
+	served := c.json(0, as("observe", "target", "served")...)
+	local := c.json(0, "observe", "target", "served")
+	if !reflect.DeepEqual(served, local) || served["kind"] != "etcd" || served["key"] != "/app/served" || served["writes"].(float64) != 1 {
+		t.Fatalf("observe target --server %v; local %v", served, local)
+	}
+	if r := c.must(0, as("observe", "target", "served")...); !strings.Contains(r.stdout, "/app/served") || !strings.Contains(r.stdout, "fence writes") {
+		t.Fatalf("observe target --server:\n%s", r.stdout)
+	}
+
+	for _, tt := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"kubernetes without the server's identity", as("--kind", "kubernetes", "--object", "configmaps/prod/p"), ExitError, "no dispatcher"},
+		{"--kubeconfig with --server", as("--kind", "kubernetes", "--object", "configmaps/prod/p", "--kubeconfig", c.path("kubeconfig")), ExitUsage, "the server reaches Kubernetes through its own identity"},
+		{"a value for kubernetes", as("--kind", "kubernetes", "--object", "configmaps/prod/p", "--value", "v"), ExitUsage, "takes no --value"},
+		{"another target's key", as("--kind", "etcd", "--target-key", "/app/served", "--value", "v"), ExitDenied, "in use"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"target", "create", "--scope", fixtureScope, "--target", "refused"}, tt.args...)
+			if r := c.must(tt.code, args...); !strings.Contains(r.stderr, tt.want) {
+				t.Fatalf("stderr %q, want %q", r.stderr, tt.want)
+			}
+			c.must(ExitDenied, as("observe", "target", "refused")...)
+		})
+	}
+	if code := rn.wait(t); code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, rn.stderr.String())
+	}
+}
