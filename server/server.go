@@ -483,8 +483,8 @@ func (h *Handler) createTarget(w http.ResponseWriter, r *http.Request, caller st
 	}
 	h.logChange(r.Context(), "create_target", caller, slog.String("scope", t.Scope), slog.String("target", t.Name),
 		slog.Uint64("revision", t.Revision), slog.String("kind", string(t.Kind)))
-	// A kubernetes target stores no value: the digest is of the object's
-	// value as creation read it, which only the creation's answer holds.
+	// The digest is of the value the creation stored: for a kubernetes
+	// target none (the object holds it), as the admin returns it.
 	sum := sha256.Sum256(created.Value)
 	out := api.TargetCreate{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
 		ValueSHA256: hex.EncodeToString(sum[:]), Kind: string(t.Kind), TargetKey: t.Key, UID: t.UID}

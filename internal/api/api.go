@@ -165,8 +165,8 @@ type TargetCreate struct {
 	// Revision is the new target's revision, 1.
 	Revision uint64 `json:"revision"`
 	// ValueSHA256 is the SHA-256 of the stored value, in hex, for the client
-	// to compare with what it sent (for a target of kind kubernetes, of the
-	// object's value as read at creation).
+	// to compare with what it sent (for a target of kind kubernetes, which
+	// stores no value since the object holds it, of the empty value).
 	ValueSHA256 string `json:"value_sha256"`
 	// Kind is the target's kind: internal, etcd or kubernetes.
 	Kind string `json:"kind"`
