@@ -39,6 +39,13 @@ func TestServedTargetKinds(t *testing.T) {
 	if !reflect.DeepEqual(served, local) || served["kind"] != "etcd" || served["key"] != "/app/served" || served["writes"].(float64) != 1 {
 		t.Fatalf("observe target --server %v; local %v", served, local)
 	}
+	list := c.json(0, as("target", "list")...)
+	if !reflect.DeepEqual(list, c.json(0, "target", "list")) {
+		t.Fatalf("target list --server %v; local %v", list, c.json(0, "target", "list"))
+	}
+	if e := list["targets"].([]any)[1].(map[string]any); e["target"] != "served" || e["kind"] != "etcd" || e["key"] != "/app/served" {
+		t.Fatalf("target list --server: %v", list)
+	}
 	if r := c.must(0, as("observe", "target", "served")...); !strings.Contains(r.stdout, "/app/served") || !strings.Contains(r.stdout, "fence writes") {
 		t.Fatalf("observe target --server:\n%s", r.stdout)
 	}

@@ -251,6 +251,12 @@ type targetListEntryJSON struct {
 	ValueSize int `json:"value_size"`
 	// ValueSHA256 is the value's SHA-256 in lowercase hex.
 	ValueSHA256 string `json:"value_sha256"`
+	// Kind is given for a target of another kind than internal, so that
+	// an internal target's entry is as it was; Key is then an etcd
+	// target's key, Object a kubernetes target's object.
+	Kind   string `json:"kind,omitempty"`
+	Key    string `json:"key,omitempty"`
+	Object string `json:"object,omitempty"`
 }
 
 // Run runs the command.
@@ -280,8 +286,15 @@ func (c *TargetListCommand) Run(ctx context.Context, args []string) (err error) 
 	out := targetListJSON{Targets: []targetListEntryJSON{}}
 	for _, t := range targets {
 		sum := sha256.Sum256(t.Value)
-		out.Targets = append(out.Targets, targetListEntryJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
-			ValueSize: len(t.Value), ValueSHA256: hex.EncodeToString(sum[:])})
+		e := targetListEntryJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
+			ValueSize: len(t.Value), ValueSHA256: hex.EncodeToString(sum[:]), Key: t.Key}
+		if t.Kind != "" && t.Kind != kvfence.TargetInternal {
+			e.Kind = string(t.Kind)
+		}
+		if t.Object != nil {
+			e.Object = t.Object.String()
+		}
+		out.Targets = append(out.Targets, e)
 	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, out)
@@ -300,7 +313,8 @@ func (c *TargetListCommand) Usage() {
 
 Lists the targets by name, of every scope or of scope S: scope, revision,
 value size and the value's SHA-256 ("kvfence observe target K" shows a
-value). Target names are unique across the receiver. Opens the database
+value); with --json, a target of kind etcd or kubernetes also gives its
+kind and its key or object. Target names are unique across the receiver. Opens the database
 read-only.
 
 Arguments:
