@@ -156,7 +156,7 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 			fmt.Fprintf(tw, "live uid\t%s\n", out.LiveUID)
 			fmt.Fprintf(tw, "last dispatch\t%s\n", out.LastDispatch)
 		} else {
-			fmt.Fprintf(tw, "value\tnot read (%s)\n", notReadHint(rf.on()))
+			fmt.Fprintf(tw, "value\tnot read (%s)\n", notReadHint(rf.on(), lt.LiveErr))
 		}
 	case out.Kind != "":
 		fmt.Fprintf(tw, "kind\t%s (effect %s)\n", out.Kind, out.Effect)
@@ -615,9 +615,13 @@ Arguments:
 `+usageDBRead+usageServer+usageJSON)
 }
 
-// notReadHint says how to have a kubernetes target's object read.
-func notReadHint(served bool) string {
-	if served {
+// notReadHint says why a kubernetes target's object was not read, and how
+// to have it read.
+func notReadHint(served bool, err error) string {
+	switch {
+	case !errors.Is(err, kvfence.ErrNoDispatcher):
+		return "the read failed: see the warning above"
+	case served:
 		return "the served receiver has no Kubernetes identity: kvfence serve --kubeconfig"
 	}
 	return "give --kubeconfig to read the object"

@@ -2,9 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/engine/boltengine"
+	"github.com/kvfence/kvfence/kvfence"
 )
 
 // Ensure that target create --kind etcd works through a served receiver
@@ -71,5 +77,75 @@ func TestServedTargetKinds(t *testing.T) {
 	}
 	if code := rn.wait(t); code != 0 {
 		t.Fatalf("serve exited %d:\n%s", code, rn.stderr.String())
+	}
+}
+
+// fakeKube is one ConfigMap behind the Dispatcher interface, enough for a
+// target's creation and its live read.
+type fakeKube struct {
+	mu      sync.Mutex
+	state   kvfence.RemoteState
+	readErr error
+}
+
+func (f *fakeKube) Read(_ context.Context, obj kvfence.RemoteObject) (kvfence.RemoteState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if obj.String() != "configmaps/prod/policy" {
+		return kvfence.RemoteState{}, kvfence.ErrRemoteNotFound
+	}
+	return f.state, f.readErr
+}
+
+func (f *fakeKube) Apply(context.Context, kvfence.DispatchInput) (kvfence.RemoteState, error) {
+	return kvfence.RemoteState{}, errors.New("fakeKube: no writes in this test")
+}
+
+func (f *fakeKube) Fence(context.Context, kvfence.RemoteObject, kvfence.Stamp) (kvfence.RemoteState, error) {
+	return kvfence.RemoteState{}, errors.New("fakeKube: no writes in this test")
+}
+
+// Ensure that target create --kind kubernetes works through a served
+// receiver with a Kubernetes identity (here a fake dispatcher), and that
+// observe target --server prints the object as the receiver read it
+// live (its resourceVersion, UID, last dispatch and value), in JSON and
+// text, and when the read fails still shows the target, with a warning
+// that says why; a missing object is remote_not_found.
+func TestServedKubernetesTarget(t *testing.T) {
+	c := newCLI(t)
+	c.receiver()
+	kube := &fakeKube{state: kvfence.RemoteState{Version: "7", UID: "uid-1", Value: []byte(`{"retention_days":"30"}`),
+		Stamp: kvfence.Stamp{Receipt: "d-1"}}}
+	e, err := boltengine.OpenFile(c.env[envDB], boltengine.FileOptions{Timeout: time.Second, CheckPages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := c.serveEngineWith(e, map[kvfence.TargetKind]kvfence.Dispatcher{kvfence.TargetKubernetes: kube})
+	out := c.json(0, "target", "create", "--server", url, "--scope", fixtureScope, "--target", "policy", "--kind", "kubernetes",
+		"--object", "configmaps/prod/policy")
+	if out["kind"] != "kubernetes" || out["object"] != "configmaps/prod/policy" || out["uid"] != "uid-1" {
+		t.Fatalf("target create --server: %v", out)
+	}
+	out = c.json(0, "observe", "target", "policy", "--server", url)
+	if out["kind"] != "kubernetes" || out["object"] != "configmaps/prod/policy" || out["uid"] != "uid-1" || out["resource_version"] != "7" ||
+		out["live_uid"] != "uid-1" || out["last_dispatch"] != "d-1" || out["value"] != `{"retention_days":"30"}` {
+		t.Fatalf("observe target --server: %v", out)
+	}
+	r := c.must(0, "observe", "target", "policy", "--server", url)
+	for _, want := range []string{"configmaps/prod/policy", "resource version", "7", "last dispatch", "d-1", `{"retention_days":"30"}`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("observe target --server lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	kube.mu.Lock()
+	kube.readErr = errors.New("apiserver unreachable")
+	kube.mu.Unlock()
+	r = c.must(0, "observe", "target", "policy", "--server", url)
+	if !strings.Contains(r.stderr, "apiserver unreachable") || !strings.Contains(r.stdout, "the read failed") || strings.Contains(r.stdout, "resource version") {
+		t.Fatalf("observe target --server, the object unreadable:\nstdout %s\nstderr %s", r.stdout, r.stderr)
+	}
+	if r := c.must(ExitError, "target", "create", "--server", url, "--scope", fixtureScope, "--target", "missing", "--kind", "kubernetes",
+		"--object", "configmaps/prod/missing", "--json"); !strings.Contains(r.stdout, "remote_not_found") {
+		t.Fatalf("a missing object: %s", r.stdout)
 	}
 }
