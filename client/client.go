@@ -398,19 +398,69 @@ func (c *Client) CreateScopeWith(ctx context.Context, scope string, opts kvfence
 
 // CreateTarget creates a target in an existing scope at revision 1 and
 // returns it, after checking that the receiver stored value's digest.
+// CreateTargetSpec creates a target of another kind.
 func (c *Client) CreateTarget(ctx context.Context, scope, target string, value []byte) (kvfence.Target, error) {
-	if value == nil {
-		value = []byte{}
+	return c.CreateTargetSpec(ctx, kvfence.TargetSpec{Scope: scope, Name: target, Value: value})
+}
+
+// CreateTargetSpec creates a target of kind internal, etcd (spec.Key; the
+// receiver must be on the etcd engine, else kvfence.ErrKindUnsupported)
+// or kubernetes (spec.Object, a core v1 object, which the receiver reads
+// through its own identity: kvfence.ErrNoDispatcher when it has none) and
+// returns it as created. A func target (spec.Effect) is an embedder's and
+// is never created through a served receiver: kvfence.ErrKindUnsupported,
+// without a call. The answer is checked against the spec: the stored
+// value's digest (except for a kubernetes target, whose object holds the
+// value), the kind, and the key or object.
+func (c *Client) CreateTargetSpec(ctx context.Context, spec kvfence.TargetSpec) (kvfence.Target, error) {
+	if spec.Effect != "" || spec.Kind == kvfence.TargetFunc {
+		return kvfence.Target{}, fmt.Errorf("%w: a target of kind %s is an embedder's and is never created through a served receiver", kvfence.ErrKindUnsupported, kvfence.TargetFunc)
+	}
+	kind := spec.Kind
+	if kind == "" {
+		kind = kvfence.TargetInternal
+	}
+	req := api.TargetCreateRequest{Scope: spec.Scope, Target: spec.Name, Kind: string(kind), TargetKey: spec.Key}
+	if kind != kvfence.TargetKubernetes {
+		req.ValueB64 = spec.Value
+		if req.ValueB64 == nil {
+			req.ValueB64 = []byte{}
+		}
+	} else if spec.Value != nil {
+		return kvfence.Target{}, fmt.Errorf("%w: a target of kind %s takes no value: the object holds it", kvfence.ErrInvalidArgument, kind)
+	}
+	if spec.Object != nil {
+		if spec.Object.Group != "" || spec.Object.Version != "v1" {
+			return kvfence.Target{}, fmt.Errorf("%w: object %s: a served receiver names core v1 objects only (RESOURCE/NAMESPACE/NAME)", kvfence.ErrInvalidArgument, spec.Object)
+		}
+		req.Object = spec.Object.String()
 	}
 	var out api.TargetCreate
-	if err := c.postJSON(ctx, api.PathTargets, api.TargetCreateRequest{Scope: scope, Target: target, ValueB64: value}, &out); err != nil {
+	if err := c.postJSON(ctx, api.PathTargets, req, &out); err != nil {
 		return kvfence.Target{}, err
 	}
-	sum := sha256.Sum256(value)
+	if out.Kind != string(kind) || out.TargetKey != req.TargetKey || out.Object != req.Object || out.Target != spec.Name || out.Scope != spec.Scope {
+		return kvfence.Target{}, fmt.Errorf("%w: asked for target %q of scope %q, kind %s, key %q, object %q; the receiver created %q of scope %q, kind %q, key %q, object %q",
+			ErrProtocol, spec.Name, spec.Scope, kind, req.TargetKey, req.Object, out.Target, out.Scope, out.Kind, out.TargetKey, out.Object)
+	}
+	t := kvfence.Target{Name: out.Target, Scope: out.Scope, Revision: out.Revision, Kind: kind, Key: out.TargetKey, UID: out.UID}
+	if kind == kvfence.TargetKubernetes {
+		obj := *spec.Object
+		t.Object, t.Value = &obj, []byte{}
+		if out.UID == "" {
+			return kvfence.Target{}, fmt.Errorf("%w: the receiver created kubernetes target %q without the object's uid", ErrProtocol, out.Target)
+		}
+		return t, nil
+	}
+	sum := sha256.Sum256(req.ValueB64)
 	if out.ValueSHA256 != fmt.Sprintf("%x", sum) {
 		return kvfence.Target{}, fmt.Errorf("%w: the receiver stored a value with sha256 %s, sent %x", ErrProtocol, out.ValueSHA256, sum)
 	}
-	return kvfence.Target{Name: out.Target, Scope: out.Scope, Revision: out.Revision, Value: value}, nil
+	t.Value = req.ValueB64
+	if kind == kvfence.TargetEtcd {
+		t.Writes = 1
+	}
+	return t, nil
 }
 
 // Activation is what Activate returns: the grant, and the request bytes
@@ -574,7 +624,11 @@ func (c *Client) Targets(ctx context.Context, scope string) ([]kvfence.Target, e
 		if scope != "" && t.Scope != scope {
 			return nil, fmt.Errorf("%w: asked for scope %q's targets, got one of %q", ErrProtocol, scope, t.Scope)
 		}
-		ts = append(ts, kvfence.Target{Name: t.Target, Scope: t.Scope, Revision: t.Revision, Value: t.ValueB64})
+		tt, err := targetFrom(t)
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, tt)
 	}
 	return ts, nil
 }
@@ -610,13 +664,67 @@ func (c *Client) Status(ctx context.Context, scope string) (Status, error) {
 	return st, nil
 }
 
-// Target returns a target's value and revision.
+// Target returns a target's value and revision, kind, and key or object.
+// A kubernetes target's value is its object's, when the receiver read it
+// (ObserveTarget says whether it did).
 func (c *Client) Target(ctx context.Context, name string) (kvfence.Target, error) {
+	lt, err := c.ObserveTarget(ctx, name)
+	return lt.Target, err
+}
+
+// ObserveTarget returns a target as Target does and, for a kubernetes
+// target, its object as the receiver read it now (Live), or why the
+// receiver did not (LiveErr, which wraps kvfence.ErrNoDispatcher when the
+// receiver has no identity for the kind).
+func (c *Client) ObserveTarget(ctx context.Context, name string) (kvfence.LiveTarget, error) {
 	var out api.Target
 	if err := c.call(ctx, http.MethodGet, api.PathTarget+"?target="+url.QueryEscape(name), "", nil, &out); err != nil {
-		return kvfence.Target{}, err
+		return kvfence.LiveTarget{}, err
 	}
-	return kvfence.Target{Name: out.Target, Scope: out.Scope, Revision: out.Revision, Value: out.ValueB64}, nil
+	if out.Target != name {
+		return kvfence.LiveTarget{}, fmt.Errorf("%w: asked for target %q, got %q", ErrProtocol, name, out.Target)
+	}
+	t, err := targetFrom(out)
+	if err != nil {
+		return kvfence.LiveTarget{}, err
+	}
+	lt := kvfence.LiveTarget{Target: t}
+	switch {
+	case out.Live != nil && t.Object != nil:
+		lt.Live = &kvfence.RemoteState{Version: out.Live.ResourceVersion, UID: out.Live.UID, Value: t.Value,
+			Stamp: kvfence.Stamp{Receipt: out.Live.LastDispatch}}
+	case out.Live != nil:
+		return kvfence.LiveTarget{}, fmt.Errorf("%w: target %q of kind %s has a live object", ErrProtocol, name, t.Kind)
+	case out.LiveError != "":
+		lt.LiveErr = errors.New("receiver: " + out.LiveError)
+		if se, ok := api.SentinelByCode(out.LiveErrorCode); ok {
+			lt.LiveErr = fmt.Errorf("%w: %s", se.Err, out.LiveError)
+		}
+	}
+	return lt, nil
+}
+
+// targetFrom is the target an answer describes; an object that is not
+// RESOURCE/NAMESPACE/NAME, or a kind that names what it does not have,
+// is ErrProtocol.
+func targetFrom(t api.Target) (kvfence.Target, error) {
+	out := kvfence.Target{Name: t.Target, Scope: t.Scope, Revision: t.Revision, Value: t.ValueB64,
+		Kind: kvfence.TargetKind(t.Kind), Effect: t.Effect, Key: t.TargetKey, Writes: t.Writes, UID: t.UID}
+	if out.Kind == "" {
+		// A receiver from before kinds answered none: every target was internal.
+		out.Kind = kvfence.TargetInternal
+	}
+	if (t.Object != "") != (out.Kind == kvfence.TargetKubernetes) || (t.TargetKey != "") != (out.Kind == kvfence.TargetEtcd) {
+		return kvfence.Target{}, fmt.Errorf("%w: target %q of kind %q with key %q and object %q", ErrProtocol, t.Target, t.Kind, t.TargetKey, t.Object)
+	}
+	if t.Object != "" {
+		obj, err := kvfence.ParseObject(t.Object)
+		if err != nil {
+			return kvfence.Target{}, fmt.Errorf("%w: target %q: %v", ErrProtocol, t.Target, err)
+		}
+		out.Object = &obj
+	}
+	return out, nil
 }
 
 // Receipt returns the receipt of an applied action.

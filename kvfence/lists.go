@@ -54,7 +54,13 @@ func (r *Receiver) Targets(scope string) ([]Target, error) {
 				return err
 			}
 			if scope == "" || t.Scope == scope {
-				out = append(out, Target{Name: string(k), Scope: t.Scope, Revision: t.Revision, Value: t.Value, Kind: t.kind(), Effect: t.Effect, Key: t.Key})
+				pt := Target{Name: string(k), Scope: t.Scope, Revision: t.Revision, Value: t.Value, Kind: t.kind(), Effect: t.Effect, Key: t.Key, UID: t.UID}
+				if t.Object != nil {
+					// A kubernetes target names its object, as Target does.
+					obj := *t.Object
+					pt.Object = &obj
+				}
+				out = append(out, pt)
 				if t.Kind == TargetEtcd {
 					etcd = append(etcd, len(out)-1)
 				}

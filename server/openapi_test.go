@@ -636,6 +636,10 @@ func TestOpenAPI_Answers(t *testing.T) {
 	post(admin, 409, api.PathTargets, map[string]any{"scope": "s2", "target": "t2", "value_b64": []byte("x")})
 	post(admin, 404, api.PathTargets, map[string]any{"scope": "nope", "target": "t3", "value_b64": []byte("x")})
 	refused(admin, 400, http.MethodPost, api.PathTargets, api.ContentJSON, []byte(`{"scope":"s2","target":"t3"}`))
+	refused(admin, 400, http.MethodPost, api.PathTargets, api.ContentJSON, []byte(`{"scope":"s2","target":"t3","kind":"kubernetes","object":"configmaps/a/b","value_b64":"eA=="}`))
+	// A database file holds no etcd key, and this receiver has no Kubernetes identity.
+	post(admin, 501, api.PathTargets, map[string]any{"scope": "s2", "target": "t3", "kind": "etcd", "target_key": "/app/x", "value_b64": []byte("x")})
+	post(admin, 501, api.PathTargets, map[string]any{"scope": "s2", "target": "t3", "kind": "kubernetes", "object": "configmaps/a/b"})
 	call(admin, 415, http.MethodPost, api.PathTargets, "", []byte(`{}`))
 
 	// Activation, and submits under the grant.
@@ -1043,7 +1047,7 @@ func TestOpenAPI_SchemasRefuse(t *testing.T) {
 	}
 	target := func() map[string]any {
 		return map[string]any{"target": "t", "scope": "s", "revision": 1, "value": nil,
-			"value_b64": base64.StdEncoding.EncodeToString([]byte{0xff, 1})}
+			"value_b64": base64.StdEncoding.EncodeToString([]byte{0xff, 1}), "kind": "internal"}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -1073,6 +1077,19 @@ func TestOpenAPI_SchemasRefuse(t *testing.T) {
 		{"target", "Target", target(), func(map[string]any) {}, true},
 		{"unpadded base64", "Target", target(), func(m map[string]any) { m["value_b64"] = "/wE" }, false},
 		{"url base64", "Target", target(), func(m map[string]any) { m["value_b64"] = "_wE=" }, false},
+		{"no kind", "Target", target(), func(m map[string]any) { delete(m, "kind") }, false},
+		{"unknown kind", "Target", target(), func(m map[string]any) { m["kind"] = "Internal" }, false},
+		{"kubernetes target read live", "Target", target(), func(m map[string]any) {
+			m["kind"], m["object"], m["uid"] = "kubernetes", "configmaps/prod/p", "u-1"
+			m["live"] = map[string]any{"resource_version": "7", "uid": "u-1", "last_dispatch": ""}
+		}, true},
+		{"live object without its version", "Target", target(), func(m map[string]any) {
+			m["kind"], m["object"], m["uid"] = "kubernetes", "configmaps/prod/p", "u-1"
+			m["live"] = map[string]any{"uid": "u-1", "last_dispatch": ""}
+		}, false},
+		{"kubernetes target not read", "Target", target(), func(m map[string]any) {
+			m["kind"], m["object"], m["uid"], m["live_error"], m["live_error_code"] = "kubernetes", "configmaps/prod/p", "u-1", "no dispatcher", "no_dispatcher"
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.edit(tc.body)

@@ -468,10 +468,12 @@ func (h *Handler) createTarget(w http.ResponseWriter, r *http.Request, caller st
 	if err := h.decodeJSON(r, &req); err != nil {
 		return err
 	}
-	if req.ValueB64 == nil {
-		return errorf(http.StatusBadRequest, api.CodeBadRequest, "value_b64 is required")
+	spec, err := targetSpecOf(&req)
+	if err != nil {
+		return err
 	}
-	if _, err := h.r.Admin().As(caller).CreateTarget(r.Context(), req.Scope, req.Target, req.ValueB64); err != nil {
+	created, err := h.r.Admin().As(caller).CreateTargetSpec(r.Context(), spec)
+	if err != nil {
 		return err
 	}
 	t, err := h.r.Target(req.Target)
@@ -480,11 +482,62 @@ func (h *Handler) createTarget(w http.ResponseWriter, r *http.Request, caller st
 		return h.afterCommit(r, caller, "the target was created", err)
 	}
 	h.logChange(r.Context(), "create_target", caller, slog.String("scope", t.Scope), slog.String("target", t.Name),
-		slog.Uint64("revision", t.Revision))
-	sum := sha256.Sum256(t.Value)
-	writeJSON(w, http.StatusOK, api.TargetCreate{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
-		ValueSHA256: hex.EncodeToString(sum[:])})
+		slog.Uint64("revision", t.Revision), slog.String("kind", string(t.Kind)))
+	// The digest is of the value the creation stored: for a kubernetes
+	// target none (the object holds it), as the admin returns it.
+	sum := sha256.Sum256(created.Value)
+	out := api.TargetCreate{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
+		ValueSHA256: hex.EncodeToString(sum[:]), Kind: string(t.Kind), TargetKey: t.Key, UID: t.UID}
+	if t.Object != nil {
+		out.Object = t.Object.String()
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// targetSpecOf checks a target creation's members against its kind and
+// returns the admin's spec. A func target is an embedder's, whose effect
+// is code in its process: the served API never creates one.
+func targetSpecOf(req *api.TargetCreateRequest) (kvfence.TargetSpec, error) {
+	spec := kvfence.TargetSpec{Scope: req.Scope, Name: req.Target, Value: req.ValueB64, Kind: kvfence.TargetKind(req.Kind)}
+	if req.TargetKey != "" && spec.Kind != kvfence.TargetEtcd {
+		return spec, errorf(http.StatusBadRequest, api.CodeBadRequest, "target_key is for kind %s only", kvfence.TargetEtcd)
+	}
+	if req.Object != "" && spec.Kind != kvfence.TargetKubernetes {
+		return spec, errorf(http.StatusBadRequest, api.CodeBadRequest, "object is for kind %s only", kvfence.TargetKubernetes)
+	}
+	switch spec.Kind {
+	case "", kvfence.TargetInternal:
+		spec.Kind = kvfence.TargetInternal
+	case kvfence.TargetEtcd:
+		if req.TargetKey == "" {
+			return spec, errorf(http.StatusBadRequest, api.CodeBadRequest, "kind %s needs target_key, the application's etcd key", kvfence.TargetEtcd)
+		}
+		spec.Key = req.TargetKey
+	case kvfence.TargetKubernetes:
+		if req.ValueB64 != nil {
+			return spec, errorf(http.StatusBadRequest, api.CodeBadRequest, "a target of kind %s takes no value_b64: the object holds it", kvfence.TargetKubernetes)
+		}
+		if req.Object == "" {
+			return spec, errorf(http.StatusBadRequest, api.CodeBadRequest, "kind %s needs object, RESOURCE/NAMESPACE/NAME", kvfence.TargetKubernetes)
+		}
+		obj, err := kvfence.ParseObject(req.Object)
+		if err != nil {
+			return spec, err
+		}
+		spec.Object = &obj
+		return spec, nil
+	case kvfence.TargetFunc:
+		return spec, fmt.Errorf("%w: a target of kind %s runs an embedder's effect in its own process; the served API creates %s, %s and %s targets",
+			kvfence.ErrKindUnsupported, kvfence.TargetFunc, kvfence.TargetInternal, kvfence.TargetEtcd, kvfence.TargetKubernetes)
+	default:
+		return spec, errorf(http.StatusBadRequest, api.CodeBadRequest, "kind %q: one of %s, %s or %s", clipText(req.Kind, 32),
+			kvfence.TargetInternal, kvfence.TargetEtcd, kvfence.TargetKubernetes)
+	}
+	if req.ValueB64 == nil {
+		return spec, errorf(http.StatusBadRequest, api.CodeBadRequest, "value_b64 is required")
+	}
+	return spec, nil
 }
 
 func (h *Handler) activate(w http.ResponseWriter, r *http.Request, caller string) error {
@@ -635,17 +688,34 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, _ string) error
 	if !q.Has("target") {
 		return errorf(http.StatusBadRequest, api.CodeBadRequest, "target is required")
 	}
-	t, err := h.r.Target(q.Get("target"))
+	lt, err := h.r.ObserveTarget(r.Context(), q.Get("target"))
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, targetOf(t))
+	out := targetOf(lt.Target)
+	if lt.Live != nil {
+		out.Live = &api.LiveObject{ResourceVersion: lt.Live.Version, UID: lt.Live.UID, LastDispatch: lt.Live.Stamp.Receipt}
+	}
+	if lt.LiveErr != nil {
+		out.LiveError = clipText(lt.LiveErr.Error(), 512)
+		if se, ok := api.SentinelOf(lt.LiveErr); ok {
+			out.LiveErrorCode = se.Code
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
 // targetOf is a target's JSON form.
 func targetOf(t kvfence.Target) api.Target {
-	out := api.Target{Target: t.Name, Scope: t.Scope, Revision: t.Revision, ValueB64: t.Value}
+	out := api.Target{Target: t.Name, Scope: t.Scope, Revision: t.Revision, ValueB64: t.Value,
+		Kind: string(t.Kind), Effect: t.Effect, TargetKey: t.Key, Writes: t.Writes, UID: t.UID}
+	if out.Kind == "" {
+		out.Kind = string(kvfence.TargetInternal)
+	}
+	if t.Object != nil {
+		out.Object = t.Object.String()
+	}
 	if out.ValueB64 == nil {
 		out.ValueB64 = []byte{}
 	}
@@ -725,4 +795,14 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, _ string) error
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// clipText is s as valid UTF-8 of at most n bytes, for a message that
+// repeats what a caller sent or a remote system said.
+func clipText(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-3], "") + "..."
 }

@@ -90,8 +90,6 @@ var cliCodes = []errorCodeEntry{
 	{"etcd_auth_off", etcdanchor.ErrAuthOff},
 	{"anchor_cluster_unrecorded", kvfence.ErrAnchorClusterUnrecorded},
 	{"malformed_envelope", kvfence.ErrMalformedEnvelope},
-	{"kind_unsupported", kvfence.ErrKindUnsupported},
-	{"target_key_in_use", kvfence.ErrTargetKeyInUse},
 	{"pub_mismatch", errPubMismatch},
 	{"key_permissions", keyfile.ErrKeyPermissions},
 	{"key_not_regular", keyfile.ErrSymlink},

@@ -108,21 +108,17 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 	if err := rf.check(fs, "observe target"); err != nil {
 		return err
 	}
-	var live *kvfence.RemoteState
-	t, err := either(&cf, &rf, false, c.m.warn,
-		func(r *kvfence.Receiver) (kvfence.Target, error) { return r.Target(names[0]) },
-		func(cl *client.Client) (kvfence.Target, error) { return cl.Target(ctx, names[0]) })
+	// Both ways read a kubernetes target's object through the receiver's
+	// identity: this command's --kubeconfig, or the served receiver's.
+	lt, err := either(&cf, &rf, false, c.m.warn,
+		func(r *kvfence.Receiver) (kvfence.LiveTarget, error) { return r.ObserveTarget(ctx, names[0]) },
+		func(cl *client.Client) (kvfence.LiveTarget, error) { return cl.ObserveTarget(ctx, names[0]) })
 	if err != nil {
 		return err
 	}
-	if t.Object != nil && cf.kube.on() && !rf.on() {
-		st, err := readLive(ctx, &cf, *t.Object)
-		if err != nil {
-			c.m.warn(fmt.Sprintf("kvfence observe target: the object %s could not be read: %v", t.Object, err))
-		} else {
-			t.Value = st.Value
-			live = &st
-		}
+	t, live := lt.Target, lt.Live
+	if lt.LiveErr != nil && !errors.Is(lt.LiveErr, kvfence.ErrNoDispatcher) {
+		c.m.warn(fmt.Sprintf("kvfence observe target: the object %s could not be read: %v", t.Object, lt.LiveErr))
 	}
 	out := observeTargetJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
 		ValueB64: base64.StdEncoding.EncodeToString(t.Value)}
@@ -160,7 +156,7 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 			fmt.Fprintf(tw, "live uid\t%s\n", out.LiveUID)
 			fmt.Fprintf(tw, "last dispatch\t%s\n", out.LastDispatch)
 		} else {
-			fmt.Fprintf(tw, "value\tnot read (give --kubeconfig to read the object)\n")
+			fmt.Fprintf(tw, "value\tnot read (%s)\n", notReadHint(rf.on(), lt.LiveErr))
 		}
 	case out.Kind != "":
 		fmt.Fprintf(tw, "kind\t%s (effect %s)\n", out.Kind, out.Effect)
@@ -619,17 +615,14 @@ Arguments:
 `+usageDBRead+usageServer+usageJSON)
 }
 
-// readLive reads a kubernetes target's object through the receiver's
-// identity, bounded by observeLiveTimeout.
-func readLive(ctx context.Context, cf *commonFlags, obj kvfence.RemoteObject) (kvfence.RemoteState, error) {
-	ds, err := cf.kube.dispatchers(cf.name)
-	if err != nil {
-		return kvfence.RemoteState{}, err
+// notReadHint says why a kubernetes target's object was not read, and how
+// to have it read.
+func notReadHint(served bool, err error) string {
+	switch {
+	case !errors.Is(err, kvfence.ErrNoDispatcher):
+		return "the read failed: see the warning above"
+	case served:
+		return "the served receiver has no Kubernetes identity: kvfence serve --kubeconfig"
 	}
-	ctx, cancel := context.WithTimeout(ctx, observeLiveTimeout)
-	defer cancel()
-	return ds[kvfence.TargetKubernetes].Read(ctx, obj)
+	return "give --kubeconfig to read the object"
 }
-
-// observeLiveTimeout bounds observe target's read of a live object.
-const observeLiveTimeout = 10 * time.Second

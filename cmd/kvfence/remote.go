@@ -65,6 +65,12 @@ func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string, keep ...string) error
 				hint: "drop --" + f}
 		}
 	}
+	for _, f := range []string{"kubeconfig", "kube-context", "kube-in-cluster"} {
+		if isSet(fs, f) {
+			return &usageError{msg: fmt.Sprintf("kvfence %s: --%s does not go with --server: the server reaches Kubernetes through its own identity (its kvfence serve --kubeconfig)", cmd, f),
+				hint: "drop --" + f}
+		}
+	}
 	switch {
 	case strings.HasPrefix(rf.server, "https://") && (rf.spiffeSocket != "" || rf.serverID != ""):
 		if rf.tlsCert != "" || rf.tlsKey != "" || rf.tlsCA != "" {

@@ -58,11 +58,17 @@ func (c *cli) serveLostAnswers() (string, *lostAnswerEngine) {
 // socket admitting the test's uid, and returns the socket's URL.
 func (c *cli) serveEngine(e engine.Engine) string {
 	c.t.Helper()
+	return c.serveEngineWith(e, nil)
+}
+
+// serveEngineWith is serveEngine with the receiver's dispatchers ds.
+func (c *cli) serveEngineWith(e engine.Engine, ds map[kvfence.TargetKind]kvfence.Dispatcher) string {
+	c.t.Helper()
 	priv, err := keyfile.LoadPrivate(c.env[envKey])
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	r, err := kvfence.OpenEngine(e, &kvfence.Options{Key: priv, Anchor: audit.FileAnchor{Path: c.env[envAnchor]}})
+	r, err := kvfence.OpenEngine(e, &kvfence.Options{Key: priv, Anchor: audit.FileAnchor{Path: c.env[envAnchor]}, Dispatchers: ds})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strings"
 
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
@@ -31,11 +30,12 @@ type targetCreateJSON struct {
 	UID    string `json:"uid,omitempty"`
 }
 
-// targetKindSpec checks --kind and --target-key (--key is the receiver's
-// private key): an etcd target is created on
-// the receiver's own etcd store (--etcd), never on a database file or
-// through a served receiver, and names its key; an internal one names
-// none.
+// targetKindSpec checks --kind, --target-key (--key is the receiver's
+// private key) and --object: an etcd target names its key and is created
+// on an etcd store (--etcd, or a served receiver on one); a kubernetes
+// target names its object, which the receiver reads through its own
+// identity (--kubeconfig, or the served receiver's); an internal one names
+// neither.
 func targetKindSpec(cf *commonFlags, rf *remoteFlags, kind kvfence.TargetKind, key string, keySet bool, object string, objectSet bool) (kvfence.TargetSpec, error) {
 	usage := func(msg string) error {
 		return &usageError{msg: "kvfence target create: " + msg, hint: "kvfence target create -h"}
@@ -50,9 +50,7 @@ func targetKindSpec(cf *commonFlags, rf *remoteFlags, kind kvfence.TargetKind, k
 			return kvfence.TargetSpec{}, usage("--target-key is for --kind etcd only")
 		case object == "":
 			return kvfence.TargetSpec{}, usage("--kind kubernetes needs --object configmaps/NAMESPACE/NAME")
-		case rf.on():
-			return kvfence.TargetSpec{}, usage("--kind kubernetes is created on the receiver's own store, not through --server")
-		case !cf.kube.on():
+		case !rf.on() && !cf.kube.on():
 			return kvfence.TargetSpec{}, usage("--kind kubernetes needs --kubeconfig (or $KVFENCE_KUBECONFIG, or --kube-in-cluster): the receiver reads the object through its own identity")
 		}
 		obj, err := parseObject(object)
@@ -69,9 +67,7 @@ func targetKindSpec(cf *commonFlags, rf *remoteFlags, kind kvfence.TargetKind, k
 		switch {
 		case key == "":
 			return kvfence.TargetSpec{}, usage("--kind etcd needs --target-key, the application's etcd key")
-		case rf.on():
-			return kvfence.TargetSpec{}, usage("--kind etcd is created on the receiver's etcd store (--etcd), not through --server")
-		case !cf.etcd.on():
+		case !rf.on() && !cf.etcd.on():
 			return kvfence.TargetSpec{}, usage("--kind etcd needs the etcd engine (--etcd): a receiver in a database file cannot write an etcd key in its transaction")
 		}
 		return kvfence.TargetSpec{Kind: kvfence.TargetEtcd, Key: key}, nil
@@ -80,17 +76,17 @@ func targetKindSpec(cf *commonFlags, rf *remoteFlags, kind kvfence.TargetKind, k
 }
 
 // parseObject reads --object: RESOURCE/NAMESPACE/NAME of the core API
-// group's v1, the only objects kubetarget writes (ConfigMaps). Each part
-// is checked again by the receiver and by kubetarget.
+// group's v1, the only objects kubetarget writes (ConfigMaps), as
+// kvfence.ParseObject reads it.
 func parseObject(s string) (kvfence.RemoteObject, error) {
 	if len(s) > 512 || !printable([]byte(s)) {
 		return kvfence.RemoteObject{}, fmt.Errorf("--object: %d bytes, not RESOURCE/NAMESPACE/NAME of printable text", len(s))
 	}
-	parts := strings.Split(s, "/")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
-		return kvfence.RemoteObject{}, fmt.Errorf("--object %q: RESOURCE/NAMESPACE/NAME, such as configmaps/prod/backup-policy", s)
+	obj, err := kvfence.ParseObject(s)
+	if err != nil {
+		return kvfence.RemoteObject{}, fmt.Errorf("--object: %w", err)
 	}
-	return kvfence.RemoteObject{Version: "v1", Resource: parts[0], Namespace: parts[1], Name: parts[2]}, nil
+	return obj, nil
 }
 
 // Run runs the command.
@@ -147,7 +143,7 @@ func (c *TargetCreateCommand) Run(ctx context.Context, args []string) (err error
 		func(r *kvfence.Receiver) (kvfence.Target, error) {
 			return localAdmin(r).CreateTargetSpec(ctx, spec)
 		},
-		func(cl *client.Client) (kvfence.Target, error) { return cl.CreateTarget(ctx, *scope, *target, v) })
+		func(cl *client.Client) (kvfence.Target, error) { return cl.CreateTargetSpec(ctx, spec) })
 	if err != nil {
 		return err
 	}
@@ -191,7 +187,8 @@ names are unique across the receiver, not per scope: K must not name a
 target of any scope (the refusal says which scope holds it).
 Privileged: requires the receiver's private key.
 
-With --kind etcd (receivers on --etcd only), the target is the
+With --kind etcd (receivers on --etcd, or a served receiver on etcd;
+kind_unsupported otherwise), the target is the
 application's etcd key KEY, outside the receiver's prefix: every applied
 write puts the raw value in KEY in the receiver's own transaction, and
 a request's expect_revision is KEY's mod revision. KEY must be absent
@@ -205,6 +202,9 @@ data as canonical JSON, read through --kubeconfig, so no --value is
 given. Every applied write is one update of the object with the
 resourceVersion the decision read as its precondition; a hold is
 acknowledged only once every write decided before it has settled.
+With --server, the served receiver reads the object through its own
+identity (its kvfence serve --kubeconfig; no_dispatcher when it has
+none), so --kubeconfig, --kube-context and --kube-in-cluster are refused.
 
 Arguments:
 
@@ -251,6 +251,12 @@ type targetListEntryJSON struct {
 	ValueSize int `json:"value_size"`
 	// ValueSHA256 is the value's SHA-256 in lowercase hex.
 	ValueSHA256 string `json:"value_sha256"`
+	// Kind is given for a target of another kind than internal, so that
+	// an internal target's entry is as it was; Key is then an etcd
+	// target's key, Object a kubernetes target's object.
+	Kind   string `json:"kind,omitempty"`
+	Key    string `json:"key,omitempty"`
+	Object string `json:"object,omitempty"`
 }
 
 // Run runs the command.
@@ -280,8 +286,15 @@ func (c *TargetListCommand) Run(ctx context.Context, args []string) (err error) 
 	out := targetListJSON{Targets: []targetListEntryJSON{}}
 	for _, t := range targets {
 		sum := sha256.Sum256(t.Value)
-		out.Targets = append(out.Targets, targetListEntryJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
-			ValueSize: len(t.Value), ValueSHA256: hex.EncodeToString(sum[:])})
+		e := targetListEntryJSON{Target: t.Name, Scope: t.Scope, Revision: t.Revision,
+			ValueSize: len(t.Value), ValueSHA256: hex.EncodeToString(sum[:]), Key: t.Key}
+		if t.Kind != "" && t.Kind != kvfence.TargetInternal {
+			e.Kind = string(t.Kind)
+		}
+		if t.Object != nil {
+			e.Object = t.Object.String()
+		}
+		out.Targets = append(out.Targets, e)
 	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, out)
@@ -300,7 +313,8 @@ func (c *TargetListCommand) Usage() {
 
 Lists the targets by name, of every scope or of scope S: scope, revision,
 value size and the value's SHA-256 ("kvfence observe target K" shows a
-value). Target names are unique across the receiver. Opens the database
+value); with --json, a target of kind etcd or kubernetes also gives its
+kind and its key or object. Target names are unique across the receiver. Opens the database
 read-only.
 
 Arguments:

@@ -139,8 +139,21 @@ type TargetCreateRequest struct {
 	Scope string `json:"scope"`
 	// Target is the new target's name.
 	Target string `json:"target"`
-	// ValueB64 is the target's first value.
+	// ValueB64 is the target's first value. It is required for a target
+	// of kind internal or etcd, and refused for one of kind kubernetes,
+	// whose object holds the value.
 	ValueB64 []byte `json:"value_b64"`
+	// Kind is the target's kind: internal (the default when absent), etcd
+	// or kubernetes. A func target is an embedder's and is never created
+	// through the served API (kind_unsupported).
+	Kind string `json:"kind,omitempty"`
+	// TargetKey is the etcd key of a target of kind etcd, and must be
+	// absent for any other kind.
+	TargetKey string `json:"target_key,omitempty"`
+	// Object names the object of a target of kind kubernetes as
+	// RESOURCE/NAMESPACE/NAME (configmaps/prod/backup-policy), and must
+	// be absent for any other kind.
+	Object string `json:"object,omitempty"`
 }
 
 // TargetCreate is the response of POST /v1/targets.
@@ -152,8 +165,20 @@ type TargetCreate struct {
 	// Revision is the new target's revision, 1.
 	Revision uint64 `json:"revision"`
 	// ValueSHA256 is the SHA-256 of the stored value, in hex, for the client
-	// to compare with what it sent.
+	// to compare with what it sent (for a target of kind kubernetes, which
+	// stores no value since the object holds it, of the empty value).
 	ValueSHA256 string `json:"value_sha256"`
+	// Kind is the target's kind: internal, etcd or kubernetes.
+	Kind string `json:"kind"`
+	// TargetKey is a target of kind etcd's key, whose mod revision is then
+	// Revision; absent for any other kind.
+	TargetKey string `json:"target_key,omitempty"`
+	// Object is a target of kind kubernetes's object, as
+	// RESOURCE/NAMESPACE/NAME; absent for any other kind.
+	Object string `json:"object,omitempty"`
+	// UID is the incarnation of the object a target of kind kubernetes
+	// stands for; absent for any other kind.
+	UID string `json:"uid,omitempty"`
 }
 
 // ActivateRequest is the body of POST /v1/activate. TTL is a Go duration
@@ -447,6 +472,46 @@ type Target struct {
 	Value *string `json:"value"`
 	// ValueB64 is the value, always.
 	ValueB64 []byte `json:"value_b64"`
+	// Kind is the target's kind: internal, func, etcd or kubernetes.
+	Kind string `json:"kind"`
+	// Effect names a func target's effect; absent for any other kind.
+	Effect string `json:"effect,omitempty"`
+	// TargetKey is an etcd target's key; its Revision and value are then
+	// the key's live mod revision and value. Absent for any other kind.
+	TargetKey string `json:"target_key,omitempty"`
+	// Writes counts the fence's writes to an etcd target's key (the
+	// revisions its receipts name); absent for any other kind.
+	Writes uint64 `json:"writes,omitempty"`
+	// Object is a kubernetes target's object as RESOURCE/NAMESPACE/NAME;
+	// absent for any other kind.
+	Object string `json:"object,omitempty"`
+	// UID is the incarnation of the object a kubernetes target stands for.
+	UID string `json:"uid,omitempty"`
+	// Live is a kubernetes target's object as the receiver read it for
+	// GET /v1/target, whose value is then the object's; absent from a
+	// target list, for other kinds, and when the object was not read.
+	Live *LiveObject `json:"live,omitempty"`
+	// LiveError says why a kubernetes target's object was not read for
+	// GET /v1/target (the receiver has no identity for the kind, or the
+	// read failed); absent otherwise.
+	LiveError string `json:"live_error,omitempty"`
+	// LiveErrorCode is LiveError's code when it is one of Sentinels'
+	// (no_dispatcher: the receiver has no identity for the kind); absent
+	// otherwise.
+	LiveErrorCode string `json:"live_error_code,omitempty"`
+}
+
+// LiveObject is a remote object as the receiver read it.
+type LiveObject struct {
+	// ResourceVersion is the object's version, which the receiver's next
+	// write names as its precondition.
+	ResourceVersion string `json:"resource_version"`
+	// UID is the live object's incarnation; another than the target's UID
+	// means the object was deleted and created again.
+	UID string `json:"uid"`
+	// LastDispatch is the kvfence.dev/receipt stamp on the object: the
+	// dispatch that changed it last; empty when it carries none.
+	LastDispatch string `json:"last_dispatch"`
 }
 
 // Receipt is the response of GET /v1/receipt.

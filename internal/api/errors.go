@@ -71,6 +71,7 @@ var Sentinels = []Sentinel{
 	{"closed", http.StatusServiceUnavailable, kvfence.ErrClosed},
 	{"scope_exists", http.StatusConflict, kvfence.ErrScopeExists},
 	{"target_exists", http.StatusConflict, kvfence.ErrTargetExists},
+	{"target_key_in_use", http.StatusConflict, kvfence.ErrTargetKeyInUse},
 	{"not_held", http.StatusConflict, kvfence.ErrNotHeld},
 	{"epoch_mismatch", http.StatusConflict, kvfence.ErrEpochMismatch},
 	{"hold_id_conflict", http.StatusConflict, kvfence.ErrHoldIDConflict},
@@ -80,12 +81,15 @@ var Sentinels = []Sentinel{
 	{"unknown_scope", http.StatusNotFound, kvfence.ErrUnknownScope},
 	{"unknown_target", http.StatusNotFound, kvfence.ErrUnknownTarget},
 	{"not_found", http.StatusNotFound, kvfence.ErrNotFound},
+	{"remote_not_found", http.StatusNotFound, kvfence.ErrRemoteNotFound},
 	{"invalid_window", http.StatusBadRequest, kvfence.ErrInvalidWindow},
 	{"ttl_too_long", http.StatusBadRequest, kvfence.ErrTTLTooLong},
 	{"malformed_request", http.StatusBadRequest, kvfence.ErrMalformedRequest},
 	{"invalid_argument", http.StatusBadRequest, kvfence.ErrInvalidArgument},
 	{"read_only", http.StatusServiceUnavailable, kvfence.ErrReadOnly},
 	{"snapshot_unsupported", http.StatusNotImplemented, kvfence.ErrSnapshotUnsupported},
+	{"kind_unsupported", http.StatusNotImplemented, kvfence.ErrKindUnsupported},
+	{"no_dispatcher", http.StatusNotImplemented, kvfence.ErrNoDispatcher},
 }
 
 // SentinelOf returns the entry of Sentinels that err matches.

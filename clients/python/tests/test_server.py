@@ -282,3 +282,69 @@ def test_every_error_code_has_its_exception() -> None:
     assert len(codes) > 20, codes
     missing = [c for c in codes if c not in errors._BY_CODE]
     assert not missing, f"error codes without an exception: {missing}"
+
+
+def test_target_kinds_shown(receiver: Receiver) -> None:
+    """An internal target is shown with its kind and nothing a remote kind names."""
+    admin = receiver.admin()
+    s = _scope("kinds")
+    admin.create_scope(s)
+    t = admin.create_target(s, s, b"v1")
+    assert (t.kind, t.target_key, t.object, t.uid) == ("internal", "", "", "")
+    got = admin.target(s)
+    assert (got.kind, got.target_key, got.object, got.live, got.live_error) == ("internal", "", "", None, "")
+    assert [x.kind for x in admin.targets(s)] == ["internal"]
+
+
+@pytest.mark.parametrize("kwargs,cls,status,code", [
+    # The served receiver keeps its store in a database file: no etcd key.
+    ({"value": b"v", "kind": "etcd", "target_key": "/app/x"}, kvfence.ServerError, 501, "kind_unsupported"),
+    # It was started without a kubeconfig: no Kubernetes identity.
+    ({"kind": "kubernetes", "object": "configmaps/prod/x"}, kvfence.ServerError, 501, "no_dispatcher"),
+    # A func target is an embedder's, never created over the API.
+    ({"value": b"v", "kind": "func"}, kvfence.ServerError, 501, "kind_unsupported"),
+    ({"kind": "kubernetes", "object": "configmaps/x"}, kvfence.BadRequestError, 400, "invalid_argument"),
+])
+def test_target_kinds_refused(receiver: Receiver, kwargs, cls, status, code) -> None:  # type: ignore[no-untyped-def]
+    admin = receiver.admin()
+    s = _scope("kinds-refused")
+    try:
+        admin.create_scope(s)
+    except kvfence.ConflictError:
+        pass
+    with pytest.raises(kvfence.KvfenceError) as ei:
+        admin.create_target(s, "refused-" + code, **kwargs)
+    assert type(ei.value) is cls, ei.value
+    assert (ei.value.status, ei.value.code) == (status, code)
+    with pytest.raises(kvfence.NotFoundError):
+        admin.target("refused-" + code)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"value": b"v", "kind": "kubernetes", "object": "configmaps/prod/x"},
+    {"kind": "etcd", "value": b"v"},
+    {"value": b"v", "target_key": "/app/x"},
+    {"value": b"v", "object": "configmaps/prod/x"},
+    {"kind": "internal"},
+    {"value": b"v", "kind": "Internal"},
+])
+def test_target_kinds_checked_before_sending(kwargs) -> None:  # type: ignore[no-untyped-def]
+    c = kvfence.Client.__new__(kvfence.Client)
+    with pytest.raises(ValueError):
+        c.create_target("s", "t", **kwargs)
+
+
+def test_target_kinds_read() -> None:
+    """A kubernetes target's answer is read with its object and live state;
+    a kind that names what it does not have is refused."""
+    base = {"target": "t", "scope": "s", "revision": 1, "value": "{}", "value_b64": "e30="}
+    t = kvfence.Target.from_json({**base, "kind": "kubernetes", "object": "configmaps/prod/p", "uid": "u-1",
+                                  "live": {"resource_version": "7", "uid": "u-1", "last_dispatch": "d-1"}})
+    assert (t.object, t.uid, t.live) == ("configmaps/prod/p", "u-1", kvfence.LiveObject("7", "u-1", "d-1"))
+    e = kvfence.Target.from_json({**base, "kind": "etcd", "target_key": "/app/p", "writes": 2})
+    assert (e.target_key, e.writes) == ("/app/p", 2)
+    for bad in ({**base, "kind": "etcd"}, {**base, "kind": "internal", "object": "configmaps/a/b"},
+                {**base, "kind": "nope"}, {**base, "kind": "internal", "live": {"resource_version": "1", "uid": "u",
+                                                                                 "last_dispatch": ""}}):
+        with pytest.raises(ValueError):
+            kvfence.Target.from_json(bad)

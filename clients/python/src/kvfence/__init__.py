@@ -34,6 +34,8 @@ from .types import (
     Status,
     SubmitResult,
     Target,
+    LiveObject,
+    TARGET_KINDS,
     Timestamp,
 )
 from .wire import (
@@ -57,7 +59,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Activation", "Assignment", "Checkpoint", "Client", "Envelope", "Event", "Grant", "HeldScope", "HoldAck",
     "HoldAllResult", "HoldResult", "MAX_ASSIGNMENT_SIZE", "OutstandingDispatch", "MAX_ENVELOPE_SIZE", "Receipt", "Request", "ScopeCreated",
-    "ScopeStatus", "Status", "SubmitResult", "Target", "Timestamp", "WIRE_VERSION", "check_name", "decode_assignment",
+    "ScopeStatus", "Status", "SubmitResult", "Target", "LiveObject", "TARGET_KINDS", "Timestamp", "WIRE_VERSION", "check_name", "decode_assignment",
     "decode_envelope", "decode_request", "encode_envelope", "encode_request", "load_assignment", "load_tls",
     "patch_request", "request_digest", "set_request", "validate_patch",
 ] + list(_errors_all)

@@ -341,22 +341,56 @@ class Client:
             raise ProtocolError(f"POST /v1/scopes: asked for scope {scope!r}, the answer is of {out.scope!r}")
         return out
 
-    def create_target(self, scope: str, target: str, value: bytes) -> Target:
-        """Create a target in an existing scope at revision 1, checking that
-        the receiver stored value's digest."""
+    def create_target(self, scope: str, target: str, value: Optional[bytes] = None, *, kind: str = "internal",
+                      target_key: str = "", object: str = "") -> Target:
+        """Create a target in an existing scope at revision 1: of kind
+        internal (the default), etcd (``target_key``, the application's etcd
+        key; the receiver must be on the etcd engine, else ServerError
+        ``kind_unsupported``) or kubernetes (``object``,
+        ``configmaps/NAMESPACE/NAME``, and no value: the object holds it;
+        ServerError ``no_dispatcher`` when the receiver has no Kubernetes
+        identity). The answer is checked against what was asked: the stored
+        value's digest (not for kubernetes), the kind, the key or object."""
         import base64
 
-        value = bytes(value)
-        v = self._post("/v1/targets", {"scope": scope, "target": target,
-                                       "value_b64": base64.b64encode(value).decode("ascii")})
+        if kind not in ("internal", "etcd", "kubernetes", "func"):
+            raise ValueError(f"kind {kind!r}: one of internal, etcd or kubernetes")
+        if bool(target_key) != (kind == "etcd"):
+            raise ValueError("target_key is given for, and only for, kind etcd")
+        if bool(object) != (kind == "kubernetes"):
+            raise ValueError("object is given for, and only for, kind kubernetes")
+        body: dict[str, Any] = {"scope": scope, "target": target, "kind": kind}
+        if kind == "kubernetes":
+            if value is not None:
+                raise ValueError("a target of kind kubernetes takes no value: the object holds it")
+            body["object"] = object
+        else:
+            if value is None:
+                raise ValueError(f"a target of kind {kind} needs a value")
+            value = bytes(value)
+            body["value_b64"] = base64.b64encode(value).decode("ascii")
+            if target_key:
+                body["target_key"] = target_key
+        v = self._post("/v1/targets", body)
 
         def read(v: Any) -> Target:
-            o = _json.Obj(v, "target answer", ("target", "scope", "revision", "value_sha256"))
-            if o.hex32("value_sha256") != hashlib.sha256(value).digest():
-                raise ValueError("the receiver stored a value with another sha256 than the one sent")
-            t = Target(name=o.text("target"), scope=o.text("scope"), revision=o.uint("revision"), value=value)
+            o = _json.Obj(v, "target answer", ("target", "scope", "revision", "value_sha256", "kind", "target_key",
+                                               "object", "uid"))
+            digest = o.hex32("value_sha256")
+            got_kind = o.text("kind", optional=True) or "internal"
+            t = Target(name=o.text("target"), scope=o.text("scope"), revision=o.uint("revision"),
+                       value=value if value is not None else b"", kind=got_kind,
+                       target_key=o.text("target_key", optional=True), object=o.text("object", optional=True),
+                       uid=o.text("uid", optional=True), writes=1 if got_kind == "etcd" else 0)
             if (t.name, t.scope) != (target, scope):
                 raise ValueError(f"asked for target {target!r} of {scope!r}, the answer is {t.name!r} of {t.scope!r}")
+            if (t.kind, t.target_key, t.object) != (kind, target_key, object):
+                raise ValueError(f"asked for kind {kind} with key {target_key!r} and object {object!r}, the answer is "
+                                 f"kind {t.kind} with key {t.target_key!r} and object {t.object!r}")
+            if value is not None and digest != hashlib.sha256(value).digest():
+                raise ValueError("the receiver stored a value with another sha256 than the one sent")
+            if kind == "kubernetes" and not t.uid:
+                raise ValueError("the receiver created a kubernetes target without its object's uid")
             return t
 
         out: Target = self._read("POST /v1/targets", read, v)
@@ -467,7 +501,9 @@ class Client:
         return st
 
     def target(self, name: str) -> Target:
-        """A target's value and revision."""
+        """A target's value and revision, its kind and what the kind names;
+        for a kubernetes target, its object as the receiver read it now
+        (``live``), or why it did not (``live_error``)."""
         t: Target = self._read("GET /v1/target", Target.from_json, self._get(f"/v1/target?target={quote(name, safe='')}"))
         if t.name != name:
             raise ProtocolError(f"GET /v1/target: asked for {name!r}, got {t.name!r}")

@@ -245,6 +245,8 @@ _BY_CODE: dict[str, type[KvfenceError]] = {
     "read_only": UnavailableError,
     "scope_exists": ConflictError,
     "target_exists": ConflictError,
+    # An etcd target's key is another target's, or holds another value.
+    "target_key_in_use": ConflictError,
     "not_held": ConflictError,
     "epoch_mismatch": EpochMismatchError,
     "hold_id_conflict": HoldIDConflictError,
@@ -254,6 +256,8 @@ _BY_CODE: dict[str, type[KvfenceError]] = {
     "unknown_scope": NotFoundError,
     "unknown_target": NotFoundError,
     "not_found": NotFoundError,
+    # A kubernetes target's object does not exist.
+    "remote_not_found": NotFoundError,
     "invalid_window": BadRequestError,
     "ttl_too_long": BadRequestError,
     "malformed_request": BadRequestError,
@@ -269,6 +273,11 @@ _BY_CODE: dict[str, type[KvfenceError]] = {
     "integrity": IntegrityError,
     "internal": ServerError,
     "snapshot_unsupported": ServerError,
+    # The receiver cannot create a target of this kind (etcd on a database
+    # file; func, never over the API), or has no identity for a kubernetes
+    # target's cluster.
+    "kind_unsupported": ServerError,
+    "no_dispatcher": ServerError,
 }
 
 

@@ -21,6 +21,8 @@ __all__ = [
     "SubmitResult",
     "ScopeCreated",
     "Target",
+    "LiveObject",
+    "TARGET_KINDS",
     "Grant",
     "ScopeStatus",
     "Status",
@@ -92,25 +94,77 @@ class ScopeCreated:
                             max_grant_ttl=parse_duration(ttl, f"{where}: max_grant_ttl") if ttl else None)
 
 
+#: The kinds of target a receiver reports; a served receiver creates the
+#: first three (a func target is an embedder's).
+TARGET_KINDS = ("internal", "etcd", "kubernetes", "func")
+
+
+@dataclass(frozen=True)
+class LiveObject:
+    """A kubernetes target's object as the receiver read it for GET /v1/target."""
+
+    resource_version: str
+    uid: str
+    last_dispatch: str
+
+    @staticmethod
+    def from_obj(o: Obj) -> "LiveObject":
+        """Read the ``live`` member of a target."""
+        return LiveObject(resource_version=o.text("resource_version"), uid=o.text("uid"),
+                          last_dispatch=o.text("last_dispatch"))
+
+
 @dataclass(frozen=True)
 class Target:
-    """A target: its scope, revision and value."""
+    """A target: its scope, revision and value, and its kind with what the
+    kind names: ``target_key`` and ``writes`` (etcd), ``object`` and
+    ``uid`` (kubernetes, whose ``live`` is the object as read by GET
+    /v1/target, or ``live_error`` says why it was not), ``effect`` (func)."""
 
     name: str
     scope: str
     revision: int
     value: bytes
+    kind: str = "internal"
+    target_key: str = ""
+    writes: int = 0
+    object: str = ""
+    uid: str = ""
+    effect: str = ""
+    live: Optional[LiveObject] = None
+    live_error: str = ""
+    live_error_code: str = ""
 
     @staticmethod
     def from_json(v: Any, where: str = "target") -> "Target":
         """Read a target (GET /v1/target, /v1/target-list); raises
-        ValueError if its text and base64 values disagree."""
-        o = Obj(v, where, ("target", "scope", "revision", "value", "value_b64"))
+        ValueError if its text and base64 values disagree, or its kind
+        names what it does not have."""
+        o = Obj(v, where, ("target", "scope", "revision", "value", "value_b64", "kind", "target_key", "writes",
+                           "object", "uid", "effect", "live", "live_error", "live_error_code"))
         value = o.b64("value_b64")
         text = o.v.get("value")
         if text is not None and (not isinstance(text, str) or text.encode("utf-8") != value):
             raise ValueError(f"{where}: value and value_b64 differ")
-        return Target(name=o.text("target"), scope=o.text("scope"), revision=o.uint("revision"), value=value)
+        # A receiver from before kinds gave none: every target was internal.
+        kind = o.text("kind", optional=True) or "internal"
+        if kind not in TARGET_KINDS:
+            raise ValueError(f"{where}: kind {kind!r} is not one of {TARGET_KINDS}")
+        key, obj = o.text("target_key", optional=True), o.text("object", optional=True)
+        if bool(key) != (kind == "etcd") or bool(obj) != (kind == "kubernetes"):
+            raise ValueError(f"{where}: a target of kind {kind} with target_key {key!r} and object {obj!r}")
+        live = None
+        if o.has("live"):
+            lo = o.obj("live", ("resource_version", "uid", "last_dispatch"))
+            assert lo is not None
+            if kind != "kubernetes":
+                raise ValueError(f"{where}: a target of kind {kind} with a live object")
+            live = LiveObject.from_obj(lo)
+        return Target(name=o.text("target"), scope=o.text("scope"), revision=o.uint("revision"), value=value,
+                      kind=kind, target_key=key, writes=o.uint("writes", optional=True), object=obj,
+                      uid=o.text("uid", optional=True), effect=o.text("effect", optional=True), live=live,
+                      live_error=o.text("live_error", optional=True),
+                      live_error_code=o.text("live_error_code", optional=True))
 
 
 _ACTIVATE = ("grant", "scope", "epoch", "executor", "claim", "action", "request_sha256", "not_before", "not_after",
