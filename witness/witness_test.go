@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -489,4 +490,55 @@ func FuzzProof(f *testing.F) {
 			t.Fatalf("stored size %d with a root not main's", st.Size)
 		}
 	})
+}
+
+// Ensure that contending requests, from two trees that disagree from
+// their first leaf and all sent at once, never get two roots cosigned for
+// one size: the comparison and the update are one transaction.
+func TestContendingTrees(t *testing.T) {
+	f := newFixture(t)
+	trees := []*tree{newTree(t, "a", 200), newTree(t, "b", 200)}
+	var mu sync.Mutex
+	cosigned := map[int64]tlog.Hash{}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			tr := trees[g%2]
+			old := int64(0)
+			for i := 0; i < 200; i++ {
+				n := old + 1 + int64((g+i)%3)
+				if n >= 200 {
+					return
+				}
+				msg, err := checkpoint.Sign(checkpoint.Checkpoint{Origin: f.origin, Size: uint64(n), Root: tr.root(t, n)}, f.signer)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, err = f.client.AddCheckpoint(context.Background(), uint64(old), tr.proof(t, old, n), msg)
+				var conflict *witness.ConflictError
+				switch {
+				case err == nil:
+					mu.Lock()
+					if prev, ok := cosigned[n]; ok && prev != tr.root(t, n) {
+						t.Errorf("size %d cosigned with two roots", n)
+					}
+					cosigned[n] = tr.root(t, n)
+					mu.Unlock()
+					old = n
+				case errors.As(err, &conflict):
+					old = int64(conflict.Size)
+				case errors.Is(err, witness.ErrBadProof):
+					return
+				default:
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(cosigned) < 5 {
+		t.Fatalf("only %d sizes cosigned", len(cosigned))
+	}
 }
