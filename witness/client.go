@@ -119,7 +119,7 @@ func (c *Client) Latest(ctx context.Context, origin string) ([]byte, error) {
 	switch status {
 	case http.StatusOK:
 	case http.StatusNotFound:
-		return nil, fmt.Errorf("%w: %s", ErrNoCheckpoint, strings.TrimSpace(string(resp)))
+		return nil, fmt.Errorf("%w (witness said %q)", ErrNoCheckpoint, strings.TrimSpace(string(resp)))
 	default:
 		return nil, statusError(status, resp)
 	}
