@@ -542,3 +542,41 @@ func TestContendingTrees(t *testing.T) {
 		t.Fatalf("only %d sizes cosigned", len(cosigned))
 	}
 }
+
+// Ensure that the example request of c2sp.org/tlog-witness parses as the
+// spec describes it (old size, four proof hashes, a checkpoint with two
+// signatures) and marshals back to the same bytes.
+func TestSpecExampleRequest(t *testing.T) {
+	const example = "old 20852014\n" +
+		"PlRNCrwHpqhGrupue0L7gxbjbMiKA9temvuZZDDpkaw=\n" +
+		"jrJZDmY8Y7SyJE0MWLpLozkIVMSMZcD5kvuKxPC3swk=\n" +
+		"5+pKlUdi2LeF/BcMHBn+Ku6yhPGNCswZZD1X/6QgPd8=\n" +
+		"/6WVhPs2CwSsb5rYBH5cjHV/wSmA79abXAwhXw3Kj/0=\n" +
+		"\n" +
+		"example.com/behind-the-sofa\n" +
+		"20852163\n" +
+		"CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n" +
+		"\n" +
+		"— example.com/behind-the-sofa Az3grlgtzPICa5OS8npVmf1Myq/5IZniMp+ZJurmRDeOoRDe4URYN7u5/Zhcyv2q1gGzGku9nTo+zyWE+xeMcTOAYQ8=\n" +
+		"— example.com/behind-the-sofa opLqBQsREYCgu6xQkYQwJr9fo45a62DN9EdmHXnZdXNqlcVGlCum2Wks+49/V6267UEjw6QUXTS5Rovnzv++qbSzm9Q=\n"
+	r, err := witness.ParseAddCheckpoint([]byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OldSize != 20852014 || len(r.Proof) != 4 || r.Proof[3].String() != "/6WVhPs2CwSsb5rYBH5cjHV/wSmA79abXAwhXw3Kj/0=" {
+		t.Fatalf("parsed %+v", r)
+	}
+	if got := string(r.Marshal()); got != example {
+		t.Fatalf("marshals to %q", got)
+	}
+	// The note is well formed: its body is the spec's checkpoint.
+	_, err = note.Open(r.SignedNote, note.VerifierList())
+	var unverified *note.UnverifiedNoteError
+	if !errors.As(err, &unverified) || len(unverified.Note.UnverifiedSigs) != 2 {
+		t.Fatalf("note: %v", err)
+	}
+	c, err := checkpoint.Parse([]byte(unverified.Note.Text))
+	if err != nil || c.Origin != "example.com/behind-the-sofa" || c.Size != 20852163 {
+		t.Fatalf("checkpoint %+v %v", c, err)
+	}
+}

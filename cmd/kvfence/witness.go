@@ -247,7 +247,7 @@ func (c *WitnessServeCommand) Run(ctx context.Context, args []string) error {
 	if *asJSON {
 		writeJSON(c.m.Stdout, res)
 	} else {
-		fmt.Fprintf(c.m.Stdout, "serving witness %s on %s (%d logs)\n", res.ID, res.Listen, res.Logs)
+		fmt.Fprintf(c.m.Stdout, "serving witness %s on %s (%d trusted logs)\n", res.ID, res.Listen, res.Logs)
 	}
 	select {
 	case err := <-errc:
