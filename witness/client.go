@@ -61,7 +61,10 @@ func (c *Client) url(path string, query url.Values) string {
 }
 
 // AddCheckpoint asks the witness to cosign signedNote, which extends the
-// checkpoint of oldSize by proof, and returns the cosignature line. Errors:
+// checkpoint of oldSize by proof, and returns the cosignature: with a
+// Verifier, the one line by that key (other lines are ignored, a line by
+// that key that does not verify is an error); without, every line the
+// witness returned. Errors:
 // a *ConflictError (ErrConflict) with the witness's size, ErrBadProof,
 // ErrUnknownLog, ErrForbidden, ErrBadRequest, ErrUnexpectedResponse, or
 // the transport's.
@@ -87,20 +90,37 @@ func (c *Client) AddCheckpoint(ctx context.Context, oldSize uint64, proof tlog.T
 	default:
 		return "", statusError(status, resp)
 	}
-	line := string(resp)
-	if !strings.HasPrefix(line, "— ") || !strings.HasSuffix(line, "\n") || strings.Count(line, "\n") != 1 {
-		return "", fmt.Errorf("%w: the answer is not one signature line", ErrUnexpectedResponse)
+	// One or more signature lines (a witness may cosign with several keys).
+	text := string(resp)
+	if text == "" || !strings.HasSuffix(text, "\n") {
+		return "", fmt.Errorf("%w: the answer is not signature lines", ErrUnexpectedResponse)
 	}
-	if c.cosv != nil {
-		text, _, ok := strings.Cut(string(signedNote), "\n\n")
-		if !ok {
-			return "", fmt.Errorf("%w: the request's note has no body", ErrBadRequest)
+	lines := strings.SplitAfter(text, "\n")
+	lines = lines[:len(lines)-1]
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "— ") {
+			return "", fmt.Errorf("%w: the answer is not signature lines", ErrUnexpectedResponse)
 		}
-		if _, err := c.cosv.VerifyLine([]byte(text+"\n"), line); err != nil {
+	}
+	if c.cosv == nil {
+		return text, nil
+	}
+	noteText, _, ok := strings.Cut(string(signedNote), "\n\n")
+	if !ok {
+		return "", fmt.Errorf("%w: the request's note has no body", ErrBadRequest)
+	}
+	for _, l := range lines {
+		_, err := c.cosv.VerifyLine([]byte(noteText+"\n"), l)
+		switch {
+		case err == nil:
+			return l, nil
+		case errors.Is(err, checkpoint.ErrWrongKey):
+			continue // another key of the witness, or another format
+		default:
 			return "", fmt.Errorf("%w: %w", ErrUnexpectedResponse, err)
 		}
 	}
-	return line, nil
+	return "", fmt.Errorf("%w: no cosignature by %s+%08x", ErrUnexpectedResponse, c.cosv.Name(), c.cosv.KeyHash())
 }
 
 // Latest returns the latest checkpoint the witness cosigned for origin,

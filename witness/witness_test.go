@@ -580,3 +580,40 @@ func TestSpecExampleRequest(t *testing.T) {
 		t.Fatalf("checkpoint %+v %v", c, err)
 	}
 }
+
+// Ensure that the client takes its witness's line out of an answer of
+// several (other keys' lines are ignored), and refuses an answer whose
+// line by its witness's key does not verify, or that has no such line.
+func TestClientSeveralLines(t *testing.T) {
+	f := newFixture(t)
+	f.trusted.grow(t, 3)
+	msg := f.note(t, 3, f.trusted.root(t, 3))
+	body := checkpoint.Checkpoint{Origin: f.origin, Size: 3, Root: f.trusted.root(t, 3)}.Marshal()
+	foreign, _ := checkpoint.Cosign(body, "other.test/w9", key(9), time.Now())
+	own, _ := checkpoint.Cosign(body, "witness.test/w1", f.wKey, time.Now())
+	forged, _ := checkpoint.Cosign(checkpoint.Checkpoint{Origin: f.origin, Size: 4, Root: f.trusted.root(t, 3)}.Marshal(), "witness.test/w1", f.wKey, time.Now())
+	for _, tc := range []struct {
+		name, answer string
+		want         error
+	}{
+		{"foreign then own", foreign + own, nil},
+		{"own then foreign", own + foreign, nil},
+		{"foreign only", foreign, witness.ErrUnexpectedResponse},
+		{"own key, other body", foreign + forged, witness.ErrUnexpectedResponse},
+		{"not a signature line", own + "hello\n", witness.ErrUnexpectedResponse},
+		{"no final newline", strings.TrimSuffix(own, "\n"), witness.ErrUnexpectedResponse},
+		{"empty", "", witness.ErrUnexpectedResponse},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+				io.WriteString(rw, tc.answer)
+			}))
+			defer srv.Close()
+			cl, _ := witness.NewClient(srv.URL, witness.ClientOptions{Verifier: f.cosv})
+			line, err := cl.AddCheckpoint(context.Background(), 0, nil, msg)
+			if !errors.Is(err, tc.want) || (tc.want == nil && line != own) {
+				t.Fatalf("AddCheckpoint = %q, %v; want %v", line, err, tc.want)
+			}
+		})
+	}
+}
