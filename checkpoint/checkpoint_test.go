@@ -86,6 +86,7 @@ func TestParseRefuses(t *testing.T) {
 		{"root non-canonical bits", "o\n1\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2J=\n"},
 		{"root url alphabet", "o\n1\nCsUYapGGPo4dkMgIAUqom_Xajj7h2fB2MPA3j2jxq2I=\n"},
 		{"root 31 bytes", "o\n1\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxqw==\n"},
+		{"root with CR inside (the decoder skips it)", "o\n1\nCsUYapGGPo4dkMgIAUqom/Xajj7h2f\rB2MPA3j2jxq2I=\n"},
 		{"root with newline inside", "o\n1\nCsUYapGGPo4dkMgIAUqom/Xajj7h2f\nB2MPA3j2jxq2I=\n"},
 		{"empty extension", "o\n1\n" + root + "\n\n"},
 		{"empty extension between", "o\n1\n" + root + "\na\n\nb\n"},
