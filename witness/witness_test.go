@@ -97,7 +97,7 @@ type fixture struct {
 	trusted *tree
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{path: filepath.Join(t.TempDir(), "witness.db"), logKey: key(1), wKey: key(2)}
 	if err := witness.Create(f.path, "witness.test/w1", f.wKey.Public().(ed25519.PublicKey)); err != nil {
@@ -117,7 +117,7 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) open(t *testing.T) {
+func (f *fixture) open(t testing.TB) {
 	t.Helper()
 	st, err := witness.OpenStore(f.path, witness.StoreOptions{})
 	if err != nil {
@@ -615,5 +615,22 @@ func TestClientSeveralLines(t *testing.T) {
 				t.Fatalf("AddCheckpoint = %q, %v; want %v", line, err, tc.want)
 			}
 		})
+	}
+}
+
+// BenchmarkAddCheckpoint measures one add-checkpoint over HTTP on
+// loopback: parse, verify, prove, commit (fsync) and cosign.
+func BenchmarkAddCheckpoint(b *testing.B) {
+	f := newFixture(b)
+	tr := newTree(b, "bench", int64(b.N)+2)
+	old := int64(0)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		n := old + 1
+		msg, _ := checkpoint.Sign(checkpoint.Checkpoint{Origin: f.origin, Size: uint64(n), Root: tr.root(b, n)}, f.signer)
+		if _, err := f.client.AddCheckpoint(context.Background(), uint64(old), tr.proof(b, old, n), msg); err != nil {
+			b.Fatal(err)
+		}
+		old = n
 	}
 }
