@@ -357,7 +357,7 @@ func (m *Main) run(ctx context.Context, args []string) error {
 // groupCommands are the commands whose first argument is a subcommand
 // (or, for cert, a kind).
 var groupCommands = map[string]bool{"scope": true, "target": true, "request": true, "envelope": true,
-	"admission": true, "observe": true, "ledger": true, "cert": true, "grant": true}
+	"admission": true, "observe": true, "ledger": true, "cert": true, "grant": true, "witness": true}
 
 // boolFlags are the flags of subcommands that take no value, so that
 // subcommandFirst does not read the word after one as its value. A value
@@ -447,6 +447,9 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &ServeCommand{m}, args, nil
 	case "cert":
 		return &CertCommand{m}, args, nil
+	case "witness":
+		return group(subcommand{"init", &WitnessInitCommand{m}}, subcommand{"trust", &WitnessTrustCommand{m}},
+			subcommand{"serve", &WitnessServeCommand{m}})
 	case "bench":
 		return &BenchCommand{m}, args, nil
 	case "version":
@@ -467,7 +470,7 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 
 // commandNames are the commands "kvfence help" lists, for suggestions.
 var commandNames = []string{"keygen", "init", "scope", "target", "request", "activate", "envelope", "submit", "hold",
-	"grant", "status", "observe", "verify-chain", "audit", "admission", "recover", "backup", "restore", "ledger", "contain", "serve", "cert", "lab", "bench", "version", "completion"}
+	"grant", "status", "observe", "verify-chain", "audit", "admission", "recover", "backup", "restore", "ledger", "contain", "serve", "cert", "witness", "lab", "bench", "version", "completion"}
 
 // isHelpFlag reports whether arg asks for help, as the flag package
 // understands it.
@@ -530,6 +533,9 @@ The commands are:
 	contain         hold an action at every boundary; activate its successor
 	serve           run a receiver as a service (mTLS, admin socket)
 	cert            make test certificates for serve
+	witness init    make a witness: its key and its database
+	witness trust   make a witness accept a receiver's checkpoints
+	witness serve   run a witness (C2SP tlog-witness over TLS)
 	lab             run the fencing lab in real processes (lab build only)
 	bench           measure durable fenced writes against fsync, bbolt, SQLite
 	version         the module version and VCS revision (also --version)

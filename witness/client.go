@@ -1,0 +1,189 @@
+package witness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/kvfence/kvfence/checkpoint"
+)
+
+// ErrUnexpectedResponse means a witness answered with a status or body
+// this protocol does not have.
+var ErrUnexpectedResponse = errors.New("unexpected answer from witness")
+
+// maxResponseSize bounds what the client reads from a witness.
+const maxResponseSize = checkpoint.MaxNoteSize + 4096
+
+// Client talks to one witness.
+type Client struct {
+	base *url.URL
+	http *http.Client
+	cosv *checkpoint.CosignatureVerifier
+}
+
+// ClientOptions configures NewClient.
+type ClientOptions struct {
+	// HTTPClient sends the requests; nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// Verifier, when set, checks every cosignature the witness returns:
+	// a line that does not verify is ErrUnexpectedResponse wrapping the
+	// checkpoint package's error.
+	Verifier *checkpoint.CosignatureVerifier
+}
+
+// NewClient returns a client of the witness at baseURL (http or https,
+// the prefix under which /add-checkpoint is served).
+func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("witness URL %q is not an http or https URL without query", baseURL)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = http.DefaultClient
+	}
+	return &Client{base: u, http: opts.HTTPClient, cosv: opts.Verifier}, nil
+}
+
+func (c *Client) url(path string, query url.Values) string {
+	u := *c.base
+	u.Path += path
+	u.RawQuery = query.Encode()
+	return u.String()
+}
+
+// AddCheckpoint asks the witness to cosign signedNote, which extends the
+// checkpoint of oldSize by proof, and returns the cosignature: with a
+// Verifier, the one line by that key (other lines are ignored, a line by
+// that key that does not verify is an error); without, every line the
+// witness returned. Errors:
+// a *ConflictError (ErrConflict) with the witness's size, ErrBadProof,
+// ErrUnknownLog, ErrForbidden, ErrBadRequest, ErrUnexpectedResponse, or
+// the transport's.
+func (c *Client) AddCheckpoint(ctx context.Context, oldSize uint64, proof tlog.TreeProof, signedNote []byte) (string, error) {
+	body := AddCheckpointRequest{OldSize: oldSize, Proof: proof, SignedNote: signedNote}.Marshal()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(AddCheckpointPath, nil), bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	status, ctype, resp, err := c.do(req)
+	if err != nil {
+		return "", err
+	}
+	switch status {
+	case http.StatusOK:
+	case http.StatusConflict:
+		size, perr := checkpoint.ParseSize(strings.TrimSuffix(string(resp), "\n"))
+		if ctype != SizeContentType || !bytes.HasSuffix(resp, []byte("\n")) || perr != nil {
+			return "", fmt.Errorf("%w: a 409 without a %s body", ErrUnexpectedResponse, SizeContentType)
+		}
+		return "", &ConflictError{Size: size}
+	default:
+		return "", statusError(status, resp)
+	}
+	// One or more signature lines (a witness may cosign with several keys).
+	text := string(resp)
+	if text == "" || !strings.HasSuffix(text, "\n") {
+		return "", fmt.Errorf("%w: the answer is not signature lines", ErrUnexpectedResponse)
+	}
+	lines := strings.SplitAfter(text, "\n")
+	lines = lines[:len(lines)-1]
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "— ") {
+			return "", fmt.Errorf("%w: the answer is not signature lines", ErrUnexpectedResponse)
+		}
+	}
+	if c.cosv == nil {
+		return text, nil
+	}
+	noteText, _, ok := strings.Cut(string(signedNote), "\n\n")
+	if !ok {
+		return "", fmt.Errorf("%w: the request's note has no body", ErrBadRequest)
+	}
+	for _, l := range lines {
+		_, err := c.cosv.VerifyLine([]byte(noteText+"\n"), l)
+		switch {
+		case err == nil:
+			return l, nil
+		case errors.Is(err, checkpoint.ErrWrongKey):
+			continue // another key of the witness, or another format
+		default:
+			return "", fmt.Errorf("%w: %w", ErrUnexpectedResponse, err)
+		}
+	}
+	return "", fmt.Errorf("%w: no cosignature by %s+%08x", ErrUnexpectedResponse, c.cosv.Name(), c.cosv.KeyHash())
+}
+
+// Latest returns the latest checkpoint the witness cosigned for origin,
+// with its cosignature, or ErrNoCheckpoint when it has none (or does not
+// know the origin). With a Verifier, the cosignature is checked (not the
+// log's signature, which the caller checks with the log's key).
+func (c *Client) Latest(ctx context.Context, origin string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(LatestPath, url.Values{"origin": {origin}}), nil)
+	if err != nil {
+		return nil, err
+	}
+	status, _, resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	switch status {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("%w (witness said %q)", ErrNoCheckpoint, strings.TrimSpace(string(resp)))
+	default:
+		return nil, statusError(status, resp)
+	}
+	if c.cosv != nil {
+		if _, _, err := checkpoint.Open(resp, c.cosv); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnexpectedResponse, err)
+		}
+	}
+	return resp, nil
+}
+
+func (c *Client) do(req *http.Request) (int, string, []byte, error) {
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseSize+1))
+	if err != nil {
+		return 0, "", nil, err
+	}
+	if len(body) > maxResponseSize {
+		return 0, "", nil, fmt.Errorf("%w: answer over %d bytes", ErrUnexpectedResponse, maxResponseSize)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), body, nil
+}
+
+func statusError(status int, body []byte) error {
+	msg := strings.TrimSpace(string(body))
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	var sentinel error
+	switch status {
+	case http.StatusBadRequest:
+		sentinel = ErrBadRequest
+	case http.StatusNotFound:
+		sentinel = ErrUnknownLog
+	case http.StatusForbidden:
+		sentinel = ErrForbidden
+	case http.StatusUnprocessableEntity:
+		sentinel = ErrBadProof
+	default:
+		return fmt.Errorf("%w: status %d: %q", ErrUnexpectedResponse, status, msg)
+	}
+	return fmt.Errorf("%w (witness said %q)", sentinel, msg)
+}
