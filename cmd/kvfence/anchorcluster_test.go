@@ -232,6 +232,10 @@ func blackHole(t *testing.T) string {
 // (never "apart"), with nothing written either.
 func TestEtcdAnchorOwnClusterOtherRoutes(t *testing.T) {
 	skipShort(t)
+	// Mostly waiting on the black hole: it runs beside the other
+	// parallel tests, sharing nothing with them (own clusters, own
+	// directory, environment passed to Main).
+	t.Parallel()
 	c := newCLI(t)
 	ec := etcdtest.NewCluster(t, etcdtest.Config{Members: 3})
 	cli := ec.Client(t)

@@ -266,6 +266,10 @@ func TestEtcdEngineFailures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: runs in the full test command (go test without -short)")
 	}
+	// It waits out the request timeout (10 s) against a stopped cluster,
+	// beside the other parallel tests: it shares nothing with them (own
+	// clusters, own directory, environment passed to Main).
+	t.Parallel()
 	c := newCLI(t)
 	ec, _ := c.etcdReceiver()
 	ec.HardStop(0)

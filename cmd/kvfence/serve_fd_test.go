@@ -120,6 +120,11 @@ func holdConnsChild() int {
 // once; the flood is ready once 20,000 have been opened.)
 func TestServe_DescriptorFloodAdminHolds(t *testing.T) {
 	skipShort(t)
+	// It runs beside the parallel tests, which mostly wait (on a black
+	// hole, on a stopped cluster) and add little load; its server and
+	// flooding children are processes of its own, with their own
+	// descriptor limits.
+	t.Parallel()
 	const (
 		flood  = 20000
 		nofile = 4096
