@@ -101,6 +101,15 @@ type Config struct {
 	MaxTxnOps uint
 }
 
+// launchAttempts bounds the launches of one NewCluster.
+const launchAttempts = 4
+
+// firstLine returns err's message up to its first line break.
+func firstLine(err error) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return msg
+}
+
 // Start starts a single-member cluster in t.TempDir and stops it when the
 // test ends.
 func Start(t testing.TB) *Cluster {
@@ -113,9 +122,12 @@ func Start(t testing.TB) *Cluster {
 func NewCluster(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
 	c, err := Launch(t.TempDir(), cfg)
-	if errors.Is(err, errExited) {
-		// Another process took a port between its choice and the
-		// listen; choose again.
+	// A member that exited at its start found a port taken between its
+	// choice and the listen (by any process's outgoing connection, which
+	// the kernel gives a port from the same range, more often while
+	// tests run in parallel): choose again, a few times.
+	for attempt := 1; attempt < launchAttempts && errors.Is(err, errExited); attempt++ {
+		t.Logf("etcdtest: choosing ports again: %v", firstLine(err))
 		c, err = Launch(t.TempDir(), cfg)
 	}
 	if err != nil {
