@@ -257,8 +257,9 @@ func (m *Member) launch(bin string, args []string) error {
 	return nil
 }
 
-// waitReady waits until the member answers healthy (it has a leader and
-// serves a read) and learns its ID, or fails at deadline.
+// waitReady waits, at a launch, until the member answers healthy (it has
+// a leader and serves a read) and learns its ID; it fails at deadline, or
+// with errExited once any member of the cluster has exited.
 func (m *Member) waitReady(deadline time.Time) error {
 	hc := &http.Client{Timeout: time.Second}
 	for {
@@ -268,10 +269,21 @@ func (m *Member) waitReady(deadline time.Time) error {
 		if p == nil {
 			return fmt.Errorf("etcdtest: %s is not running", m.Name)
 		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("%w: %s: %v; its log ends:\n%s", errExited, m.Name, p.err, tail(m.logPath, 10))
-		default:
+		// Any member that exited is reported, not only this one: this
+		// one, waiting for peers that never came up, would only time
+		// out, and NewCluster launches again after an exit.
+		for _, o := range m.c.Members {
+			o.mu.Lock()
+			op := o.proc
+			o.mu.Unlock()
+			if op == nil {
+				continue
+			}
+			select {
+			case <-op.done:
+				return fmt.Errorf("%w: %s: %v; its log ends:\n%s", errExited, o.Name, op.err, tail(o.logPath, 10))
+			default:
+			}
 		}
 		if healthy(hc, m.ClientURL) {
 			ctx, cancel := context.WithDeadline(context.Background(), deadline)
