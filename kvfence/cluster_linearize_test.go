@@ -40,6 +40,9 @@ func TestLinearizable_EtcdClusterLeaderStopped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: runs in the full test command (go test without -short)")
 	}
+	// It waits on elections and its members' fsyncs, beside the other
+	// parallel tests; its clusters and receivers are its own.
+	t.Parallel()
 	for attempt := 1; attempt <= 3; attempt++ {
 		if leaderStoppedHistory(t) > 0 {
 			return

@@ -463,6 +463,11 @@ func TestClusterHoldRace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: runs in the full test command (go test without -short)")
 	}
+	// Most of its time goes to waiting on etcd (an election, a request
+	// timing out in the partition), so it runs beside the other parallel
+	// tests; it shares nothing with them: its cluster, anchor and
+	// receiver are its own.
+	t.Parallel()
 	c := etcdtest.NewCluster(t, etcdtest.Config{Members: 3, Gates: true, Fsync: true})
 	t.Logf("3 members (fsync, gated) ready in %v", c.Ready.Round(time.Millisecond))
 	const prefix = "/kvfence-cluster-race/"

@@ -169,6 +169,10 @@ type crashStats struct {
 // an anchor that covers every acknowledged write and never runs ahead of
 // the database.
 func TestCrash_KillDuringWrites(t *testing.T) {
+	// Its children start, sync and die while it waits, so it runs beside
+	// the other parallel tests; its files and children are its own, and
+	// it reads the environment without setting it.
+	t.Parallel()
 	seed, kills := uint64(defaultCrashSeed), defaultCrashKills
 	switch {
 	case testing.Short():

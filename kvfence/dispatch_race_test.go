@@ -19,6 +19,9 @@ import (
 // audit chain and the object's stamps agree, and the store reopens (its
 // chain replays without a fence violation).
 func TestDispatchHoldRace(t *testing.T) {
+	// Its schedules sleep and wait on delayed writes, beside the other
+	// parallel tests; its fixtures and fake objects are its own.
+	t.Parallel()
 	schedules := map[string]int{"bbolt": 12, "etcd": 4}
 	if testing.Short() {
 		schedules = map[string]int{"bbolt": 3, "etcd": 1}

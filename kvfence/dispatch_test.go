@@ -18,6 +18,10 @@ import (
 // cancelled by a hold, and the denials of a receiver without a dispatcher
 // and of an object deleted and recreated.
 func TestDispatchOutcomes(t *testing.T) {
+	// Its cases wait out dispatch timeouts and delays, beside the other
+	// parallel tests; its fixtures and fake objects are its own (etcd
+	// stores get a prefix of their own on the shared member).
+	t.Parallel()
 	cases := []struct {
 		name string
 		// setup runs after the worker's activation, before its submit.
@@ -348,6 +352,8 @@ func TestDispatchHoldNotSettled(t *testing.T) {
 // is fenced and failed, and a receiver without the dispatcher refuses to
 // open.
 func TestDispatchRestart(t *testing.T) {
+	// As TestDispatchOutcomes: it mostly waits, and shares nothing.
+	t.Parallel()
 	cases := []struct {
 		name string
 		// change is what reached the object while the receiver was down.

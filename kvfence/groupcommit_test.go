@@ -210,6 +210,11 @@ func mint(t *testing.T, f *fixture, rng *rand.Rand, round int, p *pool, record f
 // time, in audit seq order, on a fresh receiver with the same clock and
 // grant ids.
 func TestGroupCommit_MatchesOneByOne(t *testing.T) {
+	// Long, and timed by nothing but the calls it makes (more load forms
+	// larger batches, which it welcomes): it runs beside the parallel
+	// tests that mostly wait. Its fixtures are its own (etcd stores get
+	// a prefix of their own on the shared member).
+	t.Parallel()
 	seeds := uint64(3)
 	switch {
 	case testing.Short():

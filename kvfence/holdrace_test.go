@@ -300,6 +300,9 @@ func raceReceiverOn(t *testing.T, s *store, v defect.Variant) (*Receiver, *store
 // all racing, no mutation commits under a superseded grant and every call
 // gets exactly one decision, over many schedules.
 func TestHoldRace_InProcess(t *testing.T) {
+	// Its schedules count calls, not time, so it runs beside the parallel
+	// tests that mostly wait; its receivers are its own.
+	t.Parallel()
 	forEngines(t, func(t *testing.T, s *store) {
 		seed, schedules := raceSettings(t)
 		if s.name == "etcd" && os.Getenv("KVFENCE_RACE_SCHEDULES") == "" {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -230,6 +232,10 @@ func blackHole(t *testing.T) string {
 // (never "apart"), with nothing written either.
 func TestEtcdAnchorOwnClusterOtherRoutes(t *testing.T) {
 	skipShort(t)
+	// Mostly waiting on the black hole: it runs beside the other
+	// parallel tests, sharing nothing with them (own clusters, own
+	// directory, environment passed to Main).
+	t.Parallel()
 	c := newCLI(t)
 	ec := etcdtest.NewCluster(t, etcdtest.Config{Members: 3})
 	cli := ec.Client(t)
@@ -251,21 +257,47 @@ func TestEtcdAnchorOwnClusterOtherRoutes(t *testing.T) {
 		{"no answer", blackHole(t), ExitError, "Error:"},
 	} {
 		anchor := "etcd://" + tc.host + "/kvfence-test/anchor"
-		for _, args := range [][]string{
+		cmds := [][]string{
 			{"init", "--id", "r2", "--etcd-prefix", "/fresh/", "--recovery-pub", c.path("recovery.key.pub")},
 			{"status"},
 			{"scope", "create", "--scope", "s2"},
-		} {
-			before, rev := clusterState(t, cli)
-			r := c.must(tc.code, append(append([]string{}, args...), "--anchor", anchor)...)
-			if !strings.Contains(r.stderr, tc.want) {
-				t.Errorf("%s: %q: %s", tc.name, args, r)
-			}
-			if after, rev2 := clusterState(t, cli); rev2 != rev || len(after) != len(before) {
-				t.Fatalf("%s: %q wrote on the receiver's cluster", tc.name, args)
+		}
+		for i := range cmds {
+			cmds[i] = append(cmds[i], "--anchor", anchor)
+		}
+		// The commands run at once: against the black hole each waits out
+		// the anchor's dial timeout, and one after the other they would
+		// wait three times as long. A write by any of them still moves
+		// the cluster's revision between the two looks.
+		before, rev := clusterState(t, cli)
+		for i, r := range c.runAll(cmds) {
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("%s: %q: got %s, want exit %d saying %q", tc.name, cmds[i], r, tc.code, tc.want)
 			}
 		}
+		if after, rev2 := clusterState(t, cli); rev2 != rev || len(after) != len(before) {
+			t.Fatalf("%s: one of %q wrote on the receiver's cluster", tc.name, cmds)
+		}
 	}
+}
+
+// runAll runs the program once for each of cmds, all at once, and returns
+// their results in the order of cmds.
+func (c *cli) runAll(cmds [][]string) []result {
+	c.t.Helper()
+	out := make([]result, len(cmds))
+	var wg sync.WaitGroup
+	for i, args := range cmds {
+		wg.Go(func() {
+			var stdout, stderr bytes.Buffer
+			m := Main{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+				Getenv: func(k string) string { return c.env[k] }, Now: c.now}
+			code := m.Run(context.Background(), args)
+			out[i] = result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // Ensure that the ledger on etcd refuses an anchor on its own cluster

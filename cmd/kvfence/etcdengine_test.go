@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,6 +26,26 @@ func (c *cli) etcdReceiver() (*etcdtest.Cluster, *clientv3.Client) {
 	c.env[envAnchor] = etcdAnchor(c.t, "/kvfence-test/anchor")
 	c.receiver()
 	return ec, ec.Client(c.t)
+}
+
+// openWriter opens the receiver that c's environment names, as the
+// commands that write open it (commonFlags.openWriter), and closes it when
+// the test ends.
+func (c *cli) openWriter() *kvfence.Receiver {
+	c.t.Helper()
+	fs := newFlagSet("test")
+	cf := commonFlags{name: "test"}
+	cf.register(fs, withDB|withKey)
+	if err := parseFlags(fs, func() {}, nil, 0); err != nil {
+		c.t.Fatal(err)
+	}
+	cf.resolve(fs, func(k string) string { return c.env[k] })
+	r, err := cf.openWriter(nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { r.Close() })
+	return r
 }
 
 // snapshot returns every key and value under prefix.
@@ -245,6 +266,10 @@ func TestEtcdEngineFailures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: runs in the full test command (go test without -short)")
 	}
+	// It waits out the request timeout (10 s) against a stopped cluster,
+	// beside the other parallel tests: it shares nothing with them (own
+	// clusters, own directory, environment passed to Main).
+	t.Parallel()
 	c := newCLI(t)
 	ec, _ := c.etcdReceiver()
 	ec.HardStop(0)
@@ -287,13 +312,36 @@ func TestEtcdEngineMaxTxnOps(t *testing.T) {
 	c.env[envEtcd] = strings.Join(ec.Endpoints(), ",")
 	c.env[envAnchor] = etcdAnchor(c.t, "/kvfence-test/anchor")
 	c.receiver()
+	// The 70 open scopes are set up through one receiver opened as the
+	// commands open theirs: each command would open its own, and an open
+	// replays the whole chain, so 210 commands would cost a quadratic
+	// replay that has nothing to do with hold --all.
+	value, err := os.ReadFile(filepath.Join(fixtureDir, "value.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0 := c.openWriter()
+	admin := localAdmin(r0)
 	for i := range 70 {
 		s := fmt.Sprintf("s%02d", i)
-		c.must(0, "scope", "create", "--scope", s)
-		c.must(0, "target", "create", "--scope", s, "--target", s+"/t", "--value-file", filepath.Join(fixtureDir, "value.json"))
+		if _, err := admin.CreateScope(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.CreateTarget(t.Context(), s, s+"/t", value); err != nil {
+			t.Fatal(err)
+		}
 		c.must(0, "request", "build", "--action", "a", "--target", s+"/t",
 			"--patch-file", filepath.Join(fixtureDir, "patch.json"), "--out", c.path(s+".cbor"))
-		c.must(0, "activate", "--scope", s, "--executor", "w", "--claim", "c", "--request", c.path(s+".cbor"))
+		req, err := os.ReadFile(c.path(s + ".cbor"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Activate(t.Context(), kvfence.ActivateRequest{Scope: s, Executor: "w", Claim: "c", Request: req}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r0.Close(); err != nil {
+		t.Fatal(err)
 	}
 	r := c.run("hold", "--all", "--reason", "incident")
 	if r.code == 0 {

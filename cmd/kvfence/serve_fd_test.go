@@ -120,6 +120,8 @@ func holdConnsChild() int {
 // once; the flood is ready once 20,000 have been opened.)
 func TestServe_DescriptorFloodAdminHolds(t *testing.T) {
 	skipShort(t)
+	// Not parallel: its 20,000 connections take ports from the range
+	// that the etcd members of a test beside it choose theirs from.
 	const (
 		flood  = 20000
 		nofile = 4096

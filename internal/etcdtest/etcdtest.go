@@ -101,6 +101,15 @@ type Config struct {
 	MaxTxnOps uint
 }
 
+// launchAttempts bounds the launches of one NewCluster.
+const launchAttempts = 4
+
+// firstLine returns err's message up to its first line break.
+func firstLine(err error) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return msg
+}
+
 // Start starts a single-member cluster in t.TempDir and stops it when the
 // test ends.
 func Start(t testing.TB) *Cluster {
@@ -113,9 +122,12 @@ func Start(t testing.TB) *Cluster {
 func NewCluster(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
 	c, err := Launch(t.TempDir(), cfg)
-	if errors.Is(err, errExited) {
-		// Another process took a port between its choice and the
-		// listen; choose again.
+	// A member that exited at its start found a port taken between its
+	// choice and the listen (by any process's outgoing connection, which
+	// the kernel gives a port from the same range, more often while
+	// tests run in parallel): choose again, a few times.
+	for attempt := 1; attempt < launchAttempts && errors.Is(err, errExited); attempt++ {
+		t.Logf("etcdtest: choosing ports again: %v", firstLine(err))
 		c, err = Launch(t.TempDir(), cfg)
 	}
 	if err != nil {
@@ -245,8 +257,9 @@ func (m *Member) launch(bin string, args []string) error {
 	return nil
 }
 
-// waitReady waits until the member answers healthy (it has a leader and
-// serves a read) and learns its ID, or fails at deadline.
+// waitReady waits, at a launch, until the member answers healthy (it has
+// a leader and serves a read) and learns its ID; it fails at deadline, or
+// with errExited once any member of the cluster has exited.
 func (m *Member) waitReady(deadline time.Time) error {
 	hc := &http.Client{Timeout: time.Second}
 	for {
@@ -256,10 +269,21 @@ func (m *Member) waitReady(deadline time.Time) error {
 		if p == nil {
 			return fmt.Errorf("etcdtest: %s is not running", m.Name)
 		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("%w: %s: %v; its log ends:\n%s", errExited, m.Name, p.err, tail(m.logPath, 10))
-		default:
+		// Any member that exited is reported, not only this one: this
+		// one, waiting for peers that never came up, would only time
+		// out, and NewCluster launches again after an exit.
+		for _, o := range m.c.Members {
+			o.mu.Lock()
+			op := o.proc
+			o.mu.Unlock()
+			if op == nil {
+				continue
+			}
+			select {
+			case <-op.done:
+				return fmt.Errorf("%w: %s: %v; its log ends:\n%s", errExited, o.Name, op.err, tail(o.logPath, 10))
+			default:
+			}
 		}
 		if healthy(hc, m.ClientURL) {
 			ctx, cancel := context.WithDeadline(context.Background(), deadline)
