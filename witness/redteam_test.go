@@ -1,0 +1,236 @@
+package witness_test
+
+import (
+	"context"
+	"crypto/ed25519"
+		"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/kvfence/kvfence/checkpoint"
+	"github.com/kvfence/kvfence/witness"
+)
+
+// Red-team tests of the witness. Each one states an attack; a test that
+// fails is a finding (see the report of branch rt-witness).
+
+// Ensure that the witness does not cosign a second body for a size it has
+// already cosigned: the same size and root with other extension lines (in
+// kvfence, another state digest or epoch high-water) is refused, or else
+// two cosigned checkpoints of one size say different things about the
+// receiver's state, a split view the witness could have caught.
+func TestRedteamSameSizeOtherExtensions(t *testing.T) {
+	f := newFixture(t)
+	f.trusted.grow(t, 5)
+	root := f.trusted.root(t, 5)
+	first, err := checkpoint.Sign(checkpoint.Checkpoint{Origin: f.origin, Size: 5, Root: root, Extensions: []string{"kvfence-state aaaa", "kvfence-epoch-hw 7"}}, f.signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.AddCheckpoint(context.Background(), 0, nil, first); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		ext  []string
+	}{
+		{"another state digest", []string{"kvfence-state bbbb", "kvfence-epoch-hw 7"}},
+		{"a lower epoch high-water", []string{"kvfence-state aaaa", "kvfence-epoch-hw 1"}},
+		{"no extension lines", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			other, err := checkpoint.Sign(checkpoint.Checkpoint{Origin: f.origin, Size: 5, Root: root, Extensions: tc.ext}, f.signer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line, err := f.client.AddCheckpoint(context.Background(), 5, nil, other)
+			if err == nil {
+				t.Fatalf("cosigned a second body for size 5: %q", line)
+			}
+		})
+	}
+}
+
+// smallOrderKey is the encoding of the Ed25519 identity point, a public
+// key of order 1: R = identity, S = 0 verifies for every message under it.
+func smallOrderKey() ed25519.PublicKey {
+	k := make(ed25519.PublicKey, ed25519.PublicKeySize)
+	k[0] = 1
+	return k
+}
+
+// forgedSigner signs every message with the signature that verifies under
+// smallOrderKey without any private key.
+type forgedSigner struct {
+	name string
+	hash uint32
+}
+
+func (s forgedSigner) Name() string    { return s.name }
+func (s forgedSigner) KeyHash() uint32 { return s.hash }
+func (s forgedSigner) Sign([]byte) ([]byte, error) {
+	sig := make([]byte, ed25519.SignatureSize)
+	sig[0] = 1 // R = identity; S = 0
+	return sig, nil
+}
+
+// Ensure that the witness refuses to trust a log key of small order: under
+// such a key anyone can sign any checkpoint, so anyone could move the
+// witness's record of the log (and lock the real log out with conflicts).
+func TestRedteamTrustSmallOrderKey(t *testing.T) {
+	pub := smallOrderKey()
+	if !ed25519.Verify(pub, []byte("any message"), forgedSigner{}.mustSig()) {
+		t.Fatal("premise: the forged signature does not verify under the identity key")
+	}
+	f := newFixture(t)
+	origin, err := checkpoint.ReceiverOrigin("victim", pub)
+	if err != nil {
+		t.Fatalf("ReceiverOrigin refused the key (good): %v", err)
+	}
+	vkey, err := checkpoint.VerifierKey(origin, pub)
+	if err != nil {
+		return // refused at the key: good
+	}
+	if err := f.store.Trust(origin, vkey); err == nil {
+		// Show the impact: a checkpoint nobody signed gets cosigned.
+		v, _ := note.NewVerifier(vkey)
+		tr := newTree(t, "attacker", 3)
+		msg, serr := checkpoint.Sign(checkpoint.Checkpoint{Origin: origin, Size: 3, Root: tr.root(t, 3)}, forgedSigner{name: origin, hash: v.KeyHash()})
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		line, aerr := f.client.AddCheckpoint(context.Background(), 0, nil, msg)
+		t.Errorf("Trust accepted a small-order log key; a checkpoint signed without any private key was then answered %q, %v", line, aerr)
+	}
+}
+
+func (forgedSigner) mustSig() []byte { s, _ := forgedSigner{}.Sign(nil); return s }
+
+// Ensure that a client reading a witness's latest checkpoint refuses an
+// answer whose cosignature is old: the witness cosigns at read time so
+// that the answer says "as of now, this is the largest tree", but a
+// client that accepts any age takes a replayed (or cached, as the spec
+// allows the monitoring prefix to be) older answer, which shows the
+// witness behind the database and hides a rollback at open.
+func TestRedteamLatestReplayedAnswer(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.add(t, f.trusted, 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	recorded, err := f.client.Latest(ctx, f.origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.add(t, f.trusted, 5, 9); err != nil {
+		t.Fatal(err)
+	}
+	replay := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Write(recorded)
+	}))
+	defer replay.Close()
+	// The replay happens an hour after the answer was made.
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	cosv, _ := checkpoint.NewCosignatureVerifier("witness.test/w1", f.wKey.Public().(ed25519.PublicKey), checkpoint.CosignatureVerifierOptions{Now: later})
+	c, err := witness.NewClient(replay.URL, witness.ClientOptions{Verifier: cosv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Latest(ctx, f.origin)
+	if err == nil {
+		cp, _, _ := checkpoint.Open(got, f.logv)
+		t.Errorf("Latest accepted an hour-old cosignature of size %d while the witness is at 9", cp.Size)
+	}
+}
+
+// Ensure that Latest refuses an answer for another origin than the one
+// asked for, even one the witness really cosigned: a client that checks
+// only the cosignature gets another log's checkpoint as this one's.
+func TestRedteamLatestOtherOrigin(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.add(t, f.trusted, 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	// A second log the same witness serves, with its own key.
+	other, _ := checkpoint.ReceiverOrigin("r2", key(3).Public().(ed25519.PublicKey))
+	vkey, _ := checkpoint.VerifierKey(other, key(3).Public().(ed25519.PublicKey))
+	if err := f.store.Trust(other, vkey); err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := checkpoint.NewSigner(other, key(3))
+	tr := newTree(t, "r2", 2)
+	msg, _ := checkpoint.Sign(checkpoint.Checkpoint{Origin: other, Size: 2, Root: tr.root(t, 2)}, s2)
+	if _, err := f.client.AddCheckpoint(ctx, 0, nil, msg); err != nil {
+		t.Fatal(err)
+	}
+	otherLatest, err := f.client.Latest(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swap := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Write(otherLatest)
+	}))
+	defer swap.Close()
+	c, _ := witness.NewClient(swap.URL, witness.ClientOptions{Verifier: f.cosv})
+	if got, err := c.Latest(ctx, f.origin); err == nil {
+		t.Errorf("Latest(%q) returned a checkpoint of another origin: %q", f.origin, strings.SplitN(string(got), "\n", 2)[0])
+	}
+}
+
+// Ensure that a checkpoint above 2^62 leaves is refused at once: x/mod's
+// tlog.CheckTree loops for ever in maxpow2 on such sizes (1<<63 and 1<<64
+// overflow below the size), so one request signed by the log key pins a
+// core and holds the store's write transaction for good, and every later
+// add-checkpoint of every log waits behind it. The witness runs in a child
+// process, which the test kills when it does not answer in time.
+func TestRedteamHugeSizes(t *testing.T) {
+	if os.Getenv("RTW_HUGE_CHILD") != "" {
+		hugeSizesChild(t)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRedteamHugeSizes$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "RTW_HUGE_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the witness did not answer a checkpoint of size above 2^62 within 10 s (it spins in tlog.CheckTree holding the write transaction)")
+	}
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+func hugeSizesChild(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.add(t, f.trusted, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	junk := make(tlog.TreeProof, 63)
+	for i := range junk {
+		junk[i][0] = byte(i)
+	}
+	for _, size := range []uint64{1<<62 + 1, 1<<63 - 1} {
+		for _, proof := range []tlog.TreeProof{nil, junk[:1], junk} {
+			msg := f.note(t, int64(size), tlog.Hash{1})
+			if _, err := f.client.AddCheckpoint(context.Background(), 1, proof, msg); err == nil {
+				t.Errorf("size %d with %d junk proof lines was cosigned", size, len(proof))
+			}
+		}
+	}
+	status, _, _ := f.post(t, []byte("old 9223372036854775808\n\n"+string(f.note(t, 1, f.trusted.root(t, 1)))))
+	if status != http.StatusBadRequest {
+		t.Errorf("old size 2^63: %d", status)
+	}
+	if st, _ := f.store.Log(f.origin); st.Size != 1 {
+		t.Errorf("the witness moved to %d", st.Size)
+	}
+}
