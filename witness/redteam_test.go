@@ -3,7 +3,7 @@ package witness_test
 import (
 	"context"
 	"crypto/ed25519"
-		"net/http"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
