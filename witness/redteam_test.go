@@ -234,3 +234,56 @@ func hugeSizesChild(t *testing.T) {
 		t.Errorf("the witness moved to %d", st.Size)
 	}
 }
+
+// Ensure that a cosignature's timestamp is not later than the moment a
+// larger checkpoint of the same log was committed: cosignature/v1 says
+// "as of this time, this is the largest tree", but the witness reads its
+// clock for the signature after the commit, so a request that committed
+// size 5 and then lost the race to one committing size 9 signs size 5 with
+// a time at which 9 was already cosigned. Here the clock's read for A's
+// signature runs B in between, deterministically.
+func TestRedteamCosignTimeAfterLaterCommit(t *testing.T) {
+	f := newFixture(t)
+	f.trusted.grow(t, 9)
+	base := time.Now().Truncate(time.Second)
+	var tick int
+	var w *witness.Witness
+	var inHook bool
+	var bLine string
+	calls := 0
+	now := func() time.Time {
+		calls++
+		// Request A reads the clock twice: inside its transaction, then
+		// for its signature; run B before A's second read.
+		if calls == 2 && !inHook {
+			inHook = true
+			var err error
+			bLine, err = w.AddCheckpoint(witness.AddCheckpointRequest{OldSize: 5, Proof: f.trusted.proof(t, 5, 9), SignedNote: f.note(t, 9, f.trusted.root(t, 9))})
+			if err != nil {
+				t.Errorf("B: %v", err)
+			}
+		}
+		tick++
+		return base.Add(time.Duration(tick) * time.Second)
+	}
+	var err error
+	w, err = witness.New(f.store, f.wKey, witness.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aLine, err := w.AddCheckpoint(witness.AddCheckpointRequest{OldSize: 0, SignedNote: f.note(t, 5, f.trusted.root(t, 5))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body5 := checkpoint.Checkpoint{Origin: f.origin, Size: 5, Root: f.trusted.root(t, 5)}.Marshal()
+	body9 := checkpoint.Checkpoint{Origin: f.origin, Size: 9, Root: f.trusted.root(t, 9)}.Marshal()
+	cosv, _ := checkpoint.NewCosignatureVerifier("witness.test/w1", f.wKey.Public().(ed25519.PublicKey), checkpoint.CosignatureVerifierOptions{Now: func() time.Time { return base.Add(time.Hour) }})
+	tA, errA := cosv.VerifyLine(body5, aLine)
+	tB, errB := cosv.VerifyLine(body9, bLine)
+	if errA != nil || errB != nil {
+		t.Fatalf("cosignatures: %v %v", errA, errB)
+	}
+	if tA.After(tB) {
+		t.Errorf("size 5 cosigned at %v as the largest tree, after size 9 was cosigned at %v", tA, tB)
+	}
+}
