@@ -3,6 +3,7 @@ package witness_test
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -285,5 +286,48 @@ func TestRedteamCosignTimeAfterLaterCommit(t *testing.T) {
 	}
 	if tA.After(tB) {
 		t.Errorf("size 5 cosigned at %v as the largest tree, after size 9 was cosigned at %v", tA, tB)
+	}
+}
+
+// Ensure that a note with several signatures is judged by the trusted
+// key's alone: another key under the log's name is ignored (C2SP), a
+// second line by the trusted name and key ID that does not verify is 403,
+// and the witness never vouches for the extra lines (Latest strips them).
+// The first and last hold; the 403 does not when the bad line follows the
+// good one: x/mod's note.Open skips repeated lines of one verifier without
+// checking them, so the answer depends on the order of the lines, while
+// c2sp.org/tlog-witness says any such line MUST get 403.
+func TestRedteamSeveralSignatures(t *testing.T) {
+	f := newFixture(t)
+	f.trusted.grow(t, 4)
+	good := f.note(t, 4, f.trusted.root(t, 4))
+	sameName, _ := checkpoint.NewSigner(f.origin, key(9))
+	n, err := note.Open(good, note.VerifierList(f.logv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plusOther, err := note.Sign(n, sameName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _, answer := f.post(t, req(0, nil, plusOther)); status != http.StatusOK {
+		t.Fatalf("valid plus same-name other key: %d %q", status, answer)
+	}
+	latest, err := f.client.Latest(context.Background(), f.origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := note.Open(latest, note.VerifierList(f.logv, f.cosv))
+	if err != nil || len(ln.UnverifiedSigs) != 0 {
+		t.Fatalf("Latest passes on other keys' lines: %v %+v", err, ln)
+	}
+	// A second line with the trusted name and key ID but a bad signature.
+	text, sigs, _ := strings.Cut(string(good), "\n\n")
+	name, b64, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(sigs, "— "), "\n"), " ")
+	raw, _ := base64.StdEncoding.DecodeString(b64)
+	raw[len(raw)-1] ^= 1 // same key ID, broken signature
+	bad := []byte(text + "\n\n" + sigs + "— " + name + " " + base64.StdEncoding.EncodeToString(raw) + "\n")
+	if status, _, answer := f.post(t, req(4, nil, bad)); status != http.StatusForbidden && status != http.StatusBadRequest {
+		t.Errorf("valid plus a bad line of the trusted key: %d %q", status, answer)
 	}
 }
