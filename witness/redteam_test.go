@@ -331,3 +331,16 @@ func TestRedteamSeveralSignatures(t *testing.T) {
 		t.Errorf("valid plus a bad line of the trusted key: %d %q", status, answer)
 	}
 }
+
+// Ensure that a receiver can be trusted while the witness serves:
+// `kvfence witness trust` opens the store read-write, and bbolt's file lock
+// is held by `witness serve` for as long as it runs, so every new receiver
+// costs the witness a restart (and every receiver it serves an outage).
+func TestRedteamTrustWhileServing(t *testing.T) {
+	f := newFixture(t)
+	st, err := witness.OpenStore(f.path, witness.StoreOptions{LockTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("trust while serving: %v", err)
+	}
+	st.Close()
+}
