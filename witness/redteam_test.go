@@ -1,6 +1,7 @@
 package witness_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
@@ -343,4 +344,34 @@ func TestRedteamTrustWhileServing(t *testing.T) {
 		t.Fatalf("trust while serving: %v", err)
 	}
 	st.Close()
+}
+
+// Ensure that replaying the witness's latest checkpoint (public: the GET
+// endpoints hand out the log's signed note) writes nothing: the "same
+// tree again" answer returns nil from a bbolt Update, whose commit still
+// writes and fsyncs a meta page, so anyone can make the witness fsync (and
+// sign) once per request, under the write lock every log's add-checkpoint
+// waits for.
+func TestRedteamReplayLatestWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.add(t, f.trusted, 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	published, err := f.client.Latest(context.Background(), f.origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(f.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An outsider, holding no key, replays the published note.
+	status, _, _ := f.post(t, req(5, nil, published))
+	after, err := os.ReadFile(f.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Errorf("a replay of the published checkpoint (answered %d) wrote the witness database", status)
+	}
 }
