@@ -151,8 +151,8 @@ func NewCosignatureVerifier(name string, pub ed25519.PublicKey, opts Cosignature
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	if len(pub) != ed25519.PublicKeySize {
-		return nil, fmt.Errorf("%w: public key is %d bytes, want %d", ErrMalformed, len(pub), ed25519.PublicKeySize)
+	if err := CheckPublicKey(pub); err != nil {
+		return nil, err
 	}
 	if opts.MaxSkew < 0 {
 		return nil, fmt.Errorf("%w: negative skew %v", ErrMalformed, opts.MaxSkew)
