@@ -380,9 +380,39 @@ func Open(signedNote []byte, logVerifier note.Verifier) (Checkpoint, *note.Note,
 	case err != nil:
 		return Checkpoint{}, nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
+	if err := checkRepeats(signedNote, n.Text, logVerifier); err != nil {
+		return Checkpoint{}, nil, err
+	}
 	c, err := Parse([]byte(n.Text))
 	if err != nil {
 		return Checkpoint{}, nil, err
 	}
 	return c, n, nil
+}
+
+// checkRepeats verifies every signature line that names v's key, not only
+// the first: note.Open skips later lines of a verifier it has already
+// checked, and c2sp.org/tlog-witness wants any failing line by the trusted
+// key refused. signedNote has already been opened, so its text is text and
+// its lines are well formed.
+func checkRepeats(signedNote []byte, text string, v note.Verifier) error {
+	sigs := string(signedNote[len(text)+1:])
+	for _, line := range strings.Split(strings.TrimSuffix(sigs, "\n"), "\n") {
+		rest, ok := strings.CutPrefix(line, "— ")
+		if !ok {
+			return fmt.Errorf("%w: signature line does not start with \"— \"", ErrMalformed)
+		}
+		name, b64, ok := strings.Cut(rest, " ")
+		raw, err := base64.StdEncoding.DecodeString(b64)
+		if !ok || err != nil || len(raw) < 4 {
+			return fmt.Errorf("%w: signature line does not parse", ErrMalformed)
+		}
+		if name != v.Name() || binary.BigEndian.Uint32(raw[:4]) != v.KeyHash() {
+			continue
+		}
+		if !v.Verify([]byte(text), raw[4:]) {
+			return fmt.Errorf("%w: a signature line by %s+%08x does not verify", ErrBadSignature, v.Name(), v.KeyHash())
+		}
+	}
+	return nil
 }

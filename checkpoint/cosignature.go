@@ -173,6 +173,10 @@ func (v *CosignatureVerifier) Name() string { return v.name }
 // KeyHash returns the witness's cosignature key ID.
 func (v *CosignatureVerifier) KeyHash() uint32 { return v.id }
 
+// Now returns the time of the verifier's clock; callers that bound a
+// cosignature's age measure it against the same clock as its skew.
+func (v *CosignatureVerifier) Now() time.Time { return v.now() }
+
 // Verify reports whether sig (timestamp and signature, the key ID already
 // removed) is this witness's cosignature over the checkpoint body msg with
 // a timestamp not beyond the allowed skew.

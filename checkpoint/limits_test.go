@@ -46,8 +46,14 @@ func TestWeakKeys(t *testing.T) {
 		name string
 		run  func(ed25519.PublicKey, string) error
 	}{
-		{"VerifierKey", func(p ed25519.PublicKey, _ string) error { _, err := checkpoint.VerifierKey("log.example", p); return err }},
-		{"NewVerifier", func(p ed25519.PublicKey, _ string) error { _, err := checkpoint.NewVerifier("log.example", p); return err }},
+		{"VerifierKey", func(p ed25519.PublicKey, _ string) error {
+			_, err := checkpoint.VerifierKey("log.example", p)
+			return err
+		}},
+		{"NewVerifier", func(p ed25519.PublicKey, _ string) error {
+			_, err := checkpoint.NewVerifier("log.example", p)
+			return err
+		}},
 		{"NewCosignatureVerifier", func(p ed25519.PublicKey, _ string) error {
 			_, err := checkpoint.NewCosignatureVerifier("w.example", p, checkpoint.CosignatureVerifierOptions{Now: time.Now})
 			return err

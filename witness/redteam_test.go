@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -222,7 +223,12 @@ func hugeSizesChild(t *testing.T) {
 	}
 	for _, size := range []uint64{1<<62 + 1, 1<<63 - 1} {
 		for _, proof := range []tlog.TreeProof{nil, junk[:1], junk} {
-			msg := f.note(t, int64(size), tlog.Hash{1})
+			// Signed by the log key directly: checkpoint.Sign refuses
+			// to make a body that Parse refuses.
+			msg, err := note.Sign(&note.Note{Text: string(checkpoint.Checkpoint{Origin: f.origin, Size: size, Root: tlog.Hash{1}}.Marshal())}, f.signer)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if _, err := f.client.AddCheckpoint(context.Background(), 1, proof, msg); err == nil {
 				t.Errorf("size %d with %d junk proof lines was cosigned", size, len(proof))
 			}
@@ -255,9 +261,11 @@ func TestRedteamCosignTimeAfterLaterCommit(t *testing.T) {
 	calls := 0
 	now := func() time.Time {
 		calls++
-		// Request A reads the clock twice: inside its transaction, then
-		// for its signature; run B before A's second read.
-		if calls == 2 && !inHook {
+		// Run B at the first of A's clock reads made after A's size 5 is
+		// committed (visible to a reader): a read there may stamp A's
+		// cosignature. A witness that reads the time for the signature
+		// inside the transaction makes no such read, and B runs after A.
+		if st, err := f.store.Log(f.origin); !inHook && err == nil && st.Size == 5 {
 			inHook = true
 			var err error
 			bLine, err = w.AddCheckpoint(witness.AddCheckpointRequest{OldSize: 5, Proof: f.trusted.proof(t, 5, 9), SignedNote: f.note(t, 9, f.trusted.root(t, 9))})
@@ -276,6 +284,13 @@ func TestRedteamCosignTimeAfterLaterCommit(t *testing.T) {
 	aLine, err := w.AddCheckpoint(witness.AddCheckpointRequest{OldSize: 0, SignedNote: f.note(t, 5, f.trusted.root(t, 5))})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !inHook {
+		inHook = true
+		bLine, err = w.AddCheckpoint(witness.AddCheckpointRequest{OldSize: 5, Proof: f.trusted.proof(t, 5, 9), SignedNote: f.note(t, 9, f.trusted.root(t, 9))})
+		if err != nil {
+			t.Fatalf("B: %v", err)
+		}
 	}
 	body5 := checkpoint.Checkpoint{Origin: f.origin, Size: 5, Root: f.trusted.root(t, 5)}.Marshal()
 	body9 := checkpoint.Checkpoint{Origin: f.origin, Size: 9, Root: f.trusted.root(t, 9)}.Marshal()
@@ -333,17 +348,26 @@ func TestRedteamSeveralSignatures(t *testing.T) {
 	}
 }
 
-// Ensure that a receiver can be trusted while the witness serves:
-// `kvfence witness trust` opens the store read-write, and bbolt's file lock
-// is held by `witness serve` for as long as it runs, so every new receiver
-// costs the witness a restart (and every receiver it serves an outage).
+// Ensure that opening the store while the witness serves is refused
+// quickly and precisely: `kvfence witness trust` opens the store
+// read-write, and bbolt's file lock is held by `witness serve` for as long
+// as it runs. Trusting a receiver needs a restart of the witness (which
+// the README says); the refusal must say so (ErrLocked, "stop kvfence
+// witness serve first") within the lock timeout, not hang or fail vaguely.
 func TestRedteamTrustWhileServing(t *testing.T) {
 	f := newFixture(t)
+	start := time.Now()
 	st, err := witness.OpenStore(f.path, witness.StoreOptions{LockTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("trust while serving: %v", err)
+	if err == nil {
+		st.Close()
+		return // trust while serving works
 	}
-	st.Close()
+	if !errors.Is(err, witness.ErrLocked) || !strings.Contains(err.Error(), "stop kvfence witness serve first") {
+		t.Errorf("trust while serving: %v, want ErrLocked saying to stop witness serve", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the refusal took %v", d)
+	}
 }
 
 // Ensure that replaying the witness's latest checkpoint (public: the GET
