@@ -43,12 +43,13 @@ func CosignatureKeyID(name string, pub ed25519.PublicKey) uint32 {
 
 // CosignatureVerifierKey returns the vkey of a cosigner:
 // "name+hex key ID+base64(0x04 || public key)".
+// A public key of small order is refused (see CheckPublicKey).
 func CosignatureVerifierKey(name string, pub ed25519.PublicKey) (string, error) {
 	if err := CheckName(name); err != nil {
 		return "", err
 	}
-	if len(pub) != ed25519.PublicKeySize {
-		return "", fmt.Errorf("%w: public key is %d bytes, want %d", ErrMalformed, len(pub), ed25519.PublicKeySize)
+	if err := CheckPublicKey(pub); err != nil {
+		return "", err
 	}
 	return fmt.Sprintf("%s+%08x+%s", name, CosignatureKeyID(name, pub),
 		base64.StdEncoding.EncodeToString(append([]byte{sigTypeCosignature}, pub...))), nil

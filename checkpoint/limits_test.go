@@ -2,7 +2,9 @@ package checkpoint_test
 
 import (
 	"crypto/ed25519"
+	"encoding/base64"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +61,10 @@ func TestWeakKeys(t *testing.T) {
 			return err
 		}},
 		{"ParseVerifierKey", func(_ ed25519.PublicKey, v string) error { _, err := checkpoint.ParseVerifierKey(v); return err }},
+		{"CosignatureVerifierKey", func(p ed25519.PublicKey, _ string) error {
+			_, err := checkpoint.CosignatureVerifierKey("w.example", p)
+			return err
+		}},
 	}
 	for _, c := range checks {
 		if err := c.run(weak, weakVkey); !errors.Is(err, checkpoint.ErrWeakKey) || !errors.Is(err, checkpoint.ErrMalformed) {
@@ -70,5 +76,33 @@ func TestWeakKeys(t *testing.T) {
 	}
 	if _, err := checkpoint.ParseVerifierKey("log.example+00000000+AQ=="); !errors.Is(err, checkpoint.ErrMalformed) {
 		t.Errorf("short vkey: %v", err)
+	}
+}
+
+// Ensure that Open checks every signature line with the trusted key's name
+// and key ID: a failing line after a good one is ErrBadSignature, though
+// note.Open alone would skip it.
+func TestOpenRepeatedTrustedLine(t *testing.T) {
+	priv := ed25519.NewKeyFromSeed(make([]byte, 32))
+	s, err := checkpoint.NewSigner("log.example", priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := checkpoint.NewVerifier("log.example", priv.Public().(ed25519.PublicKey))
+	var root [32]byte
+	good, err := checkpoint.Sign(checkpoint.Checkpoint{Origin: "log.example", Size: 1, Root: root}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := checkpoint.Open(good, v); err != nil {
+		t.Fatalf("good note: %v", err)
+	}
+	text, sigs, _ := strings.Cut(string(good), "\n\n")
+	name, b64, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(sigs, "— "), "\n"), " ")
+	raw, _ := base64.StdEncoding.DecodeString(b64)
+	raw[len(raw)-1] ^= 1
+	bad := text + "\n\n" + sigs + "— " + name + " " + base64.StdEncoding.EncodeToString(raw) + "\n"
+	if _, _, err := checkpoint.Open([]byte(bad), v); !errors.Is(err, checkpoint.ErrBadSignature) {
+		t.Errorf("good line then a failing line of the same key: %v, want ErrBadSignature", err)
 	}
 }
