@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"unicode"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/edkey"
 	"github.com/kvfence/kvfence/internal/ident"
 )
 
@@ -117,8 +117,11 @@ func Parse(body []byte) (Checkpoint, error) {
 		if e == "" {
 			return Checkpoint{}, fmt.Errorf("%w: extension line %d is empty", ErrMalformed, i+1)
 		}
-		if !utf8.ValidString(e) || strings.IndexFunc(e, unicode.IsControl) >= 0 {
-			return Checkpoint{}, fmt.Errorf("%w: extension line %d is not valid UTF-8 without control characters", ErrMalformed, i+1)
+		// The origin's rule: printable characters only, so no control,
+		// bidirectional or zero-width character can make a line read as
+		// something other than its bytes.
+		if !utf8.ValidString(e) || strings.IndexFunc(e, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			return Checkpoint{}, fmt.Errorf("%w: extension line %d is not valid UTF-8 of printable characters only", ErrMalformed, i+1)
 		}
 		c.Extensions = append(c.Extensions, e)
 	}
@@ -145,8 +148,14 @@ func CheckOrigin(origin string) error {
 	return nil
 }
 
+// MaxSize is the largest tree size this package accepts, 2^62. Above it
+// the RFC 6962 proof code of golang.org/x/mod/sumdb/tlog overflows (its
+// largest power of two below a size reaches 2^63 and 2^64) and loops for
+// ever; no receiver's log comes near it.
+const MaxSize = 1 << 62
+
 // ParseSize reads a tree size or an old size: ASCII decimal, "0" or no
-// leading zero, no sign, at most 2^63-1.
+// leading zero, no sign, at most MaxSize.
 func ParseSize(s string) (uint64, error) {
 	if s == "" || len(s) > 19 {
 		return 0, fmt.Errorf("%w: size %q is not 1 to 19 decimal digits", ErrMalformed, s)
@@ -160,8 +169,8 @@ func ParseSize(s string) (uint64, error) {
 		return 0, fmt.Errorf("%w: size %q has a leading zero", ErrMalformed, s)
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || n > math.MaxInt64 {
-		return 0, fmt.Errorf("%w: size %q is over 2^63-1", ErrMalformed, s)
+	if err != nil || n > MaxSize {
+		return 0, fmt.Errorf("%w: size %q is over 2^62", ErrMalformed, s)
 	}
 	return n, nil
 }
@@ -241,8 +250,12 @@ func keyID(name string, sigType byte, pub ed25519.PublicKey) uint32 {
 
 // VerifierKey returns the note verifier key ("name+hash+base64") of an
 // Ed25519 log key, as note.NewEd25519VerifierKey does, after checking name.
+// A public key of small order is refused (see CheckPublicKey).
 func VerifierKey(name string, pub ed25519.PublicKey) (string, error) {
 	if err := CheckName(name); err != nil {
+		return "", err
+	}
+	if err := CheckPublicKey(pub); err != nil {
 		return "", err
 	}
 	vkey, err := note.NewEd25519VerifierKey(name, pub)
@@ -250,6 +263,47 @@ func VerifierKey(name string, pub ed25519.PublicKey) (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	return vkey, nil
+}
+
+// ErrWeakKey means a public key is an Ed25519 point of small order: under
+// such a key anyone can make signatures that verify, without any private
+// key.
+var ErrWeakKey = edkey.ErrSmallOrder
+
+// CheckPublicKey returns ErrMalformed for a key that is not 32 bytes and
+// ErrWeakKey (wrapped in ErrMalformed) for a point of small order.
+func CheckPublicKey(pub ed25519.PublicKey) error {
+	if err := edkey.Check(pub); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return nil
+}
+
+// ParseVerifierKey reads a note verifier key ("name+hash+base64") of an
+// Ed25519 log key, as VerifierKey writes it, and returns its verifier. It
+// refuses other algorithms, a key ID that does not match, a name that is
+// not a valid key name and a key of small order, with ErrMalformed.
+func ParseVerifierKey(vkey string) (note.Verifier, error) {
+	name, rest, ok1 := strings.Cut(vkey, "+")
+	_, b64, ok2 := strings.Cut(rest, "+")
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("%w: verifier key is not name+hash+key", ErrMalformed)
+	}
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	raw, err := base64.StdEncoding.Strict().DecodeString(b64)
+	if err != nil || len(raw) != 1+ed25519.PublicKeySize || raw[0] != sigTypeEd25519 {
+		return nil, fmt.Errorf("%w: verifier key is not an Ed25519 key", ErrMalformed)
+	}
+	if err := CheckPublicKey(raw[1:]); err != nil {
+		return nil, err
+	}
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: verifier key: %v", ErrMalformed, err)
+	}
+	return v, nil
 }
 
 // NewVerifier returns the note verifier of an Ed25519 log key.
@@ -326,9 +380,39 @@ func Open(signedNote []byte, logVerifier note.Verifier) (Checkpoint, *note.Note,
 	case err != nil:
 		return Checkpoint{}, nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
+	if err := checkRepeats(signedNote, n.Text, logVerifier); err != nil {
+		return Checkpoint{}, nil, err
+	}
 	c, err := Parse([]byte(n.Text))
 	if err != nil {
 		return Checkpoint{}, nil, err
 	}
 	return c, n, nil
+}
+
+// checkRepeats verifies every signature line that names v's key, not only
+// the first: note.Open skips later lines of a verifier it has already
+// checked, and c2sp.org/tlog-witness wants any failing line by the trusted
+// key refused. signedNote has already been opened, so its text is text and
+// its lines are well formed.
+func checkRepeats(signedNote []byte, text string, v note.Verifier) error {
+	sigs := string(signedNote[len(text)+1:])
+	for _, line := range strings.Split(strings.TrimSuffix(sigs, "\n"), "\n") {
+		rest, ok := strings.CutPrefix(line, "— ")
+		if !ok {
+			return fmt.Errorf("%w: signature line does not start with \"— \"", ErrMalformed)
+		}
+		name, b64, ok := strings.Cut(rest, " ")
+		raw, err := base64.StdEncoding.DecodeString(b64)
+		if !ok || err != nil || len(raw) < 4 {
+			return fmt.Errorf("%w: signature line does not parse", ErrMalformed)
+		}
+		if name != v.Name() || binary.BigEndian.Uint32(raw[:4]) != v.KeyHash() {
+			continue
+		}
+		if !v.Verify([]byte(text), raw[4:]) {
+			return fmt.Errorf("%w: a signature line by %s+%08x does not verify", ErrBadSignature, v.Name(), v.KeyHash())
+		}
+	}
+	return nil
 }

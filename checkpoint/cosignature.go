@@ -43,12 +43,13 @@ func CosignatureKeyID(name string, pub ed25519.PublicKey) uint32 {
 
 // CosignatureVerifierKey returns the vkey of a cosigner:
 // "name+hex key ID+base64(0x04 || public key)".
+// A public key of small order is refused (see CheckPublicKey).
 func CosignatureVerifierKey(name string, pub ed25519.PublicKey) (string, error) {
 	if err := CheckName(name); err != nil {
 		return "", err
 	}
-	if len(pub) != ed25519.PublicKeySize {
-		return "", fmt.Errorf("%w: public key is %d bytes, want %d", ErrMalformed, len(pub), ed25519.PublicKeySize)
+	if err := CheckPublicKey(pub); err != nil {
+		return "", err
 	}
 	return fmt.Sprintf("%s+%08x+%s", name, CosignatureKeyID(name, pub),
 		base64.StdEncoding.EncodeToString(append([]byte{sigTypeCosignature}, pub...))), nil
@@ -151,8 +152,8 @@ func NewCosignatureVerifier(name string, pub ed25519.PublicKey, opts Cosignature
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	if len(pub) != ed25519.PublicKeySize {
-		return nil, fmt.Errorf("%w: public key is %d bytes, want %d", ErrMalformed, len(pub), ed25519.PublicKeySize)
+	if err := CheckPublicKey(pub); err != nil {
+		return nil, err
 	}
 	if opts.MaxSkew < 0 {
 		return nil, fmt.Errorf("%w: negative skew %v", ErrMalformed, opts.MaxSkew)
@@ -172,6 +173,10 @@ func (v *CosignatureVerifier) Name() string { return v.name }
 
 // KeyHash returns the witness's cosignature key ID.
 func (v *CosignatureVerifier) KeyHash() uint32 { return v.id }
+
+// Now returns the time of the verifier's clock; callers that bound a
+// cosignature's age measure it against the same clock as its skew.
+func (v *CosignatureVerifier) Now() time.Time { return v.now() }
 
 // Verify reports whether sig (timestamp and signature, the key ID already
 // removed) is this witness's cosignature over the checkpoint body msg with

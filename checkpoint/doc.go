@@ -11,11 +11,12 @@
 // ending in a newline. [Parse] accepts exactly one encoding of each value
 // ([Checkpoint.Marshal]'s): a size without leading zeros or sign, canonical
 // padded base64 of exactly 32 bytes, an origin of printable characters
-// without leading or trailing spaces, and non-empty extension lines;
-// anything else is [ErrMalformed]. So a checkpoint has one body, and a
-// signature over it cannot be replayed over another spelling of the same
-// values. Sizes above 2^63-1 are refused, since RFC 6962 proofs here count
-// leaves in int64.
+// without leading or trailing spaces, and non-empty extension lines of
+// printable characters only; anything else is [ErrMalformed]. So a
+// checkpoint has one body, and a signature over it cannot be replayed over
+// another spelling of the same values. Sizes above [MaxSize] (2^62) are
+// refused: the RFC 6962 proof code loops for ever above it. Log and
+// witness public keys of small order are refused ([ErrWeakKey]).
 //
 // # Cosignatures
 //

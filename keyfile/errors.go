@@ -1,6 +1,10 @@
 package keyfile
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/kvfence/kvfence/internal/edkey"
+)
 
 // Errors returned while loading a key file.
 var (
@@ -27,6 +31,11 @@ var (
 
 	// ErrUnsupportedKeyType means the key is well-formed but is not an ssh-ed25519 key.
 	ErrUnsupportedKeyType = errors.New("unsupported key type (want ssh-ed25519)")
+
+	// ErrSmallOrderKey means a public key is an Ed25519 point of small
+	// order, under which anyone can forge signatures; it comes wrapped
+	// with ErrMalformedKey.
+	ErrSmallOrderKey = edkey.ErrSmallOrder
 )
 
 // Errors returned while writing a key.

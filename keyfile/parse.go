@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/kvfence/kvfence/internal/edkey"
 )
 
 const (
@@ -93,6 +95,11 @@ func parsePublic(data []byte) (ed25519.PublicKey, string, error) {
 	pub, ok := publicFromSSH(sshPub)
 	if !ok {
 		return nil, "", fmt.Errorf("%w: key data is not an Ed25519 public key", ErrMalformedKey)
+	}
+	// A small-order key lets anyone forge its signatures; no private key
+	// has one, so it is refused for every use (trust, verify-chain, ...).
+	if err := edkey.Check(pub); err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrMalformedKey, err)
 	}
 	return pub, string(comment), nil
 }

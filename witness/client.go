@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
 
@@ -22,11 +23,18 @@ var ErrUnexpectedResponse = errors.New("unexpected answer from witness")
 // maxResponseSize bounds what the client reads from a witness.
 const maxResponseSize = checkpoint.MaxNoteSize + 4096
 
+// DefaultMaxAge is how old the cosignature of a Latest answer may be
+// when ClientOptions.MaxAge is zero. The witness cosigns its answer when
+// it reads it, so an honest answer is seconds old; an older one is a
+// replay or a cache, which can show the witness behind where it is.
+const DefaultMaxAge = time.Minute
+
 // Client talks to one witness.
 type Client struct {
-	base *url.URL
-	http *http.Client
-	cosv *checkpoint.CosignatureVerifier
+	base   *url.URL
+	http   *http.Client
+	cosv   *checkpoint.CosignatureVerifier
+	maxAge time.Duration
 }
 
 // ClientOptions configures NewClient.
@@ -37,6 +45,10 @@ type ClientOptions struct {
 	// a line that does not verify is ErrUnexpectedResponse wrapping the
 	// checkpoint package's error.
 	Verifier *checkpoint.CosignatureVerifier
+	// MaxAge bounds the age of the cosignature on a Latest answer, by the
+	// Verifier's clock: zero means DefaultMaxAge; a negative value is
+	// refused. It applies only with a Verifier.
+	MaxAge time.Duration
 }
 
 // NewClient returns a client of the witness at baseURL (http or https,
@@ -50,7 +62,13 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = http.DefaultClient
 	}
-	return &Client{base: u, http: opts.HTTPClient, cosv: opts.Verifier}, nil
+	if opts.MaxAge < 0 {
+		return nil, fmt.Errorf("witness client: negative maximum age %v", opts.MaxAge)
+	}
+	if opts.MaxAge == 0 {
+		opts.MaxAge = DefaultMaxAge
+	}
+	return &Client{base: u, http: opts.HTTPClient, cosv: opts.Verifier, maxAge: opts.MaxAge}, nil
 }
 
 func (c *Client) url(path string, query url.Values) string {
@@ -125,8 +143,10 @@ func (c *Client) AddCheckpoint(ctx context.Context, oldSize uint64, proof tlog.T
 
 // Latest returns the latest checkpoint the witness cosigned for origin,
 // with its cosignature, or ErrNoCheckpoint when it has none (or does not
-// know the origin). With a Verifier, the cosignature is checked (not the
-// log's signature, which the caller checks with the log's key).
+// know the origin). A checkpoint of another origin is ErrUnexpectedResponse.
+// With a Verifier, the cosignature is checked (not the log's signature,
+// which the caller checks with the log's key): every line by the
+// verifier's key must verify and be at most MaxAge old.
 func (c *Client) Latest(ctx context.Context, origin string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(LatestPath, url.Values{"origin": {origin}}), nil)
 	if err != nil {
@@ -143,9 +163,37 @@ func (c *Client) Latest(ctx context.Context, origin string) ([]byte, error) {
 	default:
 		return nil, statusError(status, resp)
 	}
-	if c.cosv != nil {
-		if _, _, err := checkpoint.Open(resp, c.cosv); err != nil {
+	text, sigs, ok := strings.Cut(string(resp), "\n\n")
+	if !ok {
+		return nil, fmt.Errorf("%w: the answer is not a signed note", ErrUnexpectedResponse)
+	}
+	body := []byte(text + "\n")
+	cp, err := checkpoint.Parse(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnexpectedResponse, err)
+	}
+	if cp.Origin != origin {
+		return nil, fmt.Errorf("%w: asked for %q, got a checkpoint of %q", ErrUnexpectedResponse, origin, cp.Origin)
+	}
+	if c.cosv == nil {
+		return resp, nil
+	}
+	if _, _, err := checkpoint.Open(resp, c.cosv); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnexpectedResponse, err)
+	}
+	oldest := c.cosv.Now().Add(-c.maxAge)
+	for _, line := range strings.SplitAfter(sigs, "\n") {
+		if line == "" {
+			continue
+		}
+		at, err := c.cosv.VerifyLine(body, line)
+		switch {
+		case errors.Is(err, checkpoint.ErrWrongKey):
+			continue
+		case err != nil:
 			return nil, fmt.Errorf("%w: %w", ErrUnexpectedResponse, err)
+		case at.Before(oldest):
+			return nil, fmt.Errorf("%w: cosignature made at %s, over %v ago", ErrUnexpectedResponse, at.Format(time.RFC3339), c.maxAge)
 		}
 	}
 	return resp, nil

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/kvfence/kvfence/checkpoint"
@@ -51,6 +50,11 @@ var (
 	// ErrBadRequest means a request did not parse, or its old size is above
 	// the checkpoint's size.
 	ErrBadRequest = errors.New("malformed witness request")
+
+	// ErrLocked means another process holds the witness database open
+	// (bbolt allows one writer process): kvfence witness serve must be
+	// stopped before kvfence witness trust can change the database.
+	ErrLocked = errors.New("witness database is in use by another process (stop kvfence witness serve first)")
 )
 
 // ConflictError is ErrConflict with the witness's latest size.
@@ -188,6 +192,9 @@ func OpenStore(path string, opts StoreOptions) (*Store, error) {
 		opts.LockTimeout = time.Second
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout, ReadOnly: opts.ReadOnly})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s: no lock within %v", ErrLocked, path, opts.LockTimeout)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -223,14 +230,15 @@ func (s *Store) PublicKey() ed25519.PublicKey { return s.pub }
 // Trust makes the witness accept checkpoints of origin signed by the
 // Ed25519 key whose note verifier key is vkey. Trusting an origin again
 // with the same key changes nothing; with another key it is
-// ErrAlreadyTrusted.
+// ErrAlreadyTrusted. A key of small order, under which anyone can sign,
+// is refused (checkpoint.ErrWeakKey).
 func (s *Store) Trust(origin, vkey string) error {
 	if err := checkpoint.CheckOrigin(origin); err != nil {
 		return err
 	}
-	v, err := note.NewVerifier(vkey)
+	v, err := checkpoint.ParseVerifierKey(vkey)
 	if err != nil {
-		return fmt.Errorf("%w: verifier key: %v", checkpoint.ErrMalformed, err)
+		return err
 	}
 	if v.Name() != origin {
 		return fmt.Errorf("%w: verifier key is named %q, not the origin %q", checkpoint.ErrMalformed, v.Name(), origin)

@@ -1,6 +1,7 @@
 package witness
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -48,16 +49,20 @@ func (w *Witness) Store() *Store { return w.store }
 
 // AddCheckpoint checks a request and, if the checkpoint extends the latest
 // one cosigned for its origin, stores it and returns the cosignature line.
-// The check and the update are one transaction, committed (fsynced) before
-// the witness signs. Errors wrap ErrBadRequest, ErrUnknownLog,
+// The signature and proof are checked against a read-only view of the
+// store, outside the write transaction; the write transaction re-checks
+// the size and root it saw, takes the cosignature's time and commits
+// (fsyncs) before the witness signs. A checkpoint the witness already
+// holds (a replay of its latest, public one) is answered from the view
+// and writes nothing. Errors wrap ErrBadRequest, ErrUnknownLog,
 // ErrForbidden, ErrConflict (a *ConflictError) or ErrBadProof; any other
 // error is the store's.
 func (w *Witness) AddCheckpoint(req AddCheckpointRequest) (string, error) {
-	body, err := w.store.advance(req, w.now)
+	body, at, err := w.store.advance(req, w.now)
 	if err != nil {
 		return "", err
 	}
-	return w.cosigner.Line(body, w.now())
+	return w.cosigner.Line(body, at)
 }
 
 // Latest returns the latest checkpoint cosigned for origin as the log
@@ -100,7 +105,7 @@ func noteOrigin(signedNote []byte) (string, error) {
 
 // openTrusted verifies a signed note with the log's trusted key.
 func openTrusted(st LogState, signedNote []byte) (checkpoint.Checkpoint, *note.Note, error) {
-	v, err := note.NewVerifier(st.VerifierKey)
+	v, err := checkpoint.ParseVerifierKey(st.VerifierKey)
 	if err != nil {
 		return checkpoint.Checkpoint{}, nil, fmt.Errorf("%w: stored verifier key of %q: %v", ErrNotWitnessDB, st.Origin, err)
 	}
@@ -110,53 +115,107 @@ func openTrusted(st LogState, signedNote []byte) (checkpoint.Checkpoint, *note.N
 // emptyRoot is the RFC 6962 hash of the empty tree.
 var emptyRoot, _ = tlog.TreeHash(0, nil)
 
+// errNoChange rolls back a write transaction that found nothing to change,
+// so that bbolt writes and fsyncs nothing.
+var errNoChange = errors.New("nothing to change")
+
 // advance is the witness's decision, in the order c2sp.org/tlog-witness
-// gives its checks. It returns the body to cosign once the new state is
-// committed.
-func (s *Store) advance(req AddCheckpointRequest, now func() time.Time) ([]byte, error) {
+// gives its checks. It returns the body to cosign and the time to stamp
+// the cosignature with, read while the state it vouches for is the latest.
+func (s *Store) advance(req AddCheckpointRequest, now func() time.Time) ([]byte, time.Time, error) {
 	origin, err := noteOrigin(req.SignedNote)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
-	var body []byte
+	// Signature and proof against a read-only view: the expensive checks
+	// hold no lock that other logs' requests wait for.
+	var seen LogState
+	var at time.Time
+	err = s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		seen, err = getState(tx, origin)
+		at = now()
+		return err
+	})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	c, n, err := openTrusted(seen, req.SignedNote)
+	switch {
+	case errors.Is(err, ErrNotWitnessDB):
+		return nil, time.Time{}, err
+	case errors.Is(err, checkpoint.ErrUnverified), errors.Is(err, checkpoint.ErrBadSignature):
+		return nil, time.Time{}, fmt.Errorf("%w: %v", ErrForbidden, err)
+	case err != nil:
+		return nil, time.Time{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if c.Origin != origin {
+		return nil, time.Time{}, fmt.Errorf("%w: origin changed while verifying", ErrBadRequest)
+	}
+	body := []byte(n.Text)
+	if err := decide(seen, req, c, body); err != nil {
+		return nil, time.Time{}, err
+	}
+	if seen.Cosigned && c.Size == seen.Size {
+		// The same checkpoint again: it is already durable; the view's
+		// time is when it was seen as the latest.
+		return body, at, nil
+	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		st, err := getState(tx, origin)
 		if err != nil {
 			return err
 		}
-		c, n, err := openTrusted(st, req.SignedNote)
-		switch {
-		case errors.Is(err, checkpoint.ErrUnverified), errors.Is(err, checkpoint.ErrBadSignature):
-			return fmt.Errorf("%w: %v", ErrForbidden, err)
-		case err != nil:
-			return fmt.Errorf("%w: %v", ErrBadRequest, err)
+		if st.Cosigned != seen.Cosigned || st.Size != seen.Size || st.Root != seen.Root {
+			// Another request moved the log since the view: decide again
+			// against what is stored now (sizes are at most 2^62 and proofs
+			// at most 63 hashes, so this is quick).
+			if err := decide(st, req, c, body); err != nil {
+				return err
+			}
 		}
-		if c.Origin != origin {
-			return fmt.Errorf("%w: origin changed while verifying", ErrBadRequest)
-		}
-		if req.OldSize > c.Size {
-			return fmt.Errorf("%w: old size %d is above the checkpoint's size %d", ErrBadRequest, req.OldSize, c.Size)
-		}
-		if req.OldSize != st.Size {
-			return &ConflictError{Size: st.Size}
-		}
-		if err := consistent(st, req, c); err != nil {
-			return err
-		}
-		body = []byte(n.Text)
+		// Read inside the transaction: no larger checkpoint can be
+		// committed before this time.
+		at = now()
 		if st.Cosigned && c.Size == st.Size {
-			// The same tree again: it is already durable; nothing to write.
-			return nil
+			return errNoChange
 		}
 		st.Cosigned, st.Size, st.Root = true, c.Size, c.Root
 		st.Note = append([]byte(nil), req.SignedNote...)
-		st.UpdatedAt = now().UTC()
+		st.UpdatedAt = at.UTC()
 		return putState(tx.Bucket(bucketLogs), st)
 	})
-	if err != nil {
-		return nil, err
+	if err != nil && !errors.Is(err, errNoChange) {
+		return nil, time.Time{}, err
 	}
-	return body, nil
+	return body, at, nil
+}
+
+// decide checks that checkpoint c, with body body, may follow st, the
+// latest cosigned state of its log: old size, consistency, and at the
+// same size the very body already cosigned.
+func decide(st LogState, req AddCheckpointRequest, c checkpoint.Checkpoint, body []byte) error {
+	if c.Size > checkpoint.MaxSize || req.OldSize > checkpoint.MaxSize {
+		return fmt.Errorf("%w: size above %d", ErrBadRequest, uint64(checkpoint.MaxSize))
+	}
+	if req.OldSize > c.Size {
+		return fmt.Errorf("%w: old size %d is above the checkpoint's size %d", ErrBadRequest, req.OldSize, c.Size)
+	}
+	if req.OldSize != st.Size {
+		return &ConflictError{Size: st.Size}
+	}
+	if err := consistent(st, req, c); err != nil {
+		return err
+	}
+	if st.Cosigned && c.Size == st.Size {
+		// One size, one body: the extension lines (state digest, epoch
+		// high-water) are part of what was cosigned.
+		stored, _, ok := bytes.Cut(st.Note, []byte("\n\n"))
+		if !ok || !bytes.Equal(append(stored, '\n'), body) {
+			return fmt.Errorf("%w: size %d was cosigned with another body", ErrBadProof, c.Size)
+		}
+	}
+	return nil
 }
 
 // consistent checks that c extends the latest cosigned checkpoint st, the

@@ -18,6 +18,7 @@ import (
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 	"github.com/kvfence/kvfence/ledger"
+	"github.com/kvfence/kvfence/witness"
 )
 
 // Exit codes (docs/design.md §9). exitCode is the only place that chooses one.
@@ -71,7 +72,7 @@ func exitCode(err error) int {
 		return ExitUsage
 	case errors.As(err, &de), kvfence.IsRefusal(err), ledger.IsRefusal(err), errors.Is(err, kvfence.ErrHoldIDConflict):
 		return ExitDenied
-	case errors.Is(err, kvfence.ErrStorageBusy), errors.Is(err, ledger.ErrStorageBusy):
+	case errors.Is(err, kvfence.ErrStorageBusy), errors.Is(err, ledger.ErrStorageBusy), errors.Is(err, witness.ErrLocked):
 		return ExitBusy
 	default:
 		return ExitError
@@ -219,6 +220,8 @@ func hint(err error) string {
 	case errors.Is(err, kvfence.ErrStorageBusy):
 		return "wait for the other process to release the database, or raise --lock-timeout; on etcd, other " +
 			"writers kept conflicting: retry"
+	case errors.Is(err, witness.ErrLocked):
+		return "kvfence witness serve holds the witness database: stop it, run the command, then start it again"
 	case errors.Is(err, kvfence.ErrStorageReserve):
 		return "free space on the database's volume; holds and activations still commit meanwhile"
 	case errors.Is(err, kvfence.ErrBadFormat):

@@ -173,6 +173,11 @@ kvfence keygen writes FILE.pub). The receiver's origin is
 
 so a receiver with a new key is a new log. Trusting a receiver again with
 the same key changes nothing; another key for the same origin cannot occur.
+A key of small order (under which anyone can sign) is refused.
+
+The database has one writer at a time: stop kvfence witness serve first,
+trust, then start it again. While serve holds the database, trust waits a
+second and exits 5, saying so.
 
 Arguments:
 
