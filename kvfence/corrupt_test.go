@@ -152,10 +152,10 @@ func TestCorruptDatabase_EveryPage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long: runs in the full test command (go test without -short)")
 	}
-	// A long sweep that needs no clock: it runs beside the parallel
-	// tests that mostly wait, on the core they leave idle. Its database
-	// copies are its own.
-	t.Parallel()
+	// Not parallel: under a loaded machine one run in parallel saw a file
+	// still locked just after a failed open (an open that bbolt panicked
+	// in may leave its descriptor to be closed later); until that is
+	// understood, the sweep runs alone, as it did before.
 	b := newCorruptBase(t)
 	const pageSize = 4096
 	c := &pageChecker{r: bytes.NewReader(b.data), size: int64(len(b.data))}
