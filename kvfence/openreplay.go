@@ -1,6 +1,7 @@
 package kvfence
 
 import (
+	"encoding/binary"
 	"fmt"
 	"iter"
 
@@ -26,9 +27,16 @@ import (
 func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
 	var rep audit.Report
 	err := r.view(func(tx engine.Tx) error {
-		var scanErr error
+		var scanErr, treeErr error
 		entries := func(yield func(k, v []byte) bool) {
 			scanErr = tx.Scan(bucketAudit, nil, func(k, v []byte) error {
+				// The tree is checked leaf by leaf beside the chain: each
+				// record against its entry and the records before it.
+				if len(k) == 8 && treeErr == nil {
+					if treeErr = auditChain.CheckTreeRecord(tx, binary.BigEndian.Uint64(k), v); treeErr != nil {
+						return engine.StopScan
+					}
+				}
 				if !yield(k, v) {
 					return engine.StopScan
 				}
@@ -41,6 +49,9 @@ func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
 		}
 		rep, err = audit.Verify(audit.VerifyOptions{Entries: iter.Seq2[[]byte, []byte](entries), Anchor: &fixedAnchor{sc: a},
 			PublicKey: r.pub, Receiver: r.id, BaseRecord: base})
+		if treeErr != nil {
+			return fmt.Errorf("kvfence: %s: %w: %w", r.path, ErrBadFormat, treeErr)
+		}
 		if err == nil {
 			err = scanErr
 		}
