@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/kvfence/kvfence/receiptproof"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -55,7 +56,7 @@ func exitCode(err error) int {
 		return ExitOK
 	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity), errors.Is(err, etcdanchor.ErrClusterMismatch),
 		errors.Is(err, contain.ErrVerifyMismatch), errors.Is(err, ledger.ErrContainmentTampered),
-		errors.Is(err, backup.ErrMismatch), errors.Is(err, backup.ErrSumMismatch):
+		errors.Is(err, backup.ErrMismatch), errors.Is(err, backup.ErrSumMismatch), errors.Is(err, receiptproof.ErrUnproven):
 		return ExitIntegrity
 	case errors.As(err, &pe):
 		return ExitPartial
