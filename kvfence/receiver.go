@@ -56,7 +56,8 @@ type Options struct {
 	Anchor audit.AnchorStore
 	// Key is the receiver's Ed25519 signing key, required for writing: it
 	// signs every checkpoint. Its public half must be the one recorded at
-	// Init (ErrKeyMismatch).
+	// Init (ErrKeyMismatch). A read-only receiver uses it only to sign
+	// checkpoint notes (SignedCheckpoint, ReceiptProof).
 	Key ed25519.PrivateKey
 	// Reserve is free space on the database's volume kept for
 	// administrative writes: while less is free (or the process's file-size

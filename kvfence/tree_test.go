@@ -233,11 +233,25 @@ func TestSignedCheckpoint(t *testing.T) {
 			t.Errorf("InclusionProof(%d, %d) = %v, want ErrInvalidArgument", tc.lo, tc.hi, err)
 		}
 	}
-	ro, err := f.openStore(&Options{ReadOnly: true}, defect.Variant{})
-	if err == nil {
-		defer ro.Close()
-		if _, err := ro.SignedCheckpoint(); !errors.Is(err, ErrInvalidArgument) {
-			t.Fatalf("SignedCheckpoint without a key = %v, want ErrInvalidArgument", err)
+	// A read-only receiver signs a note only with the receiver's own key.
+	f.r.Close()
+	defer f.reopen()
+	for _, tc := range []struct {
+		key  ed25519.PrivateKey
+		want error
+	}{
+		{nil, ErrInvalidArgument},
+		{ed25519.NewKeyFromSeed(make([]byte, 32)), ErrKeyMismatch},
+		{testKey, nil},
+	} {
+		ro, err := f.openStore(&Options{ReadOnly: true, Key: tc.key}, defect.Variant{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = ro.SignedCheckpoint()
+		ro.Close()
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("read-only SignedCheckpoint = %v, want %v", err, tc.want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package kvfence
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"fmt"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -33,6 +34,10 @@ func (r *Receiver) SignedCheckpoint() ([]byte, error) {
 func (r *Receiver) signedCheckpoint(tx engine.Tx) ([]byte, uint64, error) {
 	if r.opts.Key == nil {
 		return nil, 0, fmt.Errorf("%w: a checkpoint note is signed with the receiver's key, and none was given", ErrInvalidArgument)
+	}
+	if len(r.opts.Key) != ed25519.PrivateKeySize || !r.pub.Equal(r.opts.Key.Public()) {
+		// A read-only receiver's key is checked here, not at Open.
+		return nil, 0, fmt.Errorf("%w: %s", ErrKeyMismatch, r.path)
 	}
 	sc, err := auditChain.LatestCheckpoint(tx)
 	if err != nil {
