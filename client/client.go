@@ -57,6 +57,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/kvfence"
+	"github.com/kvfence/kvfence/receiptproof"
 )
 
 // Client talks to one served receiver. It keeps connections open between
@@ -739,6 +740,18 @@ func (c *Client) Receipt(ctx context.Context, scope, action string) (kvfence.Rec
 		return kvfence.Receipt{}, fmt.Errorf("%w: %v", ErrProtocol, err)
 	}
 	return rc, nil
+}
+
+// ReceiptProof returns the receipt of an applied action with its proof
+// (GET /v1/receipt?proof=1), parsed as receiptproof.Parse does. It is not
+// verified: receiptproof.Verify does that with the receiver's public key.
+func (c *Client) ReceiptProof(ctx context.Context, scope, action string) (receiptproof.Proof, error) {
+	var out receiptproof.Proof
+	q := "?scope=" + url.QueryEscape(scope) + "&action=" + url.QueryEscape(action) + "&proof=1"
+	if err := c.call(ctx, http.MethodGet, api.PathReceipt+q, "", nil, &out); err != nil {
+		return receiptproof.Proof{}, err
+	}
+	return out, nil
 }
 
 // eventsPage is the page size Events asks for.

@@ -72,6 +72,20 @@ type proofJSON struct {
 	Inclusion  []string     `json:"inclusion_b64"`
 }
 
+// MarshalJSON returns the JSON form of p, as Marshal does, so that a Proof
+// can be part of a larger JSON value.
+func (p Proof) MarshalJSON() ([]byte, error) { return p.Marshal() }
+
+// UnmarshalJSON reads the JSON form of p as Parse does.
+func (p *Proof) UnmarshalJSON(b []byte) error {
+	q, err := Parse(b)
+	if err != nil {
+		return err
+	}
+	*p = q
+	return nil
+}
+
 // Marshal returns the JSON form of p, one object and a newline.
 func (p Proof) Marshal() ([]byte, error) {
 	e := base64.StdEncoding.EncodeToString(p.Entry)

@@ -121,7 +121,10 @@ func TestVerify(t *testing.T) {
 		{"proof hash changed", func(p *Proof) ed25519.PublicKey { p.Inclusion[0][0] ^= 1; return pub }, ErrBadProof},
 		{"seq past the tree", func(p *Proof) ed25519.PublicKey { p.Receipt.AuditSeq = 8; return pub }, ErrBadProof},
 		{"other action", func(p *Proof) ed25519.PublicKey { p.Receipt.Action = "b"; return pub }, ErrNotTheDecision},
-		{"other request", func(p *Proof) ed25519.PublicKey { p.Receipt.RequestSHA256 = hex.EncodeToString(make([]byte, 32)); return pub }, ErrNotTheDecision},
+		{"other request", func(p *Proof) ed25519.PublicKey {
+			p.Receipt.RequestSHA256 = hex.EncodeToString(make([]byte, 32))
+			return pub
+		}, ErrNotTheDecision},
 		{"other revision", func(p *Proof) ed25519.PublicKey { p.Receipt.RevBefore = 0; return pub }, ErrNotTheDecision},
 		{"a proven hold entry", func(p *Proof) ed25519.PublicKey {
 			q := testProofOf(t, 7, 3, testKey, false)

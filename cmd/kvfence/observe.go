@@ -195,7 +195,7 @@ func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error)
 		return err
 	}
 	if *proof {
-		return c.receiptProof(&cf, &rf, *scope, *action)
+		return c.receiptProof(ctx, &cf, &rf, *scope, *action)
 	}
 	rc, err := either(&cf, &rf, false, c.m.warn,
 		func(r *kvfence.Receiver) (kvfence.Receipt, error) { return r.Receipt(*scope, *action) },
@@ -226,29 +226,28 @@ func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error)
 
 // receiptProof prints a receipt with its proof: with --json the proof file
 // that verify-receipt checks (receiptproof), and otherwise the same parts
-// for people, the note as it is.
-func (c *ObserveCommand) receiptProof(cf *commonFlags, rf *remoteFlags, scope, action string) error {
-	if rf.on() {
-		return &usageError{msg: "kvfence observe receipt: --proof reads the database itself; it is not served", hint: "kvfence observe -h"}
+// for people, the note as it is. Locally it needs the receiver's --key,
+// which signs the checkpoint note; a served receiver signs with its own.
+func (c *ObserveCommand) receiptProof(ctx context.Context, cf *commonFlags, rf *remoteFlags, scope, action string) error {
+	if !rf.on() {
+		if cf.key == "" {
+			return missingFlag("observe receipt --proof", "key", envKey)
+		}
+		priv, err := loadPrivate(cf.key)
+		if err != nil {
+			return err
+		}
+		cf.signKey = priv
 	}
-	if cf.key == "" {
-		return missingFlag("observe receipt --proof", "key", envKey)
-	}
-	priv, err := loadPrivate(cf.key)
+	p, err := either(cf, rf, false, c.m.warn,
+		func(r *kvfence.Receiver) (receiptproof.Proof, error) {
+			rp, err := r.ReceiptProof(scope, action)
+			return receiptproof.Proof{Receipt: api.ReceiptOf(rp.Receipt), Entry: rp.Entry, Checkpoint: rp.Checkpoint, Inclusion: rp.Proof}, err
+		},
+		func(cl *client.Client) (receiptproof.Proof, error) { return cl.ReceiptProof(ctx, scope, action) })
 	if err != nil {
 		return err
 	}
-	cf.signKey = priv
-	r, err := cf.openObserver(c.m.warn)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	rp, err := r.ReceiptProof(scope, action)
-	if err != nil {
-		return err
-	}
-	p := receiptproof.Proof{Receipt: api.ReceiptOf(rp.Receipt), Entry: rp.Entry, Checkpoint: rp.Checkpoint, Inclusion: rp.Proof}
 	if cf.json {
 		out, err := p.Marshal()
 		if err != nil {
@@ -264,7 +263,9 @@ func (c *ObserveCommand) receiptProof(cf *commonFlags, rf *remoteFlags, scope, a
 	fmt.Fprintf(tw, "request sha256\t%s\n", p.Receipt.RequestSHA256)
 	fmt.Fprintf(tw, "target\t%s\n", p.Receipt.Target)
 	fmt.Fprintf(tw, "audit seq\t%d\n", p.Receipt.AuditSeq)
-	fmt.Fprintf(tw, "tree size\t%d\n", rp.TreeSize)
+	if lines := strings.SplitN(string(p.Checkpoint), "\n", 3); len(lines) == 3 {
+		fmt.Fprintf(tw, "tree size\t%s\n", lines[1])
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -613,7 +614,7 @@ func (c *ObserveCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage:
 
 	kvfence observe target K [common arguments]
-	kvfence observe receipt --scope S --action A [--proof --key FILE] [common arguments]
+	kvfence observe receipt --scope S --action A [--proof [--key FILE]] [common arguments]
 	kvfence observe receipts --scope S --claim C [common arguments]
 	kvfence observe grant ID [common arguments]
 	kvfence observe events [--since SEQ] [--until SEQ] [--scope S] [--kind K ...]
@@ -633,6 +634,7 @@ Prints state without changing it; the database is opened read-only.
 	          receiver's signed checkpoint note and the inclusion proof
 	          of the entry in the note's Merkle tree; with --json, the
 	          proof file that kvfence verify-receipt checks offline.
+	          With --server the served receiver signs the note.
 	receipts  the receipts of scope S applied under grants that carried
 	          the ledger claim C, oldest first: what that claim's worker
 	          already did there, to reconcile after a takeover. With

@@ -112,4 +112,13 @@ func TestVerifyReceipt(t *testing.T) {
 	if r := c.runIn([]byte(good), "verify-receipt", "--pub", pub); r.code != ExitOK || !strings.HasPrefix(r.stdout, "ok: ") {
 		t.Fatalf("verify-receipt from stdin: %s", r)
 	}
+
+	// Served: the receiver signs the note with its own key, and the
+	// proof verifies as the local one does.
+	on := c.onServer(true)
+	served := c.must(0, on("observe", "receipt", "--scope", fixtureScope, "--action", "raise-retention", "--proof", "--json")...).stdout
+	if r := c.runIn([]byte(served), "verify-receipt", "--pub", pub, "--json"); r.code != ExitOK {
+		t.Fatalf("verify-receipt of the served proof: %s", r)
+	}
+	c.must(0, on("observe", "receipt", "--scope", fixtureScope, "--action", "raise-retention", "--proof")...)
 }
