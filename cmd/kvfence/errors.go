@@ -91,7 +91,7 @@ func isContainRefusal(err error) bool {
 // patch bytes read from an input file are not well formed.
 func isMalformedInput(err error) bool {
 	return errors.Is(err, kvfence.ErrMalformedRequest) || errors.Is(err, kvfence.ErrMalformedEnvelope) ||
-		errors.Is(err, kvfence.ErrMalformedPatch)
+		errors.Is(err, kvfence.ErrMalformedPatch) || errors.Is(err, receiptproof.ErrMalformed)
 }
 
 // usageError is a command line the program cannot act on: a bad flag, a
