@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/internal/chain"
 )
 
 // replayChain verifies the stored chain against the anchor a, which Open
@@ -28,12 +29,20 @@ func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
 	var rep audit.Report
 	err := r.view(func(tx engine.Tx) error {
 		var scanErr, treeErr error
+		var tree *chain.TreeChecker
 		entries := func(yield func(k, v []byte) bool) {
 			scanErr = tx.Scan(bucketAudit, nil, func(k, v []byte) error {
-				// The tree is checked leaf by leaf beside the chain: each
-				// record against its entry and the records before it.
+				// The tree is checked beside the chain, a chunk of
+				// records at a time, against the entries' leaf hashes.
 				if len(k) == 8 && treeErr == nil {
-					if treeErr = auditChain.CheckTreeRecord(tx, binary.BigEndian.Uint64(k), v); treeErr != nil {
+					seq := binary.BigEndian.Uint64(k)
+					if tree == nil {
+						tree, treeErr = auditChain.NewTreeChecker(tx, seq)
+					}
+					if treeErr == nil {
+						treeErr = tree.Add(seq, v)
+					}
+					if treeErr != nil {
 						return engine.StopScan
 					}
 				}
@@ -49,6 +58,9 @@ func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
 		}
 		rep, err = audit.Verify(audit.VerifyOptions{Entries: iter.Seq2[[]byte, []byte](entries), Anchor: &fixedAnchor{sc: a},
 			PublicKey: r.pub, Receiver: r.id, BaseRecord: base})
+		if treeErr == nil && tree != nil {
+			treeErr = tree.Flush()
+		}
 		if treeErr != nil {
 			return fmt.Errorf("kvfence: %s: %w: %w", r.path, ErrBadFormat, treeErr)
 		}

@@ -146,6 +146,27 @@ func TestTree_SizeIsHeadSeq(t *testing.T) {
 		checkTree(t, f.r)
 		f.reopen()
 		checkTree(t, f.r)
+		if testing.Short() {
+			return
+		}
+		// Past one chunk of open's tree check (1024 leaves), so that it
+		// scans the tree inside the scan of the entries.
+		for w := range 32 {
+			wg.Go(func() {
+				for range 40 {
+					if _, err := f.r.Submit(f.ctx, fmt.Sprintf("worker-%d", w), a.envelope); err != nil {
+						t.Errorf("Submit: %v", err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if f.r.Head().Seq <= 1100 {
+			t.Fatalf("head at %d, want over 1100", f.r.Head().Seq)
+		}
+		f.reopen()
+		checkTree(t, f.r)
 	})
 }
 

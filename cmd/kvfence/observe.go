@@ -239,15 +239,13 @@ func (c *ObserveCommand) receiptProof(ctx context.Context, cf *commonFlags, rf *
 		}
 		cf.signKey = priv
 	}
-	p, err := either(cf, rf, false, c.m.warn,
-		func(r *kvfence.Receiver) (receiptproof.Proof, error) {
-			rp, err := r.ReceiptProof(scope, action)
-			return receiptproof.Proof{Receipt: api.ReceiptOf(rp.Receipt), Entry: rp.Entry, Checkpoint: rp.Checkpoint, Inclusion: rp.Proof}, err
-		},
-		func(cl *client.Client) (receiptproof.Proof, error) { return cl.ReceiptProof(ctx, scope, action) })
+	rp, err := either(cf, rf, false, c.m.warn,
+		func(r *kvfence.Receiver) (kvfence.ReceiptProof, error) { return r.ReceiptProof(scope, action) },
+		func(cl *client.Client) (kvfence.ReceiptProof, error) { return cl.ReceiptProof(ctx, scope, action) })
 	if err != nil {
 		return err
 	}
+	p := receiptproof.Proof{Receipt: api.ReceiptOf(rp.Receipt), Entry: rp.Entry, Checkpoint: rp.Checkpoint, Inclusion: rp.Proof}
 	if cf.json {
 		out, err := p.Marshal()
 		if err != nil {
@@ -263,9 +261,7 @@ func (c *ObserveCommand) receiptProof(ctx context.Context, cf *commonFlags, rf *
 	fmt.Fprintf(tw, "request sha256\t%s\n", p.Receipt.RequestSHA256)
 	fmt.Fprintf(tw, "target\t%s\n", p.Receipt.Target)
 	fmt.Fprintf(tw, "audit seq\t%d\n", p.Receipt.AuditSeq)
-	if lines := strings.SplitN(string(p.Checkpoint), "\n", 3); len(lines) == 3 {
-		fmt.Fprintf(tw, "tree size\t%s\n", lines[1])
-	}
+	fmt.Fprintf(tw, "tree size\t%d\n", rp.TreeSize)
 	if err := tw.Flush(); err != nil {
 		return err
 	}

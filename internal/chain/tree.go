@@ -132,3 +132,99 @@ func FrontierKeys(size uint64) [][]byte {
 	}
 	return keys
 }
+
+// treeCheckChunk is how many leaves a TreeChecker checks with one scan of
+// the tree bucket: a bound on its memory, and on etcd one range read.
+var treeCheckChunk = 1024
+
+// TreeChecker checks the stored tree against the entries in seq order,
+// without a read per entry: it keeps the roots of the complete subtrees
+// (the frontier) of the tree checked so far, and compares each stored
+// record, read by a scan, with the one its leaf hash and the frontier
+// make. Records before the first entry it is given (archived entries')
+// are trusted as far as the frontier it starts from.
+type TreeChecker struct {
+	l        Layout
+	tx       engine.Tx
+	frontier []tlog.Hash
+	// size is the number of leaves checked, or trusted at the start.
+	size uint64
+	// pending are the leaf hashes of the entries after size not yet
+	// checked.
+	pending []tlog.Hash
+}
+
+// NewTreeChecker returns a checker whose first entry is firstSeq, with
+// the frontier of the stored tree of firstSeq-1 leaves.
+func (l Layout) NewTreeChecker(tx engine.Tx, firstSeq uint64) (*TreeChecker, error) {
+	if firstSeq == 0 {
+		return nil, fmt.Errorf("%w: entry at seq 0", ErrBadChain)
+	}
+	c := &TreeChecker{l: l, tx: tx, size: firstSeq - 1}
+	var start uint64
+	for level := 63; level >= 0; level-- {
+		if c.size&(1<<uint(level)) == 0 {
+			continue
+		}
+		hs, err := l.TreeReader(tx).ReadHashes([]int64{tlog.StoredHashIndex(level, int64(start>>uint(level)))})
+		if err != nil {
+			return nil, err
+		}
+		c.frontier = append(c.frontier, hs[0])
+		start += 1 << uint(level)
+	}
+	return c, nil
+}
+
+// Add takes the entry at seq, whose stored bytes are raw; entries must
+// come in seq order from the first. It checks a chunk of records when
+// enough entries are pending, and returns an error wrapping
+// ErrTreeMismatch for the first record that differs.
+func (c *TreeChecker) Add(seq uint64, raw []byte) error {
+	if want := c.size + uint64(len(c.pending)) + 1; seq != want {
+		return fmt.Errorf("%w: entry %d where entry %d comes next", ErrTreeMismatch, seq, want)
+	}
+	c.pending = append(c.pending, tlog.RecordHash(raw))
+	if len(c.pending) == treeCheckChunk {
+		return c.Flush()
+	}
+	return nil
+}
+
+// Flush checks the records of the pending entries.
+func (c *TreeChecker) Flush() error {
+	if len(c.pending) == 0 {
+		return nil
+	}
+	i := 0
+	var rec []byte
+	err := c.tx.Scan(c.l.Tree, audit.SeqKey(c.size), func(k, v []byte) error {
+		if i == len(c.pending) {
+			return engine.StopScan
+		}
+		leaf := c.size
+		if !bytes.Equal(k, audit.SeqKey(leaf)) {
+			return fmt.Errorf("%w: no stored hashes for leaf %d (entry %d)", ErrTreeMismatch, leaf, leaf+1)
+		}
+		h := c.pending[i]
+		rec = append(rec[:0], h[:]...)
+		for n := leaf; n&1 == 1; n >>= 1 {
+			left := c.frontier[len(c.frontier)-1]
+			c.frontier = c.frontier[:len(c.frontier)-1]
+			h = tlog.NodeHash(left, h)
+			rec = append(rec, h[:]...)
+		}
+		c.frontier = append(c.frontier, h)
+		if !bytes.Equal(v, rec) {
+			return fmt.Errorf("%w: the stored hashes of entry %d are not its leaf's", ErrTreeMismatch, leaf+1)
+		}
+		c.size++
+		i++
+		return nil
+	})
+	if err == nil && i < len(c.pending) {
+		err = fmt.Errorf("%w: no stored hashes for leaf %d (entry %d)", ErrTreeMismatch, c.size, c.size+1)
+	}
+	c.pending = c.pending[:0]
+	return err
+}
