@@ -55,8 +55,8 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
-	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/checkpoint"
+	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/kvfence"
 	"github.com/kvfence/kvfence/receiptproof"
 )
