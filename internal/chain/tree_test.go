@@ -142,3 +142,47 @@ func TestTreeChecker(t *testing.T) {
 		})
 	}
 }
+
+// Ensure that FrontierKeys names every tree record that appending the next
+// leaves of a batch reads, other than those the batch writes itself, so
+// that a prefetched batch reads nothing else of the tree.
+func TestFrontierKeys(t *testing.T) {
+	var mem []tlog.Hash
+	for size := int64(0); size < 300; size++ {
+		for batch := int64(1); batch <= 5; batch++ {
+			frontier := map[string]bool{}
+			for _, k := range FrontierKeys(uint64(size)) {
+				frontier[string(k)] = true
+			}
+			local := append([]tlog.Hash(nil), mem...)
+			for n := size; n < size+batch; n++ {
+				hs, err := tlog.StoredHashes(n, []byte{byte(n)}, tlog.HashReaderFunc(func(ix []int64) ([]tlog.Hash, error) {
+					out := make([]tlog.Hash, len(ix))
+					for i, x := range ix {
+						leaf, _ := treeRecord(x)
+						if leaf < size && !frontier[string(audit.SeqKey(uint64(leaf)))] {
+							t.Fatalf("size %d: leaf %d reads record %d, not in the frontier %v", size, n, leaf, FrontierKeys(uint64(size)))
+						}
+						out[i] = local[x]
+					}
+					return out, nil
+				}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				local = append(local, hs...)
+			}
+		}
+		hs, err := tlog.StoredHashes(size, []byte{byte(size)}, tlog.HashReaderFunc(func(ix []int64) ([]tlog.Hash, error) {
+			out := make([]tlog.Hash, len(ix))
+			for i, x := range ix {
+				out[i] = mem[x]
+			}
+			return out, nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem = append(mem, hs...)
+	}
+}
