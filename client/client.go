@@ -55,8 +55,10 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/checkpoint"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/kvfence"
+	"github.com/kvfence/kvfence/receiptproof"
 )
 
 // Client talks to one served receiver. It keeps connections open between
@@ -739,6 +741,28 @@ func (c *Client) Receipt(ctx context.Context, scope, action string) (kvfence.Rec
 		return kvfence.Receipt{}, fmt.Errorf("%w: %v", ErrProtocol, err)
 	}
 	return rc, nil
+}
+
+// ReceiptProof returns the receipt of an applied action with its proof
+// (GET /v1/receipt?proof=1), as Receiver.ReceiptProof does. It is parsed
+// strictly (receiptproof.Parse) but not verified: receiptproof.Verify does
+// that with the receiver's public key.
+func (c *Client) ReceiptProof(ctx context.Context, scope, action string) (kvfence.ReceiptProof, error) {
+	var out receiptproof.Proof
+	q := "?scope=" + url.QueryEscape(scope) + "&action=" + url.QueryEscape(action) + "&proof=1"
+	if err := c.call(ctx, http.MethodGet, api.PathReceipt+q, "", nil, &out); err != nil {
+		return kvfence.ReceiptProof{}, err
+	}
+	rc, err := out.Receipt.ToReceipt()
+	if err != nil {
+		return kvfence.ReceiptProof{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	body, _, ok := strings.Cut(string(out.Checkpoint), "\n\n")
+	cp, err := checkpoint.Parse([]byte(body + "\n"))
+	if !ok || err != nil {
+		return kvfence.ReceiptProof{}, fmt.Errorf("%w: the receipt proof's checkpoint note: %v", ErrProtocol, err)
+	}
+	return kvfence.ReceiptProof{Receipt: rc, Entry: out.Entry, Checkpoint: out.Checkpoint, TreeSize: cp.Size, Proof: out.Inclusion}, nil
 }
 
 // eventsPage is the page size Events asks for.

@@ -171,6 +171,7 @@ func checkChain(t testing.TB, r *Receiver) {
 	if head := r.Head(); head.Seq != seq || head.Hash != prev {
 		t.Errorf("audit chain: receiver head %v, chain ends at %d:%x", head, seq, prev)
 	}
+	checkTree(t, r)
 	if r.opts.Anchor != nil {
 		a, err := r.opts.Anchor.Load()
 		if err != nil {

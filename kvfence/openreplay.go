@@ -1,11 +1,13 @@
 package kvfence
 
 import (
+	"encoding/binary"
 	"fmt"
 	"iter"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/internal/chain"
 )
 
 // replayChain verifies the stored chain against the anchor a, which Open
@@ -26,9 +28,24 @@ import (
 func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
 	var rep audit.Report
 	err := r.view(func(tx engine.Tx) error {
-		var scanErr error
+		var scanErr, treeErr error
+		var tree *chain.TreeChecker
 		entries := func(yield func(k, v []byte) bool) {
 			scanErr = tx.Scan(bucketAudit, nil, func(k, v []byte) error {
+				// The tree is checked beside the chain, a chunk of
+				// records at a time, against the entries' leaf hashes.
+				if len(k) == 8 && treeErr == nil {
+					seq := binary.BigEndian.Uint64(k)
+					if tree == nil {
+						tree, treeErr = auditChain.NewTreeChecker(tx, seq)
+					}
+					if treeErr == nil {
+						treeErr = tree.Add(seq, v)
+					}
+					if treeErr != nil {
+						return engine.StopScan
+					}
+				}
 				if !yield(k, v) {
 					return engine.StopScan
 				}
@@ -41,6 +58,12 @@ func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
 		}
 		rep, err = audit.Verify(audit.VerifyOptions{Entries: iter.Seq2[[]byte, []byte](entries), Anchor: &fixedAnchor{sc: a},
 			PublicKey: r.pub, Receiver: r.id, BaseRecord: base})
+		if treeErr == nil && tree != nil {
+			treeErr = tree.Flush()
+		}
+		if treeErr != nil {
+			return fmt.Errorf("kvfence: %s: %w: %w", r.path, ErrBadFormat, treeErr)
+		}
 		if err == nil {
 			err = scanErr
 		}

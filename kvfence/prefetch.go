@@ -13,7 +13,8 @@ import (
 // keys of the batch's entries, one per call from the head this process
 // committed last (each append checks that its key is free); and for each
 // Submit what decide reads: its scope's control record, its grant, its
-// receipt and its target. A key named but not read costs the engine a
+// receipt and its target; and the tree records that the batch's appends
+// read. A key named but not read costs the engine a
 // compare, and a key read but not named a request of its own: the list
 // decides speed, never an outcome.
 func (r *Receiver) prefetchKeys(batch []*call) []engine.Key {
@@ -24,6 +25,10 @@ func (r *Receiver) prefetchKeys(batch []*call) []engine.Key {
 		engine.Key{Bucket: bucketMeta, Key: metaEpochHighWater})
 	for i := range batch {
 		keys = append(keys, engine.Key{Bucket: bucketAudit, Key: audit.SeqKey(r.head.Seq + uint64(i) + 1)})
+	}
+	// The Merkle tree's appends read the roots of its complete subtrees.
+	for _, k := range chain.FrontierKeys(r.head.Seq) {
+		keys = append(keys, engine.Key{Bucket: bucketTree, Key: k})
 	}
 	for _, c := range batch {
 		if c.sub != nil {

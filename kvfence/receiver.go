@@ -56,7 +56,8 @@ type Options struct {
 	Anchor audit.AnchorStore
 	// Key is the receiver's Ed25519 signing key, required for writing: it
 	// signs every checkpoint. Its public half must be the one recorded at
-	// Init (ErrKeyMismatch).
+	// Init (ErrKeyMismatch). A read-only receiver uses it only to sign
+	// checkpoint notes (SignedCheckpoint, ReceiptProof).
 	Key ed25519.PrivateKey
 	// Reserve is free space on the database's volume kept for
 	// administrative writes: while less is free (or the process's file-size
@@ -563,7 +564,7 @@ var fileErrors = boltengine.FileErrors{Prefix: "kvfence", NotInitialized: ErrNot
 	StorageBusy: ErrStorageBusy, BadFormat: ErrBadFormat}
 
 // auditChain is where the receiver keeps its audit chain.
-var auditChain = chain.Layout{Audit: bucketAudit, Checkpoints: bucketCheckpoints}
+var auditChain = chain.Layout{Audit: bucketAudit, Checkpoints: bucketCheckpoints, Tree: bucketTree}
 
 // fillPercent fills the audit bucket's pages before they split instead of
 // bbolt's half: entries are only ever appended in key order, and the
@@ -574,6 +575,11 @@ var fillPercent = map[string]float64{string(bucketAudit): auditFillPercent}
 func (r *Receiver) load() error {
 	return r.view(func(tx engine.Tx) error {
 		for _, name := range allBuckets {
+			if string(name) == string(bucketTree) {
+				// Checked after the format, so that a database of
+				// format "2" is told what it is.
+				continue
+			}
 			ok, err := tx.HasBucket(name)
 			if err != nil {
 				return err
@@ -597,8 +603,16 @@ func (r *Receiver) load() error {
 		if string(v) == "1" {
 			return fmt.Errorf("%w: %s: format version 1 predates the state digest that checkpoints now commit to; "+
 				"initialise a new receiver", ErrBadFormat, r.path)
+		} else if string(v) == "2" {
+			return fmt.Errorf("%w: %s: format version 2 predates the Merkle tree over the audit entries that checkpoints, "+
+				"witnesses and receipt proofs now need; initialise a new receiver (export what you need with observe first)", ErrBadFormat, r.path)
 		} else if string(v) != formatVersion {
 			return fmt.Errorf("%w: %s: format version %q, want %q", ErrBadFormat, r.path, v, formatVersion)
+		}
+		if ok, err := tx.HasBucket(bucketTree); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("%w: %s: missing bucket %q", ErrBadFormat, r.path, bucketTree)
 		}
 		if err := checkName("receiver id", string(id)); err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrBadFormat, r.path, err)

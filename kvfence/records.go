@@ -18,6 +18,10 @@ var (
 	bucketReceipts    = []byte("receipts")
 	bucketAudit       = []byte("audit")
 	bucketCheckpoints = []byte("checkpoints")
+	// bucketTree keeps the RFC 6962 Merkle tree over the audit entries
+	// (internal/chain, tree.go): the stored hashes of entry seq under
+	// audit.SeqKey(seq-1), written in the entry's own transaction.
+	bucketTree = []byte("tree")
 	// bucketHolds keeps the hold ids of idempotent holds. A database made
 	// before them has no such bucket: it is not in allBuckets, which Open
 	// requires, and the first hold that records an id creates it
@@ -32,7 +36,7 @@ var (
 	// refuses to keep prefixes from nesting in another's buckets.
 	bucketApp = []byte("effects")
 
-	allBuckets = [][]byte{bucketMeta, bucketControl, bucketGrants, bucketTargets, bucketReceipts, bucketAudit, bucketCheckpoints}
+	allBuckets = [][]byte{bucketMeta, bucketControl, bucketGrants, bucketTargets, bucketReceipts, bucketAudit, bucketCheckpoints, bucketTree}
 
 	metaFormat      = []byte("format")
 	metaReceiver    = []byte("receiver")
@@ -41,7 +45,8 @@ var (
 )
 
 // formatVersion is the on-disk format this package reads and writes.
-const formatVersion = "2"
+// Format "3" added the Merkle tree over the audit entries (bucketTree).
+const formatVersion = "3"
 
 // Mode is a scope's mode: held (nothing is authorised) or open (the active
 // grant may be used).

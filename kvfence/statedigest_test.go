@@ -73,11 +73,11 @@ func TestOpen_SplicedBackupIsStateMismatch(t *testing.T) {
 		name string
 		what map[string][]string
 	}{
-		{"history only", map[string][]string{"audit": nil}},
-		{"history and high-water", map[string][]string{"audit": nil, "meta": {"epoch_high_water"}}},
-		{"history, high-water and checkpoint", map[string][]string{"audit": nil, "meta": {"epoch_high_water"},
+		{"history only", map[string][]string{"audit": nil, "tree": nil}},
+		{"history and high-water", map[string][]string{"audit": nil, "tree": nil, "meta": {"epoch_high_water"}}},
+		{"history, high-water and checkpoint", map[string][]string{"audit": nil, "tree": nil, "meta": {"epoch_high_water"},
 			"checkpoints": {"latest", "head"}}},
-		{"history, high-water, checkpoint and digest", map[string][]string{"audit": nil, "meta": {"epoch_high_water"},
+		{"history, high-water, checkpoint and digest", map[string][]string{"audit": nil, "tree": nil, "meta": {"epoch_high_water"},
 			"checkpoints": {"latest", "state", "head"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -38,7 +38,7 @@
 //	                   transaction; the answer adds "already_held"
 //	GET  /v1/status[?scope=S]                                       admin
 //	GET  /v1/target?target=K                                        admin
-//	GET  /v1/receipt?scope=S&action=A                               admin
+//	GET  /v1/receipt?scope=S&action=A[&proof=1]                     admin
 //	GET  /v1/receipts?scope=S&claim=C   {"receipts":[...]}          admin
 //	GET  /v1/grant?id=G                                             admin
 //	GET  /v1/target-list[?scope=S]      {"targets":[...]}           admin

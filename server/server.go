@@ -23,6 +23,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/kvfence"
+	"github.com/kvfence/kvfence/receiptproof"
 )
 
 // DefaultMaxBodySize bounds the JSON body of an administrative request when
@@ -727,12 +728,26 @@ func targetOf(t kvfence.Target) api.Target {
 }
 
 func (h *Handler) receipt(w http.ResponseWriter, r *http.Request, _ string) error {
-	q, err := query(r, "scope", "action")
+	q, err := query(r, "scope", "action", "proof")
 	if err != nil {
 		return err
 	}
 	if !q.Has("scope") || !q.Has("action") {
 		return errorf(http.StatusBadRequest, api.CodeBadRequest, "scope and action are required")
+	}
+	if q.Has("proof") {
+		if q.Get("proof") != "1" {
+			return errorf(http.StatusBadRequest, api.CodeBadRequest, "proof is 1 or absent")
+		}
+		// The receipt with its proof (receiptproof): the served receiver
+		// holds the key that signs the checkpoint note.
+		rp, err := h.r.ReceiptProof(q.Get("scope"), q.Get("action"))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, receiptproof.Proof{Receipt: api.ReceiptOf(rp.Receipt), Entry: rp.Entry,
+			Checkpoint: rp.Checkpoint, Inclusion: rp.Proof})
+		return nil
 	}
 	rc, err := h.r.Receipt(q.Get("scope"), q.Get("action"))
 	if err != nil {

@@ -51,7 +51,10 @@ const (
 
 // commonFlags holds the flags shared by commands (docs/design.md §9).
 type commonFlags struct {
-	name       string // the command, for messages: "scope create"
+	name string // the command, for messages: "scope create"
+	// signKey is the receiver's key for a read-only command that signs
+	// what it prints (observe receipt --proof signs the checkpoint note).
+	signKey    ed25519.PrivateKey
 	db         string
 	anchor     string // the anchor file or etcd key, kept apart from the database (docs/design.md §7.3, §13)
 	anchorEtcd anchorEtcdFlags
@@ -400,7 +403,7 @@ func (c *commonFlags) openObserver(warn func(string)) (*kvfence.Receiver, error)
 	if err != nil {
 		return nil, err
 	}
-	opts := &kvfence.Options{LockTimeout: c.lockTimeout, ReadOnly: true, Warn: warn}
+	opts := &kvfence.Options{LockTimeout: c.lockTimeout, ReadOnly: true, Warn: warn, Key: c.signKey}
 	if c.anchor != "" {
 		if opts.Anchor, err = c.anchorStore(); err != nil {
 			return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
 	"github.com/kvfence/kvfence/ledger"
+	"github.com/kvfence/kvfence/receiptproof"
 )
 
 // errorJSON is what a failed command writes to stdout with --json:
@@ -69,6 +70,7 @@ var integrityCodes = []errorCodeEntry{
 	// those reasons is coded by the reason.
 	{"backup_mismatch", backup.ErrMismatch},
 	{"backup_altered", backup.ErrSumMismatch},
+	{"receipt_unproven", receiptproof.ErrUnproven},
 }
 
 // cliCodes are the codes of errors that internal/api does not define,
@@ -76,6 +78,7 @@ var integrityCodes = []errorCodeEntry{
 // command line. A code that api.Sentinels defines is never redefined here.
 var cliCodes = []errorCodeEntry{
 	{"not_reached", errNotReached},
+	{"malformed_receipt_proof", receiptproof.ErrMalformed},
 	{"not_initialized", kvfence.ErrNotInitialized},
 	{"already_initialized", kvfence.ErrAlreadyInitialized},
 	{"bad_format", kvfence.ErrBadFormat},

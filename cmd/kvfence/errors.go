@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/kvfence/kvfence/receiptproof"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -56,7 +57,7 @@ func exitCode(err error) int {
 		return ExitOK
 	case kvfence.IsIntegrityError(err), errors.Is(err, client.ErrIntegrity), errors.Is(err, etcdanchor.ErrClusterMismatch),
 		errors.Is(err, contain.ErrVerifyMismatch), errors.Is(err, ledger.ErrContainmentTampered),
-		errors.Is(err, backup.ErrMismatch), errors.Is(err, backup.ErrSumMismatch):
+		errors.Is(err, backup.ErrMismatch), errors.Is(err, backup.ErrSumMismatch), errors.Is(err, receiptproof.ErrUnproven):
 		return ExitIntegrity
 	case errors.As(err, &pe):
 		return ExitPartial
@@ -91,7 +92,7 @@ func isContainRefusal(err error) bool {
 // patch bytes read from an input file are not well formed.
 func isMalformedInput(err error) bool {
 	return errors.Is(err, kvfence.ErrMalformedRequest) || errors.Is(err, kvfence.ErrMalformedEnvelope) ||
-		errors.Is(err, kvfence.ErrMalformedPatch)
+		errors.Is(err, kvfence.ErrMalformedPatch) || errors.Is(err, receiptproof.ErrMalformed)
 }
 
 // usageError is a command line the program cannot act on: a bad flag, a

@@ -184,7 +184,7 @@ const maxEtcdPrefix = 256
 // inside another receiver's bucket (/kvfence/control/ inside the control
 // bucket of /kvfence/), where each one's writes are the other's records.
 var storeBuckets = map[string]bool{"meta": true, "control": true, "grants": true, "targets": true, "receipts": true,
-	"holds": true, "effects": true, "audit": true, "checkpoints": true, "approvals": true, "actions": true, "claims": true,
+	"holds": true, "effects": true, "audit": true, "checkpoints": true, "tree": true, "approvals": true, "actions": true, "claims": true,
 	"receivers": true, "containments": true}
 
 // checkEtcdPrefix refuses a prefix that is not /SEGMENT/[SEGMENT/...] of

@@ -364,7 +364,7 @@ var groupCommands = map[string]bool{"scope": true, "target": true, "request": tr
 // flag listed here by mistake, or a boolean missing from it, only makes a
 // subcommand after it go unfound ("missing subcommand"), never another
 // subcommand run.
-var boolFlags = map[string]bool{"json": true, "lost-anchor": true, "follow": true, "all": true}
+var boolFlags = map[string]bool{"json": true, "lost-anchor": true, "follow": true, "all": true, "proof": true}
 
 // subcommandFirst moves a group's subcommand to the front of args when
 // flags come before it, as in "kvfence observe --json target K": the
@@ -427,6 +427,8 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 		return &ObserveCommand{m}, args, nil
 	case "verify-chain":
 		return &VerifyChainCommand{m}, args, nil
+	case "verify-receipt":
+		return &VerifyReceiptCommand{m}, args, nil
 	case "audit":
 		return group(subcommand{"archive", &AuditArchiveCommand{m}})
 	case "admission":
@@ -470,7 +472,7 @@ func (m *Main) lookup(name string, args []string, forHelp bool) (command, []stri
 
 // commandNames are the commands "kvfence help" lists, for suggestions.
 var commandNames = []string{"keygen", "init", "scope", "target", "request", "activate", "envelope", "submit", "hold",
-	"grant", "status", "observe", "verify-chain", "audit", "admission", "recover", "backup", "restore", "ledger", "contain", "serve", "cert", "witness", "lab", "bench", "version", "completion"}
+	"grant", "status", "observe", "verify-chain", "verify-receipt", "audit", "admission", "recover", "backup", "restore", "ledger", "contain", "serve", "cert", "witness", "lab", "bench", "version", "completion"}
 
 // isHelpFlag reports whether arg asks for help, as the flag package
 // understands it.
@@ -524,6 +526,7 @@ The commands are:
 	status          show the control state of scopes
 	observe         show a target, a receipt, a grant or the audit events
 	verify-chain    check the audit chain against the anchor
+	verify-receipt  check a receipt's proof offline with the receiver's public key
 	audit archive   move old audit entries to a signed archive (privileged)
 	admission new   sign a recovery admission (recovery key holder)
 	recover         re-admit a questioned database with an admission

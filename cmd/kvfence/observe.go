@@ -19,6 +19,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/client"
 	"github.com/kvfence/kvfence/kvfence"
+	"github.com/kvfence/kvfence/receiptproof"
 )
 
 // ObserveCommand prints a target, a receipt or the audit events. It opens
@@ -177,11 +178,12 @@ func (c *ObserveCommand) target(ctx context.Context, args []string) (err error) 
 func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error) {
 	fs := newFlagSet("observe receipt")
 	cf := commonFlags{name: "observe receipt"}
-	cf.register(fs, withDB)
+	cf.register(fs, withDB|withKey)
 	var rf remoteFlags
 	rf.register(fs)
 	scope := fs.String("scope", "", "")
 	action := fs.String("action", "", "")
+	proof := fs.Bool("proof", false, "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
@@ -191,6 +193,9 @@ func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error)
 	}
 	if err := require("observe receipt", [2]string{"scope", *scope}, [2]string{"action", *action}); err != nil {
 		return err
+	}
+	if *proof {
+		return c.receiptProof(ctx, &cf, &rf, *scope, *action)
 	}
 	rc, err := either(&cf, &rf, false, c.m.warn,
 		func(r *kvfence.Receiver) (kvfence.Receipt, error) { return r.Receipt(*scope, *action) },
@@ -217,6 +222,56 @@ func (c *ObserveCommand) receipt(ctx context.Context, args []string) (err error)
 		fmt.Fprintf(tw, "deadline\t%s\n", humanTime(rc.Deadline))
 	}
 	return tw.Flush()
+}
+
+// receiptProof prints a receipt with its proof: with --json the proof file
+// that verify-receipt checks (receiptproof), and otherwise the same parts
+// for people, the note as it is. Locally it needs the receiver's --key,
+// which signs the checkpoint note; a served receiver signs with its own.
+func (c *ObserveCommand) receiptProof(ctx context.Context, cf *commonFlags, rf *remoteFlags, scope, action string) error {
+	if !rf.on() {
+		if cf.key == "" {
+			return missingFlag("observe receipt --proof", "key", envKey)
+		}
+		priv, err := loadPrivate(cf.key)
+		if err != nil {
+			return err
+		}
+		cf.signKey = priv
+	}
+	rp, err := either(cf, rf, false, c.m.warn,
+		func(r *kvfence.Receiver) (kvfence.ReceiptProof, error) { return r.ReceiptProof(scope, action) },
+		func(cl *client.Client) (kvfence.ReceiptProof, error) { return cl.ReceiptProof(ctx, scope, action) })
+	if err != nil {
+		return err
+	}
+	p := receiptproof.Proof{Receipt: api.ReceiptOf(rp.Receipt), Entry: rp.Entry, Checkpoint: rp.Checkpoint, Inclusion: rp.Proof}
+	if cf.json {
+		out, err := p.Marshal()
+		if err != nil {
+			return err
+		}
+		_, err = c.m.Stdout.Write(out)
+		return err
+	}
+	tw := newTable(c.m.Stdout)
+	fmt.Fprintf(tw, "scope\t%s\n", p.Receipt.Scope)
+	fmt.Fprintf(tw, "action\t%s\n", p.Receipt.Action)
+	fmt.Fprintf(tw, "grant\t%s\n", p.Receipt.Grant)
+	fmt.Fprintf(tw, "request sha256\t%s\n", p.Receipt.RequestSHA256)
+	fmt.Fprintf(tw, "target\t%s\n", p.Receipt.Target)
+	fmt.Fprintf(tw, "audit seq\t%d\n", p.Receipt.AuditSeq)
+	fmt.Fprintf(tw, "tree size\t%d\n", rp.TreeSize)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.m.Stdout, "audit entry (base64)\n%s\n", base64.StdEncoding.EncodeToString(p.Entry))
+	fmt.Fprintf(c.m.Stdout, "inclusion proof (%d hashes, base64)\n", len(p.Inclusion))
+	for _, h := range p.Inclusion {
+		fmt.Fprintf(c.m.Stdout, "%s\n", base64.StdEncoding.EncodeToString(h[:]))
+	}
+	_, err = fmt.Fprintf(c.m.Stdout, "checkpoint\n%s", p.Checkpoint)
+	return err
 }
 
 // observeReceiptsJSON is the --json shape of observe receipts, the served
@@ -555,7 +610,7 @@ func (c *ObserveCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage:
 
 	kvfence observe target K [common arguments]
-	kvfence observe receipt --scope S --action A [common arguments]
+	kvfence observe receipt --scope S --action A [--proof [--key FILE]] [common arguments]
 	kvfence observe receipts --scope S --claim C [common arguments]
 	kvfence observe grant ID [common arguments]
 	kvfence observe events [--since SEQ] [--until SEQ] [--scope S] [--kind K ...]
@@ -569,7 +624,13 @@ Prints state without changing it; the database is opened read-only.
 	          kind etcd, also its kind and key; its revision and value are
 	          the key's live mod revision and value, read from etcd.
 	receipt   the receipt of an applied action: grant, request digest,
-	          revisions before and after, audit seq and time.
+	          revisions before and after, audit seq and time. With
+	          --proof (and the receiver's --key, which signs the
+	          checkpoint note), also its audit entry's bytes, the
+	          receiver's signed checkpoint note and the inclusion proof
+	          of the entry in the note's Merkle tree; with --json, the
+	          proof file that kvfence verify-receipt checks offline.
+	          With --server the served receiver signs the note.
 	receipts  the receipts of scope S applied under grants that carried
 	          the ledger claim C, oldest first: what that claim's worker
 	          already did there, to reconcile after a takeover. With

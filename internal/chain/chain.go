@@ -28,6 +28,9 @@ type Layout struct {
 	// Checkpoints is the bucket of the latest signed checkpoint (under
 	// Latest) and of the head key (under HeadKey).
 	Checkpoints []byte
+	// Tree is the bucket of the RFC 6962 tree over the entries (tree.go),
+	// written in the transaction of every append; nil keeps no tree.
+	Tree []byte
 }
 
 // Keys in the checkpoints bucket.
@@ -178,6 +181,17 @@ func (w *Writer) Append(e *audit.Entry) (uint64, error) {
 	}
 	if err := w.tx.Put(w.layout.Audit, key, raw); err != nil {
 		return 0, err
+	}
+	if w.layout.Tree != nil {
+		// The leaf goes in with its entry, so that the tree's size is the
+		// head's seq in every committed state.
+		rec, err := w.layout.treeRecordFor(w.tx, e.Seq, raw)
+		if err != nil {
+			return 0, err
+		}
+		if err := w.tx.Put(w.layout.Tree, audit.SeqKey(e.Seq-1), rec); err != nil {
+			return 0, err
+		}
 	}
 	return e.Seq, nil
 }

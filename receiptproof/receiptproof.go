@@ -1,0 +1,222 @@
+// Package receiptproof is the offline proof of a receipt: the receipt, the
+// stored bytes of the audit entry that records its decision, the
+// receiver's signed checkpoint note, and the RFC 6962 inclusion proof of
+// the entry in the note's tree. Parse reads the one JSON form that
+// `kvfence observe receipt --proof --json` writes; Verify checks it with
+// nothing but the receiver's public key (docs/design.md §7).
+package receiptproof
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/checkpoint"
+	"github.com/kvfence/kvfence/internal/api"
+)
+
+// Errors of this package. Verify's errors wrap ErrUnproven and one of the
+// three that say which part failed.
+var (
+	// ErrMalformed means the proof file is not in the one form Parse
+	// accepts.
+	ErrMalformed = errors.New("receipt proof malformed")
+	// ErrUnproven means the proof does not prove the receipt.
+	ErrUnproven = errors.New("receipt not proven")
+	// ErrBadCheckpoint means the checkpoint note is not signed by the
+	// given receiver key, or its origin or extension lines are not a
+	// receiver's.
+	ErrBadCheckpoint = errors.New("the checkpoint note does not verify with the receiver key")
+	// ErrBadProof means the inclusion proof does not lead from the
+	// entry's leaf hash to the note's root.
+	ErrBadProof = errors.New("the inclusion proof does not verify")
+	// ErrNotTheDecision means the proven entry is not the applied
+	// decision the receipt describes.
+	ErrNotTheDecision = errors.New("the audit entry is not the receipt's decision")
+)
+
+// MaxSize bounds a proof file in bytes: a receipt, an entry of at most
+// audit.MaxEntrySize, a note and 63 hashes fit many times over.
+const MaxSize = 1 << 20
+
+// maxProofHashes bounds the inclusion proof: a tree of at most 2^63
+// leaves needs at most 63 hashes.
+const maxProofHashes = 63
+
+// Proof is a receipt with what proves it offline.
+type Proof struct {
+	// Receipt is the receipt as observe receipt --json prints it.
+	Receipt api.Receipt
+	// Entry is the stored bytes of the audit entry at Receipt.AuditSeq.
+	Entry []byte
+	// Checkpoint is the receiver's signed checkpoint note.
+	Checkpoint []byte
+	// Inclusion is the proof of leaf AuditSeq-1 in the note's tree.
+	Inclusion tlog.RecordProof
+}
+
+// proofJSON is the JSON form of a Proof (docs/design.md §9).
+type proofJSON struct {
+	Receipt    *api.Receipt `json:"receipt"`
+	EntryB64   *string      `json:"entry_b64"`
+	Checkpoint *string      `json:"checkpoint"`
+	Inclusion  []string     `json:"inclusion_b64"`
+}
+
+// MarshalJSON returns the JSON form of p, as Marshal does, so that a Proof
+// can be part of a larger JSON value.
+func (p Proof) MarshalJSON() ([]byte, error) { return p.Marshal() }
+
+// UnmarshalJSON reads the JSON form of p as Parse does.
+func (p *Proof) UnmarshalJSON(b []byte) error {
+	q, err := Parse(b)
+	if err != nil {
+		return err
+	}
+	*p = q
+	return nil
+}
+
+// Marshal returns the JSON form of p, one object and a newline.
+func (p Proof) Marshal() ([]byte, error) {
+	e := base64.StdEncoding.EncodeToString(p.Entry)
+	c := string(p.Checkpoint)
+	inc := make([]string, len(p.Inclusion))
+	for i, h := range p.Inclusion {
+		inc[i] = base64.StdEncoding.EncodeToString(h[:])
+	}
+	b, err := json.MarshalIndent(proofJSON{Receipt: &p.Receipt, EntryB64: &e, Checkpoint: &c, Inclusion: inc}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Parse reads the JSON form of a proof: one object with exactly the keys
+// receipt, entry_b64, checkpoint and inclusion_b64 (the receipt's own keys
+// as observe receipt writes them), standard base64 with padding, hashes of
+// 32 bytes, nothing after the object. Anything else is ErrMalformed.
+func Parse(data []byte) (Proof, error) {
+	var p Proof
+	if len(data) > MaxSize {
+		return p, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrMalformed, len(data), MaxSize)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var j proofJSON
+	if err := dec.Decode(&j); err != nil {
+		return p, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return p, fmt.Errorf("%w: data after the proof object", ErrMalformed)
+	}
+	if j.Receipt == nil || j.EntryB64 == nil || j.Checkpoint == nil || j.Inclusion == nil {
+		return p, fmt.Errorf("%w: receipt, entry_b64, checkpoint and inclusion_b64 are all required", ErrMalformed)
+	}
+	p.Receipt = *j.Receipt
+	entry, err := base64.StdEncoding.Strict().DecodeString(*j.EntryB64)
+	if err != nil || len(entry) == 0 {
+		return p, fmt.Errorf("%w: entry_b64 is not non-empty standard base64", ErrMalformed)
+	}
+	p.Entry = entry
+	if len(*j.Checkpoint) > checkpoint.MaxNoteSize {
+		return p, fmt.Errorf("%w: checkpoint over %d bytes", ErrMalformed, checkpoint.MaxNoteSize)
+	}
+	p.Checkpoint = []byte(*j.Checkpoint)
+	if len(j.Inclusion) > maxProofHashes {
+		return p, fmt.Errorf("%w: %d inclusion hashes, at most %d", ErrMalformed, len(j.Inclusion), maxProofHashes)
+	}
+	p.Inclusion = make(tlog.RecordProof, len(j.Inclusion))
+	for i, s := range j.Inclusion {
+		h, err := base64.StdEncoding.Strict().DecodeString(s)
+		if err != nil || len(h) != tlog.HashSize {
+			return p, fmt.Errorf("%w: inclusion hash %d is not %d bytes in standard base64", ErrMalformed, i+1, tlog.HashSize)
+		}
+		copy(p.Inclusion[i][:], h)
+	}
+	return p, nil
+}
+
+// Verified is what a proof proved.
+type Verified struct {
+	// Checkpoint is the note's checkpoint, signed by the receiver key.
+	Checkpoint checkpoint.Checkpoint
+	// State is the note's receiver extension lines.
+	State checkpoint.ReceiverState
+	// Entry is the proven audit entry.
+	Entry audit.Entry
+}
+
+// receiverOriginPrefix starts every receiver's origin
+// (checkpoint.ReceiverOrigin).
+const receiverOriginPrefix = "kvfence/receiver/"
+
+// Verify checks p against the receiver's public key pub: the note is a
+// receiver's checkpoint whose origin names pub and which pub signed; the
+// entry's leaf hash is leaf AuditSeq-1 of the note's tree by the inclusion
+// proof; and the entry is the applied submit decision the receipt
+// describes (seq, scope, action, grant, request hash, target, revision
+// before). Its errors wrap ErrUnproven and one of ErrBadCheckpoint,
+// ErrBadProof or ErrNotTheDecision.
+func Verify(p Proof, pub ed25519.PublicKey) (Verified, error) {
+	var v Verified
+	fail := func(which error, format string, args ...any) (Verified, error) {
+		return v, fmt.Errorf("%w: %w: %s", ErrUnproven, which, fmt.Sprintf(format, args...))
+	}
+	if len(pub) != ed25519.PublicKeySize {
+		return fail(ErrBadCheckpoint, "the receiver key is %d bytes, want %d", len(pub), ed25519.PublicKeySize)
+	}
+	origin, _, _ := strings.Cut(string(p.Checkpoint), "\n")
+	fp := audit.KeyFingerprint(pub)
+	if !strings.HasPrefix(origin, receiverOriginPrefix) || !strings.HasSuffix(origin, "/"+hex.EncodeToString(fp[:])) {
+		return fail(ErrBadCheckpoint, "origin %q is not a receiver origin naming this key", origin)
+	}
+	verifier, err := checkpoint.NewVerifier(origin, pub)
+	if err != nil {
+		return fail(ErrBadCheckpoint, "%v", err)
+	}
+	cp, _, err := checkpoint.Open(p.Checkpoint, verifier)
+	if err != nil {
+		return fail(ErrBadCheckpoint, "%v", err)
+	}
+	v.Checkpoint = cp
+	if v.State, err = checkpoint.ParseReceiverState(cp.Extensions); err != nil {
+		return fail(ErrBadCheckpoint, "%v", err)
+	}
+	seq := p.Receipt.AuditSeq
+	if seq == 0 || seq > cp.Size {
+		return fail(ErrBadProof, "the receipt's audit seq %d is not in the checkpoint's tree of %d entries", seq, cp.Size)
+	}
+	if err := tlog.CheckRecord(p.Inclusion, int64(cp.Size), cp.Root, int64(seq-1), tlog.RecordHash(p.Entry)); err != nil {
+		return fail(ErrBadProof, "entry %d in the tree of %d: %v", seq, cp.Size, err)
+	}
+	e, err := audit.DecodeEntry(p.Entry)
+	if err != nil {
+		return fail(ErrNotTheDecision, "the proven entry does not decode: %v", err)
+	}
+	v.Entry = e
+	rc := p.Receipt
+	switch {
+	case e.Seq != seq:
+		return fail(ErrNotTheDecision, "the entry is seq %d, the receipt names %d", e.Seq, seq)
+	case e.Kind != audit.KindSubmit || e.Outcome != audit.OutcomeApplied:
+		return fail(ErrNotTheDecision, "entry %d is a %q with outcome %q, not an applied submit", e.Seq, e.Kind, e.Outcome)
+	case e.Scope != rc.Scope || e.Action != rc.Action || e.Grant != rc.Grant || e.Target != rc.Target:
+		return fail(ErrNotTheDecision, "entry %d records scope %q action %q grant %q target %q, the receipt %q %q %q %q",
+			e.Seq, e.Scope, e.Action, e.Grant, e.Target, rc.Scope, rc.Action, rc.Grant, rc.Target)
+	case hex.EncodeToString(e.RequestSHA256) != rc.RequestSHA256:
+		return fail(ErrNotTheDecision, "entry %d records request %x, the receipt %s", e.Seq, e.RequestSHA256, rc.RequestSHA256)
+	case e.RevBefore != rc.RevBefore:
+		return fail(ErrNotTheDecision, "entry %d records revision %d before, the receipt %d", e.Seq, e.RevBefore, rc.RevBefore)
+	}
+	return v, nil
+}
