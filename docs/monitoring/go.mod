@@ -10,6 +10,8 @@ require (
 	go.yaml.in/yaml/v2 v2.4.4
 )
 
+require golang.org/x/mod v0.43.0 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
