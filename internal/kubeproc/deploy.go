@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -139,6 +140,12 @@ func (s *Server) WriteKubeconfig(path, identity, url, caFile string) error {
 	tok, ok := s.Tokens[identity]
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownIdentity, identity)
+	}
+	// A kubeconfig's relative paths are read from its own directory, not
+	// the writer's working directory.
+	caFile, err := filepath.Abs(caFile)
+	if err != nil {
+		return fmt.Errorf("kubeproc: %w", err)
 	}
 	cfg := fmt.Sprintf(`apiVersion: v1
 kind: Config
