@@ -238,6 +238,7 @@ func (r *Receiver) checkAnchor() error {
 		if err := r.replayChain(a); err != nil {
 			return err
 		}
+		r.treeChecked = true
 	}
 	r.setAnchor(a)
 	if damage != nil {

@@ -132,7 +132,13 @@ var ErrReadOnly = errors.New("kvfence: receiver opened read-only")
 // are safe for concurrent use; concurrent writes are group-committed (see
 // the package documentation). Administrative calls are on Admin.
 type Receiver struct {
-	eng engine.Engine
+	// treeChecked says this open checked the stored Merkle tree against
+	// the entries (the anchored replay): only then does the receiver sign
+	// a checkpoint note over it, since the tree's records are not covered
+	// by the anchored checkpoint yet, and a tree edited in the file would
+	// otherwise be signed as it stands.
+	treeChecked bool
+	eng         engine.Engine
 	// path is the database file's path, or a name of the store for a
 	// receiver opened on an engine, in messages; file says which.
 	path string

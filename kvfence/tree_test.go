@@ -258,14 +258,22 @@ func TestSignedCheckpoint(t *testing.T) {
 	f.r.Close()
 	defer f.reopen()
 	for _, tc := range []struct {
-		key  ed25519.PrivateKey
-		want error
+		key      ed25519.PrivateKey
+		want     error
+		anchored bool
 	}{
-		{nil, ErrInvalidArgument},
-		{ed25519.NewKeyFromSeed(make([]byte, 32)), ErrKeyMismatch},
-		{testKey, nil},
+		{nil, ErrInvalidArgument, true},
+		{ed25519.NewKeyFromSeed(make([]byte, 32)), ErrKeyMismatch, true},
+		{testKey, nil, true},
+		// Without the anchor, open checks no tree, and nothing is signed
+		// over a tree that may have been edited in the file.
+		{testKey, ErrInvalidArgument, false},
 	} {
-		ro, err := f.openStore(&Options{ReadOnly: true, Key: tc.key}, defect.Variant{})
+		opts := &Options{ReadOnly: true, Key: tc.key}
+		if tc.anchored {
+			opts.Anchor = f.anchor
+		}
+		ro, err := f.openStore(opts, defect.Variant{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -39,6 +39,10 @@ func (r *Receiver) signedCheckpoint(tx engine.Tx) ([]byte, uint64, error) {
 		// A read-only receiver's key is checked here, not at Open.
 		return nil, 0, fmt.Errorf("%w: %s", ErrKeyMismatch, r.path)
 	}
+	if !r.treeChecked {
+		return nil, 0, fmt.Errorf("%w: %s: a checkpoint note is signed only by a receiver whose open checked its stored tree "+
+			"against the entries (opened with its anchor checked)", ErrInvalidArgument, r.path)
+	}
 	sc, err := auditChain.LatestCheckpoint(tx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %s: %w", ErrBadFormat, r.path, err)
