@@ -113,6 +113,16 @@ func ParseKubeconfig(data []byte, dir, context string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
+	// Go's JSON decoder matches keys to fields without regard to case, so
+	// that "token" and "Token" in one mapping would both reach one field,
+	// the last one winning: refuse such a file rather than pick.
+	var generic any
+	if err := json.Unmarshal(js, &generic); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	if err := foldedTwice(generic); err != nil {
+		return nil, err
+	}
 	var kc kubeconfig
 	dec := json.NewDecoder(bytes.NewReader(js))
 	if err := dec.Decode(&kc); err != nil {
@@ -174,6 +184,34 @@ func ParseKubeconfig(data []byte, dir, context string) (*Config, error) {
 		u = &fileUser{}
 	}
 	return configOf(cl, u, dir)
+}
+
+// foldedTwice returns an error if a mapping anywhere in v holds two keys
+// that differ only in case.
+func foldedTwice(v any) error {
+	switch v := v.(type) {
+	case map[string]any:
+		seen := make(map[string]string, len(v))
+		for k, child := range v {
+			// Upper then lower, so that ſ and K (the Kelvin sign) fold as the
+			// decoder folds them.
+			low := strings.ToLower(strings.ToUpper(k))
+			if other, ok := seen[low]; ok {
+				return fmt.Errorf("%w: keys %q and %q differ only in case", ErrInvalidConfig, other, k)
+			}
+			seen[low] = k
+			if err := foldedTwice(child); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, child := range v {
+			if err := foldedTwice(child); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // one reports an error unless exactly one entry of kind has the name.

@@ -140,6 +140,8 @@ func TestParseKubeconfig(t *testing.T) {
 		{name: "no current context", config: strings.Replace(kubeconfigOf(server, "    token: abc"), "current-context: c\n", "", 1), wantErr: ErrInvalidConfig, errHas: "no current-context"},
 		{name: "context twice", config: kubeconfigOf(server, "    token: abc") + "- name: c\n  context: {cluster: k, user: u}\n", wantErr: ErrInvalidConfig, errHas: `2 entries are the context named "c"`},
 		{name: "key twice", config: kubeconfigOf(server, "    token: abc\n    token: def"), wantErr: ErrInvalidConfig},
+		{name: "key twice, spelled in another case", config: kubeconfigOf(server, "    token: abc\n    Token: def"), wantErr: ErrInvalidConfig, errHas: "differ only in case"},
+		{name: "key twice, with a long s", config: kubeconfigOf(server, "    username: abc\n    uſername: def"), wantErr: ErrInvalidConfig, errHas: "differ only in case"},
 		{name: "not a Config", config: strings.Replace(kubeconfigOf(server, "    token: abc"), "kind: Config", "kind: Pod", 1), wantErr: ErrInvalidConfig, errHas: "kind"},
 		{name: "plain http", config: kubeconfigOf("    server: http://api.example:8080", "    token: abc"), wantErr: ErrInvalidConfig, errHas: "https"},
 		{name: "server with a query", config: kubeconfigOf("    server: https://api.example/?x=1", "    token: abc"), wantErr: ErrInvalidConfig, errHas: "query"},
