@@ -50,7 +50,9 @@ type ExecConfig struct {
 
 // ExecEnv is one environment variable of a plugin.
 type ExecEnv struct {
-	Name  string `json:"name"`
+	// Name is the variable's name: not empty, without '=' or NUL.
+	Name string `json:"name"`
+	// Value is its value, without NUL.
 	Value string `json:"value"`
 }
 
