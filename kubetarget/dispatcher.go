@@ -174,6 +174,13 @@ func (d *Dispatcher) do(ctx context.Context, method, path string, body []byte) (
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+		// Without a way to rewind the body the transport cannot send an
+		// update twice: Go's HTTP/2 transport replays a request whose
+		// stream the server reset with PROTOCOL_ERROR, which it may do
+		// after applying it, and the replay's 409 would record a write
+		// that landed as a conflict. A reset is then an error, and the
+		// outcome unknown.
+		req.GetBody = nil
 	}
 	resp, err := d.client.Do(req)
 	if err != nil {
