@@ -43,7 +43,16 @@ type fileCluster struct {
 	CertificateAuthorityData []byte `json:"certificate-authority-data"`
 	ProxyURL                 string `json:"proxy-url"`
 	DisableCompression       bool   `json:"disable-compression"`
+	// Extensions are read only to refuse the exec plugin's, which
+	// Kubernetes's clients pass to a plugin told the cluster.
+	Extensions []struct {
+		Name string `json:"name"`
+	} `json:"extensions"`
 }
+
+// execClusterExtension names the cluster extension that Kubernetes's
+// clients give an exec plugin as spec.cluster.config.
+const execClusterExtension = "client.authentication.k8s.io/exec"
 
 type fileUser struct {
 	ClientCertificate     string              `json:"client-certificate"`
@@ -267,6 +276,15 @@ func configOf(cl *fileCluster, u *fileUser, dir string) (*Config, error) {
 			return nil, refuse("an exec plugin whose interactiveMode is Always (the receiver has no terminal)")
 		default:
 			return nil, fmt.Errorf("%w: exec interactiveMode %q", ErrInvalidConfig, e.InteractiveMode)
+		}
+		if e.ProvideClusterInfo {
+			for _, x := range cl.Extensions {
+				if x.Name == execClusterExtension {
+					// Dropping it would tell the plugin less than it was
+					// configured with: it may then choose another identity.
+					return nil, refuse("the cluster extension " + execClusterExtension + " (a plugin's spec.cluster.config)")
+				}
+			}
 		}
 		cmd := e.Command
 		// As Kubernetes's own clients read it: a command with a separator is a path, relative
