@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -132,6 +133,12 @@ func ParseKubeconfig(data []byte, dir, context string) (*Config, error) {
 	if err := foldedTwice(generic); err != nil {
 		return nil, err
 	}
+	// Kubernetes's clients match keys case-sensitively: for them "Token"
+	// is no token, and a file that Go's decoder would read otherwise than
+	// they do is refused.
+	if err := spelledOtherwise(generic); err != nil {
+		return nil, err
+	}
 	var kc kubeconfig
 	dec := json.NewDecoder(bytes.NewReader(js))
 	if err := dec.Decode(&kc); err != nil {
@@ -216,6 +223,59 @@ func foldedTwice(v any) error {
 	case []any:
 		for _, child := range v {
 			if err := foldedTwice(child); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// knownKeys maps each key this package decodes, folded, to its spelling.
+var knownKeys = func() map[string]string {
+	known := map[string]string{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		switch t.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map:
+			walk(t.Elem())
+		case reflect.Struct:
+			for i := 0; i < t.NumField(); i++ {
+				f := t.Field(i)
+				if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+					known[foldKey(name)] = name
+				}
+				walk(f.Type)
+			}
+		}
+	}
+	walk(reflect.TypeOf(kubeconfig{}))
+	return known
+}()
+
+// foldKey folds k as Go's JSON decoder matches keys to fields.
+func foldKey(k string) string { return strings.ToLower(strings.ToUpper(k)) }
+
+// spelledOtherwise returns an error if a mapping anywhere in v holds a
+// key that Go's decoder would match to a field this package reads but
+// that is not spelled as that field's key is. An extension's content is
+// the extension's own and is not looked into.
+func spelledOtherwise(v any) error {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, child := range v {
+			if want, ok := knownKeys[foldKey(k)]; ok && k != want {
+				return fmt.Errorf("%w: key %q is spelled %q in a kubeconfig", ErrInvalidConfig, k, want)
+			}
+			if k == "extension" || k == "preferences" {
+				continue
+			}
+			if err := spelledOtherwise(child); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, child := range v {
+			if err := spelledOtherwise(child); err != nil {
 				return err
 			}
 		}
