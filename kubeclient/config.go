@@ -2,6 +2,7 @@ package kubeclient
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -127,8 +128,8 @@ func (c *Config) HTTPClient() (*http.Client, error) {
 		tlsConf.RootCAs = pool
 	}
 	if creds.hasCert() {
-		tlsConf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return creds.certificate()
+		tlsConf.GetClientCertificate = func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return creds.certificate(cri.Context())
 		}
 	}
 	proxy := http.ProxyFromEnvironment
@@ -220,11 +221,11 @@ func (c *credentials) hasCert() bool { return c.cert != nil || c.exec != nil }
 
 // certificate returns the client certificate to present: the static one,
 // the plugin's, or none (an empty one, which TLS sends as no certificate).
-func (c *credentials) certificate() (*tls.Certificate, error) {
+func (c *credentials) certificate(ctx context.Context) (*tls.Certificate, error) {
 	if c.cert != nil {
 		return c.cert, nil
 	}
-	cred, err := c.exec.get()
+	cred, err := c.exec.get(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +237,7 @@ func (c *credentials) certificate() (*tls.Certificate, error) {
 
 // bearer returns the token to send, if any, and the plugin credential it
 // came from (nil if none), which a 401 invalidates.
-func (c *credentials) bearer() (string, *execCredential, error) {
+func (c *credentials) bearer(ctx context.Context) (string, *execCredential, error) {
 	switch {
 	case c.token != "":
 		return c.token, nil, nil
@@ -244,7 +245,7 @@ func (c *credentials) bearer() (string, *execCredential, error) {
 		tok, err := c.readTokenFile()
 		return tok, nil, err
 	case c.exec != nil:
-		cred, err := c.exec.get()
+		cred, err := c.exec.get(ctx)
 		if err != nil {
 			return "", nil, err
 		}
@@ -280,7 +281,7 @@ type authTransport struct {
 }
 
 func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	tok, cred, err := t.creds.bearer()
+	tok, cred, err := t.creds.bearer(req.Context())
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()

@@ -69,8 +69,9 @@ type execPlugin struct {
 	info []byte // KUBERNETES_EXEC_INFO
 	now  func() time.Time
 
-	mu   sync.Mutex
-	cred *execCredential
+	mu      sync.Mutex
+	cred    *execCredential
+	running *execRun // the run under way, if any
 }
 
 func newExecPlugin(e *ExecConfig, c *Config) (*execPlugin, error) {
@@ -108,20 +109,47 @@ func newExecPlugin(e *ExecConfig, c *Config) (*execPlugin, error) {
 }
 
 // get returns the current credential, running the plugin if there is
-// none or it has expired. One run at a time: concurrent callers wait for
-// it.
-func (p *execPlugin) get() (*execCredential, error) {
+// none or it has expired. One run at a time: concurrent callers share it.
+// A caller waits for the run at most until ctx ends (a request's deadline
+// bounds it, not ExecTimeout); the run goes on, and its credential is
+// kept for the next caller.
+func (p *execPlugin) get(ctx context.Context) (*execCredential, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.cred != nil && (p.cred.expires.IsZero() || p.now().Before(p.cred.expires)) {
-		return p.cred, nil
+		cred := p.cred
+		p.mu.Unlock()
+		return cred, nil
 	}
-	cred, err := p.run()
-	if err != nil {
-		return nil, err
+	r := p.running
+	if r == nil {
+		r = &execRun{done: make(chan struct{})}
+		p.running = r
+		go func() {
+			cred, err := p.run()
+			p.mu.Lock()
+			r.cred, r.err = cred, err
+			if err == nil {
+				p.cred = cred
+			}
+			p.running = nil
+			p.mu.Unlock()
+			close(r.done)
+		}()
 	}
-	p.cred = cred
-	return cred, nil
+	p.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.cred, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: exec plugin %s: %w", ErrCredential, p.conf.Command, ctx.Err())
+	}
+}
+
+// execRun is one run of a plugin, which callers wait for.
+type execRun struct {
+	done chan struct{} // closed when cred and err are set
+	cred *execCredential
+	err  error
 }
 
 // invalidate drops cred if it is still the current credential.

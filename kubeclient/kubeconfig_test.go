@@ -1,6 +1,7 @@
 package kubeclient
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"os"
@@ -239,7 +240,7 @@ func TestTokenFileRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := func() string {
-		tok, _, err := cr.bearer()
+		tok, _, err := cr.bearer(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
