@@ -140,9 +140,13 @@ func (c *Config) HTTPClient() (*http.Client, error) {
 		}
 		proxy = http.ProxyURL(p)
 	}
+	conns := &connTracker{conns: map[*trackedConn]struct{}{}}
+	if creds.exec != nil {
+		creds.exec.rotated = conns.closeAll
+	}
 	var rt http.RoundTripper = &http.Transport{
 		Proxy:               proxy,
-		DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         conns.dial((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext),
 		TLSClientConfig:     tlsConf,
 		TLSHandshakeTimeout: 10 * time.Second,
 		ForceAttemptHTTP2:   true,
@@ -303,6 +307,55 @@ func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.creds.exec.invalidate(cred)
 	}
 	return resp, err
+}
+
+// connTracker keeps the connections a client dialled, so that they can
+// be closed when its client certificate changes.
+type connTracker struct {
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+}
+
+// dial returns dial, keeping the connections it makes.
+func (t *connTracker) dial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		tc := &trackedConn{Conn: c, t: t}
+		t.mu.Lock()
+		t.conns[tc] = struct{}{}
+		t.mu.Unlock()
+		return tc, nil
+	}
+}
+
+// closeAll closes every connection still open; a request in flight on
+// one fails.
+func (t *connTracker) closeAll() {
+	t.mu.Lock()
+	conns := make([]*trackedConn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// trackedConn is a connection that leaves its tracker when closed.
+type trackedConn struct {
+	net.Conn
+	t *connTracker
+}
+
+func (c *trackedConn) Close() error {
+	c.t.mu.Lock()
+	delete(c.t.conns, c)
+	c.t.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // readFile reads at most MaxFileSize bytes of path; a larger file is an

@@ -69,9 +69,18 @@ type execPlugin struct {
 	info []byte // KUBERNETES_EXEC_INFO
 	now  func() time.Time
 
-	mu      sync.Mutex
-	cred    *execCredential
-	running *execRun // the run under way, if any
+	// rotated, if not nil, is called when a run gives another client
+	// certificate than the one last handed out (none included), before
+	// the new one is: TLS presents a certificate only in a connection's
+	// handshake, so that a connection kept from before would go on
+	// presenting the old one, expired or refused.
+	rotated func()
+
+	mu       sync.Mutex
+	cred     *execCredential
+	running  *execRun // the run under way, if any
+	handed   bool     // a credential was handed out
+	lastCert []byte   // the DER of its certificate, nil for none
 }
 
 func newExecPlugin(e *ExecConfig, c *Config) (*execPlugin, error) {
@@ -129,7 +138,11 @@ func (p *execPlugin) get(ctx context.Context) (*execCredential, error) {
 			p.mu.Lock()
 			r.cred, r.err = cred, err
 			if err == nil {
-				p.cred = cred
+				der := cred.certDER()
+				if p.handed && !bytes.Equal(der, p.lastCert) && p.rotated != nil {
+					p.rotated()
+				}
+				p.cred, p.handed, p.lastCert = cred, true, der
 			}
 			p.running = nil
 			p.mu.Unlock()
@@ -143,6 +156,14 @@ func (p *execPlugin) get(ctx context.Context) (*execCredential, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: exec plugin %s: %w", ErrCredential, p.conf.Command, ctx.Err())
 	}
+}
+
+// certDER returns the DER of the credential's certificate, nil if none.
+func (c *execCredential) certDER() []byte {
+	if c.cert == nil || len(c.cert.Certificate) == 0 {
+		return nil
+	}
+	return c.cert.Certificate[0]
 }
 
 // execRun is one run of a plugin, which callers wait for.
@@ -261,6 +282,11 @@ func (p *execPlugin) decode(out []byte) (*execCredential, error) {
 			return nil, fmt.Errorf("its expirationTimestamp %q: %v", printable(s.ExpirationTimestamp), err)
 		}
 		cred.expires = t
+	}
+	// As Kubernetes's clients do: a certificate is not used past its own
+	// expiry, whatever the plugin said.
+	if cred.cert != nil && cred.cert.Leaf != nil && (cred.expires.IsZero() || cred.cert.Leaf.NotAfter.Before(cred.expires)) {
+		cred.expires = cred.cert.Leaf.NotAfter
 	}
 	return cred, nil
 }
