@@ -39,9 +39,13 @@ func TestExecPlugin_CertificateRotationReachesServer(t *testing.T) {
 		// revoke makes the server refuse the first certificate (401)
 		// rather than the clock pass its expiry.
 		revoke bool
+		// ownExpiry leaves the plugin's expirationTimestamp out: the
+		// certificate's own expiry (24 hours) is the credential's.
+		ownExpiry bool
 	}{
 		{name: "expired"},
 		{name: "revoked", revoke: true},
+		{name: "past its own expiry", ownExpiry: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var mu sync.Mutex
@@ -68,8 +72,12 @@ func TestExecPlugin_CertificateRotationReachesServer(t *testing.T) {
 			t0 := time.Now()
 			var now atomic.Pointer[time.Time]
 			now.Store(&t0)
-			first := credential(map[string]any{"clientCertificateData": string(tc.clientCert), "clientKeyData": string(tc.clientKey),
-				"expirationTimestamp": t0.Add(time.Hour).UTC().Format(time.RFC3339)})
+			status := map[string]any{"clientCertificateData": string(tc.clientCert), "clientKeyData": string(tc.clientKey),
+				"expirationTimestamp": t0.Add(time.Hour).UTC().Format(time.RFC3339)}
+			if c.ownExpiry {
+				delete(status, "expirationTimestamp")
+			}
+			first := credential(status)
 			next := credential(map[string]any{"clientCertificateData": string(second.CertPEM()), "clientKeyData": string(secondKey)})
 			cfg, _ := pluginConfig(t, srv.URL, tc.caPEM, `echo run >>"$COUNT"; if [ "$(wc -l <"$COUNT")" -eq 1 ]; then printf '%s' "$A1"; else printf '%s' "$A2"; fi`,
 				ExecEnv{"A1", first}, ExecEnv{"A2", next})
@@ -96,7 +104,7 @@ func TestExecPlugin_CertificateRotationReachesServer(t *testing.T) {
 					t.Fatalf("refused certificate answered %d", code)
 				}
 			} else {
-				later := t0.Add(2 * time.Hour)
+				later := t0.Add(25 * time.Hour)
 				now.Store(&later)
 			}
 			code := do()
