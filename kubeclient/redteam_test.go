@@ -193,3 +193,13 @@ func TestParseKubeconfig_KeysSpelledOtherwise(t *testing.T) {
 		})
 	}
 }
+
+// Ensure that a plugin's words cannot break a log line with the Unicode
+// line and paragraph separators.
+func TestPrintableLineSeparators(t *testing.T) {
+	for _, in := range []string{"a\u2028b", "a\u2029b", "a\u0085b"} {
+		if got := printable(in); got != "a?b" {
+			t.Errorf("printable(%+q) = %+q; want \"a?b\"", in, got)
+		}
+	}
+}

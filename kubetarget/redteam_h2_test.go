@@ -149,3 +149,14 @@ func TestApplyNotReplayedAfterStreamReset(t *testing.T) {
 		t.Errorf("Apply = %v, after the server applied the update and reset its stream; want an outcome neither conflict nor not-found (unknown)", err)
 	}
 }
+
+// Ensure that the server's message cannot break a log line with the
+// Unicode line and paragraph separators, which log viewers and JSON
+// consumers in browsers take for line ends as they do "\n".
+func TestStatusMessageLineSeparators(t *testing.T) {
+	for _, in := range []string{"a\u2028b", "a\u2029b", "a\u0085b"} {
+		if got := printable(in); got != "a?b" {
+			t.Errorf("printable(%+q) = %+q; want \"a?b\"", in, got)
+		}
+	}
+}
