@@ -291,14 +291,14 @@ func (p *execPlugin) decode(out []byte) (*execCredential, error) {
 	return cred, nil
 }
 
-// printable returns s cut to 1 KiB with control characters replaced,
+// printable returns s cut to 1 KiB with control and line-separator characters replaced,
 // because a plugin's words end up in logs and on terminals.
 func printable(s string) string {
 	if len(s) > 1024 {
 		s = strings.ToValidUTF8(s[:1024], "") + "…"
 	}
 	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == unicode.ReplacementChar {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.In(r, unicode.Zl, unicode.Zp) || r == unicode.ReplacementChar {
 			return '?'
 		}
 		return r

@@ -144,14 +144,14 @@ func (e *StatusError) Unwrap() error {
 }
 
 // printable returns the server's message cut to maxMessage bytes, with
-// control and bidirectional-override characters replaced, because it ends
+// control, line-separator and bidirectional-override characters replaced, because it ends
 // up in logs and on terminals.
 func printable(m string) string {
 	if len(m) > maxMessage {
 		m = strings.ToValidUTF8(m[:maxMessage], "") + "…"
 	}
 	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.In(r, unicode.Zl, unicode.Zp) || r == utf8.RuneError {
 			return '?'
 		}
 		return r
