@@ -203,3 +203,19 @@ func TestPrintableLineSeparators(t *testing.T) {
 		}
 	}
 }
+
+// Ensure that a certificate authority file that is named but empty is
+// refused, in a kubeconfig and in a pod: an empty CAData means the
+// system's roots, so that the token would go to any server a public
+// authority vouches for, where the file meant one authority.
+func TestEmptyCertificateAuthorityFile(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"ca.crt": "", "token": "tok"})
+	kc := kubeconfigOf(server+"\n    certificate-authority: ca.crt", "    token: secret")
+	if _, err := ParseKubeconfig([]byte(kc), dir, ""); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("kubeconfig naming an empty CA file: err = %v; want ErrInvalidConfig", err)
+	}
+	env := map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+	if _, err := inCluster(func(k string) string { return env[k] }, dir+"/token", dir+"/ca.crt"); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("a pod whose CA file is empty: err = %v; want ErrInvalidConfig", err)
+	}
+}
