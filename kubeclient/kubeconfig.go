@@ -385,6 +385,11 @@ func dataOrFile(field string, data []byte, path, dir string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, field, err)
 	}
+	if len(b) == 0 {
+		// Empty data means none: for a certificate authority, the
+		// system's roots in place of the one the file names.
+		return nil, fmt.Errorf("%w: %s: %s is empty", ErrInvalidConfig, field, resolve(path, dir))
+	}
 	return b, nil
 }
 
@@ -418,6 +423,10 @@ func inCluster(getenv func(string) string, tokenFile, caFile string) (*Config, e
 	ca, err := readFile(caFile)
 	if err != nil {
 		return nil, fmt.Errorf("%w: in-cluster certificate authority: %v", ErrInvalidConfig, err)
+	}
+	if len(ca) == 0 {
+		// Not the system's roots in place of the cluster's authority.
+		return nil, fmt.Errorf("%w: in-cluster certificate authority %s is empty", ErrInvalidConfig, caFile)
 	}
 	c := &Config{Host: "https://" + net.JoinHostPort(host, port), CAData: ca, BearerTokenFile: tokenFile}
 	if _, err := c.BaseURL(); err != nil {
