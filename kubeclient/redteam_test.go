@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,5 +218,64 @@ func TestEmptyCertificateAuthorityFile(t *testing.T) {
 	env := map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 	if _, err := inCluster(func(k string) string { return env[k] }, dir+"/token", dir+"/ca.crt"); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("a pod whose CA file is empty: err = %v; want ErrInvalidConfig", err)
+	}
+}
+
+// Ensure that a client certificate and key that a kubeconfig names as
+// files are read again as they rotate, as Kubernetes's clients do (every
+// five minutes, closing the connections that present the old one): read
+// once, the receiver goes on presenting a certificate that expires or is
+// replaced, and every request is refused until it restarts.
+func TestClientCertificateFilesRotate(t *testing.T) {
+	tc, err := newTestCerts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := pki.Issue(tc.ca, pki.Options{Name: "second", Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secondKey, err := second.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startAPI(t, tc, true)
+	dir := writeFiles(t, map[string]string{"ca.crt": string(tc.caPEM), "client.crt": string(tc.clientCert), "client.key": string(tc.clientKey)})
+	kc := kubeconfigOf("    server: "+a.URL+"\n    certificate-authority: ca.crt", "    client-certificate: client.crt\n    client-key: client.key")
+	if err := os.WriteFile(dir+"/config", []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadKubeconfig(dir+"/config", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	var now atomic.Pointer[time.Time]
+	now.Store(&t0)
+	cfg.now = func() time.Time { return *now.Load() }
+	hc, err := cfg.HTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func() {
+		resp, err := hc.Get(a.URL + "/api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	do()
+	if err := os.WriteFile(dir+"/client.crt", second.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/client.key", secondKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	later := t0.Add(10 * time.Minute)
+	now.Store(&later)
+	do()
+	if _, names := a.seen(); names[len(names)-1] != "second" {
+		t.Errorf("ten minutes after the certificate files were replaced the server saw %q; want the new certificate \"second\"", names)
 	}
 }
