@@ -15,7 +15,11 @@
 // its last reading is a minute old, as projected service-account tokens
 // rotate. A plugin is run (client.authentication.k8s.io v1 or v1beta1,
 // never interactively) for the first request, again when the credential
-// it gave expires, and again after the server answers 401 to it.
+// it gave expires (at the latest when its certificate does), and again
+// after the server answers 401 to it; a request waits for a run only
+// until its context ends. When the plugin's certificate changes, the
+// client's connections are closed, since TLS presents a certificate only
+// when a connection is made. Certificate files are read once.
 //
 // # What is refused
 //
@@ -24,7 +28,12 @@
 // it would make the receiver act with other credentials, or another
 // identity, than the file says: insecure-skip-tls-verify, username and
 // password, auth-provider, impersonation (as, as-groups, as-uid,
-// as-user-extra) and an interactive plugin. A server URL must be https:
+// as-user-extra), an interactive plugin, and the cluster extension
+// client.authentication.k8s.io/exec for a plugin told the cluster. A key
+// spelled otherwise than Kubernetes spells it ("Token") is refused, as
+// Kubernetes's clients would read it as absent; so is a named certificate
+// authority, certificate or key file that is empty, which would otherwise
+// mean the system's roots or no certificate. A server URL must be https:
 // credentials never travel in clear. Only the named file is read: neither
 // $KUBECONFIG nor ~/.kube/config stands in for it, and files are not
 // merged.
