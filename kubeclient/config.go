@@ -25,6 +25,10 @@ const MaxFileSize = 4 << 20
 // a request reads it again.
 const TokenFileRefresh = time.Minute
 
+// CertFileRefresh is how old the last reading of client certificate files
+// may be before a request reads them again.
+const CertFileRefresh = 5 * time.Minute
+
 // ErrInvalidConfig means a Config or a kubeconfig file is malformed or
 // incomplete: the error says which field.
 var ErrInvalidConfig = errors.New("kubeclient: invalid configuration")
@@ -57,6 +61,12 @@ type Config struct {
 	// CertData and KeyData are the client certificate and its key (PEM),
 	// both or neither.
 	CertData, KeyData []byte
+	// CertFile and KeyFile are files holding the client certificate and
+	// its key (PEM), both or neither, and not with CertData: read again
+	// when their last reading is CertFileRefresh old, and when they have
+	// changed the client's connections are closed, so that the next
+	// request presents the new certificate.
+	CertFile, KeyFile string
 	// BearerToken is sent as "Authorization: Bearer".
 	BearerToken string
 	// BearerTokenFile is a file holding the bearer token, read again when
@@ -144,6 +154,7 @@ func (c *Config) HTTPClient() (*http.Client, error) {
 	if creds.exec != nil {
 		creds.exec.rotated = conns.closeAll
 	}
+	creds.rotated = conns.closeAll
 	var rt http.RoundTripper = &http.Transport{
 		Proxy:               proxy,
 		DialContext:         conns.dial((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext),
@@ -185,8 +196,18 @@ func (c *Config) credentials() (*credentials, error) {
 	if strings.ContainsAny(c.BearerToken, "\r\n") {
 		return nil, fmt.Errorf("%w: the token holds a line break", ErrInvalidConfig)
 	}
-	if (len(c.CertData) > 0) != (len(c.KeyData) > 0) {
+	if (len(c.CertData) > 0) != (len(c.KeyData) > 0) || (c.CertFile != "") != (c.KeyFile != "") {
 		return nil, fmt.Errorf("%w: a client certificate needs its key, and a key its certificate", ErrInvalidConfig)
+	}
+	if c.CertFile != "" {
+		if len(c.CertData) > 0 || c.Exec != nil {
+			return nil, fmt.Errorf("%w: client certificate files with another client certificate or an exec plugin", ErrInvalidConfig)
+		}
+		cr.certFile, cr.keyFile = c.CertFile, c.KeyFile
+		// Read now, so that bad files are refused when the client is made.
+		if err := cr.refreshCertFiles(); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		}
 	}
 	if len(c.CertData) > 0 {
 		if c.Exec != nil {
@@ -219,13 +240,60 @@ type credentials struct {
 	mu       sync.Mutex
 	fileRead time.Time
 	fileTok  string
+
+	// certFile and keyFile, if set, are read again every CertFileRefresh
+	// into cert (under mu), with their bytes as last read; rotated is
+	// called when they changed.
+	certFile, keyFile string
+	certRead          time.Time
+	certPEM, keyPEM   []byte
+	rotated           func()
 }
 
-func (c *credentials) hasCert() bool { return c.cert != nil || c.exec != nil }
+func (c *credentials) hasCert() bool { return c.cert != nil || c.exec != nil || c.certFile != "" }
+
+// refreshCertFiles reads the client certificate files again if their last
+// reading is CertFileRefresh old; a certificate that changed replaces the
+// old one and the client's connections are closed. A failed reading is an
+// error, not the old certificate.
+func (c *credentials) refreshCertFiles() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cert != nil && c.now().Sub(c.certRead) < CertFileRefresh {
+		return nil
+	}
+	certPEM, err := readFile(c.certFile)
+	if err != nil {
+		return fmt.Errorf("%w: client certificate file: %v", ErrCredential, err)
+	}
+	keyPEM, err := readFile(c.keyFile)
+	if err != nil {
+		return fmt.Errorf("%w: client key file: %v", ErrCredential, err)
+	}
+	c.certRead = c.now()
+	if c.cert != nil && bytes.Equal(certPEM, c.certPEM) && bytes.Equal(keyPEM, c.keyPEM) {
+		return nil
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("%w: client certificate files %s and %s: %v", ErrCredential, c.certFile, c.keyFile, err)
+	}
+	changed := c.cert != nil
+	c.cert, c.certPEM, c.keyPEM = &cert, certPEM, keyPEM
+	if changed && c.rotated != nil {
+		c.rotated()
+	}
+	return nil
+}
 
 // certificate returns the client certificate to present: the static one,
 // the plugin's, or none (an empty one, which TLS sends as no certificate).
 func (c *credentials) certificate(ctx context.Context) (*tls.Certificate, error) {
+	if c.certFile != "" {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.cert, nil
+	}
 	if c.cert != nil {
 		return c.cert, nil
 	}
@@ -286,6 +354,11 @@ type authTransport struct {
 
 func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	tok, cred, err := t.creds.bearer(req.Context())
+	if err == nil && t.creds.certFile != "" {
+		// Before the request, so that a new certificate's connection
+		// closing does not cut this one.
+		err = t.creds.refreshCertFiles()
+	}
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()

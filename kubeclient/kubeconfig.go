@@ -320,11 +320,18 @@ func configOf(cl *fileCluster, u *fileUser, dir string) (*Config, error) {
 	if c.CAData, err = dataOrFile("certificate-authority", cl.CertificateAuthorityData, cl.CertificateAuthority, dir); err != nil {
 		return nil, err
 	}
-	if c.CertData, err = dataOrFile("client-certificate", u.ClientCertificateData, u.ClientCertificate, dir); err != nil {
-		return nil, err
+	// Files are kept as files, read again as they rotate; data is data.
+	switch {
+	case len(u.ClientCertificateData) > 0 && u.ClientCertificate != "":
+		return nil, fmt.Errorf("%w: both client-certificate and client-certificate-data", ErrInvalidConfig)
+	case len(u.ClientKeyData) > 0 && u.ClientKey != "":
+		return nil, fmt.Errorf("%w: both client-key and client-key-data", ErrInvalidConfig)
+	case (u.ClientCertificate != "") != (u.ClientKey != ""):
+		return nil, fmt.Errorf("%w: client-certificate and client-key are files both or neither", ErrInvalidConfig)
 	}
-	if c.KeyData, err = dataOrFile("client-key", u.ClientKeyData, u.ClientKey, dir); err != nil {
-		return nil, err
+	c.CertData, c.KeyData = u.ClientCertificateData, u.ClientKeyData
+	if u.ClientCertificate != "" {
+		c.CertFile, c.KeyFile = resolve(u.ClientCertificate, dir), resolve(u.ClientKey, dir)
 	}
 	if u.TokenFile != "" {
 		c.BearerTokenFile = resolve(u.TokenFile, dir)

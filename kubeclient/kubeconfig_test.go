@@ -92,9 +92,9 @@ func TestParseKubeconfig(t *testing.T) {
 				}
 			}},
 		{name: "relative files", config: kubeconfigOf(server+"\n    certificate-authority: ca.crt", "    client-certificate: sub/client.crt\n    client-key: sub/client.key"),
-			check: func(t *testing.T, c *Config, _ string) {
-				if string(c.CAData) != string(tc.caPEM) || string(c.CertData) != string(tc.clientCert) || string(c.KeyData) != string(tc.clientKey) {
-					t.Error("files not read relative to the kubeconfig")
+			check: func(t *testing.T, c *Config, dir string) {
+				if string(c.CAData) != string(tc.caPEM) || c.CertFile != filepath.Join(dir, "sub/client.crt") || c.KeyFile != filepath.Join(dir, "sub/client.key") {
+					t.Errorf("files not named relative to the kubeconfig: %q %q", c.CertFile, c.KeyFile)
 				}
 			}},
 		{name: "client certificate data", config: kubeconfigOf(server, "    client-certificate-data: "+certB64+"\n    client-key-data: "+keyB64),
@@ -143,6 +143,8 @@ func TestParseKubeconfig(t *testing.T) {
 		{name: "key twice", config: kubeconfigOf(server, "    token: abc\n    token: def"), wantErr: ErrInvalidConfig},
 		{name: "key twice, spelled in another case", config: kubeconfigOf(server, "    token: abc\n    Token: def"), wantErr: ErrInvalidConfig, errHas: "differ only in case"},
 		{name: "key twice, with a long s", config: kubeconfigOf(server, "    username: abc\n    uſername: def"), wantErr: ErrInvalidConfig, errHas: "differ only in case"},
+		{name: "certificate file without key file", config: kubeconfigOf(server, "    client-certificate: sub/client.crt\n    client-key-data: "+keyB64), wantErr: ErrInvalidConfig, errHas: "both or neither"},
+		{name: "certificate file not a certificate", config: kubeconfigOf(server, "    client-certificate: token\n    client-key: sub/client.key"), wantErr: ErrInvalidConfig, errHas: "client certificate files"},
 		{name: "not a Config", config: strings.Replace(kubeconfigOf(server, "    token: abc"), "kind: Config", "kind: Pod", 1), wantErr: ErrInvalidConfig, errHas: "kind"},
 		{name: "plain http", config: kubeconfigOf("    server: http://api.example:8080", "    token: abc"), wantErr: ErrInvalidConfig, errHas: "https"},
 		{name: "server with a query", config: kubeconfigOf("    server: https://api.example/?x=1", "    token: abc"), wantErr: ErrInvalidConfig, errHas: "query"},
