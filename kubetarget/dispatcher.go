@@ -1,35 +1,31 @@
 package kubetarget
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/kvfence/kvfence/kubeclient"
 	"github.com/kvfence/kvfence/kvfence"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // DefaultFenceRetryInterval is how long Fence waits before it reads the
 // object again after a conflict, when Options leaves it zero.
 const DefaultFenceRetryInterval = 20 * time.Millisecond
 
-// DefaultQPS and DefaultBurst are the client-side rate limit of a
-// Dispatcher whose Config sets neither QPS nor a RateLimiter: higher than
-// client-go's 5 and 10, because every dispatch is a read and a write, and
-// a write that the limiter keeps waiting past its deadline is one whose
-// outcome the receiver must record as unknown.
-const (
-	DefaultQPS   = 50
-	DefaultBurst = 100
-)
+// MaxResponseBody bounds the API server's answer to one request: an
+// object (etcd refuses requests over 1.5 MiB by default) with room to
+// spare. A longer answer is an error.
+const MaxResponseBody = 4 << 20
 
 // maxMessage bounds the server's message that a StatusError keeps.
 const maxMessage = 1024
@@ -38,9 +34,8 @@ const maxMessage = 1024
 type Options struct {
 	// Config is how to reach the API server, and as whom: the receiver's
 	// identity, the only one deploy/kubernetes's admission policy lets
-	// change a scoped object. Required. Its WrapTransport, if any, is
-	// kept; its QPS and Burst, if zero, are DefaultQPS and DefaultBurst.
-	Config *rest.Config
+	// change a scoped object. Required.
+	Config *kubeclient.Config
 	// FenceRetryInterval is how long Fence waits after a conflict before
 	// it reads the object again; zero is DefaultFenceRetryInterval.
 	FenceRetryInterval time.Duration
@@ -49,7 +44,8 @@ type Options struct {
 // Dispatcher is the kvfence.Dispatcher of Kubernetes ConfigMaps. It is
 // safe for concurrent use.
 type Dispatcher struct {
-	client     *rest.RESTClient
+	client     *http.Client
+	base       *url.URL
 	fenceRetry time.Duration
 }
 
@@ -74,52 +70,36 @@ func New(o Options) (*Dispatcher, error) {
 	if o.Config == nil {
 		return nil, ErrNoConfig
 	}
-	cfg := rest.CopyConfig(o.Config)
+	cfg := *o.Config
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "kvfence-kubetarget"
 	}
-	if cfg.QPS == 0 && cfg.RateLimiter == nil {
-		cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
-	}
-	cfg = dynamic.ConfigFor(cfg)
-	// JSON always, whatever client-go's feature gates say, because the
-	// objects are read and written as JSON here.
-	cfg.ContentType = "application/json"
-	cfg.AcceptContentTypes = "application/json"
-	client, err := rest.UnversionedRESTClientFor(cfg)
+	base, err := cfg.BaseURL()
 	if err != nil {
 		return nil, fmt.Errorf("kubetarget: %w", err)
 	}
-	d := &Dispatcher{client: client, fenceRetry: o.FenceRetryInterval}
+	client, err := cfg.HTTPClient()
+	if err != nil {
+		return nil, fmt.Errorf("kubetarget: %w", err)
+	}
+	d := &Dispatcher{client: client, base: base, fenceRetry: o.FenceRetryInterval}
 	if d.fenceRetry <= 0 {
 		d.fenceRetry = DefaultFenceRetryInterval
 	}
 	return d, nil
 }
 
-// ConfigFromKubeconfig loads the kubeconfig file at path, and its context
-// of that name (empty: the file's current context). Only that file is
-// read: neither $KUBECONFIG nor ~/.kube/config stands in for it.
-func ConfigFromKubeconfig(path, context string) (*rest.Config, error) {
+// FromKubeconfig returns a Dispatcher for the API server and identity of
+// a kubeconfig file's context (kubeclient.LoadKubeconfig): the file's
+// current context if context is empty. Only that file is read: neither
+// $KUBECONFIG nor ~/.kube/config stands in for it.
+func FromKubeconfig(path, context string) (*Dispatcher, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: the kubeconfig file's path is empty", ErrNoConfig)
 	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path},
-		&clientcmd.ConfigOverrides{CurrentContext: context})
-	cfg, err := cc.ClientConfig()
+	cfg, err := kubeclient.LoadKubeconfig(path, context)
 	if err != nil {
-		return nil, fmt.Errorf("kubetarget: kubeconfig %s: %w", path, err)
-	}
-	return cfg, nil
-}
-
-// FromKubeconfig returns a Dispatcher for the API server and identity of
-// a kubeconfig file's context (ConfigFromKubeconfig).
-func FromKubeconfig(path, context string) (*Dispatcher, error) {
-	cfg, err := ConfigFromKubeconfig(path, context)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kubetarget: %w", err)
 	}
 	return New(Options{Config: cfg})
 }
@@ -127,7 +107,7 @@ func FromKubeconfig(path, context string) (*Dispatcher, error) {
 // InCluster returns a Dispatcher that acts as the pod's service account,
 // from the token and CA that Kubernetes mounts in every pod.
 func InCluster() (*Dispatcher, error) {
-	cfg, err := rest.InClusterConfig()
+	cfg, err := kubeclient.InCluster()
 	if err != nil {
 		return nil, fmt.Errorf("kubetarget: %w", err)
 	}
@@ -164,14 +144,14 @@ func (e *StatusError) Unwrap() error {
 }
 
 // printable returns the server's message cut to maxMessage bytes, with
-// control and bidirectional-override characters replaced, because it ends
+// control, line-separator and bidirectional-override characters replaced, because it ends
 // up in logs and on terminals.
 func printable(m string) string {
 	if len(m) > maxMessage {
 		m = strings.ToValidUTF8(m[:maxMessage], "") + "…"
 	}
 	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.In(r, unicode.Zl, unicode.Zp) || r == utf8.RuneError {
 			return '?'
 		}
 		return r
@@ -181,27 +161,57 @@ func printable(m string) string {
 // do sends one request and never retries it; a status other than 2xx is
 // a *StatusError, a failure without a status another error.
 func (d *Dispatcher) do(ctx context.Context, method, path string, body []byte) (*object, error) {
-	req := d.client.Verb(method).AbsPath(path).MaxRetries(0)
+	u := *d.base
+	u.Path += path
+	var rd io.Reader
 	if body != nil {
-		req = req.Body(body)
+		rd = bytes.NewReader(body)
 	}
-	var code int
-	res := req.Do(ctx).StatusCode(&code)
-	raw, err := res.Raw()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
-		if code == 0 {
-			return nil, fmt.Errorf("kubetarget: %s %s: %w", method, path, err)
-		}
+		return nil, fmt.Errorf("kubetarget: %s %s: %w", method, path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+		// Without a way to rewind the body the transport cannot send an
+		// update twice: Go's HTTP/2 transport replays a request whose
+		// stream the server reset with PROTOCOL_ERROR, which it may do
+		// after applying it, and the replay's 409 would record a write
+		// that landed as a conflict. A reset is then an error, and the
+		// outcome unknown.
+		req.GetBody = nil
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("kubetarget: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBody+1))
+	if rerr == nil && len(raw) > MaxResponseBody {
+		rerr = fmt.Errorf("the answer is longer than %d bytes", MaxResponseBody)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		// The status is the server's verdict even if its message cannot
+		// be read.
 		var st struct {
 			Message string `json:"message"`
 		}
-		if json.Unmarshal(raw, &st) != nil || st.Message == "" {
-			st.Message = err.Error()
+		switch {
+		case rerr != nil:
+			st.Message = "reading the answer: " + rerr.Error()
+		case json.Unmarshal(raw, &st) != nil || st.Message == "":
+			st.Message = string(raw)
 		}
-		return nil, &StatusError{Method: method, Path: path, Code: code, Message: printable(st.Message)}
+		if st.Message == "" {
+			st.Message = "no message"
+		}
+		return nil, &StatusError{Method: method, Path: path, Code: resp.StatusCode, Message: printable(st.Message)}
 	}
-	if code < 200 || code > 299 {
-		return nil, &StatusError{Method: method, Path: path, Code: code, Message: "unexpected status"}
+	if rerr != nil {
+		// Success, but the object did not come: for a write, which state
+		// it left is not known, so this is not a *StatusError.
+		return nil, fmt.Errorf("kubetarget: %s %s: %d, but %w", method, path, resp.StatusCode, rerr)
 	}
 	o, err := decodeObject(raw)
 	if err != nil {

@@ -2,9 +2,9 @@
 // kubernetes (docs/design.md §4.2): it reads a ConfigMap, writes a decided
 // value and the receiver's stamp on it with the object's resourceVersion
 // and UID as preconditions, and fences it by a write that changes only the
-// stamp. It is, with cmd/kvfence, the only package of the module that
-// links a Kubernetes client, and it uses only client-go's rest and
-// tools/clientcmd parts, not the typed clientset.
+// stamp. Its requests (a read and an update of one ConfigMap, as JSON)
+// are its own, carried by package kubeclient's HTTPS client; it links no
+// Kubernetes module.
 //
 // # Value
 //

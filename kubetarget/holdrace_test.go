@@ -22,7 +22,6 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/kubeproc"
 	"github.com/kvfence/kvfence/kvfence"
-	"k8s.io/client-go/rest"
 )
 
 // The hold race of docs/design.md §4.2 on a real API server: a receiver
@@ -658,7 +657,7 @@ type historyEvent struct {
 // Kubernetes does not otherwise keep.
 func (e *kubeEnv) watchHistory(obj kvfence.RemoteObject, from string) func() []historyEvent {
 	e.t.Helper()
-	client, err := rest.HTTPClientFor(e.config(kubeproc.Admin, nil))
+	client, err := e.config(kubeproc.Admin, nil).HTTPClient()
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/kvfence/kvfence/internal/kubeproc"
 	"github.com/kvfence/kvfence/internal/kubetest"
+	"github.com/kvfence/kvfence/kubeclient"
 	"github.com/kvfence/kvfence/kvfence"
-	"k8s.io/client-go/rest"
 )
 
 // The tests below run on a real kube-apiserver (internal/kubeproc) with
@@ -49,14 +49,14 @@ func startKube(t *testing.T) *kubeEnv {
 	return e
 }
 
-// config returns a rest.Config that acts as identity, with wrap around
-// its transport if not nil.
-func (e *kubeEnv) config(identity string, wrap func(http.RoundTripper) http.RoundTripper) *rest.Config {
-	return &rest.Config{
-		Host:            e.s.URL,
-		BearerToken:     e.s.Tokens[identity],
-		TLSClientConfig: rest.TLSClientConfig{CAData: e.s.CAPEM},
-		WrapTransport:   wrap,
+// config returns a kubeclient.Config that acts as identity, with wrap
+// around its transport if not nil.
+func (e *kubeEnv) config(identity string, wrap func(http.RoundTripper) http.RoundTripper) *kubeclient.Config {
+	return &kubeclient.Config{
+		Host:          e.s.URL,
+		BearerToken:   e.s.Tokens[identity],
+		CAData:        e.s.CAPEM,
+		WrapTransport: wrap,
 	}
 }
 

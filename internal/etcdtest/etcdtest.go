@@ -143,6 +143,14 @@ func NewCluster(t testing.TB, cfg Config) *Cluster {
 func NewClusterIn(t testing.TB, dir string, cfg Config) *Cluster {
 	t.Helper()
 	c, err := Launch(dir, cfg)
+	// As NewCluster does, but in the same directory, and only for a port
+	// taken: etcd listens before it touches its data, so a member that
+	// could not listen left dir as it was (a member that failed at its
+	// data must not be started on it again).
+	for attempt := 1; attempt < launchAttempts && errors.Is(err, errExited) && strings.Contains(err.Error(), "address already in use"); attempt++ {
+		t.Logf("etcdtest: choosing ports again: %v", firstLine(err))
+		c, err = Launch(dir, cfg)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
