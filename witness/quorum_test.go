@@ -382,14 +382,16 @@ func TestQuorumFork(t *testing.T) {
 			if res.Members[1].Err == nil || res.Members[0].Err != nil {
 				t.Errorf("members: %+v", res.Members)
 			}
-			cres, err := q.Cosign(ctx, f.signed(t, f.main, 12), prove(t, f.main, 12))
-			if err != nil || len(cres.Failures) > 1 {
-				t.Fatalf("Cosign = %+v, %v", cres, err)
+			// With K = 3 the forked witness's refusal is waited for.
+			cres, err := f.quorum(t, 3).Cosign(ctx, f.signed(t, f.main, 12), prove(t, f.main, 12))
+			if !errors.Is(err, witness.ErrNoQuorum) || !errors.Is(err, witness.ErrForkDetected) {
+				t.Fatalf("Cosign = %+v, %v; want ErrNoQuorum and ErrForkDetected", cres, err)
 			}
-			for _, fl := range cres.Failures {
-				if fl.Member != f.ws[1].name || !errors.Is(fl.Err, witness.ErrForkDetected) {
-					t.Errorf("failure %s: %v", fl.Member, fl.Err)
-				}
+			if err := failureOf(cres.Failures, f.ws[1].name); !errors.As(err, &d) || d.WitnessSize != uint64(tc.forkSize) || d.RootKnown {
+				t.Errorf("forked witness's failure: %v", err)
+			}
+			if len(cres.Cosigned) != 2 {
+				t.Errorf("cosigned by %v, want the two others", names(cres.Cosigned))
 			}
 		})
 	}
@@ -540,14 +542,49 @@ func TestQuorumCheckNone(t *testing.T) {
 	}
 }
 
+// countingTransport counts the requests in flight through it.
+type countingTransport struct {
+	mu       sync.Mutex
+	inFlight int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.inFlight++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.inFlight--
+		c.mu.Unlock()
+	}()
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func (c *countingTransport) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inFlight
+}
+
 // Ensure that Cosign returns as soon as K witnesses cosigned, not when the
 // slowest answers: one witness blocks until the test releases it, which it
 // does only after Cosign returned, so a Cosign that waited for every
 // member would wait until its context's deadline and report the blocked
-// member as failed.
+// member as failed. The blocked member's request has ended when Cosign
+// returns (cancelled, not left running).
 func TestQuorumSlowWitness(t *testing.T) {
 	f := newQFixture(t, 3)
-	q := f.quorum(t, 2)
+	counting := &countingTransport{}
+	slow, err := witness.NewClient(f.ws[0].srv.URL, witness.ClientOptions{HTTPClient: &http.Client{Transport: counting}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := f.members()
+	ms[0].Client = slow
+	q, err := witness.NewQuorum(witness.QuorumOptions{Members: ms, Quorum: 2, Log: f.logv})
+	if err != nil {
+		t.Fatal(err)
+	}
 	release := make(chan struct{})
 	f.ws[0].setGate(release)
 	defer close(release)
@@ -564,6 +601,93 @@ func TestQuorumSlowWitness(t *testing.T) {
 		if c.Member == f.ws[0].name {
 			t.Fatalf("the blocked witness cosigned")
 		}
+	}
+	if n := counting.count(); n != 0 {
+		t.Fatalf("%d requests to the blocked witness still in flight after Cosign returned", n)
+	}
+}
+
+// Ensure that rounds of one quorum run one at a time: while a round waits
+// for a blocked witness, a second Cosign waits for it (here, until its own
+// context ends) instead of reaching the witnesses, where it could overtake
+// the first and make it look like a rollback.
+func TestQuorumRoundsOneAtATime(t *testing.T) {
+	f := newQFixture(t, 3)
+	q := f.quorum(t, 3)
+	release := make(chan struct{})
+	// Released before the servers close, even when the test fails.
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
+	f.ws[0].setGate(release)
+	first := make(chan error, 1)
+	msg := f.signed(t, f.main, 3)
+	go func() {
+		_, err := q.Cosign(context.Background(), msg, prove(t, f.main, 3))
+		first <- err
+	}()
+	// Wait until the first round is at the witnesses.
+	for {
+		if _, known := q.LastCosigned(f.ws[1].name); known {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := q.Cosign(ctx, f.signed(t, f.main, 5), prove(t, f.main, 5))
+	if !errors.Is(err, context.Canceled) || errors.Is(err, witness.ErrNoQuorum) {
+		t.Fatalf("second Cosign = %v; want it to wait for the round and end with its context", err)
+	}
+	f.ws[0].setGate(nil)
+	releaseOnce()
+	if err := <-first; err != nil {
+		t.Fatalf("first Cosign: %v", err)
+	}
+	for _, w := range f.ws {
+		if size, _ := q.LastCosigned(w.name); size != 3 {
+			t.Errorf("%s at %d, want 3", w.name, size)
+		}
+	}
+}
+
+// Ensure that Check refuses a local checkpoint it cannot compare, before
+// asking any witness.
+func TestQuorumCheckRefusesLocal(t *testing.T) {
+	f := newQFixture(t, 3)
+	q := f.quorum(t, 2)
+	other, _ := checkpoint.ReceiverOrigin("r2", key(1).Public().(ed25519.PublicKey))
+	for _, tc := range []struct {
+		name    string
+		local   checkpoint.Checkpoint
+		prove   witness.ConsistencyFunc
+		message string
+	}{
+		{"another origin", checkpoint.Checkpoint{Origin: other, Size: 1}, consistency(f.main), "not \""},
+		{"size over 2^62", checkpoint.Checkpoint{Origin: f.origin, Size: checkpoint.MaxSize + 1}, consistency(f.main), "over 2^62"},
+		{"size 0 with a root", checkpoint.Checkpoint{Origin: f.origin, Size: 0, Root: tlog.Hash{1}}, consistency(f.main), "empty tree"},
+		{"no proof function", f.local(t, f.main, 2), nil, "no proof function"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := q.Check(context.Background(), f.origin, tc.local, tc.prove)
+			if err == nil || !strings.Contains(err.Error(), tc.message) || res.Answers != 0 {
+				t.Fatalf("Check = %+v, %v; want an error saying %q", res, err, tc.message)
+			}
+		})
+	}
+}
+
+// Ensure that a proof the local log cannot give fails Check, rather than
+// leaving out the witness it was for.
+func TestQuorumCheckProveError(t *testing.T) {
+	f := newQFixture(t, 3)
+	f.cosignAll(t, f.main, 4)
+	q := f.quorum(t, 2)
+	broken := errors.New("no stored hashes")
+	_, err := q.Check(context.Background(), f.origin, f.local(t, f.main, 9), func(uint64, uint64) (tlog.TreeProof, error) {
+		return nil, broken
+	})
+	if !errors.Is(err, broken) {
+		t.Fatalf("Check = %v; want the proof's error", err)
 	}
 }
 
