@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -435,6 +436,12 @@ type MemberLatest struct {
 	Size uint64
 	// Root is that tree's root (the empty tree's for none).
 	Root tlog.Hash
+	// Note is the answer as the witness sent it (the log's signed
+	// checkpoint with the witness's cosignature), nil for none: evidence
+	// to keep when it diverges.
+	Note []byte
+	// ext are the answer's extension lines.
+	ext []string
 	// Err is why the member did not answer, or the *DivergenceError its
 	// answer showed.
 	Err error
@@ -451,10 +458,11 @@ type CheckResult struct {
 }
 
 // Check asks every member for its latest cosigned checkpoint of origin and
-// compares each with local, the local log's checkpoint: a larger size is
-// ErrRollbackDetected, the same size with another root or a smaller tree
-// that local does not extend (by prove and tlog.CheckTree) is
-// ErrForkDetected, each a *DivergenceError naming the witness. Any one
+// compares each with local, the local log's checkpoint as it signs it
+// (with its extension lines): a larger size is ErrRollbackDetected; the
+// same size with another root or other extension lines, or a smaller tree
+// that local does not extend (by prove and tlog.CheckTree), is
+// ErrForkDetected; each is a *DivergenceError naming the witness. Any one
 // divergence is an error, however many members answered. Otherwise fewer
 // than N-K+1 answers is ErrTooFewAnswers: only that many are sure to
 // include one of the K that cosigned the last acknowledged checkpoint. A
@@ -526,6 +534,7 @@ func (m *quorumMember) latest(ctx context.Context, logv note.Verifier, origin st
 	switch {
 	case errors.Is(err, ErrNoCheckpoint):
 		a.Answered, a.Root = true, emptyRoot
+		m.learn(0)
 		return a
 	case err != nil:
 		a.Err = err
@@ -543,7 +552,7 @@ func (m *quorumMember) latest(ctx context.Context, logv note.Verifier, origin st
 		a.Err = fmt.Errorf("%w: witness %s answered a checkpoint of %q", ErrUnexpectedResponse, m.name, cp.Origin)
 		return a
 	}
-	a.Answered, a.Size, a.Root = true, cp.Size, cp.Root
+	a.Answered, a.Size, a.Root, a.Note, a.ext = true, cp.Size, cp.Root, msg, cp.Extensions
 	m.learn(cp.Size)
 	return a
 }
@@ -560,6 +569,13 @@ func compare(a *MemberLatest, local checkpoint.Checkpoint, prove ConsistencyFunc
 	case a.Size == local.Size:
 		if a.Root != local.Root {
 			d.Kind = ErrForkDetected
+			return d, nil
+		}
+		if a.Note != nil && !slices.Equal(a.ext, local.Extensions) {
+			// One tree, two bodies: the log signed two statements (state
+			// digest, epoch high-water) about one size, a split view the
+			// witness would have refused to cosign.
+			d.Kind, d.Detail = ErrForkDetected, fmt.Sprintf("same tree, other extension lines: witness %q, local %q", a.ext, local.Extensions)
 			return d, nil
 		}
 		return nil, nil

@@ -1,6 +1,7 @@
 package witness_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -396,6 +397,35 @@ func TestQuorumFork(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Ensure that a witness that cosigned the local tree's size and root with
+// other extension lines (another state digest for one tree) is
+// ErrForkDetected: the log signed two statements about one size.
+func TestQuorumForkExtensions(t *testing.T) {
+	f := newQFixture(t, 3)
+	withState := f.local(t, f.main, 10)
+	withState.Extensions = []string{"kvfence-state aaaa"}
+	msg, err := checkpoint.Sign(withState, f.signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q1, _ := witness.NewQuorum(witness.QuorumOptions{Members: membersOf(f.ws[:1]), Quorum: 1, Log: f.logv})
+	if _, err := q1.Cosign(context.Background(), msg, prove(t, f.main, 10)); err != nil {
+		t.Fatal(err)
+	}
+	q := f.quorum(t, 2)
+	res, err := q.Check(context.Background(), f.origin, f.local(t, f.main, 10), consistency(f.main))
+	var d *witness.DivergenceError
+	if !errors.Is(err, witness.ErrForkDetected) || !errors.As(err, &d) || d.Member != f.ws[0].name || !strings.Contains(err.Error(), "extension lines") {
+		t.Fatalf("Check = %+v, %v; want ErrForkDetected for other extension lines", res, err)
+	}
+	if !bytes.HasPrefix(res.Members[0].Note, msg[:len(msg)-1]) {
+		t.Errorf("the witness's note is not kept as evidence: %q", res.Members[0].Note)
+	}
+	if _, err := q.Check(context.Background(), f.origin, withState, consistency(f.main)); err != nil {
+		t.Fatalf("Check of the body the witness cosigned: %v", err)
 	}
 }
 
