@@ -50,6 +50,9 @@
 // larger tree, so the log lost entries (a restore), and Cosign reports it
 // as ErrRollbackDetected. A witness that refuses the proof from its own
 // size (422) holds a tree the checkpoint does not extend: ErrForkDetected.
+// Neither answer is signed, so at Cosign they are signs, not proof: they
+// keep the witness out of K, and Check, whose answers are signed by the
+// log and cosigned by the witness, is what proves a rollback.
 // When K can no longer be reached Cosign returns a *QuorumError, matching
 // ErrNoQuorum and each member's error, naming every member's failure.
 // Rounds run one at a time, so that two checkpoints in flight cannot reach

@@ -282,7 +282,8 @@ func failureList(fs []MemberFailure) string {
 }
 
 // ProveFunc returns the RFC 6962 consistency proof from the tree of
-// oldSize to the checkpoint being cosigned.
+// oldSize to the checkpoint being cosigned. Cosign calls it from one
+// goroutine per member at once, so it must be safe for concurrent use.
 type ProveFunc func(oldSize uint64) (tlog.TreeProof, error)
 
 // memberOutcome is one member's answer to a Cosign round.
