@@ -130,6 +130,10 @@ type quorumMember struct {
 	mu    sync.Mutex
 	known bool   // whether size was learned
 	size  uint64 // the witness's last cosigned size, as far as known
+	// askFrom is the size the next round asks from: size, or the size of
+	// a checkpoint whose request was cancelled (the witness most likely
+	// committed it; if not, its 409 says so and costs one retry).
+	askFrom uint64
 }
 
 // NewQuorum checks opts and returns the quorum, or ErrBadQuorum saying
@@ -331,6 +335,9 @@ func (q *Quorum) Cosign(ctx context.Context, signedNote []byte, prove ProveFunc)
 		go func() {
 			defer wg.Done()
 			line, err := m.cosign(ctx, cp, signedNote, prove)
+			if err != nil && ctx.Err() != nil {
+				m.guess(cp.Size)
+			}
 			out <- memberOutcome{member: m.name, line: line, err: err}
 		}()
 	}
@@ -367,7 +374,7 @@ func (q *Quorum) Cosign(ctx context.Context, signedNote []byte, prove ProveFunc)
 // once more from the size a 409 tells.
 func (m *quorumMember) cosign(ctx context.Context, cp checkpoint.Checkpoint, signedNote []byte, prove ProveFunc) (string, error) {
 	m.mu.Lock()
-	old := m.size
+	old := m.askFrom
 	m.mu.Unlock()
 	if old > cp.Size {
 		// Known ahead from an earlier round: ask anyway from 0, so that a
@@ -418,7 +425,15 @@ func (m *quorumMember) add(ctx context.Context, cp checkpoint.Checkpoint, signed
 
 func (m *quorumMember) learn(size uint64) {
 	m.mu.Lock()
-	m.known, m.size = true, size
+	m.known, m.size, m.askFrom = true, size, size
+	m.mu.Unlock()
+}
+
+// guess sets the size the next round asks from, not what LastCosigned
+// reports: it was not told.
+func (m *quorumMember) guess(size uint64) {
+	m.mu.Lock()
+	m.askFrom = size
 	m.mu.Unlock()
 }
 
