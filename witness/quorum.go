@@ -89,7 +89,9 @@ func (e *DivergenceError) Unwrap() error { return e.Kind }
 
 // Member is one witness of a Quorum.
 type Member struct {
-	// Name names the witness in results and errors; distinct in a quorum.
+	// Name names the witness in results and errors: distinct in a quorum,
+	// and a valid note key name (checkpoint.CheckName), such as the
+	// witness's own name.
 	Name string
 	// Client talks to the witness. If it was made with a Verifier, that
 	// verifier must have the same key as Verifier; the quorum checks every
@@ -156,6 +158,10 @@ func NewQuorum(opts QuorumOptions) (*Quorum, error) {
 		switch {
 		case m.Name == "":
 			return nil, fmt.Errorf("%w: member %d has no name", ErrBadQuorum, i+1)
+		case checkpoint.CheckName(m.Name) != nil:
+			// Names go into errors and logs: one printable word, so that
+			// none can forge a line of its own.
+			return nil, fmt.Errorf("%w: member %d's name %q is not a valid key name (printable, no space or \"+\")", ErrBadQuorum, i+1, m.Name)
 		case names[m.Name]:
 			return nil, fmt.Errorf("%w: member name %q repeats", ErrBadQuorum, m.Name)
 		case m.Client == nil:

@@ -228,6 +228,7 @@ func TestNewQuorumRefusals(t *testing.T) {
 		{"quorum above N", witness.QuorumOptions{Members: ms, Quorum: 4, Log: f.logv}, "quorum 4"},
 		{"no log verifier", witness.QuorumOptions{Members: ms, Quorum: 2}, "no log verifier"},
 		{"no name", witness.QuorumOptions{Members: with(1, witness.Member{Client: ms[1].Client, Verifier: ms[1].Verifier}), Quorum: 2, Log: f.logv}, "no name"},
+		{"name with a newline", witness.QuorumOptions{Members: with(1, witness.Member{Name: "w1\nforged", Client: ms[1].Client, Verifier: ms[1].Verifier}), Quorum: 2, Log: f.logv}, "not a valid key name"},
 		{"name repeats", witness.QuorumOptions{Members: with(1, witness.Member{Name: ms[0].Name, Client: ms[1].Client, Verifier: ms[1].Verifier}), Quorum: 2, Log: f.logv}, "repeats"},
 		{"key repeats under another name", witness.QuorumOptions{Members: with(1, witness.Member{Name: "alias", Client: ms[1].Client, Verifier: sameKey}), Quorum: 2, Log: f.logv}, "same key"},
 		{"no client", witness.QuorumOptions{Members: with(2, witness.Member{Name: ms[2].Name, Verifier: ms[2].Verifier}), Quorum: 2, Log: f.logv}, "no client"},
