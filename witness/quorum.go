@@ -307,12 +307,15 @@ type memberOutcome struct {
 // signed checkpoint, verified here with the log's key first) and returns
 // as soon as K cosignatures verified with their members' keys are in,
 // cancelling the other requests and waiting for them to end. Each member
-// is first asked from its last known cosigned size (0 at first); a 409
-// with a size at most the checkpoint's is retried once from that size, a
-// 409 with a larger size is a *DivergenceError (ErrRollbackDetected) and
-// not retried. When K can no longer be reached it returns a *QuorumError
-// (ErrNoQuorum) beside the result. Rounds of one quorum run one at a time,
-// so checkpoints should be given in order of size.
+// is first asked from its last known cosigned size (0 at first, or what
+// Check learned; after a cancelled request, the size of the checkpoint it
+// carried); a 409 with a size at most the checkpoint's is retried once
+// from that size, a 409 with a larger size is a *DivergenceError
+// (ErrRollbackDetected) and not retried. When K can no longer be reached
+// it returns a *QuorumError (ErrNoQuorum) beside the result. A result
+// without error may still list a divergence among its Failures: the
+// caller should raise it, and Check proves it. Rounds of one quorum run
+// one at a time, so checkpoints should be given in order of size.
 func (q *Quorum) Cosign(ctx context.Context, signedNote []byte, prove ProveFunc) (CosignResult, error) {
 	cp, _, err := checkpoint.Open(signedNote, q.log)
 	if err != nil {
