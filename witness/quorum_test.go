@@ -748,11 +748,25 @@ func TestQuorumCosignUnsigned(t *testing.T) {
 func ExampleQuorum_Cosign() {
 	tb := &exampleTB{}
 	defer tb.cleanup()
-	f := newQFixture(tb, 3)
+	f := newQFixture(tb, 3) // three witnesses serving, trusting receiver r1
+
+	var members []witness.Member
+	for _, w := range f.ws {
+		client, err := witness.NewClient(w.srv.URL, witness.ClientOptions{})
+		if err != nil {
+			panic(err)
+		}
+		pub := w.key.Public().(ed25519.PublicKey) // from --witness-pub NAME=FILE
+		v, err := checkpoint.NewCosignatureVerifier(w.name, pub, checkpoint.CosignatureVerifierOptions{})
+		if err != nil {
+			panic(err)
+		}
+		members = append(members, witness.Member{Name: w.name, Client: client, Verifier: v})
+	}
 	q, err := witness.NewQuorum(witness.QuorumOptions{
-		Members: f.members(), // each a name, a *witness.Client and a *checkpoint.CosignatureVerifier
+		Members: members,
 		Quorum:  2,
-		Log:     f.logv, // the receiver's checkpoint key
+		Log:     f.logv, // the receiver's checkpoint key, checkpoint.NewVerifier(origin, pub)
 	})
 	if err != nil {
 		panic(err)
@@ -764,8 +778,12 @@ func ExampleQuorum_Cosign() {
 	})
 	fmt.Println("cosigned:", len(res.Cosigned), err)
 
+	// At open: the receiver's own checkpoint against every witness's.
+	// Restored from a backup of size 6, it is behind the witnesses.
 	restored := f.local(tb, f.main, 6)
-	_, err = q.Check(ctx, f.origin, restored, consistency(f.main))
+	_, err = q.Check(ctx, f.origin, restored, func(old, n uint64) (tlog.TreeProof, error) {
+		return tlog.ProveTree(int64(n), int64(old), f.main) // Receiver.ConsistencyProof(old, n)
+	})
 	fmt.Println("rollback:", errors.Is(err, witness.ErrRollbackDetected))
 	// Output:
 	// cosigned: 2 <nil>
