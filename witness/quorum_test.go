@@ -660,9 +660,12 @@ func TestQuorumRoundsOneAtATime(t *testing.T) {
 		first <- err
 	}()
 	// Wait until the first round is at the witnesses.
-	for {
+	for deadline := time.Now().Add(20 * time.Second); ; {
 		if _, known := q.LastCosigned(f.ws[1].name); known {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first round never reached the witnesses")
 		}
 		time.Sleep(time.Millisecond)
 	}
