@@ -174,6 +174,12 @@ func (v *CosignatureVerifier) Name() string { return v.name }
 // KeyHash returns the witness's cosignature key ID.
 func (v *CosignatureVerifier) KeyHash() uint32 { return v.id }
 
+// PublicKey returns a copy of the witness's Ed25519 public key, so that a
+// set of witnesses can be checked for one key counted under two names.
+func (v *CosignatureVerifier) PublicKey() ed25519.PublicKey {
+	return append(ed25519.PublicKey(nil), v.pub...)
+}
+
 // Now returns the time of the verifier's clock; callers that bound a
 // cosignature's age measure it against the same clock as its skew.
 func (v *CosignatureVerifier) Now() time.Time { return v.now() }

@@ -190,3 +190,27 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Ensure that a verifier's public key is the key it was made with, and a
+// copy: a caller that changes it changes neither the verifier nor what it
+// accepts.
+func TestCosignatureVerifierPublicKey(t *testing.T) {
+	pub := key(7).Public().(ed25519.PublicKey)
+	v, err := checkpoint.NewCosignatureVerifier("witness.example.com/w1", pub, checkpoint.CosignatureVerifierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := v.PublicKey()
+	if !got.Equal(pub) {
+		t.Fatalf("PublicKey = %x, want %x", got, pub)
+	}
+	got[0] ^= 0xff
+	if !v.PublicKey().Equal(pub) {
+		t.Fatal("changing the returned key changed the verifier's")
+	}
+	body := []byte("example.com/log\n1\n" + base64.StdEncoding.EncodeToString(make([]byte, 32)) + "\n")
+	line, _ := checkpoint.Cosign(body, "witness.example.com/w1", key(7), time.Now())
+	if _, err := v.VerifyLine(body, line); err != nil {
+		t.Fatalf("the verifier no longer accepts its key's line: %v", err)
+	}
+}

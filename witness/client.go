@@ -142,8 +142,10 @@ func (c *Client) AddCheckpoint(ctx context.Context, oldSize uint64, proof tlog.T
 }
 
 // Latest returns the latest checkpoint the witness cosigned for origin,
-// with its cosignature, or ErrNoCheckpoint when it has none (or does not
-// know the origin). A checkpoint of another origin is ErrUnexpectedResponse.
+// with its cosignature, ErrNoCheckpoint when the witness says it has none,
+// or ErrUnknownLog when it says it does not know the origin; a 404 that
+// says neither, or a checkpoint of another origin, is
+// ErrUnexpectedResponse.
 // With a Verifier, the cosignature is checked (not the log's signature,
 // which the caller checks with the log's key): every line by the
 // verifier's key must verify and be at most MaxAge old.
@@ -159,7 +161,17 @@ func (c *Client) Latest(ctx context.Context, origin string) ([]byte, error) {
 	switch status {
 	case http.StatusOK:
 	case http.StatusNotFound:
-		return nil, fmt.Errorf("%w (witness said %q)", ErrNoCheckpoint, strings.TrimSpace(string(resp)))
+		// Only the witness's own words count as "none": a 404 from a
+		// wrong URL or a proxy must not read as a witness that has seen
+		// nothing, which a quorum counts as an answer.
+		said := strings.TrimSpace(string(resp))
+		switch {
+		case strings.HasPrefix(said, ErrNoCheckpoint.Error()+":"):
+			return nil, fmt.Errorf("%w (witness said %q)", ErrNoCheckpoint, said)
+		case strings.HasPrefix(said, ErrUnknownLog.Error()+":"):
+			return nil, fmt.Errorf("%w (witness said %q)", ErrUnknownLog, said)
+		}
+		return nil, fmt.Errorf("%w: a 404 that does not say the witness has no checkpoint: %q", ErrUnexpectedResponse, truncate(said))
 	default:
 		return nil, statusError(status, resp)
 	}
@@ -215,11 +227,16 @@ func (c *Client) do(req *http.Request) (int, string, []byte, error) {
 	return resp.StatusCode, resp.Header.Get("Content-Type"), body, nil
 }
 
-func statusError(status int, body []byte) error {
-	msg := strings.TrimSpace(string(body))
+// truncate bounds a witness's words quoted in an error.
+func truncate(msg string) string {
 	if len(msg) > 200 {
 		msg = msg[:200]
 	}
+	return msg
+}
+
+func statusError(status int, body []byte) error {
+	msg := truncate(strings.TrimSpace(string(body)))
 	var sentinel error
 	switch status {
 	case http.StatusBadRequest:
