@@ -178,3 +178,50 @@ func TestRedteamTree_ForgedLeafGetsSigned(t *testing.T) {
 		t.Fatalf("a note signed by the receiver key proves audit entry %d as an applied %q that was never submitted", e.Seq, e.Action)
 	}
 }
+
+// Ensure that after an archive, a damaged record of an archived leaf that
+// holds a root of the tree's frontier is caught at Open, or at least not
+// signed. Open's TreeChecker trusts the frontier at the base ("trusted as
+// far as the frontier it starts from") and checks only the records of
+// stored entries against it; a frontier root that no stored leaf has
+// combined with yet (here the root of leaves 0..3, combined only when the
+// tree reaches 8) is checked by nothing, and the receiver signs a note
+// with another root at a size it has already signed: a fork of its own
+// log, which a witness would see as the receiver's equivocation.
+func TestRedteamTree_ArchivedFrontierUnchecked(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	a := f.activate("worker-a", "claim-a", f.patchRequest("act-a"))
+	f.submit("worker-a", a.envelope)
+	if f.r.Head().Seq < 5 {
+		t.Fatalf("head %d, want at least 5", f.r.Head().Seq)
+	}
+	f.archiveAt(4, "a.kva")
+	head := f.r.Head().Seq
+	if head >= 8 {
+		t.Fatalf("head %d: the root of leaves 0..3 is already combined; the scenario needs a head under 8", head)
+	}
+	before, err := f.r.SignedCheckpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtTreeDamage(t, f, func(entries map[uint64][]byte, tree *bolt.Bucket) error {
+		if entries[4] != nil {
+			t.Fatalf("entry 4 not archived")
+		}
+		v := bytes.Clone(tree.Get(audit.SeqKey(3)))
+		v[2*tlog.HashSize] ^= 1 // the root of leaves 0..3
+		return tree.Put(audit.SeqKey(3), v)
+	})
+	r, err := Open(f.path, f.opts())
+	if err != nil {
+		return // caught at open: holds
+	}
+	defer r.Close()
+	after, err := r.SignedCheckpoint()
+	if err != nil {
+		return // refused to sign: holds
+	}
+	if r.Head().Seq == head && !bytes.Equal(before, after) {
+		t.Fatalf("the receiver signed two notes for tree size %d with different roots:\n%s\n%s", head, before, after)
+	}
+}
