@@ -9,8 +9,8 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/kvfence/kvfence/audit"
-	"github.com/kvfence/kvfence/internal/defect"
 	"github.com/kvfence/kvfence/checkpoint"
+	"github.com/kvfence/kvfence/internal/defect"
 )
 
 // rtTreeDamage closes f's receiver and rewrites f's tree bucket with edit
