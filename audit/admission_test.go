@@ -43,7 +43,7 @@ func TestSignAdmission_Verify(t *testing.T) {
 	}
 	// The same key signing a checkpoint and an admission never produces
 	// one signature valid for both, thanks to the domain prefixes.
-	sc, _ := Sign(recoveryKey, Checkpoint{Receiver: testReceiver, Seq: 1})
+	sc, _ := Sign(recoveryKey, Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: 1})
 	forged := SignedCheckpoint{Checkpoint: sc.Checkpoint, Key: sa.Key, Signature: sa.Signature}
 	if err := forged.Verify(pubOf(recoveryKey)); !errors.Is(err, ErrBadSignature) {
 		t.Fatalf("admission signature accepted for a checkpoint: %v", err)
@@ -264,7 +264,7 @@ func TestSignAdmission_LostAnchorDomain(t *testing.T) {
 		}
 	}
 	// Nor is a lost-anchor admission's signature a checkpoint's.
-	sc, _ := Sign(recoveryKey, Checkpoint{Receiver: testReceiver, Seq: 7, Head: Hash{7}})
+	sc, _ := Sign(recoveryKey, Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: 7, Head: Hash{7}})
 	if err := (SignedCheckpoint{Checkpoint: sc.Checkpoint, Key: la.Key, Signature: la.Signature}).Verify(pubOf(recoveryKey)); !errors.Is(err, ErrBadSignature) {
 		t.Fatalf("lost-anchor signature accepted for a checkpoint: %v", err)
 	}

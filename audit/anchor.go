@@ -14,15 +14,20 @@ import (
 // anchorLabels are the anchor file's lines in order; each line is a label,
 // one space and a value. The two admission lines are present exactly when
 // the checkpoint names a consumed admission (anchorOptional).
-var anchorLabels = [...]string{"receiver", "seq", "head", "state", "epoch_high_water", "admission_sha256", "admission_at",
+var anchorLabels = [...]string{"receiver", "seq", "head", "root", "state", "epoch_high_water", "admission_sha256", "admission_at",
 	"at", "key", "sig"}
 
 // anchorOptional is the index in anchorLabels of the first optional line,
 // and anchorOptionalN how many lines are optional together.
-const anchorOptional, anchorOptionalN = 5, 2
+const anchorOptional, anchorOptionalN = 6, 2
 
 // anchorMagic is the anchor file's first line, naming format and version.
-const anchorMagic = "kvfence checkpoint v2"
+const anchorMagic = "kvfence checkpoint v3"
+
+// anchorMagicV2 is the first line of the format before checkpoints
+// committed to the tree root; such an anchor is refused with a message
+// that says so.
+const anchorMagicV2 = "kvfence checkpoint v2"
 
 // anchorMagicV1 is the first line of the format before checkpoints
 // committed to the state; such an anchor is refused with a message that
@@ -36,7 +41,7 @@ func (sc SignedCheckpoint) MarshalAnchor() ([]byte, error) {
 	if err := checkCheckpoint(&sc.Checkpoint); err != nil {
 		return nil, err
 	}
-	return appendAnchor(make([]byte, 0, 576+len(sc.Receiver)), &sc), nil
+	return appendAnchor(make([]byte, 0, 656+len(sc.Receiver)), &sc), nil
 }
 
 func appendAnchor(b []byte, sc *SignedCheckpoint) []byte {
@@ -44,6 +49,7 @@ func appendAnchor(b []byte, sc *SignedCheckpoint) []byte {
 	b = append(b, sc.Receiver...)
 	b = strconv.AppendUint(append(b, "\nseq "...), sc.Seq, 10)
 	b = hex.AppendEncode(append(b, "\nhead "...), sc.Head[:])
+	b = hex.AppendEncode(append(b, "\nroot "...), sc.Root[:])
 	b = hex.AppendEncode(append(b, "\nstate "...), sc.State[:])
 	b = strconv.AppendUint(append(b, "\nepoch_high_water "...), sc.EpochHighWater, 10)
 	if !sc.Admission.IsZero() {
@@ -66,6 +72,9 @@ func ParseAnchor(data []byte) (SignedCheckpoint, error) {
 	rest, ok := bytes.CutPrefix(data, []byte(anchorMagic+"\n"))
 	if !ok && bytes.HasPrefix(data, []byte(anchorMagicV1+"\n")) {
 		return SignedCheckpoint{}, fmt.Errorf("%w: %w", ErrBadAnchor, ErrAnchorV1)
+	}
+	if !ok && bytes.HasPrefix(data, []byte(anchorMagicV2+"\n")) {
+		return SignedCheckpoint{}, fmt.Errorf("%w: %w", ErrBadAnchor, ErrAnchorV2)
 	}
 	if !ok {
 		return SignedCheckpoint{}, fmt.Errorf("%w: first line is not %q", ErrBadAnchor, anchorMagic)
@@ -102,35 +111,38 @@ func ParseAnchor(data []byte) (SignedCheckpoint, error) {
 	if err := decodeFixed(sc.Head[:], v[2], hex.DecodeString); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: head: %w", ErrBadAnchor, err)
 	}
-	if err := decodeFixed(sc.State[:], v[3], hex.DecodeString); err != nil {
+	if err := decodeFixed(sc.Root[:], v[3], hex.DecodeString); err != nil {
+		return SignedCheckpoint{}, fmt.Errorf("%w: root: %w", ErrBadAnchor, err)
+	}
+	if err := decodeFixed(sc.State[:], v[4], hex.DecodeString); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: state: %w", ErrBadAnchor, err)
 	}
-	if sc.EpochHighWater, err = strconv.ParseUint(v[4], 10, 64); err != nil {
+	if sc.EpochHighWater, err = strconv.ParseUint(v[5], 10, 64); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: epoch_high_water: %w", ErrBadAnchor, err)
 	}
 	if rec {
-		if err := decodeFixed(sc.Admission.SHA256[:], v[5], hex.DecodeString); err != nil {
+		if err := decodeFixed(sc.Admission.SHA256[:], v[6], hex.DecodeString); err != nil {
 			return SignedCheckpoint{}, fmt.Errorf("%w: admission_sha256: %w", ErrBadAnchor, err)
 		}
-		t, err := time.Parse(time.RFC3339Nano, v[6])
+		t, err := time.Parse(time.RFC3339Nano, v[7])
 		if err != nil {
 			return SignedCheckpoint{}, fmt.Errorf("%w: admission_at: %w", ErrBadAnchor, err)
 		}
 		sc.Admission.At = t.UnixNano()
 	}
-	t, err := time.Parse(time.RFC3339Nano, v[7])
+	t, err := time.Parse(time.RFC3339Nano, v[8])
 	if err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: at: %w", ErrBadAnchor, err)
 	}
 	sc.At = t.UnixNano()
-	fp, ok := strings.CutPrefix(v[8], "SHA256:")
+	fp, ok := strings.CutPrefix(v[9], "SHA256:")
 	if !ok {
 		return SignedCheckpoint{}, fmt.Errorf("%w: key: not a SHA256: fingerprint", ErrBadAnchor)
 	}
 	if err := decodeFixed(sc.Key[:], fp, base64.RawStdEncoding.Strict().DecodeString); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: key: %w", ErrBadAnchor, err)
 	}
-	if err := decodeFixed(sc.Signature[:], v[9], base64.StdEncoding.Strict().DecodeString); err != nil {
+	if err := decodeFixed(sc.Signature[:], v[10], base64.StdEncoding.Strict().DecodeString); err != nil {
 		return SignedCheckpoint{}, fmt.Errorf("%w: sig: %w", ErrBadAnchor, err)
 	}
 	if err := checkCheckpoint(&sc.Checkpoint); err != nil {
@@ -211,6 +223,11 @@ func checkSwap(cur, old *SignedCheckpoint, next *SignedCheckpoint, supersede boo
 	case next.Seq < cur.Seq, next.Seq == cur.Seq && next.Head != cur.Head:
 		return fmt.Errorf("%w: anchor is at seq %d (%x), new checkpoint at seq %d (%x)",
 			ErrAnchorRegression, cur.Seq, cur.Head, next.Seq, next.Head)
+	case next.Seq == cur.Seq && next.Root != cur.Root:
+		// Two roots for one tree size is the equivocation a witness
+		// would hold against the receiver: never signed into the anchor.
+		return fmt.Errorf("%w: anchor has tree root %x at seq %d, new checkpoint %x",
+			ErrAnchorRegression, cur.Root, cur.Seq, next.Root)
 	case next.EpochHighWater < cur.EpochHighWater:
 		return fmt.Errorf("%w: anchor has epoch high-water %d, new checkpoint %d",
 			ErrAnchorRegression, cur.EpochHighWater, next.EpochHighWater)

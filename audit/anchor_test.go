@@ -18,8 +18,9 @@ func TestMarshalAnchor(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(string(text), "\n")
-	want := []string{"kvfence checkpoint v2", "receiver receiver-1", "seq 42",
+	want := []string{"kvfence checkpoint v3", "receiver receiver-1", "seq 42",
 		"head dead000000000000000000000000000000000000000000000000000000000000",
+		"root 7ee0000000000000000000000000000000000000000000000000000000000000",
 		"state 57a7000000000000000000000000000000000000000000000000000000000000",
 		"epoch_high_water 7", "at 2026-01-01T00:00:00.123456789Z", "key " + KeyFingerprint(pubOf(receiverKey)).String()}
 	for i, w := range want {
@@ -27,7 +28,7 @@ func TestMarshalAnchor(t *testing.T) {
 			t.Errorf("line %d = %q, want %q", i+1, lines[i], w)
 		}
 	}
-	if len(lines) != 10 || !strings.HasPrefix(lines[8], "sig ") || lines[9] != "" {
+	if len(lines) != 11 || !strings.HasPrefix(lines[9], "sig ") || lines[10] != "" {
 		t.Fatalf("anchor has %d lines:\n%s", len(lines), text)
 	}
 	got, err := ParseAnchor(text)
@@ -70,7 +71,12 @@ func TestParseAnchor_Rejects(t *testing.T) {
 		text []byte
 	}{
 		{"empty", nil},
-		{"other version", edit("checkpoint v2", "checkpoint v3")},
+		{"other version", edit("checkpoint v3", "checkpoint v4")},
+		{"no root line", edit("root 7ee0000000000000000000000000000000000000000000000000000000000000\n", "")},
+		{"zero root", edit("root 7ee0", "root 0000")},
+		{"short root", edit("root 7ee0", "root ee0")},
+		{"root after state", edit("root 7ee0000000000000000000000000000000000000000000000000000000000000\nstate 57a7000000000000000000000000000000000000000000000000000000000000",
+			"state 57a7000000000000000000000000000000000000000000000000000000000000\nroot 7ee0000000000000000000000000000000000000000000000000000000000000")},
 		{"no state line", edit("state 57a7000000000000000000000000000000000000000000000000000000000000\n", "")},
 		{"short state", edit("state 57a7", "state 7a7")},
 		{"leading zero", edit("seq 42", "seq 042")},
@@ -101,20 +107,37 @@ func TestParseAnchor_Rejects(t *testing.T) {
 	}
 }
 
-// Ensure that an anchor of the first format, whose checkpoints did not
-// commit to the state, is refused with a message that says so rather than
-// as mere garbage.
-func TestParseAnchor_RefusesV1(t *testing.T) {
+// Ensure that anchors of the earlier formats are refused with a message
+// that says which format it is and what to do, rather than as mere
+// garbage: v1, whose checkpoints did not commit to the state, and v2,
+// whose checkpoints did not commit to the tree root.
+func TestParseAnchor_RefusesOldFormats(t *testing.T) {
 	sc, _ := Sign(receiverKey, testCheckpoint())
 	good, _ := sc.MarshalAnchor()
-	v1 := bytes.Replace(good, []byte("checkpoint v2"), []byte("checkpoint v1"), 1)
+	noRoot := bytes.Replace(good, []byte("root 7ee0000000000000000000000000000000000000000000000000000000000000\n"), nil, 1)
+	v2 := bytes.Replace(noRoot, []byte("checkpoint v3"), []byte("checkpoint v2"), 1)
+	v1 := bytes.Replace(v2, []byte("checkpoint v2"), []byte("checkpoint v1"), 1)
 	v1 = bytes.Replace(v1, []byte("state 57a7000000000000000000000000000000000000000000000000000000000000\n"), nil, 1)
-	_, err := ParseAnchor(v1)
-	if !errors.Is(err, ErrBadAnchor) || !errors.Is(err, ErrAnchorV1) {
-		t.Fatalf("ParseAnchor(v1) = %v, want ErrBadAnchor and ErrAnchorV1", err)
-	}
-	if !strings.Contains(err.Error(), "lost-anchor recovery admission") {
-		t.Fatalf("message does not say how to re-anchor: %v", err)
+	for _, tc := range []struct {
+		name string
+		text []byte
+		want error
+		says string
+	}{
+		{"v1", v1, ErrAnchorV1, "lost-anchor recovery admission"},
+		{"v2", v2, ErrAnchorV2, "format v2 predates the tree root"},
+		// A v2 body under the v3 line is no v2 anchor: a missing root line.
+		{"v2 body, v3 line", noRoot, nil, `want "root" line`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseAnchor(tc.text)
+			if !errors.Is(err, ErrBadAnchor) || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("ParseAnchor(%s) = %v, want ErrBadAnchor and %v", tc.name, err, tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("message does not say %q: %v", tc.says, err)
+			}
+		})
 	}
 }
 
@@ -124,14 +147,14 @@ func storeSuite(t *testing.T, newStore func(t *testing.T) AnchorStore) {
 	recs, _ := testChain(t, 10)
 	at := func(seq uint64) SignedCheckpoint { return checkpointOf(t, receiverKey, testReceiver, recs, seq) }
 	forked := func(seq uint64) SignedCheckpoint {
-		sc, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: seq, Head: Hash{1}, EpochHighWater: 1 + seq/4})
+		sc, err := Sign(receiverKey, Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: seq, Head: Hash{1}, EpochHighWater: 1 + seq/4})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return sc
 	}
 	ptr := func(sc SignedCheckpoint) *SignedCheckpoint { return &sc }
-	other, err := Sign(receiverKey, Checkpoint{Receiver: "receiver-2", Seq: 9, Head: HashEntry(recs[8].v), EpochHighWater: 3})
+	other, err := Sign(receiverKey, Checkpoint{Root: testRoot, Receiver: "receiver-2", Seq: 9, Head: HashEntry(recs[8].v), EpochHighWater: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // tests' child process makes them.
 func signedAt(t testing.TB, seq uint64) SignedCheckpoint {
 	t.Helper()
-	sc, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: seq, Head: Hash{byte(seq)}, At: t0})
+	sc, err := Sign(receiverKey, Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: seq, Head: Hash{byte(seq)}, At: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,8 +151,8 @@ func TestFileAnchor_RemembersWhatItParses(t *testing.T) {
 	// Store does not verify signatures, so checkpoints at the limits need
 	// none.
 	long := strings.Repeat("é", MaxReceiverLen/2)
-	first := SignedCheckpoint{Checkpoint: Checkpoint{Receiver: long, Seq: 1, At: math.MinInt64}}
-	last := SignedCheckpoint{Checkpoint: Checkpoint{Receiver: long, Seq: math.MaxUint64, EpochHighWater: math.MaxUint64, At: math.MaxInt64,
+	first := SignedCheckpoint{Checkpoint: Checkpoint{Root: testRoot, Receiver: long, Seq: 1, At: math.MinInt64}}
+	last := SignedCheckpoint{Checkpoint: Checkpoint{Root: testRoot, Receiver: long, Seq: math.MaxUint64, EpochHighWater: math.MaxUint64, At: math.MaxInt64,
 		Head: Hash(bytes.Repeat([]byte{0xff}, HashSize)), State: Hash(bytes.Repeat([]byte{0xfe}, HashSize))},
 		Key: Fingerprint(bytes.Repeat([]byte{0xfd}, len(Fingerprint{})))}
 	copy(last.Signature[:], bytes.Repeat([]byte{0xfc}, len(last.Signature)))
@@ -214,7 +214,7 @@ func FuzzAnchorSlotRoundTrip(f *testing.F) {
 		bytes.Repeat([]byte{0xff}, 32), bytes.Repeat([]byte{0xff}, 64), uint64(math.MaxUint64))
 	f.Add("a b\u0085c", uint64(42), uint64(7), int64(math.MaxInt64), []byte(nil), []byte(nil), uint64(2))
 	f.Fuzz(func(t *testing.T, receiver string, seq, epoch uint64, at int64, head, sig []byte, gen uint64) {
-		sc := SignedCheckpoint{Checkpoint: Checkpoint{Receiver: receiver, Seq: seq, EpochHighWater: epoch, At: at}}
+		sc := SignedCheckpoint{Checkpoint: Checkpoint{Root: testRoot, Receiver: receiver, Seq: seq, EpochHighWater: epoch, At: at}}
 		copy(sc.Head[:], head)
 		copy(sc.State[:], sig)
 		copy(sc.Key[:], head)

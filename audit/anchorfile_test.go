@@ -550,7 +550,7 @@ func anchorRace(fa FileAnchor, tries int) (won int, err error) {
 		if err != nil {
 			return won, err
 		}
-		next, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: cur.Seq + 1, Head: Hash{byte(cur.Seq + 1)}, At: t0})
+		next, err := Sign(receiverKey, Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: cur.Seq + 1, Head: Hash{byte(cur.Seq + 1)}, At: t0})
 		if err != nil {
 			return won, err
 		}
@@ -572,7 +572,7 @@ func TestFileAnchor_ConcurrentProcesses(t *testing.T) {
 		t.Skip("spawns processes")
 	}
 	fa := FileAnchor{Path: filepath.Join(t.TempDir(), "anchor")}
-	base, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: 1, Head: Hash{1}, At: t0})
+	base, err := Sign(receiverKey, Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: 1, Head: Hash{1}, At: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -679,7 +679,7 @@ func FuzzLoadAnchorFile(f *testing.F) {
 // appending the record to an open file with fsync.
 func BenchmarkAnchorWrite(b *testing.B) {
 	sign := func(b *testing.B, i uint64) SignedCheckpoint {
-		sc, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: i, Head: Hash{byte(i)}, At: int64(i)})
+		sc, err := Sign(receiverKey, Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: i, Head: Hash{byte(i)}, At: int64(i)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -737,7 +737,7 @@ func BenchmarkAnchorWrite(b *testing.B) {
 // time, user-ns/op the user time alone: the wall time is mostly the wait
 // for the disk, and the system time mostly the file system's.
 func BenchmarkAnchorStore(b *testing.B) {
-	signed, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: 1, Head: Hash{1}, At: t0})
+	signed, err := Sign(receiverKey, Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: 1, Head: Hash{1}, At: t0})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -770,7 +770,7 @@ func BenchmarkAnchorStore(b *testing.B) {
 // matches and both slots are parsed. The writers name the file by two
 // spellings of its path, which a process remembers apart.
 func BenchmarkAnchorStoreAlternating(b *testing.B) {
-	signed, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: 1, Head: Hash{1}, At: t0})
+	signed, err := Sign(receiverKey, Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: 1, Head: Hash{1}, At: t0})
 	if err != nil {
 		b.Fatal(err)
 	}

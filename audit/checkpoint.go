@@ -13,7 +13,7 @@ import (
 // Domain separators: each signed message starts with one, so a signature
 // made for one kind of statement can never be taken for another.
 const (
-	checkpointPrefix = "kvfence/checkpoint/v2\n"
+	checkpointPrefix = "kvfence/checkpoint/v3\n"
 	admissionPrefix  = "kvfence/admission/v3\n"
 )
 
@@ -25,12 +25,19 @@ const MaxReceiverLen = 512
 const MaxCheckpointSize = 2 << 10
 
 // Checkpoint is a receiver's statement of its audit head and its state:
-// after the chain reached Seq with hash Head, the fence state's digest was
-// State and no scope had an epoch above EpochHighWater.
+// after the chain reached Seq with hash Head, the RFC 6962 tree over its
+// entries had root Root, the fence state's digest was State and no scope
+// had an epoch above EpochHighWater.
 type Checkpoint struct {
-	Receiver       string // receiver id; one line of printable UTF-8
-	Seq            uint64 // the head's seq, at least 1
-	Head           Hash   // the head's hash
+	Receiver string // receiver id; one line of printable UTF-8
+	Seq      uint64 // the head's seq, at least 1
+	Head     Hash   // the head's hash
+	// Root is the RFC 6962 root (tlog.TreeHash) of the tree whose leaves
+	// are the audit entries 1 to Seq, never zero. Signing it binds the
+	// stored tree, and every inclusion or consistency proof drawn from
+	// it, to the anchored checkpoint: a tree record edited apart from
+	// the entries changes a root the receiver has signed.
+	Root           Hash
 	State          Hash   // StateHash.Sum of the state as of Seq
 	EpochHighWater uint64 // highest epoch of any scope as of Seq
 	At             int64  // Unix nanoseconds, receiver clock
@@ -80,6 +87,7 @@ type checkpointWire struct {
 	At             int64  `cbor:"at"`
 	Seq            uint64 `cbor:"seq"`
 	Head           []byte `cbor:"head"`
+	Root           []byte `cbor:"root"`
 	State          []byte `cbor:"state"`
 	Receiver       string `cbor:"receiver"`
 	EpochHighWater uint64 `cbor:"epoch_high_water"`
@@ -92,6 +100,11 @@ type checkpointWire struct {
 func checkCheckpoint(c *Checkpoint) error {
 	if c.Seq == 0 {
 		return fmt.Errorf("%w: seq is 0; an empty chain has nothing to anchor", ErrBadCheckpoint)
+	}
+	if c.Root == (Hash{}) {
+		// No tree of at least one leaf has an all-zero root: a zero root
+		// is a checkpoint made without its tree.
+		return fmt.Errorf("%w: the tree root is zero", ErrBadCheckpoint)
 	}
 	if err := checkReceiver(c.Receiver); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
@@ -124,13 +137,14 @@ func checkReceiver(s string) error {
 func appendCheckpoint(b []byte, c *Checkpoint) []byte {
 	rec := !c.Admission.IsZero()
 	if rec {
-		b = appendHead(b, majorMap, 8)
+		b = appendHead(b, majorMap, 9)
 	} else {
-		b = appendHead(b, majorMap, 6)
+		b = appendHead(b, majorMap, 7)
 	}
 	b = appendInt(append(b, keyAt...), c.At)
 	b = appendHead(append(b, keySeq...), majorUint, c.Seq)
 	b = appendBytes(append(b, "\x64head"...), c.Head[:])
+	b = appendBytes(append(b, "\x64root"...), c.Root[:])
 	b = appendBytes(append(b, "\x65state"...), c.State[:])
 	b = appendText(append(b, "\x68receiver"...), c.Receiver)
 	if rec {
@@ -154,10 +168,11 @@ func parseCheckpoint(raw []byte) (Checkpoint, error) {
 	if err := decMode.Unmarshal(raw, &w); err != nil {
 		return Checkpoint{}, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
 	}
-	if len(w.Head) != HashSize || len(w.State) != HashSize {
-		return Checkpoint{}, fmt.Errorf("%w: head and state are %d and %d bytes, want %d", ErrBadCheckpoint, len(w.Head), len(w.State), HashSize)
+	if len(w.Head) != HashSize || len(w.Root) != HashSize || len(w.State) != HashSize {
+		return Checkpoint{}, fmt.Errorf("%w: head, root and state are %d, %d and %d bytes, want %d",
+			ErrBadCheckpoint, len(w.Head), len(w.Root), len(w.State), HashSize)
 	}
-	c := Checkpoint{Receiver: w.Receiver, Seq: w.Seq, Head: Hash(w.Head), State: Hash(w.State),
+	c := Checkpoint{Receiver: w.Receiver, Seq: w.Seq, Head: Hash(w.Head), Root: Hash(w.Root), State: Hash(w.State),
 		EpochHighWater: w.EpochHighWater, At: w.At}
 	switch {
 	case w.AdmissionSHA256 == nil:

@@ -12,7 +12,7 @@ import (
 )
 
 func testCheckpoint() Checkpoint {
-	return Checkpoint{Receiver: testReceiver, Seq: 42, Head: Hash{0xde, 0xad}, State: Hash{0x57, 0xa7}, EpochHighWater: 7, At: t0 + 123456789}
+	return Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: 42, Head: Hash{0xde, 0xad}, State: Hash{0x57, 0xa7}, EpochHighWater: 7, At: t0 + 123456789}
 }
 
 // testCheckpointAdmission is testCheckpoint after a recovery: it names the
@@ -278,22 +278,22 @@ func TestCheckpoint_AdmissionRecord(t *testing.T) {
 		}
 		return append(out, plain[i:]...)
 	}
-	if !bytes.Equal(cut(plain, 8, atKey, shaKey), body) {
-		t.Fatalf("the test's spelling of the record is not the encoder's:\n%x\n%x", cut(plain, 8, atKey, shaKey), body)
+	if !bytes.Equal(cut(plain, 9, atKey, shaKey), body) {
+		t.Fatalf("the test's spelling of the record is not the encoder's:\n%x\n%x", cut(plain, 9, atKey, shaKey), body)
 	}
 	for name, b := range map[string][]byte{
-		"admission_at only":       cut(plain, 7, atKey),
-		"admission_sha256 only":   cut(plain, 7, shaKey),
-		"zero digest":             cut(plain, 8, atKey, zeroKey),
-		"zero digest, no at":      cut(plain, 7, zeroKey),
-		"short digest":            cut(plain, 8, atKey, shortKey),
-		"keys in the wrong order": cut(plain, 8, shaKey, atKey),
+		"admission_at only":       cut(plain, 8, atKey),
+		"admission_sha256 only":   cut(plain, 8, shaKey),
+		"zero digest":             cut(plain, 9, atKey, zeroKey),
+		"zero digest, no at":      cut(plain, 8, zeroKey),
+		"short digest":            cut(plain, 9, atKey, shortKey),
+		"keys in the wrong order": cut(plain, 9, shaKey, atKey),
 	} {
 		if _, err := parseCheckpoint(b); !errors.Is(err, ErrBadCheckpoint) {
 			t.Errorf("%s: %v, want ErrBadCheckpoint", name, err)
 		}
 	}
-	if _, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: 1, Admission: AdmissionRecord{At: 1}}); !errors.Is(err, ErrBadCheckpoint) {
+	if _, err := Sign(receiverKey, Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: 1, Admission: AdmissionRecord{At: 1}}); !errors.Is(err, ErrBadCheckpoint) {
 		t.Fatalf("Sign with an admission time but no digest: %v", err)
 	}
 	// The anchor file says the same, in two lines that come and go together.
@@ -305,8 +305,8 @@ func TestCheckpoint_AdmissionRecord(t *testing.T) {
 		t.Fatalf("anchor round trip: %+v, %v", got, err)
 	}
 	lines := strings.SplitAfter(string(text), "\n")
-	if !strings.HasPrefix(lines[6], "admission_sha256 ad31") || lines[7] != "admission_at 2026-01-01T01:00:00Z\n" {
-		t.Fatalf("anchor lines 7 and 8: %q %q", lines[6], lines[7])
+	if !strings.HasPrefix(lines[7], "admission_sha256 ad31") || lines[8] != "admission_at 2026-01-01T01:00:00Z\n" {
+		t.Fatalf("anchor lines 8 and 9: %q %q", lines[7], lines[8])
 	}
 	without := func(skip ...int) []byte {
 		var b []byte
@@ -317,14 +317,14 @@ func TestCheckpoint_AdmissionRecord(t *testing.T) {
 		}
 		return b
 	}
-	stripped, err := ParseAnchor(without(6, 7))
+	stripped, err := ParseAnchor(without(7, 8))
 	if err != nil {
 		t.Fatalf("anchor without the record lines does not parse as the plain form: %v", err)
 	}
 	if err := stripped.Verify(pubOf(receiverKey)); !errors.Is(err, ErrBadSignature) {
 		t.Fatalf("anchor with the record lines removed: %v", err)
 	}
-	for name, b := range map[string][]byte{"no admission_at line": without(7), "no admission_sha256 line": without(6)} {
+	for name, b := range map[string][]byte{"no admission_at line": without(8), "no admission_sha256 line": without(7)} {
 		if _, err := ParseAnchor(b); !errors.Is(err, ErrBadAnchor) {
 			t.Errorf("%s: %v, want ErrBadAnchor", name, err)
 		}
@@ -363,7 +363,7 @@ func TestAdmissionRecord_Refuses(t *testing.T) {
 // one.
 func TestAnchorStore_KeepsAdmission(t *testing.T) {
 	at := func(seq uint64, rec AdmissionRecord) SignedCheckpoint {
-		c := Checkpoint{Receiver: testReceiver, Seq: seq, Head: Hash{byte(seq)}, EpochHighWater: 1, At: t0, Admission: rec}
+		c := Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: seq, Head: Hash{byte(seq)}, EpochHighWater: 1, At: t0, Admission: rec}
 		sc, err := Sign(receiverKey, c)
 		if err != nil {
 			t.Fatal(err)

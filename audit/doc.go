@@ -96,6 +96,8 @@
 //	at                int   Unix nanoseconds, receiver clock
 //	seq               uint  the head's seq, at least 1
 //	head              bstr  32 bytes: the head's hash
+//	root              bstr  32 bytes, not all zero: the RFC 6962 root
+//	                        (tlog.TreeHash) of the entries 1 to seq
 //	state             bstr  32 bytes: the state digest's sum (State Digest)
 //	receiver          tstr  the receiver id
 //	admission_at      int   the consumed admission's at
@@ -111,16 +113,17 @@
 //
 // The receiver id is 1 to [MaxReceiverLen] bytes of UTF-8 without control
 // characters (U+0000 to U+001F and U+007F), so that it fits on one line of the
-// anchor file. At 0, seq 1, a zero head, a zero state, receiver "r" and epoch
-// high-water 1 encode as
+// anchor file. At 0, seq 1, a zero head, a root of 32 bytes of 0x11, a zero
+// state, receiver "r" and epoch high-water 1 encode as
 //
-//	a6 62 61 74 00 63 73 65 71 01 64 68 65 61 64 58 20 00 … 00
+//	a7 62 61 74 00 63 73 65 71 01 64 68 65 61 64 58 20 00 … 00
+//	64 72 6f 6f 74 58 20 11 … 11
 //	65 73 74 61 74 65 58 20 00 … 00
 //	68 72 65 63 65 69 76 65 72 61 72
 //	70 65 70 6f 63 68 5f 68 69 67 68 5f 77 61 74 65 72 01
 //
 // The same checkpoint naming an admission signed at 3600000000000 whose
-// digest is 32 bytes of 0xad has eight pairs (a8 in place of a6), and these
+// digest is 32 bytes of 0xad has nine pairs (a9 in place of a7), and these
 // two between receiver and epoch_high_water:
 //
 //	6c 61 64 6d 69 73 73 69 6f 6e 5f 61 74  1b 00 00 03 46 30 b8 a0 00
@@ -135,11 +138,18 @@
 // checkpoint that has them, as an unknown key, rather than reading it
 // without them.
 //
-// This is the second version of the checkpoint: the first had no state, and
-// its signatures used the prefix "kvfence/checkpoint/v1\n". A first-version
-// anchor is refused ([ErrAnchorV1]), not upgraded: nothing can vouch after
-// the fact for the state it did not cover. A lost-anchor recovery admission
-// re-anchors such a receiver, holding every scope.
+// This is the third version of the checkpoint, signed under the prefix
+// "kvfence/checkpoint/v3\n": it added root, so that the anchor commits to
+// the stored Merkle tree and every proof drawn from it, and a tree record
+// edited apart from the entries (one of an archived leaf included, which
+// no check of the stored entries reads) changes a root the receiver
+// signed. The second had no root (prefix "kvfence/checkpoint/v2\n"); a
+// second-version anchor is refused ([ErrAnchorV2]), as are the databases
+// that wrote it. The first had no state either, and its signatures used
+// the prefix "kvfence/checkpoint/v1\n". A first-version anchor is refused
+// ([ErrAnchorV1]), not upgraded: nothing can vouch after the fact for the
+// state it did not cover. A lost-anchor recovery admission re-anchors such
+// a receiver, holding every scope.
 //
 // # State Digest
 //
@@ -202,7 +212,7 @@
 // Signatures are Ed25519 (RFC 8032, pure Ed25519) over a domain-separated
 // message:
 //
-//	checkpoint:             "kvfence/checkpoint/v2\n" || checkpoint bytes
+//	checkpoint:             "kvfence/checkpoint/v3\n" || checkpoint bytes
 //	admission:              "kvfence/admission/v3\n" || admission bytes
 //	lost-anchor admission:  "kvfence/reanchor/v3\n" || admission bytes
 //	archive statement:      "kvfence/archive/v1\n" || statement bytes
@@ -235,19 +245,20 @@
 // # Anchor File Format
 //
 // An anchor ([SignedCheckpoint.MarshalAnchor], [ParseAnchor]) is one signed
-// checkpoint as nine lines of UTF-8 text, or eleven for a checkpoint that
+// checkpoint as ten lines of UTF-8 text, or twelve for a checkpoint that
 // names a consumed admission, each ended by one line feed (0x0a); after the
 // first, each line is a label, one space (0x20) and a value:
 //
-//	kvfence checkpoint v2
+//	kvfence checkpoint v3
 //	receiver receiver-1
 //	seq 42
 //	head dead000000000000000000000000000000000000000000000000000000000000
+//	root 7ee0000000000000000000000000000000000000000000000000000000000000
 //	state 57a7000000000000000000000000000000000000000000000000000000000000
 //	epoch_high_water 7
 //	at 2026-01-01T00:00:00.123456789Z
 //	key SHA256:fe85JkIjo8VPe+XqXJGH5Mau1EMFdK1OdKvJUFicyA8
-//	sig z+WtodMcIoZtG6+lchq3vczQVKnH/bIHvNqKsnyo7G8CW5jrE5ML1JMWWn4h24+61VlQfOlDmyXJEGj2Z0IMCA==
+//	sig BNM6342UOItVs6lZ8UVsMRXqLxIIPuLRLoYFMcRtTAILPJtCQ9+Add39uS4WvAA0hcfUa9Sw7zkotgxJJwbUDg==
 //
 // A checkpoint that names a consumed admission has two more lines, in
 // this order, between epoch_high_water and at: "admission_sha256" and 64
@@ -255,7 +266,7 @@
 // form of the at line. The two come together or not at all.
 //
 // The receiver is the id as is; seq and epoch_high_water are decimal without
-// sign or leading zeros; head and state are 64 lower-case hex digits each; at is RFC 3339 in
+// sign or leading zeros; head, root and state are 64 lower-case hex digits each; at is RFC 3339 in
 // UTC with as many fractional digits as needed and no more (Go's
 // [time.RFC3339Nano]); key is the fingerprint; sig is the signature in padded
 // standard base64 (RFC 4648 §4). Nothing precedes the first line or follows
@@ -280,11 +291,11 @@
 //	129 len  the anchor
 //	         zero bytes to the end of the slot
 //
-// so slot 0 of the file that the FileAnchor example writes, a 381-byte
+// so slot 0 of the file that the FileAnchor example writes, a 451-byte
 // anchor at generation 1, begins
 //
-//	kvfence-anchor-slot v1 gen=00000000000000000001 len=0381 sha256=f077…f7f6
-//	kvfence checkpoint v2
+//	kvfence-anchor-slot v1 gen=00000000000000000001 len=0451 sha256=ae79…06e5
+//	kvfence checkpoint v3
 //
 // The checksum covers the header up to and including the len digits and the
 // anchor, so a torn header or anchor does not match. A slot is valid only if

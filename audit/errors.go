@@ -71,6 +71,16 @@ var (
 	// upgraded in place: its state cannot be vouched for after the fact.
 	// A lost-anchor recovery admission re-anchors such a receiver.
 	ErrAnchorV1 = errors.New("audit: anchor format v1 predates the state digest; re-anchor the receiver with a lost-anchor recovery admission")
+	// ErrAnchorV2 means the anchor is in the second format, whose
+	// checkpoints did not commit to the root of the tree over the audit
+	// entries. It is refused, never upgraded in place: the databases that
+	// wrote it are in a format that is refused too.
+	ErrAnchorV2 = errors.New("audit: anchor format v2 predates the tree root that checkpoints now commit to; " +
+		"initialise a new receiver or ledger, whose anchor is in the current format")
+	// ErrTreeMismatch means the stored Merkle tree over the audit entries
+	// is not the one the entries make, or its root is not the one the
+	// receiver signed in a checkpoint (problem tree_mismatch).
+	ErrTreeMismatch = errors.New("audit: the stored Merkle tree disagrees with the audit entries or the signed root")
 	// ErrWriteConflict means the stored anchor is not the one the writer
 	// expected to replace.
 	ErrWriteConflict = errors.New("audit: anchor write conflict")

@@ -44,7 +44,7 @@ func ExampleChain_Append() {
 		}
 		db.put(audit.SeqKey(chain.Head().Seq), raw)
 		head := chain.Head()
-		sc, err := audit.Sign(key, audit.Checkpoint{Receiver: "receiver-1", Seq: head.Seq, Head: head.Hash, EpochHighWater: 2})
+		sc, err := audit.Sign(key, audit.Checkpoint{Root: audit.Hash{0x7e}, Receiver: "receiver-1", Seq: head.Seq, Head: head.Hash, EpochHighWater: 2})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func ExampleCheckAnchor() {
 		db.put(audit.SeqKey(chain.Head().Seq), raw)
 		heads = append(heads, chain.Head())
 	}
-	anchor, _ := audit.Sign(key, audit.Checkpoint{Receiver: "receiver-1", Seq: 4, Head: heads[3].Hash})
+	anchor, _ := audit.Sign(key, audit.Checkpoint{Root: audit.Hash{0x7e}, Receiver: "receiver-1", Seq: 4, Head: heads[3].Hash})
 
 	fmt.Println("current:", audit.CheckAnchor(anchor, pub, "receiver-1", heads[4], db.hashAt))
 	err := audit.CheckAnchor(anchor, pub, "receiver-1", heads[2], db.hashAt)
@@ -92,7 +92,7 @@ func ExampleVerify() {
 		raw, _, _ := chain.Append(&audit.Entry{Kind: "submit", Outcome: "denied"})
 		db.put(audit.SeqKey(chain.Head().Seq), raw)
 	}
-	sc, _ := audit.Sign(key, audit.Checkpoint{Receiver: "receiver-1", Seq: 3, Head: chain.Head().Hash})
+	sc, _ := audit.Sign(key, audit.Checkpoint{Root: audit.Hash{0x7e}, Receiver: "receiver-1", Seq: 3, Head: chain.Head().Hash})
 	anchor := new(audit.MemAnchor)
 	anchor.Store(nil, sc)
 	opts := audit.VerifyOptions{Entries: db.entries, Anchor: anchor,
@@ -123,7 +123,7 @@ func ExampleFileAnchor() {
 	fmt.Println(errors.Is(err, audit.ErrAnchorMissing))
 
 	at := func(seq uint64) audit.SignedCheckpoint {
-		sc, _ := audit.Sign(key, audit.Checkpoint{Receiver: "receiver-1", Seq: seq, Head: audit.Hash{byte(seq)},
+		sc, _ := audit.Sign(key, audit.Checkpoint{Root: audit.Hash{0x7e}, Receiver: "receiver-1", Seq: seq, Head: audit.Hash{byte(seq)},
 			State: audit.Hash{0x57}, At: 1767225600e9})
 		return sc
 	}
@@ -140,11 +140,12 @@ func ExampleFileAnchor() {
 	// <nil>
 	// true
 	// 8192 4096
-	// kvfence-anchor-slot v1 gen=00000000000000000001 len=0381 sha256=f077cd668f40b593ea91f9f68e8c69b842bce8d8c6cb7ed6a19f37b85e2ff7f6
-	// kvfence checkpoint v2
+	// kvfence-anchor-slot v1 gen=00000000000000000001 len=0451 sha256=ae79abe2a5190e432d02ed13eecd845e775209f8cce20a623f538f7cd5a006e5
+	// kvfence checkpoint v3
 	// receiver receiver-1
 	// seq 10
 	// head 0a00000000000000000000000000000000000000000000000000000000000000
+	// root 7e00000000000000000000000000000000000000000000000000000000000000
 	// state 5700000000000000000000000000000000000000000000000000000000000000
 	// epoch_high_water 0
 	// at 2026-01-01T00:00:00Z
@@ -160,7 +161,7 @@ func ExampleFileAnchor_Inspect() {
 	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize))
 	fa := audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}
 	at := func(seq uint64) audit.SignedCheckpoint {
-		sc, _ := audit.Sign(key, audit.Checkpoint{Receiver: "receiver-1", Seq: seq, Head: audit.Hash{byte(seq)}, At: 1767225600e9})
+		sc, _ := audit.Sign(key, audit.Checkpoint{Root: audit.Hash{0x7e}, Receiver: "receiver-1", Seq: seq, Head: audit.Hash{byte(seq)}, At: 1767225600e9})
 		return sc
 	}
 	four, five := at(4), at(5)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
@@ -61,6 +62,8 @@ func FuzzParseSignedCheckpoint(f *testing.F) {
 	sr, _ := Sign(receiverKey, testCheckpointAdmission())
 	rawRec, _ := sr.Marshal()
 	f.Add(rawRec)
+	// A zero root, spelled as the encoder would spell it with any other.
+	f.Add(bytes.Replace(raw, append([]byte("\x64root\x58\x20"), sc.Root[:]...), append([]byte("\x64root\x58\x20"), make([]byte, 32)...), 1))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		sc, err := ParseSignedCheckpoint(raw)
 		if err != nil {
@@ -95,6 +98,12 @@ func FuzzParseAnchor(f *testing.F) {
 	textRec, _ := sr.MarshalAnchor()
 	f.Add(textRec)
 	f.Add(bytes.Replace(textRec, []byte("\nadmission_at "), []byte("\nadmission_at  "), 1))
+	// The root line: zero, missing, and the v2 anchor that had none.
+	root := []byte("root " + hex.EncodeToString(sc.Root[:]) + "\n")
+	f.Add(bytes.Replace(text, root, []byte("root "+strings.Repeat("0", 64)+"\n"), 1))
+	noRoot := bytes.Replace(text, root, nil, 1)
+	f.Add(noRoot)
+	f.Add(bytes.Replace(noRoot, []byte(anchorMagic), []byte(anchorMagicV2), 1))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sc, err := ParseAnchor(data)
 		if err != nil {

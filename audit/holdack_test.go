@@ -94,7 +94,7 @@ func TestHoldAckChecks(t *testing.T) {
 
 func TestHoldAckCoveredBy(t *testing.T) {
 	a := testHoldAck()
-	cp := Checkpoint{Receiver: a.Receiver, Seq: a.CheckpointSeq, Head: a.CheckpointHead, EpochHighWater: a.Epoch}
+	cp := Checkpoint{Root: testRoot, Receiver: a.Receiver, Seq: a.CheckpointSeq, Head: a.CheckpointHead, EpochHighWater: a.Epoch}
 	if err := a.CoveredBy(cp); err != nil {
 		t.Fatal(err)
 	}

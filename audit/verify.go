@@ -43,6 +43,11 @@ const (
 	// archive entries in it or with the archives given: archived entries
 	// put back, a base record edited, archives out of order or with a gap.
 	ProblemBaseMismatch Problem = "base_mismatch"
+	// ProblemTreeMismatch is a stored Merkle tree that is not the one the
+	// audit entries make, or whose root is not the one the anchor or the
+	// database's newest checkpoint signs (ErrTreeMismatch). Verify does
+	// not read the tree; the store's own verification reports it.
+	ProblemTreeMismatch Problem = "tree_mismatch"
 )
 
 // VerifyOptions says what Verify checks and against what.

@@ -296,7 +296,7 @@ func BenchmarkVerify1M(b *testing.B) {
 	for i := uint64(1); i <= n; i++ {
 		head.Append(testEntry(i))
 	}
-	sc, err := Sign(receiverKey, Checkpoint{Receiver: testReceiver, Seq: n, Head: head.Head().Hash, At: t0})
+	sc, err := Sign(receiverKey, Checkpoint{Root: testRoot, Receiver: testReceiver, Seq: n, Head: head.Head().Hash, At: t0})
 	if err != nil {
 		b.Fatal(err)
 	}

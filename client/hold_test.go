@@ -62,7 +62,7 @@ func signedHold(t *testing.T) (kvfence.HoldResult, ed25519.PrivateKey) {
 	t.Helper()
 	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32))
 	at := time.Date(2026, 12, 3, 17, 0, 0, 5, time.UTC)
-	cp := audit.Checkpoint{Receiver: "r", Seq: 4, EpochHighWater: 2, At: at.UnixNano()}
+	cp := audit.Checkpoint{Receiver: "r", Seq: 4, Root: audit.Hash{0x7e}, EpochHighWater: 2, At: at.UnixNano()}
 	cp.Head[0] = 9
 	sc, err := audit.Sign(key, cp)
 	if err != nil {

@@ -49,7 +49,7 @@ func IsIntegrityError(err error) bool {
 		audit.ErrBrokenLink, audit.ErrSeqGap, audit.ErrBadEntry, audit.ErrAnchorStale, audit.ErrAnchorNotRegular,
 		audit.ErrAnchorPermissions, audit.ErrAnchorRegression, audit.ErrBadAdmission, audit.ErrAdmissionMismatch,
 		audit.ErrStateMismatch, audit.ErrFenceViolation, audit.ErrBadArchive, audit.ErrBaseMismatch,
-		audit.ErrAdmissionExpired, audit.ErrAdmissionNotYetValid, audit.ErrAdmissionReplayed,
+		audit.ErrAdmissionExpired, audit.ErrAdmissionNotYetValid, audit.ErrAdmissionReplayed, audit.ErrTreeMismatch,
 		ErrAnchorClusterChanged} {
 		if errors.Is(err, target) {
 			return true

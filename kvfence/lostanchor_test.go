@@ -289,7 +289,7 @@ func mustInitCheckpoint(t *testing.T, f *fixture) audit.SignedCheckpoint {
 	}
 	defer r.Close()
 	r.Events(1, func(e Event) bool { first = e; return false })
-	sc, err := audit.Sign(testKey, audit.Checkpoint{Receiver: "rcv", Seq: 1, Head: first.Hash, At: first.At})
+	sc, err := audit.Sign(testKey, audit.Checkpoint{Receiver: "rcv", Seq: 1, Root: audit.Hash{0x7e}, Head: first.Hash, At: first.At})
 	if err != nil {
 		t.Fatal(err)
 	}

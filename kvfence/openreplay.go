@@ -61,6 +61,12 @@ func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
 		if treeErr == nil && tree != nil {
 			treeErr = tree.Flush()
 		}
+		if treeErr == nil && err == nil && rep.OK() {
+			// The records are the entries' own; the roots they make must
+			// be the ones signed, which also covers the archived frontier
+			// records the checker trusts.
+			treeErr = checkSignedRoots(tx, a.Checkpoint)
+		}
 		if treeErr != nil {
 			return fmt.Errorf("kvfence: %s: %w: %w", r.path, ErrBadFormat, treeErr)
 		}
@@ -95,4 +101,21 @@ func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
 		return fmt.Errorf("kvfence: %s: the audit chain does not verify (%s): %w", r.path, rep.Problem, rep.Err())
 	}
 	return nil
+}
+
+// checkSignedRoots compares the stored tree's roots with the ones the
+// receiver signed: the anchor a's, and the database's newest
+// checkpoint's. A record of an archived leaf that holds a root of the
+// frontier, which no stored leaf has combined with yet, is checked by
+// nothing else; a tree whose root at a signed size is another is one the
+// receiver would sign a second root for (audit.ErrTreeMismatch).
+func checkSignedRoots(tx engine.Tx, a audit.Checkpoint) error {
+	if err := auditChain.CheckRoot(tx, a, "the anchor"); err != nil {
+		return err
+	}
+	latest, err := auditChain.LatestCheckpoint(tx)
+	if err != nil {
+		return err
+	}
+	return auditChain.CheckRoot(tx, latest.Checkpoint, "the database's newest checkpoint")
 }

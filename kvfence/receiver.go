@@ -612,6 +612,10 @@ func (r *Receiver) load() error {
 		} else if string(v) == "2" {
 			return fmt.Errorf("%w: %s: format version 2 predates the Merkle tree over the audit entries that checkpoints, "+
 				"witnesses and receipt proofs now need; initialise a new receiver (export what you need with observe first)", ErrBadFormat, r.path)
+		} else if string(v) == "3" {
+			return fmt.Errorf("%w: %s: format version 3 predates checkpoints that sign the root of the tree over the audit "+
+				"entries, which open and verify-chain now compare with the stored tree; initialise a new receiver "+
+				"(export what you need with observe first)", ErrBadFormat, r.path)
 		} else if string(v) != formatVersion {
 			return fmt.Errorf("%w: %s: format version %q, want %q", ErrBadFormat, r.path, v, formatVersion)
 		}

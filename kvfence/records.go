@@ -45,8 +45,9 @@ var (
 )
 
 // formatVersion is the on-disk format this package reads and writes.
-// Format "3" added the Merkle tree over the audit entries (bucketTree).
-const formatVersion = "3"
+// Format "3" added the Merkle tree over the audit entries (bucketTree);
+// format "4" signs its root in every checkpoint (audit.Checkpoint.Root).
+const formatVersion = "4"
 
 // Mode is a scope's mode: held (nothing is authorised) or open (the active
 // grant may be used).

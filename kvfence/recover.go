@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/kvfence/kvfence/internal/defect"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/internal/chain"
 )
 
 // KindRecovered is the audit kind of an ordinary recovery admission's
@@ -635,11 +637,26 @@ func (r *Receiver) verifyChainAgainst(opts VerifyOptions) (audit.Report, error) 
 		}
 	}
 	var rep audit.Report
+	var treeErr error
 	err := r.view(func(tx engine.Tx) error {
 		var scanErr error
+		var tree *chain.TreeChecker
+		treeErr = nil
 		entries := func(yield func(k, v []byte) bool) {
 			var n uint64
 			scanErr = tx.Scan(bucketAudit, nil, func(k, v []byte) error {
+				// The stored tree is checked beside the chain, as open's
+				// replay checks it; its first mismatch is reported once
+				// the chain itself has verified.
+				if len(k) == 8 && treeErr == nil {
+					seq := binary.BigEndian.Uint64(k)
+					if tree == nil {
+						tree, treeErr = auditChain.NewTreeChecker(tx, seq)
+					}
+					if treeErr == nil {
+						treeErr = tree.Add(seq, v)
+					}
+				}
 				if !yield(k, v) {
 					return engine.StopScan
 				}
@@ -648,6 +665,9 @@ func (r *Receiver) verifyChainAgainst(opts VerifyOptions) (audit.Report, error) 
 				}
 				return nil
 			})
+			if treeErr == nil && tree != nil {
+				treeErr = tree.Flush()
+			}
 		}
 		// The base record is passed as found, decoding included: Verify
 		// reports a record the chain does not confirm as base_mismatch.
@@ -662,6 +682,12 @@ func (r *Receiver) verifyChainAgainst(opts VerifyOptions) (audit.Report, error) 
 		}
 		return err
 	})
+	if err == nil && rep.OK() && treeErr != nil {
+		if !errors.Is(treeErr, audit.ErrTreeMismatch) {
+			return rep, treeErr
+		}
+		rep.Fail(audit.ProblemTreeMismatch, treeErr)
+	}
 	if err == nil && errors.Is(rep.Err(), audit.ErrAnchorArchived) {
 		// A base past the anchor is an old anchor put back only if the
 		// database itself is whole; one whose newest signed checkpoint
@@ -686,6 +712,15 @@ func (r *Receiver) verifyChainAgainst(opts VerifyOptions) (audit.Report, error) 
 	r.pub = opts.PublicKey
 	if _, err := r.checkState(&anchor); errors.Is(err, audit.ErrStateMismatch) {
 		rep.Fail(audit.ProblemStateMismatch, err)
+		return rep, nil
+	} else if err != nil {
+		return rep, err
+	}
+	// The tree's records are the entries' own; its roots must be the
+	// ones the anchor and the newest checkpoint sign.
+	err = r.view(func(tx engine.Tx) error { return checkSignedRoots(tx, anchor.Checkpoint) })
+	if errors.Is(err, audit.ErrTreeMismatch) {
+		rep.Fail(audit.ProblemTreeMismatch, err)
 	} else if err != nil {
 		return rep, err
 	}

@@ -331,36 +331,57 @@ func TestOpen_DamagedTree(t *testing.T) {
 	}
 }
 
-// Ensure that a database of format "2", without the tree, is refused at
-// Open with an error that says what it is and what to do.
-func TestOpen_Format2Refused(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "r.db")
-	anchor := &audit.MemAnchor{}
-	if err := Init(path, &InitOptions{ReceiverID: "r1", Key: testKey, Anchor: anchor}); err != nil {
-		t.Fatal(err)
-	}
-	if r, err := Open(path, &Options{Key: testKey, Anchor: anchor}); err != nil {
-		t.Fatalf("Open(format 3) = %v", err)
-	} else {
-		r.Close()
-	}
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		if err := tx.DeleteBucket(bucketTree); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketMeta).Put(metaFormat, []byte("2"))
-	})
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = Open(path, &Options{Key: testKey, Anchor: anchor})
-	if !errors.Is(err, ErrBadFormat) || !strings.Contains(err.Error(), "format version 2 predates the Merkle tree") ||
-		!strings.Contains(err.Error(), "initialise a new receiver") {
-		t.Fatalf("Open(format 2) = %v, want ErrBadFormat saying what it is and what to do", err)
+// Ensure that a database of an earlier format is refused at Open with an
+// error that says what it is and what to do: format "2", without the
+// tree, and format "3", whose checkpoints do not sign its root; and that
+// a format this code does not know is refused too.
+func TestOpen_OldFormatsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		format   string
+		dropTree bool
+		says     []string
+	}{
+		{"1", true, []string{"format version 1 predates the state digest", "initialise a new receiver"}},
+		{"2", true, []string{"format version 2 predates the Merkle tree", "initialise a new receiver"}},
+		{"3", false, []string{"format version 3 predates checkpoints that sign the root", "initialise a new receiver"}},
+		{"5", false, []string{`format version "5", want "4"`}},
+	} {
+		t.Run(tc.format, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "r.db")
+			anchor := &audit.MemAnchor{}
+			if err := Init(path, &InitOptions{ReceiverID: "r1", Key: testKey, Anchor: anchor}); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := Open(path, &Options{Key: testKey, Anchor: anchor}); err != nil {
+				t.Fatalf("Open(format %s) = %v", formatVersion, err)
+			} else {
+				r.Close()
+			}
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = db.Update(func(tx *bolt.Tx) error {
+				if tc.dropTree {
+					if err := tx.DeleteBucket(bucketTree); err != nil {
+						return err
+					}
+				}
+				return tx.Bucket(bucketMeta).Put(metaFormat, []byte(tc.format))
+			})
+			db.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Open(path, &Options{Key: testKey, Anchor: anchor})
+			if !errors.Is(err, ErrBadFormat) {
+				t.Fatalf("Open(format %s) = %v, want ErrBadFormat", tc.format, err)
+			}
+			for _, want := range tc.says {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("Open(format %s) = %v, want it to say %q", tc.format, err, want)
+				}
+			}
+		})
 	}
 }

@@ -14,8 +14,10 @@ import (
 
 // SignedCheckpoint returns the receiver's newest checkpoint as a C2SP
 // signed note (docs/design.md §7): origin checkpoint.ReceiverOrigin of the
-// receiver's id and key, tree size the checkpoint's seq, root the RFC 6962
-// root of the audit entries up to it, and the extension lines of
+// receiver's id and key, tree size the checkpoint's seq, root the
+// checkpoint's own Root (the anchored one; a stored tree with another root
+// at that size is refused, ErrBadFormat wrapping audit.ErrTreeMismatch),
+// and the extension lines of
 // checkpoint.ReceiverState, signed by Options.Key as a note signer whose
 // name is the origin. It needs the signing key: without one it returns
 // ErrInvalidArgument.
@@ -50,10 +52,13 @@ func (r *Receiver) signedCheckpoint(tx engine.Tx) ([]byte, uint64, error) {
 	if sc.Receiver != r.id || sc.Verify(r.pub) != nil {
 		return nil, 0, fmt.Errorf("%w: %s: the stored checkpoint is not this receiver's", ErrBadFormat, r.path)
 	}
-	root, err := auditChain.TreeHash(tx, sc.Seq)
-	if err != nil {
+	// The note's root is the one the checkpoint signs, which the anchor
+	// holds too; a stored tree that disagrees with it would make proofs
+	// this note does not vouch for, so nothing is signed over it.
+	if err := auditChain.CheckRoot(tx, sc.Checkpoint, "the database's newest checkpoint"); err != nil {
 		return nil, 0, fmt.Errorf("%w: %s: %w", ErrBadFormat, r.path, err)
 	}
+	root := tlog.Hash(sc.Root)
 	origin, err := checkpoint.ReceiverOrigin(r.id, r.pub)
 	if err != nil {
 		return nil, 0, err

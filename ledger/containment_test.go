@@ -42,7 +42,7 @@ func addRecv(t testing.TB, l *Ledger, name string) *fakeRecv {
 func (r *fakeRecv) ackFor(t testing.TB, b BoundaryContainment, prev uint64) BoundaryContainment {
 	t.Helper()
 	at := time.Date(2026, 1, 1, 12, 0, int(prev), 0, time.UTC)
-	cp := audit.Checkpoint{Receiver: r.id, Seq: 40 + prev, Head: sha256.Sum256([]byte(b.HoldID)), EpochHighWater: prev + 1, At: at.UnixNano()}
+	cp := audit.Checkpoint{Root: audit.Hash{0x7e}, Receiver: r.id, Seq: 40 + prev, Head: sha256.Sum256([]byte(b.HoldID)), EpochHighWater: prev + 1, At: at.UnixNano()}
 	a := audit.HoldAck{Receiver: r.id, Scope: b.Scope, HoldID: b.HoldID, PreviousEpoch: prev, Epoch: prev + 1, AuditSeq: 39 + prev,
 		RequestedAt: at.UnixNano() - 1, At: at.UnixNano(), CheckpointSeq: cp.Seq, CheckpointHead: cp.Head}
 	return r.signed(t, b, a, cp)
@@ -318,7 +318,7 @@ func TestRecordBoundaries_Refusals(t *testing.T) {
 	stranger := &fakeRecv{name: "r1", id: "id-r1", priv: keyFor("stranger")}
 	mutAck := func(fn func(a *audit.HoldAck, cp *audit.Checkpoint)) BoundaryContainment {
 		at := good.AcknowledgedAt.UnixNano()
-		cp := audit.Checkpoint{Receiver: "id-r1", Seq: 44, Head: sha256.Sum256([]byte(r1a.HoldID)), EpochHighWater: 5, At: at}
+		cp := audit.Checkpoint{Root: audit.Hash{0x7e}, Receiver: "id-r1", Seq: 44, Head: sha256.Sum256([]byte(r1a.HoldID)), EpochHighWater: 5, At: at}
 		a := audit.HoldAck{Receiver: "id-r1", Scope: r1a.Scope, HoldID: r1a.HoldID, PreviousEpoch: 4, Epoch: 5, AuditSeq: 43,
 			RequestedAt: at - 1, At: at, CheckpointSeq: 44, CheckpointHead: cp.Head}
 		fn(&a, &cp)

@@ -17,7 +17,7 @@ import (
 // the hold's acknowledgment and the checkpoint that covers it, as a
 // receiver's hold result carries them.
 func receiverSigns(priv ed25519.PrivateKey, b ledger.BoundaryContainment, prev uint64, at time.Time) ledger.BoundaryContainment {
-	cp := audit.Checkpoint{Receiver: "receiver-1", Seq: 12, Head: sha256.Sum256([]byte("head")), EpochHighWater: prev + 1, At: at.UnixNano()}
+	cp := audit.Checkpoint{Root: audit.Hash{0x7e}, Receiver: "receiver-1", Seq: 12, Head: sha256.Sum256([]byte("head")), EpochHighWater: prev + 1, At: at.UnixNano()}
 	sa, err := audit.SignHoldAck(priv, audit.HoldAck{Receiver: "receiver-1", Scope: b.Scope, HoldID: b.HoldID, PreviousEpoch: prev,
 		Epoch: prev + 1, AuditSeq: 11, RequestedAt: at.UnixNano(), At: at.UnixNano(), CheckpointSeq: cp.Seq, CheckpointHead: cp.Head})
 	if err != nil {

@@ -224,11 +224,25 @@ var fileErrors = boltengine.FileErrors{Prefix: "ledger", NotInitialized: ErrNotI
 	StorageBusy: ErrStorageBusy, BadFormat: ErrBadFormat}
 
 // ledgerChain is where the ledger keeps its audit chain.
-var ledgerChain = chain.Layout{Audit: bucketAudit, Checkpoints: bucketCheckpoints}
+var ledgerChain = chain.Layout{Audit: bucketAudit, Checkpoints: bucketCheckpoints, Tree: bucketTree}
 
 // load checks the layout and reads the ledger id, key and chain head.
 func (l *Ledger) load() error {
 	return l.view(func(tx engine.Tx) error {
+		if ok, err := tx.HasBucket(bucketMeta); err != nil {
+			return err
+		} else if ok {
+			// The format is read first, so that an older file is named
+			// as such rather than as one missing the newer buckets.
+			v, err := tx.Get(bucketMeta, metaFormat)
+			if err != nil {
+				return err
+			}
+			if string(v) == formatVersion1 {
+				return fmt.Errorf("%w: %s: format %q predates the Merkle tree over the audit entries whose root every checkpoint "+
+					"now signs; initialise a new ledger (export what you need with observe first)", ErrBadFormat, l.path, v)
+			}
+		}
 		for _, name := range allBuckets {
 			ok, err := tx.HasBucket(name)
 			if err != nil {
@@ -303,6 +317,9 @@ func (l *Ledger) checkAnchor() error {
 		}); err != nil {
 			return err
 		}
+		if err := checkTree(tx, a.Checkpoint); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrBadFormat, l.path, err)
+		}
 		if a.Seq != head.Seq {
 			// Past the anchor, only the store's own signed checkpoint
 			// says the entries are this ledger's (a commit whose anchor
@@ -319,6 +336,25 @@ func (l *Ledger) checkAnchor() error {
 		return nil
 	}
 	return l.update(func(w *wtx) error { return nil })
+}
+
+// checkTree checks the stored tree against every entry, then its roots
+// against the anchor a and against the store's own newest checkpoint: a
+// tree edited apart from the entries, or one whose root is not the one
+// the ledger signed, is refused (audit.ErrTreeMismatch). The ledger never
+// archives, so every leaf's entry is there to check.
+func checkTree(tx engine.Tx, a audit.Checkpoint) error {
+	if err := ledgerChain.CheckTree(tx); err != nil {
+		return err
+	}
+	if err := ledgerChain.CheckRoot(tx, a, "the anchor"); err != nil {
+		return err
+	}
+	latest, err := ledgerChain.LatestCheckpoint(tx)
+	if err != nil {
+		return err
+	}
+	return ledgerChain.CheckRoot(tx, latest.Checkpoint, "the store's newest checkpoint")
 }
 
 // ID returns the ledger id given at init.

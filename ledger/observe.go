@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -116,6 +117,13 @@ func (a fixedAnchor) Supersede(audit.SignedCheckpoint, audit.SignedCheckpoint) e
 
 // verifyChain is VerifyChain on an open, read-only ledger.
 func (l *Ledger) verifyChain(opts VerifyOptions) (audit.Report, error) {
+	if _, fixed := opts.Anchor.(fixedAnchor); !fixed {
+		// The tree check below compares the anchor that the chain was
+		// verified against, not one read again after it.
+		if a, err := opts.Anchor.Load(); err == nil {
+			opts.Anchor = fixedAnchor{a}
+		}
+	}
 	var rep audit.Report
 	err := l.view(func(tx engine.Tx) error {
 		var scanErr error
@@ -150,6 +158,19 @@ func (l *Ledger) verifyChain(opts VerifyOptions) (audit.Report, error) {
 		if cerr != nil {
 			rep.Fail(audit.ProblemStateMismatch, fmt.Errorf("%w: the chain's head is not covered by a checkpoint signed with the ledger's key: %v",
 				audit.ErrStateMismatch, cerr))
+			return nil
+		}
+		// The chain and its newest checkpoint are the ledger's: now the
+		// tree beside them must be the one the entries make, with the
+		// roots the anchor and that checkpoint sign.
+		a, err := opts.Anchor.Load()
+		if err != nil {
+			return err
+		}
+		if terr := checkTree(tx, a.Checkpoint); errors.Is(terr, audit.ErrTreeMismatch) {
+			rep.Fail(audit.ProblemTreeMismatch, terr)
+		} else if terr != nil {
+			return terr
 		}
 		return nil
 	})

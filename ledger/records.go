@@ -18,8 +18,11 @@ var (
 	bucketClaims      = []byte("claims")
 	bucketAudit       = []byte("audit")
 	bucketCheckpoints = []byte("checkpoints")
+	// bucketTree keeps the RFC 6962 tree over the audit entries, whose
+	// root every checkpoint signs (chain.Layout.Tree).
+	bucketTree = []byte("tree")
 
-	allBuckets = [][]byte{bucketMeta, bucketApprovals, bucketActions, bucketClaims, bucketAudit, bucketCheckpoints}
+	allBuckets = [][]byte{bucketMeta, bucketApprovals, bucketActions, bucketClaims, bucketAudit, bucketCheckpoints, bucketTree}
 
 	// Buckets added after format kvfence-ledger/1 was first written: a
 	// file without them is read as having none of their records, and the
@@ -36,7 +39,13 @@ var (
 )
 
 // formatVersion is the on-disk format this package reads and writes.
-const formatVersion = "kvfence-ledger/1"
+// Format kvfence-ledger/2 added the Merkle tree over the audit entries
+// (bucketTree), whose root checkpoints sign.
+const formatVersion = "kvfence-ledger/2"
+
+// formatVersion1 is the format before the tree; it is refused with a
+// message that says so, not upgraded: no checkpoint it holds signs a root.
+const formatVersion1 = "kvfence-ledger/1"
 
 // Stored records. Times are Unix nanoseconds; zero means never. Each
 // field is stored as the public field of the same name describes it.

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
 
@@ -164,8 +165,12 @@ const receiverOriginPrefix = "kvfence/receiver/"
 // receiver's checkpoint whose origin names pub and which pub signed; the
 // entry's leaf hash is leaf AuditSeq-1 of the note's tree by the inclusion
 // proof; and the entry is the applied submit decision the receipt
-// describes (seq, scope, action, grant, request hash, target, revision
-// before). Its errors wrap ErrUnproven and one of ErrBadCheckpoint,
+// describes: every field of the receipt is checked against the entry
+// (seq, scope, action, grant, request hash, target, revisions before and
+// after, and at, spelled as the receiver spells it), and a receipt with
+// dispatch fields, which no applied submit entry records, is refused; so
+// a receipt that verifies is, field for field, the decision the receiver
+// recorded. Its errors wrap ErrUnproven and one of ErrBadCheckpoint,
 // ErrBadProof or ErrNotTheDecision.
 func Verify(p Proof, pub ed25519.PublicKey) (Verified, error) {
 	var v Verified
@@ -215,8 +220,50 @@ func Verify(p Proof, pub ed25519.PublicKey) (Verified, error) {
 			e.Seq, e.Scope, e.Action, e.Grant, e.Target, rc.Scope, rc.Action, rc.Grant, rc.Target)
 	case hex.EncodeToString(e.RequestSHA256) != rc.RequestSHA256:
 		return fail(ErrNotTheDecision, "entry %d records request %x, the receipt %s", e.Seq, e.RequestSHA256, rc.RequestSHA256)
-	case e.RevBefore != rc.RevBefore:
-		return fail(ErrNotTheDecision, "entry %d records revision %d before, the receipt %d", e.Seq, e.RevBefore, rc.RevBefore)
+	case e.RevBefore != rc.RevBefore || e.RevAfter != rc.RevAfter:
+		return fail(ErrNotTheDecision, "entry %d records revisions %d before and %d after, the receipt %d and %d",
+			e.Seq, e.RevBefore, e.RevAfter, rc.RevBefore, rc.RevAfter)
+	case rc.At == nil || *rc.At != entryTime(e.At):
+		return fail(ErrNotTheDecision, "entry %d records the decision at %s, the receipt %s", e.Seq, entryTime(e.At), orNull(rc.At))
+	}
+	if f := dispatchFields(rc); len(f) != 0 {
+		// An applied submit's receipt is a local target's, which has no
+		// dispatch state; the entry records none, so these would print
+		// beside "ok" unproven.
+		return fail(ErrNotTheDecision, "the receipt has %s, which entry %d, an applied submit, does not record",
+			strings.Join(f, ", "), e.Seq)
 	}
 	return v, nil
+}
+
+// entryTime spells an entry's at as a receipt's at is spelled
+// (api.Time): RFC 3339 in UTC with as many fractional digits as needed.
+func entryTime(at int64) string {
+	return time.Unix(0, at).UTC().Format(time.RFC3339Nano)
+}
+
+// orNull formats an optional time for a message.
+func orNull(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return fmt.Sprintf("%q", *s)
+}
+
+// dispatchFields names the receipt's dispatch fields that are set: a
+// remote target's dispatch state, which no applied submit entry records.
+func dispatchFields(rc api.Receipt) []string {
+	var set []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"dispatch", rc.Dispatch != ""}, {"dispatch_id", rc.DispatchID != ""}, {"precondition", rc.Precondition != ""},
+		{"uid", rc.UID != ""}, {"deadline", rc.Deadline != nil}, {"version", rc.Version != ""},
+	} {
+		if f.set {
+			set = append(set, f.name)
+		}
+	}
+	return set
 }

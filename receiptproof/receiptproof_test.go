@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"testing"
+	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
 
@@ -82,7 +83,7 @@ func testProofOf(t testing.TB, n, seq uint64, key ed25519.PrivateKey, applied bo
 		t.Fatal(err)
 	}
 	return Proof{Receipt: api.Receipt{Scope: "s", Action: "a", Grant: "g", RequestSHA256: hex.EncodeToString(req), Target: "t",
-		RevBefore: 1, RevAfter: 2, AuditSeq: seq}, Entry: entry, Checkpoint: note, Inclusion: inc}
+		RevBefore: 1, RevAfter: 2, AuditSeq: seq, At: api.Time(time.Unix(0, int64(seq)))}, Entry: entry, Checkpoint: note, Inclusion: inc}
 }
 
 // Ensure that a proof verifies after a round trip through its JSON form,
@@ -126,6 +127,16 @@ func TestVerify(t *testing.T) {
 			return pub
 		}, ErrNotTheDecision},
 		{"other revision", func(p *Proof) ed25519.PublicKey { p.Receipt.RevBefore = 0; return pub }, ErrNotTheDecision},
+		{"other revision after", func(p *Proof) ed25519.PublicKey { p.Receipt.RevAfter = 3; return pub }, ErrNotTheDecision},
+		{"no at", func(p *Proof) ed25519.PublicKey { p.Receipt.At = nil; return pub }, ErrNotTheDecision},
+		{"at spelled otherwise", func(p *Proof) ed25519.PublicKey {
+			at := "1970-01-01T00:00:00.0000000030Z" // the same instant, another spelling
+			p.Receipt.At = &at
+			return pub
+		}, ErrNotTheDecision},
+		{"dispatch state", func(p *Proof) ed25519.PublicKey { p.Receipt.Dispatch = "applied"; return pub }, ErrNotTheDecision},
+		{"dispatch version", func(p *Proof) ed25519.PublicKey { p.Receipt.Version = "7"; return pub }, ErrNotTheDecision},
+		{"dispatch deadline", func(p *Proof) ed25519.PublicKey { p.Receipt.Deadline = p.Receipt.At; return pub }, ErrNotTheDecision},
 		{"a proven hold entry", func(p *Proof) ed25519.PublicKey {
 			q := testProofOf(t, 7, 3, testKey, false)
 			p.Entry, p.Checkpoint, p.Inclusion = q.Entry, q.Checkpoint, q.Inclusion

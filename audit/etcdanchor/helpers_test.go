@@ -31,7 +31,7 @@ func checkpoint(t testing.TB, receiver string, seq uint64, fork byte, ehw uint64
 	var b [9]byte
 	binary.BigEndian.PutUint64(b[:8], seq)
 	b[8] = fork
-	sc, err := audit.Sign(receiverKey, audit.Checkpoint{
+	sc, err := audit.Sign(receiverKey, audit.Checkpoint{Root: audit.Hash{0x7e},
 		Receiver:       receiver,
 		Seq:            seq,
 		Head:           sha256.Sum256(b[:]),

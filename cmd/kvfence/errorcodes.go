@@ -56,6 +56,7 @@ var integrityCodes = []errorCodeEntry{
 	{string(audit.ProblemStateMismatch), audit.ErrStateMismatch},
 	{string(audit.ProblemBadArchive), audit.ErrBadArchive},
 	{string(audit.ProblemBaseMismatch), audit.ErrBaseMismatch},
+	{string(audit.ProblemTreeMismatch), audit.ErrTreeMismatch},
 	{"anchor_not_regular", audit.ErrAnchorNotRegular},
 	{"anchor_permissions", audit.ErrAnchorPermissions},
 	{"anchor_regression", audit.ErrAnchorRegression},

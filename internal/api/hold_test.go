@@ -28,7 +28,7 @@ func newHoldFixture(t testing.TB) holdFixture {
 		other: ed25519.NewKeyFromSeed(bytes.Repeat([]byte{2}, 32))}
 	req := time.Date(2026, 12, 3, 17, 0, 0, 123456789, time.UTC)
 	at := req.Add(1500 * time.Microsecond)
-	cp := audit.Checkpoint{Receiver: "r1", Seq: 12, EpochHighWater: 9, At: at.Add(time.Millisecond).UnixNano()}
+	cp := audit.Checkpoint{Receiver: "r1", Seq: 12, Root: audit.Hash{0x7e}, EpochHighWater: 9, At: at.Add(time.Millisecond).UnixNano()}
 	cp.Head[0], cp.State[0] = 0xab, 0xcd
 	sc, err := audit.Sign(f.key, cp)
 	if err != nil {

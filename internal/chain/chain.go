@@ -204,11 +204,22 @@ func (w *Writer) Carry(rec audit.AdmissionRecord) { w.admission = rec }
 
 // Checkpoint signs the head as of this transaction and stores it with the
 // head key, so that the store carries its own newest signed statement; the
-// anchor gets the same checkpoint after the commit. cp's Seq and Head are
-// filled in, and its Admission too if it names none (Carry).
+// anchor gets the same checkpoint after the commit. cp's Seq, Head and
+// Root are filled in, the root from the stored tree as this transaction
+// wrote it, and its Admission too if it names none (Carry).
 func (w *Writer) Checkpoint(key ed25519.PrivateKey, cp audit.Checkpoint) (audit.SignedCheckpoint, error) {
 	head := w.chain.Head()
 	cp.Seq, cp.Head = head.Seq, head.Hash
+	if w.layout.Tree == nil {
+		return audit.SignedCheckpoint{}, fmt.Errorf("%w: a checkpoint signs the tree root, and this chain keeps no tree", ErrBadChain)
+	}
+	// The root is read from the records this transaction's appends wrote
+	// beside the frontier they read: no more reads than the appends made.
+	root, err := w.layout.TreeHash(w.tx, head.Seq)
+	if err != nil {
+		return audit.SignedCheckpoint{}, err
+	}
+	cp.Root = audit.Hash(root)
 	if cp.Admission.IsZero() {
 		cp.Admission = w.admission
 	}

@@ -11,9 +11,10 @@ import (
 	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/engine/boltengine"
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/mod/sumdb/tlog"
 )
 
-var layout = Layout{Audit: []byte("audit"), Checkpoints: []byte("checkpoints")}
+var layout = Layout{Audit: []byte("audit"), Checkpoints: []byte("checkpoints"), Tree: []byte("tree")}
 
 func newEngine(t *testing.T) engine.Engine {
 	t.Helper()
@@ -24,8 +25,10 @@ func newEngine(t *testing.T) engine.Engine {
 	e := boltengine.New(db, nil)
 	t.Cleanup(func() { e.Close() })
 	err = e.Update(context.Background(), func(tx engine.Tx) error {
-		if err := tx.CreateBucket(layout.Audit); err != nil {
-			return err
+		for _, b := range [][]byte{layout.Audit, layout.Tree} {
+			if err := tx.CreateBucket(b); err != nil {
+				return err
+			}
 		}
 		return tx.CreateBucket(layout.Checkpoints)
 	})
@@ -47,7 +50,7 @@ func TestInitCheckpoint(t *testing.T) {
 	}
 	head := c.Head()
 	sign := func(k ed25519.PrivateKey, id string, seq uint64) []byte {
-		sc, err := audit.Sign(k, audit.Checkpoint{Receiver: id, Seq: seq, Head: head.Hash, At: 1})
+		sc, err := audit.Sign(k, audit.Checkpoint{Root: audit.Hash{0x7e}, Receiver: id, Seq: seq, Head: head.Hash, At: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,6 +109,8 @@ func TestWriterAndHead(t *testing.T) {
 	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
 	ctx := context.Background()
 	var head audit.Head
+	var last audit.SignedCheckpoint
+	var leaves []tlog.Hash
 	for range 3 {
 		err := e.Update(ctx, func(tx engine.Tx) error {
 			h := audit.Head{}
@@ -119,13 +124,20 @@ func TestWriterAndHead(t *testing.T) {
 			if _, err := w.Append(&audit.Entry{Kind: "note", At: 1}); err != nil {
 				return err
 			}
-			_, err := w.Checkpoint(key, audit.Checkpoint{Receiver: "r", At: 1})
-			head = w.Head()
-			return err
+			sc, err := w.Checkpoint(key, audit.Checkpoint{Receiver: "r", At: 1})
+			head, last = w.Head(), sc
+			raw, gerr := tx.Get(layout.Audit, audit.SeqKey(head.Seq))
+			leaves = append(leaves, tlog.RecordHash(raw))
+			return errors.Join(err, gerr)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The checkpoint signs the root of the entries' tree, as a verifier
+	// computes it from the entries alone.
+	if want := treeOf(t, leaves); last.Root != audit.Hash(want) || last.Seq != 3 {
+		t.Fatalf("checkpoint at seq %d has root %x, want the entries' root %x", last.Seq, last.Root, want)
 	}
 	err := e.Update(ctx, func(tx engine.Tx) error {
 		got, mismatch, err := layout.LoadHead(tx)
@@ -192,7 +204,7 @@ func (a *lateAnchor) Store(old *audit.SignedCheckpoint, next audit.SignedCheckpo
 func TestAdvance(t *testing.T) {
 	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
 	sign := func(seq uint64) audit.SignedCheckpoint {
-		sc, err := audit.Sign(key, audit.Checkpoint{Receiver: "r", Seq: seq, Head: audit.Hash{byte(seq)}, At: int64(seq)})
+		sc, err := audit.Sign(key, audit.Checkpoint{Root: audit.Hash{0x7e}, Receiver: "r", Seq: seq, Head: audit.Hash{byte(seq)}, At: int64(seq)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,4 +243,33 @@ func TestAdvance(t *testing.T) {
 	if !errors.Is(err, notOurs) || cur.Seq != 3 {
 		t.Fatalf("Advance over a foreign anchor = %v, cached %d; want refused", err, cur.Seq)
 	}
+}
+
+// treeOf returns the RFC 6962 root of leaves, computed in memory.
+func treeOf(t *testing.T, leaves []tlog.Hash) tlog.Hash {
+	t.Helper()
+	var stored memStored
+	for i, l := range leaves {
+		hs, err := tlog.StoredHashesForRecordHash(int64(i), l, stored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, hs...)
+	}
+	root, err := tlog.TreeHash(int64(len(leaves)), stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// memStored is a tlog.HashReader over stored hashes in a slice.
+type memStored []tlog.Hash
+
+func (m memStored) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, x := range indexes {
+		out[i] = m[x]
+	}
+	return out, nil
 }

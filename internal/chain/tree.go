@@ -2,7 +2,7 @@ package chain
 
 import (
 	"bytes"
-	"errors"
+	"encoding/binary"
 	"fmt"
 	"math/bits"
 
@@ -13,9 +13,11 @@ import (
 )
 
 // ErrTreeMismatch means a record of the stored Merkle tree is not what its
-// audit entry and the stored hashes before it make: the tree bucket was
-// damaged or edited apart from the entries.
-var ErrTreeMismatch = errors.New("the stored Merkle tree disagrees with the audit entries")
+// audit entry and the stored hashes before it make, or the stored tree's
+// root is not the one a signed checkpoint names: the tree bucket was
+// damaged or edited apart from the entries. It is audit.ErrTreeMismatch,
+// so that every integrity check recognises it.
+var ErrTreeMismatch = audit.ErrTreeMismatch
 
 // The tree bucket (Layout.Tree) keeps the RFC 6962 tree over the audit
 // entries: entry seq is leaf seq-1, whose leaf hash is tlog.RecordHash of
@@ -227,4 +229,55 @@ func (c *TreeChecker) Flush() error {
 	}
 	c.pending = c.pending[:0]
 	return err
+}
+
+// CheckRoot returns an error wrapping ErrTreeMismatch unless the stored
+// tree's root at cp.Seq is cp.Root: what names the checkpoint in messages
+// ("the anchor", "the database's newest checkpoint"). Beside a TreeChecker
+// run over the stored entries, it also covers the records of archived
+// leaves that hold roots of the frontier at cp.Seq, which no stored leaf
+// has combined with yet and which the checker therefore trusts.
+func (l Layout) CheckRoot(tx engine.Tx, cp audit.Checkpoint, what string) error {
+	root, err := l.TreeHash(tx, cp.Seq)
+	if err != nil {
+		return err
+	}
+	if audit.Hash(root) != cp.Root {
+		return fmt.Errorf("%w: the stored tree's root at seq %d is %x, but %s signed by the receiver's key names %x: "+
+			"the tree does not match what was signed", ErrTreeMismatch, cp.Seq, root[:], what, cp.Root[:])
+	}
+	return nil
+}
+
+// CheckTree runs a TreeChecker over every stored entry of the chain in
+// tx, from the first stored one, and returns the first mismatch. A chain
+// without entries has nothing to check.
+func (l Layout) CheckTree(tx engine.Tx) error {
+	var tree *TreeChecker
+	var treeErr error
+	err := tx.Scan(l.Audit, nil, func(k, v []byte) error {
+		if len(k) != 8 {
+			return nil
+		}
+		seq := binary.BigEndian.Uint64(k)
+		if tree == nil {
+			if tree, treeErr = l.NewTreeChecker(tx, seq); treeErr != nil {
+				return engine.StopScan
+			}
+		}
+		if treeErr = tree.Add(seq, v); treeErr != nil {
+			return engine.StopScan
+		}
+		return nil
+	})
+	if treeErr != nil {
+		return treeErr
+	}
+	if err != nil {
+		return err
+	}
+	if tree == nil {
+		return nil
+	}
+	return tree.Flush()
 }

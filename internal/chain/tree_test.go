@@ -18,11 +18,8 @@ var treeLayout = Layout{Audit: []byte("audit"), Checkpoints: []byte("checkpoints
 // a tree.
 func treeStore(t *testing.T, n int) engine.Engine {
 	t.Helper()
-	e := newEngine(t)
+	e := newEngine(t) // with the tree bucket
 	ctx := context.Background()
-	if err := e.Update(ctx, func(tx engine.Tx) error { return tx.CreateBucket(treeLayout.Tree) }); err != nil {
-		t.Fatal(err)
-	}
 	var head audit.Head
 	for i := 0; i < n; {
 		err := e.Update(ctx, func(tx engine.Tx) error {
