@@ -100,6 +100,8 @@ type Checkpoint struct {
 	Seq uint64 `json:"seq"`
 	// Head is that entry's hash, in hex.
 	Head string `json:"head"`
+	// Root is the RFC 6962 root of the audit entries 1..Seq, in hex.
+	Root string `json:"root"`
 	// State is the digest of the fence state as of Seq, in hex.
 	State string `json:"state"`
 	// EpochHighWater is the highest epoch of any scope as of Seq.
@@ -149,7 +151,7 @@ func CheckpointOf(sc audit.SignedCheckpoint) *Checkpoint {
 	// reader refuse it rather than trust the fields.
 	raw, _ := sc.Marshal()
 	return &Checkpoint{Receiver: sc.Receiver, Seq: sc.Seq, Head: hex.EncodeToString(sc.Head[:]),
-		State: hex.EncodeToString(sc.State[:]), EpochHighWater: sc.EpochHighWater, At: unixTime(sc.At),
+		Root: hex.EncodeToString(sc.Root[:]), State: hex.EncodeToString(sc.State[:]), EpochHighWater: sc.EpochHighWater, At: unixTime(sc.At),
 		KeyFingerprint: sc.Key.String(), SignatureB64: append([]byte(nil), sc.Signature[:]...), SignedB64: raw}
 }
 
@@ -180,6 +182,7 @@ func (c *Checkpoint) SignedCheckpoint() (audit.SignedCheckpoint, error) {
 		{"receiver", c.Receiver == sc.Receiver},
 		{"seq", c.Seq == sc.Seq},
 		{"head", c.Head == hex.EncodeToString(sc.Head[:])},
+		{"root", c.Root == hex.EncodeToString(sc.Root[:])},
 		{"state", c.State == hex.EncodeToString(sc.State[:])},
 		{"epoch_high_water", c.EpochHighWater == sc.EpochHighWater},
 		{"at", sameUnixTime(c.At, sc.At)},

@@ -143,6 +143,7 @@ func TestHold_Refusals(t *testing.T) {
 		want error
 	}{
 		{"checkpoint head", f.res, func(m map[string]any) { checkpointOf(m)["head"] = strings.Repeat("00", 32) }, ErrHoldMismatch},
+		{"checkpoint root", f.res, func(m map[string]any) { checkpointOf(m)["root"] = strings.Repeat("00", 32) }, ErrHoldMismatch},
 		{"checkpoint head in upper case", f.res, func(m map[string]any) {
 			checkpointOf(m)["head"] = strings.ToUpper(checkpointOf(m)["head"].(string))
 		}, ErrHoldMismatch},

@@ -273,7 +273,8 @@ def _hold(**over: Any) -> dict[str, Any]:
     key, sig = bytes(range(32)), bytes(64)
     ack = {"hold_id": "h1", "previous_epoch": 1, "epoch": 2, "audit_seq": 10, "requested_at": at_ns, "at": at_ns,
            "checkpoint_seq": 10, "scope": SCOPE, "receiver": "r1", "checkpoint_head": b"\xab" * 32}
-    cp = {"receiver": "r1", "seq": 10, "head": b"\xab" * 32, "state": b"\xcd" * 32, "epoch_high_water": 2, "at": at_ns}
+    cp = {"receiver": "r1", "seq": 10, "head": b"\xab" * 32, "root": b"\xef" * 32, "state": b"\xcd" * 32,
+          "epoch_high_water": 2, "at": at_ns}
     for k, v in over.items():
         if k.startswith("ack_"):
             ack[k[4:]] = v
@@ -290,7 +291,8 @@ def _hold(**over: Any) -> dict[str, Any]:
     ack_json = {"hold_id": ack["hold_id"], "previous_epoch": ack["previous_epoch"], "epoch": ack["epoch"],
                 "audit_seq": ack["audit_seq"], "requested_at": ts(ack["requested_at"]), "committed_at": ts(ack["at"]),
                 "checkpoint_seq": ack["checkpoint_seq"], "signed_b64": signed("hold_ack", ack)}
-    cp_json = {"receiver": cp["receiver"], "seq": cp["seq"], "head": cp["head"].hex(), "state": cp["state"].hex(),
+    cp_json = {"receiver": cp["receiver"], "seq": cp["seq"], "head": cp["head"].hex(), "root": cp["root"].hex(),
+               "state": cp["state"].hex(),
                "epoch_high_water": cp["epoch_high_water"], "at": ts(cp["at"]),
                "key_fingerprint": "SHA256:" + base64.b64encode(key).decode().rstrip("="),
                "signature_b64": base64.b64encode(sig).decode(), "signed_b64": signed("checkpoint", cp)}
@@ -350,6 +352,7 @@ def test_hold_answer_lists_outstanding_writes(fake: FakeReceiver) -> None:
     (dict(json_ack_committed_at="2026-12-03T19:00:01Z"), "committed_at is not what"),
     (dict(json_cp_seq=11), "seq is not what its signed_b64 says"),
     (dict(json_cp_head="00" * 32), "head is not what"),
+    (dict(json_cp_root="00" * 32), "root is not what"),
     (dict(json_cp_key_fingerprint="SHA256:AAAA"), "key_fingerprint is not what"),
     (dict(json_cp_signature_b64="AA=="), "signature_b64 is not what"),
 ])

@@ -316,8 +316,8 @@ def _ns(t: Optional[Timestamp]) -> Optional[int]:
     return None if t is None else t.unix_nano
 
 
-_CHECKPOINT_BODY = (frozenset({"at", "seq", "head", "state", "receiver", "epoch_high_water"}),
-                    frozenset({"at", "seq", "head", "state", "receiver", "epoch_high_water", "admission_at",
+_CHECKPOINT_BODY = (frozenset({"at", "seq", "head", "root", "state", "receiver", "epoch_high_water"}),
+                    frozenset({"at", "seq", "head", "root", "state", "receiver", "epoch_high_water", "admission_at",
                                "admission_sha256"}))
 _HOLD_ACK_BODY = (frozenset({"at", "epoch", "scope", "hold_id", "receiver", "audit_seq", "requested_at",
                              "checkpoint_seq", "previous_epoch", "checkpoint_head"}),)
@@ -339,22 +339,25 @@ class Checkpoint:
     signed: bytes
     #: The signing key's fingerprint (SHA-256 of its public key), as signed.
     key: bytes = b""
+    #: The RFC 6962 root of the audit entries 1..seq, as signed.
+    root: bytes = b""
 
     @staticmethod
     def from_json(v: Any, where: str = "checkpoint") -> "Checkpoint":
         """Read a checkpoint and check that every field says what its signed
         bytes say (the signature itself is not checked); raises
         ValueError."""
-        o = Obj(v, where, ("receiver", "seq", "head", "state", "epoch_high_water", "at", "key_fingerprint",
+        o = Obj(v, where, ("receiver", "seq", "head", "root", "state", "epoch_high_water", "at", "key_fingerprint",
                            "signature_b64", "signed_b64"))
-        c = Checkpoint(receiver=o.text("receiver"), seq=o.uint("seq"), head=o.hex32("head"), state=o.hex32("state"),
+        c = Checkpoint(receiver=o.text("receiver"), seq=o.uint("seq"), head=o.hex32("head"), root=o.hex32("root"),
+                       state=o.hex32("state"),
                        epoch_high_water=o.uint("epoch_high_water"), at=o.time("at"),
                        key_fingerprint=o.text("key_fingerprint"), signature=o.b64("signature_b64"),
                        signed=o.b64("signed_b64"))
         key, sig, body = _signed(c.signed, "checkpoint", _CHECKPOINT_BODY, where)
         fp = "SHA256:" + base64.b64encode(key).decode("ascii").rstrip("=")
         _same(where, (("receiver", c.receiver, body["receiver"]), ("seq", c.seq, body["seq"]),
-                      ("head", c.head, body["head"]), ("state", c.state, body["state"]),
+                      ("head", c.head, body["head"]), ("root", c.root, body["root"]), ("state", c.state, body["state"]),
                       ("epoch_high_water", c.epoch_high_water, body["epoch_high_water"]),
                       ("at", _ns(c.at), body["at"]), ("key_fingerprint", c.key_fingerprint, fp),
                       ("signature_b64", c.signature, sig)))
