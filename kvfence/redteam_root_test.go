@@ -1,0 +1,65 @@
+package kvfence
+
+import (
+	"bytes"
+	"path/filepath"
+	"testing"
+
+	"github.com/kvfence/kvfence/internal/defect"
+)
+
+// noteSizeRoot returns the tree size and root lines of a checkpoint note.
+func noteSizeRoot(t *testing.T, n []byte) (string, string) {
+	t.Helper()
+	lines := bytes.SplitN(n, []byte("\n"), 4)
+	if len(lines) < 4 {
+		t.Fatalf("note %q has no size and root lines", n)
+	}
+	return string(lines[1]), string(lines[2])
+}
+
+// Ensure that the receiver never signs two roots for one tree size in its
+// checkpoint notes when someone who can only restore the database file
+// takes away a commit that its anchor never covered: the note must not
+// vouch for a checkpoint that the anchor does not hold (the commit is not
+// acknowledged, and a copy of the database from before it opens on the
+// anchor), or the restored receiver's next commit signs another root for
+// the same size, the equivocation a witness holds against the receiver.
+func TestRedteamRoot_NoteBeforeAnchorTwoRoots(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	f.hold("before")
+	f.r.Close()
+	backup := filepath.Join(t.TempDir(), "before.db")
+	copyFile(t, f.path, backup)
+	f.reopen()
+
+	fa := &failingAnchor{AnchorStore: f.anchor}
+	f.r.opts.Anchor = fa
+	fa.fail = true
+	if _, err := f.admin.Hold(f.ctx, HoldRequest{Scopes: []string{fixScope}, Reason: "history one"}); err == nil {
+		t.Fatal("Hold acknowledged a write its anchor does not cover")
+	}
+	first, err := f.r.SignedCheckpoint()
+	if err != nil {
+		t.Logf("SignedCheckpoint after the unacknowledged commit: %v", err)
+	}
+
+	// The database is put back as it was before that commit; its anchor,
+	// never advanced, agrees with it.
+	f.r.Close()
+	copyFile(t, backup, f.path)
+	f.reopen()
+	f.hold("history two")
+	second, err := f.r.SignedCheckpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first == nil {
+		return
+	}
+	s1, r1 := noteSizeRoot(t, first)
+	s2, r2 := noteSizeRoot(t, second)
+	if s1 == s2 && r1 != r2 {
+		t.Fatalf("the receiver signed two roots for tree size %s:\n%s\n%s", s1, first, second)
+	}
+}
