@@ -1,7 +1,13 @@
 package kvfence
 
 import (
+	"errors"
+	"math/bits"
+
+	"golang.org/x/mod/sumdb/tlog"
+
 	"bytes"
+	"github.com/kvfence/kvfence/audit"
 	"path/filepath"
 	"testing"
 
@@ -62,4 +68,37 @@ func TestRedteamRoot_NoteBeforeAnchorTwoRoots(t *testing.T) {
 	if s1 == s2 && r1 != r2 {
 		t.Fatalf("the receiver signed two roots for tree size %s:\n%s\n%s", s1, first, second)
 	}
+}
+
+// Ensure that a recovery does not sign a root over a stored tree it never
+// checked: the recovery opens the database without its anchor, and its
+// entry's checkpoint takes the root from the stored frontier records, so a
+// record edited in the file (here the one holding the root of the largest
+// complete subtree at the head) becomes a root the receiver signs and
+// anchors. The recovery must check the tree against the entries and the
+// database's newest signed checkpoint first (audit.ErrTreeMismatch).
+func TestRedteamRoot_RecoverySignsUncheckedTree(t *testing.T) {
+	f, _ := lostAnchorFixture(t)
+	q, err := InspectDatabase(f.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := bits.Len64(q.Head.Seq) - 1
+	treeEdit(t, f, 1<<k-1, k*tlog.HashSize)
+	adm := signed(t, recoveryKey, f.lostAnchorAdmission(0))
+	res, err := Recover(f.path, adm, f.recoverOpts())
+	if err == nil {
+		_, oerr := Open(f.path, f.opts())
+		t.Fatalf("Recover over an edited tree = %+v, signed and anchored; the next Open: %v", res, oerr)
+	}
+	if !errors.Is(err, audit.ErrTreeMismatch) {
+		t.Fatalf("Recover over an edited tree = %v, want audit.ErrTreeMismatch", err)
+	}
+	// Put the record back, so that the fixture's checks see a whole tree.
+	treeEdit(t, f, 1<<k-1, k*tlog.HashSize)
+	f.r, err = Open(f.path, &Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.r.Close() })
 }
