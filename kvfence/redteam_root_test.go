@@ -1,16 +1,17 @@
 package kvfence
 
 import (
+	"bytes"
+	"crypto/ed25519"
 	"errors"
 	"math/bits"
-
-	"golang.org/x/mod/sumdb/tlog"
-
-	"bytes"
-	"github.com/kvfence/kvfence/audit"
 	"path/filepath"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
 )
 
@@ -101,4 +102,36 @@ func TestRedteamRoot_RecoverySignsUncheckedTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.r.Close() })
+}
+
+// Ensure that verify-chain does not print ok for a tree bucket holding a
+// record past the head: no entry makes it, so it is damage (or a record
+// planted for the next append to find), and the tree check that stops at
+// the head's record never reads it.
+func TestRedteamRoot_VerifyChainRecordPastHead(t *testing.T) {
+	f := newFixture(t, defect.Variant{})
+	f.hold("one")
+	head := f.r.Head().Seq
+	rtTreeDamage(t, f, func(_ map[uint64][]byte, tree *bolt.Bucket) error {
+		// Leaf head is entry head+1's, which does not exist.
+		return tree.Put(audit.SeqKey(head), bytes.Repeat([]byte{1}, tlog.HashSize))
+	})
+	// Taken away again before the fixture's restore and checks run.
+	t.Cleanup(func() {
+		db, err := bolt.Open(f.path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketTree).Delete(audit.SeqKey(head)) }); err != nil {
+			t.Fatal(err)
+		}
+	})
+	rep, err := VerifyChain(f.path, VerifyOptions{Anchor: f.anchor, PublicKey: testKey.Public().(ed25519.PublicKey)})
+	if err == nil && rep.OK() {
+		t.Fatalf("VerifyChain of a tree with a record past the head = ok (%+v)", rep)
+	}
+	if rep.Problem != audit.ProblemTreeMismatch {
+		t.Fatalf("VerifyChain of a tree with a record past the head = %s (%v), want tree_mismatch", rep.Problem, err)
+	}
 }
