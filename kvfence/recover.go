@@ -691,8 +691,10 @@ func (r *Receiver) verifyChainAgainst(opts VerifyOptions) (audit.Report, error) 
 				}
 				return nil
 			})
+			// Reported only when the chain verified, which means the
+			// scan reached the head; records past it are then damage.
 			if treeErr == nil && tree != nil {
-				treeErr = tree.Flush()
+				treeErr = tree.Finish()
 			}
 		}
 		// The base record is passed as found, decoding included: Verify
