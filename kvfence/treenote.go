@@ -53,6 +53,16 @@ func (r *Receiver) signedCheckpoint(tx engine.Tx) ([]byte, uint64, error) {
 	// entry at the same seq; a note for it would be a second root for one
 	// tree size, signed by this key.
 	sc := r.anchorNow()
+	if r.opts.Anchor != nil {
+		// Another writer of a shared store may have moved the anchor
+		// past this process's view: a newer one is taken if it is this
+		// receiver's and in the chain this transaction reads.
+		if a, err := r.opts.Anchor.Load(); err == nil && a.Seq > sc.Seq && a.Receiver == r.id && a.Verify(r.pub) == nil {
+			if h, err := auditChain.HashAt(tx, a.Seq); err == nil && h == a.Head {
+				sc = a
+			}
+		}
+	}
 	if sc.Seq == 0 || !r.durableAnchor(sc) {
 		return nil, 0, fmt.Errorf("%w: %s: no durable anchored checkpoint to sign a note for", ErrNotAcknowledged, r.path)
 	}
