@@ -57,7 +57,7 @@ func (r *Receiver) signedCheckpoint(tx engine.Tx) ([]byte, uint64, error) {
 		// Another writer of a shared store may have moved the anchor
 		// past this process's view: a newer one is taken if it is this
 		// receiver's and in the chain this transaction reads.
-		if a, err := r.opts.Anchor.Load(); err == nil && a.Seq > sc.Seq && a.Receiver == r.id && a.Verify(r.pub) == nil {
+		if a, err := r.opts.Anchor.Load(); err == nil && a.Seq > sc.Seq && a.Receiver == r.id && r.durableAnchor(a) && a.Verify(r.pub) == nil {
 			if h, err := auditChain.HashAt(tx, a.Seq); err == nil && h == a.Head {
 				sc = a
 			}
