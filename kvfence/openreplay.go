@@ -59,7 +59,13 @@ func (r *Receiver) replayChain(a audit.SignedCheckpoint) error {
 		rep, err = audit.Verify(audit.VerifyOptions{Entries: iter.Seq2[[]byte, []byte](entries), Anchor: &fixedAnchor{sc: a},
 			PublicKey: r.pub, Receiver: r.id, BaseRecord: base})
 		if treeErr == nil && tree != nil {
-			treeErr = tree.Flush()
+			// A scan that Verify stopped early leaves records past the
+			// last entry it read: only a whole scan is checked to its end.
+			if err == nil && rep.OK() {
+				treeErr = tree.Finish()
+			} else {
+				treeErr = tree.Flush()
+			}
 		}
 		if treeErr == nil && err == nil && rep.OK() {
 			// The records are the entries' own; the roots they make must

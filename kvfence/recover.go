@@ -323,6 +323,9 @@ func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*
 	if err := CheckApart(r.eng, opts.Anchor); err != nil {
 		return RecoverResult{}, err
 	}
+	if err := r.checkTreeForRecovery(); err != nil {
+		return RecoverResult{}, fmt.Errorf("kvfence: %s: %w: %w", path, ErrBadFormat, err)
+	}
 	if rc.cluster, err = anchorClusterRecord(opts.Anchor); err != nil {
 		return RecoverResult{}, err
 	}
@@ -356,6 +359,29 @@ func (r *Receiver) checkNotConsumed(consumed audit.AdmissionRecord, where string
 		return fmt.Errorf("%w (%s, seq %d)", err, where, sc.Seq)
 	}
 	return nil
+}
+
+// checkTreeForRecovery checks the stored tree before a recovery signs a
+// root over it: the recovery opens the database without its anchor, so no
+// replay has checked the tree, and its checkpoint takes the root from the
+// stored records. The records must be the ones the stored entries make,
+// and the root at the database's newest checkpoint, when that verifies
+// with the receiver's key, the one it signs (which also covers the
+// records of archived leaves that the entries cannot); otherwise the
+// error wraps audit.ErrTreeMismatch.
+func (r *Receiver) checkTreeForRecovery() error {
+	return r.view(func(tx engine.Tx) error {
+		if err := auditChain.CheckTree(tx); err != nil {
+			return err
+		}
+		latest, err := auditChain.LatestCheckpoint(tx)
+		if err != nil || latest.Receiver != r.id || latest.Verify(r.pub) != nil {
+			// No signed root to compare with: the check of the
+			// records against the entries above is all there is.
+			return nil
+		}
+		return auditChain.CheckRoot(tx, latest.Checkpoint, "the database's newest checkpoint")
+	})
 }
 
 // latestSigned returns the database's own newest signed checkpoint.
@@ -665,8 +691,10 @@ func (r *Receiver) verifyChainAgainst(opts VerifyOptions) (audit.Report, error) 
 				}
 				return nil
 			})
+			// Reported only when the chain verified, which means the
+			// scan reached the head; records past it are then damage.
 			if treeErr == nil && tree != nil {
-				treeErr = tree.Flush()
+				treeErr = tree.Finish()
 			}
 		}
 		// The base record is passed as found, decoding included: Verify

@@ -12,12 +12,14 @@ import (
 	"github.com/kvfence/kvfence/engine"
 )
 
-// SignedCheckpoint returns the receiver's newest checkpoint as a C2SP
-// signed note (docs/design.md §7): origin checkpoint.ReceiverOrigin of the
-// receiver's id and key, tree size the checkpoint's seq, root the
-// checkpoint's own Root (the anchored one; a stored tree with another root
-// at that size is refused, ErrBadFormat wrapping audit.ErrTreeMismatch),
-// and the extension lines of
+// SignedCheckpoint returns the receiver's anchored checkpoint (the one its
+// anchor holds as last read or written, never a newer commit that no
+// anchor covers yet, ErrNotAcknowledged if a failed anchor write left it
+// unsure) as a C2SP signed note (docs/design.md §7): origin
+// checkpoint.ReceiverOrigin of the receiver's id and key, tree size the
+// checkpoint's seq, root the checkpoint's own Root (a stored tree with
+// another root at that size is refused, ErrBadFormat wrapping
+// audit.ErrTreeMismatch), and the extension lines of
 // checkpoint.ReceiverState, signed by Options.Key as a note signer whose
 // name is the origin. It needs the signing key: without one it returns
 // ErrInvalidArgument.
@@ -31,7 +33,7 @@ func (r *Receiver) SignedCheckpoint() ([]byte, error) {
 	return note, err
 }
 
-// signedCheckpoint signs the stored newest checkpoint as a note and
+// signedCheckpoint signs the anchored checkpoint as a note and
 // returns it with its tree size.
 func (r *Receiver) signedCheckpoint(tx engine.Tx) ([]byte, uint64, error) {
 	if r.opts.Key == nil {
@@ -45,9 +47,24 @@ func (r *Receiver) signedCheckpoint(tx engine.Tx) ([]byte, uint64, error) {
 		return nil, 0, fmt.Errorf("%w: %s: a checkpoint note is signed only by a receiver whose open checked its stored tree "+
 			"against the entries (opened with its anchor checked)", ErrInvalidArgument, r.path)
 	}
-	sc, err := auditChain.LatestCheckpoint(tx)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%w: %s: %w", ErrBadFormat, r.path, err)
+	// The note signs the anchored checkpoint, never the database's newer
+	// one: a commit past the anchor is not acknowledged, and a copy of the
+	// database from before it opens on that anchor and commits another
+	// entry at the same seq; a note for it would be a second root for one
+	// tree size, signed by this key.
+	sc := r.anchorNow()
+	if r.opts.Anchor != nil {
+		// Another writer of a shared store may have moved the anchor
+		// past this process's view: a newer one is taken if it is this
+		// receiver's and in the chain this transaction reads.
+		if a, err := r.opts.Anchor.Load(); err == nil && a.Seq > sc.Seq && a.Receiver == r.id && r.durableAnchor(a) && a.Verify(r.pub) == nil {
+			if h, err := auditChain.HashAt(tx, a.Seq); err == nil && h == a.Head {
+				sc = a
+			}
+		}
+	}
+	if sc.Seq == 0 || !r.durableAnchor(sc) {
+		return nil, 0, fmt.Errorf("%w: %s: no durable anchored checkpoint to sign a note for", ErrNotAcknowledged, r.path)
 	}
 	if sc.Receiver != r.id || sc.Verify(r.pub) != nil {
 		return nil, 0, fmt.Errorf("%w: %s: the stored checkpoint is not this receiver's", ErrBadFormat, r.path)

@@ -231,6 +231,28 @@ func (c *TreeChecker) Flush() error {
 	return err
 }
 
+// Finish checks the pending entries' records, as Flush does, and then
+// that the tree holds no record past the last leaf checked: no entry makes
+// one, so it is damage, or a record left for a later append to find.
+// Called after the last entry, it completes the check of the stored tree.
+func (c *TreeChecker) Finish() error {
+	if err := c.Flush(); err != nil {
+		return err
+	}
+	var past []byte
+	err := c.tx.Scan(c.l.Tree, audit.SeqKey(c.size), func(k, _ []byte) error {
+		past = bytes.Clone(k)
+		return engine.StopScan
+	})
+	if err != nil {
+		return err
+	}
+	if past != nil {
+		return fmt.Errorf("%w: a stored record at key %x, past the tree of %d leaves that the entries make", ErrTreeMismatch, past, c.size)
+	}
+	return nil
+}
+
 // CheckRoot returns an error wrapping ErrTreeMismatch unless the stored
 // tree's root at cp.Seq is cp.Root: what names the checkpoint in messages
 // ("the anchor", "the database's newest checkpoint"). Beside a TreeChecker
@@ -279,5 +301,5 @@ func (l Layout) CheckTree(tx engine.Tx) error {
 	if tree == nil {
 		return nil
 	}
-	return tree.Flush()
+	return tree.Finish()
 }
