@@ -217,9 +217,9 @@ func (p *execPlugin) run() (*execCredential, error) {
 	if err := cmd.Run(); err != nil {
 		hint := ""
 		if p.conf.InstallHint != "" {
-			hint = "; " + printable(p.conf.InstallHint)
+			hint = "; " + Printable(p.conf.InstallHint)
 		}
-		return nil, fmt.Errorf("%w: exec plugin %s: %v: %s%s", ErrCredential, p.conf.Command, err, printable(stderr.buf.String()), hint)
+		return nil, fmt.Errorf("%w: exec plugin %s: %v: %s%s", ErrCredential, p.conf.Command, err, Printable(stderr.buf.String()), hint)
 	}
 	if stdout.over {
 		return nil, fmt.Errorf("%w: exec plugin %s printed more than %d bytes", ErrCredential, p.conf.Command, MaxExecOutput)
@@ -279,7 +279,7 @@ func (p *execPlugin) decode(out []byte) (*execCredential, error) {
 	if s.ExpirationTimestamp != "" {
 		t, err := time.Parse(time.RFC3339, s.ExpirationTimestamp)
 		if err != nil {
-			return nil, fmt.Errorf("its expirationTimestamp %q: %v", printable(s.ExpirationTimestamp), err)
+			return nil, fmt.Errorf("its expirationTimestamp %q: %v", Printable(s.ExpirationTimestamp), err)
 		}
 		cred.expires = t
 	}
@@ -291,9 +291,11 @@ func (p *execPlugin) decode(out []byte) (*execCredential, error) {
 	return cred, nil
 }
 
-// printable returns s cut to 1 KiB with control and line-separator characters replaced,
-// because a plugin's words end up in logs and on terminals.
-func printable(s string) string {
+// Printable returns s, trimmed and cut to 1 KiB, with control,
+// line-separator and bidirectional-override characters replaced: for words
+// from outside (a plugin's, an API server's) that end up in logs and on
+// terminals.
+func Printable(s string) string {
 	if len(s) > 1024 {
 		s = strings.ToValidUTF8(s[:1024], "") + "…"
 	}

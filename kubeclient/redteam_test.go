@@ -199,8 +199,8 @@ func TestParseKubeconfig_KeysSpelledOtherwise(t *testing.T) {
 // line and paragraph separators.
 func TestPrintableLineSeparators(t *testing.T) {
 	for _, in := range []string{"a\u2028b", "a\u2029b", "a\u0085b"} {
-		if got := printable(in); got != "a?b" {
-			t.Errorf("printable(%+q) = %+q; want \"a?b\"", in, got)
+		if got := Printable(in); got != "a?b" {
+			t.Errorf("Printable(%+q) = %+q; want \"a?b\"", in, got)
 		}
 	}
 }

@@ -9,10 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/kvfence/kvfence/kubeclient"
 	"github.com/kvfence/kvfence/kvfence"
@@ -26,9 +23,6 @@ const DefaultFenceRetryInterval = 20 * time.Millisecond
 // object (etcd refuses requests over 1.5 MiB by default) with room to
 // spare. A longer answer is an error.
 const MaxResponseBody = 4 << 20
-
-// maxMessage bounds the server's message that a StatusError keeps.
-const maxMessage = 1024
 
 // Options configures a Dispatcher.
 type Options struct {
@@ -143,21 +137,6 @@ func (e *StatusError) Unwrap() error {
 	return nil
 }
 
-// printable returns the server's message cut to maxMessage bytes, with
-// control, line-separator and bidirectional-override characters replaced, because it ends
-// up in logs and on terminals.
-func printable(m string) string {
-	if len(m) > maxMessage {
-		m = strings.ToValidUTF8(m[:maxMessage], "") + "…"
-	}
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || unicode.In(r, unicode.Zl, unicode.Zp) || r == utf8.RuneError {
-			return '?'
-		}
-		return r
-	}, m)
-}
-
 // do sends one request and never retries it; a status other than 2xx is
 // a *StatusError, a failure without a status another error.
 func (d *Dispatcher) do(ctx context.Context, method, path string, body []byte) (*object, error) {
@@ -206,7 +185,7 @@ func (d *Dispatcher) do(ctx context.Context, method, path string, body []byte) (
 		if st.Message == "" {
 			st.Message = "no message"
 		}
-		return nil, &StatusError{Method: method, Path: path, Code: resp.StatusCode, Message: printable(st.Message)}
+		return nil, &StatusError{Method: method, Path: path, Code: resp.StatusCode, Message: kubeclient.Printable(st.Message)}
 	}
 	if rerr != nil {
 		// Success, but the object did not come: for a write, which state

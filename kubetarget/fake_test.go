@@ -168,7 +168,7 @@ func TestStatusMessagePrintable(t *testing.T) {
 		{"plain", "the object has been modified", "the object has been modified"},
 		{"terminal escape", `a\u001b[2Jb\nc`, "a?[2Jb?c"},
 		{"bidi override", `a\u202eb`, "a?b"},
-		{"long", strings.Repeat("x", 5000), strings.Repeat("x", maxMessage) + "…"},
+		{"long", strings.Repeat("x", 5000), strings.Repeat("x", 1024) + "…"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var in string

@@ -155,8 +155,8 @@ func TestApplyNotReplayedAfterStreamReset(t *testing.T) {
 // consumers in browsers take for line ends as they do "\n".
 func TestStatusMessageLineSeparators(t *testing.T) {
 	for _, in := range []string{"a\u2028b", "a\u2029b", "a\u0085b"} {
-		if got := printable(in); got != "a?b" {
-			t.Errorf("printable(%+q) = %+q; want \"a?b\"", in, got)
+		if got := kubeclient.Printable(in); got != "a?b" {
+			t.Errorf("kubeclient.Printable(%+q) = %+q; want \"a?b\"", in, got)
 		}
 	}
 }

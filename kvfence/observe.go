@@ -92,17 +92,24 @@ func publicTarget(tx engine.Tx, name string, t *targetRecord) (Target, error) {
 func (r *Receiver) Receipt(scope, action string) (Receipt, error) {
 	var out Receipt
 	err := r.view(func(tx engine.Tx) error {
-		rc, err := getReceipt(tx, scope, action)
+		rc, err := appliedReceipt(tx, scope, action)
 		if err != nil {
 			return err
-		}
-		if rc == nil {
-			return fmt.Errorf("%w: no receipt for action %q in scope %s", ErrNotFound, action, scope)
 		}
 		out = rc.public(scope, action)
 		return nil
 	})
 	return out, err
+}
+
+// appliedReceipt returns the stored receipt of action in scope, or
+// ErrNotFound if there is none.
+func appliedReceipt(tx engine.Tx, scope, action string) (*receiptRecord, error) {
+	rc, err := getReceipt(tx, scope, action)
+	if err == nil && rc == nil {
+		err = fmt.Errorf("%w: no receipt for action %q in scope %s", ErrNotFound, action, scope)
+	}
+	return rc, err
 }
 
 // Grant returns a grant by id, or ErrNotFound. Grants are kept after a hold

@@ -156,12 +156,9 @@ type ReceiptProof struct {
 func (r *Receiver) ReceiptProof(scope, action string) (ReceiptProof, error) {
 	var out ReceiptProof
 	err := r.view(func(tx engine.Tx) error {
-		rc, err := getReceipt(tx, scope, action)
+		rc, err := appliedReceipt(tx, scope, action)
 		if err != nil {
 			return err
-		}
-		if rc == nil {
-			return fmt.Errorf("%w: no receipt for action %q in scope %s", ErrNotFound, action, scope)
 		}
 		out.Receipt = rc.public(scope, action)
 		raw, err := tx.Get(bucketAudit, audit.SeqKey(rc.AuditSeq))
