@@ -347,7 +347,7 @@ func TestExecPlugin_Refusals(t *testing.T) {
 		{name: "fails", script: `printf 'no credentials for you\033[31m' >&2; exit 3`, errHas: "exit status 3: no credentials for you?[31m"},
 		{name: "huge", script: `head -c 1048577 /dev/zero`, errHas: "printed more than"},
 		{name: "not JSON", answer: "not json", errHas: "not an ExecCredential"},
-		{name: "two values", answer: credential(map[string]any{"token": "a"}) + " {}", errHas: "more than one JSON value"},
+		{name: "two values", answer: credential(map[string]any{"token": "a"}) + " {}", errHas: "data after its JSON value"},
 		{name: "another kind", answer: strings.Replace(credential(map[string]any{"token": "a"}), "ExecCredential", "Pod", 1), errHas: "kind"},
 		{name: "another version", answer: strings.Replace(credential(map[string]any{"token": "a"}), "/v1", "/v1beta1", 1), errHas: "apiVersion"},
 		{name: "no status", answer: `{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential"}`, errHas: "no status"},

@@ -6,7 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
+	"github.com/kvfence/kvfence/internal/api"
 	"os"
 	"os/exec"
 	"strings"
@@ -103,6 +103,14 @@ func newExecPlugin(e *ExecConfig, c *Config) (*execPlugin, error) {
 		}
 		if len(c.CAData) > 0 {
 			cluster["certificate-authority-data"] = c.CAData
+		}
+		// What else the cluster says, as Kubernetes's clients pass it: a
+		// plugin told less may reach its issuer another way.
+		if c.ProxyURL != "" {
+			cluster["proxy-url"] = c.ProxyURL
+		}
+		if c.DisableCompression {
+			cluster["disable-compression"] = true
 		}
 		spec["cluster"] = cluster
 	}
@@ -243,12 +251,11 @@ func (p *execPlugin) decode(out []byte) (*execCredential, error) {
 			ExpirationTimestamp   string `json:"expirationTimestamp"`
 		} `json:"status"`
 	}
-	d := json.NewDecoder(bytes.NewReader(out))
-	if err := d.Decode(&ec); err != nil {
+	// A key twice or in another case is refused, as in a kubeconfig: Go's
+	// decoder would honour "Token", which Kubernetes's clients read as no
+	// token. Members it does not read (a plugin may echo its spec) pass.
+	if err := api.DecodeAnswer(out, &ec); err != nil {
 		return nil, fmt.Errorf("its output is not an ExecCredential: %v", err)
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return nil, fmt.Errorf("its output holds more than one JSON value")
 	}
 	switch {
 	case ec.Kind != "ExecCredential":

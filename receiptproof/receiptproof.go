@@ -7,14 +7,12 @@
 package receiptproof
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -111,14 +109,11 @@ func Parse(data []byte) (Proof, error) {
 	if len(data) > MaxSize {
 		return p, fmt.Errorf("%w: %d bytes, over the %d-byte limit", ErrMalformed, len(data), MaxSize)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
+	// Strict: a key twice or in another case would let Verify vouch for
+	// one spelling while a reader of the file sees another.
 	var j proofJSON
-	if err := dec.Decode(&j); err != nil {
+	if err := api.DecodeStrict(data, &j); err != nil {
 		return p, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return p, fmt.Errorf("%w: data after the proof object", ErrMalformed)
 	}
 	if j.Receipt == nil || j.EntryB64 == nil || j.Checkpoint == nil || j.Inclusion == nil {
 		return p, fmt.Errorf("%w: receipt, entry_b64, checkpoint and inclusion_b64 are all required", ErrMalformed)

@@ -432,6 +432,13 @@ func (m *quorumMember) add(ctx context.Context, cp checkpoint.Checkpoint, signed
 	return m.client.AddCheckpoint(ctx, old, proof, signedNote)
 }
 
+// confirmed returns the size the member last confirmed, if any.
+func (m *quorumMember) confirmed() (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.size, m.known
+}
+
 func (m *quorumMember) learn(size uint64) {
 	m.mu.Lock()
 	m.known, m.size, m.askFrom = true, size, size
@@ -558,6 +565,13 @@ func (m *quorumMember) latest(ctx context.Context, logv note.Verifier, origin st
 	msg, err := m.client.Latest(ctx, origin)
 	switch {
 	case errors.Is(err, ErrNoCheckpoint):
+		// "None" is unsigned: from a member this quorum saw cosign, it
+		// is a witness that lost its store or an answer forged on the
+		// way, and it is no answer (it must not hide what it cosigned).
+		if size, ok := m.confirmed(); ok && size > 0 {
+			a.Err = fmt.Errorf("%w: witness %s says it has no checkpoint, but cosigned size %d through this quorum", ErrUnexpectedResponse, m.name, size)
+			return a
+		}
 		a.Answered, a.Root = true, emptyRoot
 		m.learn(0)
 		return a
