@@ -245,6 +245,13 @@ func (r *Receiver) checkAnchor() error {
 		r.anchorDamage = damage
 		r.opts.Warn(fmt.Sprintf("kvfence: %s: %v; %s", r.path, damage, damageVerdict(damage, a, r.head)))
 	}
+	if r.witnesses != nil {
+		// Before the refresh below, which would ask them to cosign: a
+		// database behind a witness must not show it a checkpoint.
+		if _, err := r.checkWitnesses(r.witnesses, r.witnessTimeout()); err != nil {
+			return err
+		}
+	}
 	if r.opts.ReadOnly || a.Seq == r.head.Seq {
 		return nil
 	}

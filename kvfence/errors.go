@@ -64,7 +64,7 @@ var ErrStorageReserve = errors.New("kvfence: storage below the reserve kept for 
 // Submit of the same envelope answers already_applied. An administrative
 // call that returns it (a hold, an activation) did take effect: check the
 // state (Status) before repeating it.
-var ErrNotAcknowledged = errors.New("kvfence: committed but not acknowledged (anchor write failed)")
+var ErrNotAcknowledged = errors.New("kvfence: committed but not acknowledged (its anchor write or its witnesses' cosignatures failed)")
 
 // ErrEpochMismatch means an activation or a hold named an epoch other than the scope's current one.
 var ErrEpochMismatch = errors.New("kvfence: epoch mismatch")

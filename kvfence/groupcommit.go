@@ -269,10 +269,13 @@ func (r *Receiver) anchorCommits(work *anchorWork) {
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
-				err = fmt.Errorf("anchor store panicked: %v", p)
+				err = fmt.Errorf("anchor store or witnesses panicked: %v", p)
 			}
 		}()
 		err = r.advanceAnchor(work.sc)
+		if err == nil && r.witnesses != nil {
+			err = r.cosign(work.sc)
+		}
 	}()
 	// An Observer that panics must not leave amu held, which would stop
 	// every later write; its batch is then not acknowledged, as a panic

@@ -19,6 +19,7 @@ import (
 	"github.com/kvfence/kvfence/engine/boltengine"
 	"github.com/kvfence/kvfence/internal/chain"
 	"github.com/kvfence/kvfence/internal/defect"
+	"github.com/kvfence/kvfence/witness"
 )
 
 // DefaultReserve is the free space kept for administrative writes when
@@ -54,6 +55,24 @@ type Options struct {
 	// after every commit, before the call returns. A read-only receiver
 	// checks it when it is set.
 	Anchor audit.AnchorStore
+	// Witnesses, if any, are the witnesses that cosign the receiver's
+	// checkpoints (docs/design.md §15), and WitnessQuorum is K, how many
+	// of them make a write acknowledged. A write is then acknowledged only
+	// once its anchor is written and K witnesses cosigned the checkpoint
+	// that covers it; fewer is ErrNotAcknowledged, as a failed anchor
+	// write is. Open (with the anchor checked) asks every witness for its
+	// latest cosigned checkpoint of this receiver and refuses a database
+	// behind any of them (ErrRollbackDetected) or beside one
+	// (ErrForkDetected), and fewer than N-K+1 answers (ErrWitnessAnswers):
+	// only that many are sure to include one of the K that cosigned the
+	// last acknowledged write. Open refuses a quorum that
+	// witness.NewQuorum refuses (ErrInvalidArgument).
+	Witnesses []witness.Member
+	// WitnessQuorum is K, 1 <= K <= len(Witnesses).
+	WitnessQuorum int
+	// WitnessTimeout bounds a cosign round and Open's question to the
+	// witnesses: zero means DefaultWitnessTimeout.
+	WitnessTimeout time.Duration
 	// Key is the receiver's Ed25519 signing key, required for writing: it
 	// signs every checkpoint. Its public half must be the one recorded at
 	// Init (ErrKeyMismatch). A read-only receiver uses it only to sign
@@ -138,7 +157,9 @@ type Receiver struct {
 	// by the anchored checkpoint yet, and a tree edited in the file would
 	// otherwise be signed as it stands.
 	treeChecked bool
-	eng         engine.Engine
+	// witnesses is the quorum of Options.Witnesses, nil without any.
+	witnesses *witness.Quorum
+	eng       engine.Engine
 	// path is the database file's path, or a name of the store for a
 	// receiver opened on an engine, in messages; file says which.
 	path string
@@ -518,6 +539,14 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 	r.batchCalls, r.batchBytes = batchLimits(e.Limits())
 	if err := r.load(); err != nil {
 		return nil, err
+	}
+	if !skipAnchor && r.opts.Anchor != nil {
+		// The witnesses are asked only where the anchor is checked: a
+		// verification or a recovery, which opens without it, asks them
+		// itself.
+		if r.witnesses, err = r.newQuorum(o.Witnesses, o.WitnessQuorum); err != nil {
+			return nil, err
+		}
 	}
 	if !o.ReadOnly {
 		if o.Key == nil || (o.Anchor == nil && !skipAnchor) {

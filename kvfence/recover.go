@@ -16,6 +16,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/internal/chain"
+	"github.com/kvfence/kvfence/witness"
 )
 
 // KindRecovered is the audit kind of an ordinary recovery admission's
@@ -605,6 +606,16 @@ type VerifyOptions struct {
 	// live anchor is kept, is then not held against it. Its signature,
 	// receiver and position are checked as any anchor's.
 	AnchorIsCheckpoint bool
+	// Witnesses and WitnessQuorum are as in Options: once the chain,
+	// state and tree verified, every witness is asked for its latest
+	// cosigned checkpoint, and one ahead of the database is reported as
+	// rollback_detected, one beside it as fork_detected. Fewer than N-K+1
+	// answers is an error (ErrWitnessAnswers): the check could not be
+	// made.
+	Witnesses     []witness.Member
+	WitnessQuorum int
+	// WitnessTimeout is as in Options.
+	WitnessTimeout time.Duration
 }
 
 // ProgressEvery is how many entries VerifyChain reads between calls of
@@ -749,7 +760,33 @@ func (r *Receiver) verifyChainAgainst(opts VerifyOptions) (audit.Report, error) 
 	err = r.view(func(tx engine.Tx) error { return checkSignedRoots(tx, anchor.Checkpoint) })
 	if errors.Is(err, audit.ErrTreeMismatch) {
 		rep.Fail(audit.ProblemTreeMismatch, err)
+		return rep, nil
 	} else if err != nil {
+		return rep, err
+	}
+	return r.verifyWitnesses(rep, opts)
+}
+
+// verifyWitnesses is VerifyChain's last step: the witnesses' latest
+// checkpoints against the database's newest one, whose tree and state
+// have verified.
+func (r *Receiver) verifyWitnesses(rep audit.Report, opts VerifyOptions) (audit.Report, error) {
+	q, err := r.newQuorum(opts.Witnesses, opts.WitnessQuorum)
+	if err != nil || q == nil {
+		return rep, err
+	}
+	timeout := opts.WitnessTimeout
+	if timeout <= 0 {
+		timeout = DefaultWitnessTimeout
+	}
+	_, err = r.checkWitnesses(q, timeout)
+	switch {
+	case err == nil:
+	case errors.Is(err, audit.ErrRollbackDetected):
+		rep.Fail(audit.ProblemRollbackDetected, err)
+	case errors.Is(err, audit.ErrForkDetected):
+		rep.Fail(audit.ProblemForkDetected, err)
+	default:
 		return rep, err
 	}
 	return rep, nil

@@ -1,0 +1,198 @@
+package kvfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/checkpoint"
+	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/witness"
+)
+
+// DefaultWitnessTimeout bounds one cosign round and Open's (or
+// VerifyChain's) question to the witnesses when Options.WitnessTimeout is
+// zero.
+const DefaultWitnessTimeout = 10 * time.Second
+
+// ErrWitnessAnswers means too few witnesses answered Open's or
+// VerifyChain's question for their answers to include one of the K that
+// cosigned the last acknowledged write: the database's freshness cannot be
+// established, and it is not opened. It is witness.ErrTooFewAnswers, so
+// errors.Is works with either name.
+var ErrWitnessAnswers = witness.ErrTooFewAnswers
+
+// WitnessStatus is one witness of Options.Witnesses as the receiver knows
+// it.
+type WitnessStatus struct {
+	// Name is the witness's name in the quorum.
+	Name string
+	// Known says whether Size was learned (by Open's check or a cosign).
+	Known bool
+	// Size is the witness's latest cosigned tree size of this receiver,
+	// as last learned.
+	Size uint64
+}
+
+// Witnesses returns each witness of Options.Witnesses with its latest
+// cosigned size as this receiver last learned it, in the order given, and
+// K; nil and 0 without witnesses.
+func (r *Receiver) Witnesses() ([]WitnessStatus, int) {
+	q := r.witnesses
+	if q == nil {
+		return nil, 0
+	}
+	var out []WitnessStatus
+	for _, name := range q.Members() {
+		size, known := q.LastCosigned(name)
+		out = append(out, WitnessStatus{Name: name, Known: known, Size: size})
+	}
+	return out, q.Threshold()
+}
+
+// witnessTimeout is Options.WitnessTimeout or its default.
+func (r *Receiver) witnessTimeout() time.Duration {
+	if r.opts.WitnessTimeout > 0 {
+		return r.opts.WitnessTimeout
+	}
+	return DefaultWitnessTimeout
+}
+
+// noteCheckpoint returns sc as the checkpoint of the note the receiver
+// signs for it (signedCheckpoint): the witnesses compare it with theirs
+// byte for byte, extension lines included.
+func (r *Receiver) noteCheckpoint(sc audit.SignedCheckpoint) (checkpoint.Checkpoint, error) {
+	origin, err := checkpoint.ReceiverOrigin(r.id, r.pub)
+	if err != nil {
+		return checkpoint.Checkpoint{}, err
+	}
+	st := checkpoint.ReceiverState{Head: sc.Head, State: sc.State, EpochHighWater: sc.EpochHighWater, At: sc.At, Admission: sc.Admission}
+	return checkpoint.Checkpoint{Origin: origin, Size: sc.Seq, Root: tlog.Hash(sc.Root), Extensions: st.Extensions()}, nil
+}
+
+// signNote signs sc as a note with the receiver's key.
+func (r *Receiver) signNote(sc audit.SignedCheckpoint) ([]byte, error) {
+	cp, err := r.noteCheckpoint(sc)
+	if err != nil {
+		return nil, err
+	}
+	signer, err := checkpoint.NewSigner(cp.Origin, r.opts.Key)
+	if err != nil {
+		return nil, err
+	}
+	return checkpoint.Sign(cp, signer)
+}
+
+// cosign asks the witnesses to cosign sc, the checkpoint an anchor write
+// has just made durable, and returns nil once K of them did. It runs after
+// the anchor write, never beside it: a witness keeps one body per tree
+// size, and a checkpoint whose anchor write failed is signed again at the
+// same size (with another time) when Open moves the anchor up; it must
+// not have reached a witness.
+func (r *Receiver) cosign(sc audit.SignedCheckpoint) error {
+	signed, err := r.signNote(sc)
+	if err != nil {
+		return fmt.Errorf("witnesses: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.witnessTimeout())
+	defer cancel()
+	prove := func(old uint64) (tlog.TreeProof, error) { return r.treeProof(old, sc.Seq) }
+	res, err := r.witnesses.Cosign(ctx, signed, prove)
+	if err != nil {
+		return fmt.Errorf("witnesses: %w", err)
+	}
+	for _, f := range res.Failures {
+		// A quorum reached beside a witness that holds a tree this one
+		// does not extend is still a divergence to raise: the write is
+		// not acknowledged, and Open will name the witness.
+		var d *witness.DivergenceError
+		if errors.As(f.Err, &d) {
+			return fmt.Errorf("witnesses: %w: %w", integrityKind(d), d)
+		}
+	}
+	return nil
+}
+
+// treeProof is the consistency proof from the tree of old entries to the
+// tree of size entries, read from the stored tree.
+func (r *Receiver) treeProof(old, size uint64) (tlog.TreeProof, error) {
+	var p tlog.TreeProof
+	err := r.view(func(tx engine.Tx) error {
+		var err error
+		p, err = tlog.ProveTree(int64(size), int64(old), auditChain.TreeReader(tx))
+		return err
+	})
+	return p, err
+}
+
+// integrityKind is the audit sentinel for a witness's divergence, so that
+// IsIntegrityError and the CLI's exit code 4 see it as they see the
+// anchor's.
+func integrityKind(d *witness.DivergenceError) error {
+	if errors.Is(d, witness.ErrRollbackDetected) {
+		return audit.ErrRollbackDetected
+	}
+	return audit.ErrForkDetected
+}
+
+// checkWitnesses asks every witness for its latest cosigned checkpoint of
+// this receiver and compares each with the database's newest checkpoint,
+// whose tree Open (or VerifyChain) has checked against the entries. A
+// witness ahead of it is ErrRollbackDetected, one beside it
+// ErrForkDetected, each wrapping the witness's *witness.DivergenceError;
+// fewer than N-K+1 answers is ErrWitnessAnswers.
+func (r *Receiver) checkWitnesses(q *witness.Quorum, timeout time.Duration) (witness.CheckResult, error) {
+	var latest audit.SignedCheckpoint
+	if err := r.view(func(tx engine.Tx) (err error) {
+		latest, err = auditChain.LatestCheckpoint(tx)
+		return err
+	}); err != nil {
+		return witness.CheckResult{}, fmt.Errorf("kvfence: %s: witnesses: %w", r.path, err)
+	}
+	local, err := r.noteCheckpoint(latest)
+	if err != nil {
+		return witness.CheckResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err := q.Check(ctx, local.Origin, local, func(old, size uint64) (tlog.TreeProof, error) { return r.treeProof(old, size) })
+	if err == nil {
+		return res, nil
+	}
+	var d *witness.DivergenceError
+	switch {
+	case errors.As(err, &d):
+		return res, fmt.Errorf("kvfence: %s: %w: %w", r.path, integrityKind(d), err)
+	case errors.Is(err, witness.ErrTooFewAnswers):
+		return res, fmt.Errorf("kvfence: %s: %w", r.path, err)
+	}
+	return res, fmt.Errorf("kvfence: %s: witnesses: %w", r.path, err)
+}
+
+// newQuorum makes the quorum of members for this receiver's notes, or nil
+// for none.
+func (r *Receiver) newQuorum(members []witness.Member, k int) (*witness.Quorum, error) {
+	if len(members) == 0 {
+		if k != 0 {
+			return nil, fmt.Errorf("%w: a witness quorum of %d without witnesses", ErrInvalidArgument, k)
+		}
+		return nil, nil
+	}
+	origin, err := checkpoint.ReceiverOrigin(r.id, r.pub)
+	if err != nil {
+		return nil, err
+	}
+	logv, err := checkpoint.NewVerifier(origin, r.pub)
+	if err != nil {
+		return nil, err
+	}
+	q, err := witness.NewQuorum(witness.QuorumOptions{Members: members, Quorum: k, Log: logv})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	return q, nil
+}
