@@ -3,7 +3,10 @@ package kvfence
 import (
 	"crypto/ed25519"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,4 +234,45 @@ func TestWitnessed_RestoreWithAnchorRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	wf.r = r
+}
+
+// Ensure that one witness answering every add-checkpoint with an unsigned
+// 409 above the receiver's size (a liar, or whoever sits between it and
+// the receiver) does not stop writes that the other two cosign: it is
+// kept out of K and reported, not believed.
+func TestWitnessed_UnsignedConflictDoesNotStopWrites(t *testing.T) {
+	wf := newWitnessedFixture(t)
+	liar := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", witness.SizeContentType)
+		rw.WriteHeader(http.StatusConflict)
+		rw.Write([]byte("1000000\n"))
+	}))
+	defer liar.Close()
+	ms, err := wf.set.Members(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := witness.NewClient(liar.URL, witness.ClientOptions{Verifier: ms[2].Verifier})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms[2].Client = c
+	var warned []string
+	o := wf.options()
+	o.Witnesses = ms
+	o.Warn = func(msg string) { warned = append(warned, msg) }
+	wf.r.Close()
+	r, err := wf.openStore(o, defect.Variant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf.r, wf.admin = r, r.Admin()
+	for i := range 3 {
+		if _, err := wf.admin.Hold(wf.ctx, HoldRequest{Scopes: []string{fixScope}, Reason: "drill"}); err != nil {
+			t.Fatalf("hold %d beside a witness that lies: %v", i, err)
+		}
+	}
+	if len(warned) == 0 || !strings.Contains(warned[0], ms[2].Name) {
+		t.Fatalf("warnings %q, want one naming %s", warned, ms[2].Name)
+	}
 }
