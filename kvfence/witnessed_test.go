@@ -25,12 +25,19 @@ type witnessedFixture struct {
 
 func newWitnessedFixture(t *testing.T) *witnessedFixture {
 	t.Helper()
+	return newWitnessedFixtureOn(t, engines[0].new(t))
+}
+
+// newWitnessedFixtureOn is newWitnessedFixture on a fresh store of s's
+// engine.
+func newWitnessedFixtureOn(t *testing.T, s *store) *witnessedFixture {
+	t.Helper()
 	set, err := witnesstest.Start(t.TempDir(), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { set.Close() })
-	f := newFixture(t, defect.Variant{})
+	f := newFixtureOn(t, s, defect.Variant{})
 	if err := set.TrustReceiver("test-receiver", testKey.Public().(ed25519.PublicKey)); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +98,11 @@ func (wf *witnessedFixture) head() uint64 {
 // Ensure that every acknowledged write is cosigned by at least K witnesses
 // at the size of its anchored checkpoint, and that Witnesses reports it.
 func TestWitnessed_WritesCosigned(t *testing.T) {
-	wf := newWitnessedFixture(t)
+	forEngines(t, testWitnessedWritesCosigned)
+}
+
+func testWitnessedWritesCosigned(t *testing.T, s *store) {
+	wf := newWitnessedFixtureOn(t, s)
 	a := wf.activate("worker-a", "claim-1", wf.patchRequest("raise-retention"))
 	res := wf.submit("worker-a", a.envelope)
 	if res.Outcome != Applied {
@@ -126,7 +137,11 @@ func TestWitnessed_WritesCosigned(t *testing.T) {
 // and that it is once they are back (the receiver asks each from the size
 // it last knew).
 func TestWitnessed_NoQuorumNotAcknowledged(t *testing.T) {
-	wf := newWitnessedFixture(t)
+	forEngines(t, testWitnessedNoQuorum)
+}
+
+func testWitnessedNoQuorum(t *testing.T, s *store) {
+	wf := newWitnessedFixtureOn(t, s)
 	for _, w := range wf.set.Witnesses[:2] {
 		if err := w.Down(); err != nil {
 			t.Fatal(err)
