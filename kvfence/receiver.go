@@ -159,6 +159,8 @@ type Receiver struct {
 	treeChecked bool
 	// witnesses is the quorum of Options.Witnesses, nil without any.
 	witnesses *witness.Quorum
+	// cosigned is the newest note K witnesses cosigned, nil for none.
+	cosigned atomic.Pointer[cosignedNote]
 	eng       engine.Engine
 	// path is the database file's path, or a name of the store for a
 	// receiver opened on an engine, in messages; file says which.

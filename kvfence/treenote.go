@@ -150,7 +150,9 @@ type ReceiptProof struct {
 }
 
 // ReceiptProof returns the receipt of action in scope with its proof, all
-// read in one transaction. A receipt whose entry was archived has no proof
+// read in one transaction. With witnesses, the proof is to the newest
+// note they cosigned (CosignedCheckpoint) when it covers the receipt, and
+// otherwise to the anchored checkpoint's note, as without them. A receipt whose entry was archived has no proof
 // from this store: ErrNotFound. It needs the signing key, as
 // SignedCheckpoint does.
 func (r *Receiver) ReceiptProof(scope, action string) (ReceiptProof, error) {
@@ -170,7 +172,11 @@ func (r *Receiver) ReceiptProof(scope, action string) (ReceiptProof, error) {
 				ErrNotFound, rc.AuditSeq)
 		}
 		out.Entry = bytes.Clone(raw)
-		if out.Checkpoint, out.TreeSize, err = r.signedCheckpoint(tx); err != nil {
+		if c := r.cosigned.Load(); c != nil && rc.AuditSeq <= c.size {
+			// The witnesses' cosigned note covers the entry: the proof is
+			// to it, so that whoever trusts the witnesses can check it.
+			out.Checkpoint, out.TreeSize = bytes.Clone(c.note), c.size
+		} else if out.Checkpoint, out.TreeSize, err = r.signedCheckpoint(tx); err != nil {
 			return err
 		}
 		if rc.AuditSeq == 0 || rc.AuditSeq > out.TreeSize {

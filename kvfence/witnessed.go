@@ -1,6 +1,7 @@
 package kvfence
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -54,6 +55,25 @@ func (r *Receiver) Witnesses() ([]WitnessStatus, int) {
 	return out, q.Threshold()
 }
 
+// cosignedNote is the newest checkpoint note the witnesses cosigned in
+// this process, with their cosignature lines.
+type cosignedNote struct {
+	size uint64
+	note []byte
+}
+
+// CosignedCheckpoint returns the newest checkpoint note that K witnesses
+// cosigned since Open, with their cosignature lines after the receiver's
+// signature, and its tree size; ErrNotFound if there is none yet (no
+// write since Open, or no witnesses).
+func (r *Receiver) CosignedCheckpoint() ([]byte, uint64, error) {
+	c := r.cosigned.Load()
+	if c == nil {
+		return nil, 0, fmt.Errorf("%w: no checkpoint cosigned by the witnesses since the receiver opened", ErrNotFound)
+	}
+	return bytes.Clone(c.note), c.size, nil
+}
+
 // witnessTimeout is Options.WitnessTimeout or its default.
 func (r *Receiver) witnessTimeout() time.Duration {
 	if r.opts.WitnessTimeout > 0 {
@@ -105,6 +125,8 @@ func (r *Receiver) cosign(sc audit.SignedCheckpoint) error {
 	if err != nil {
 		return fmt.Errorf("witnesses: %w", err)
 	}
+	cosigned := append(signed, res.Lines()...)
+	r.cosigned.Store(&cosignedNote{size: sc.Seq, note: cosigned})
 	for _, f := range res.Failures {
 		// A 409 above this size or a 422 is the witness's unsigned word:
 		// it keeps that witness out of K, and is told to the operator,

@@ -1,6 +1,7 @@
 package kvfence
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"errors"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/internal/defect"
@@ -289,5 +292,35 @@ func TestWitnessed_UnsignedConflictDoesNotStopWrites(t *testing.T) {
 	}
 	if len(warned) == 0 || !strings.Contains(warned[0], ms[2].Name) {
 		t.Fatalf("warnings %q, want one naming %s", warned, ms[2].Name)
+	}
+}
+
+// Ensure that a receipt's proof is to the note the witnesses cosigned,
+// carrying at least K of their cosignatures.
+func TestWitnessed_ReceiptProofCosigned(t *testing.T) {
+	wf := newWitnessedFixture(t)
+	if _, _, err := wf.r.CosignedCheckpoint(); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("CosignedCheckpoint before any write: %v, want ErrNotFound", err)
+	}
+	a := wf.activate("worker-a", "claim-1", wf.patchRequest("raise-retention"))
+	if res := wf.submit("worker-a", a.envelope); res.Outcome != Applied {
+		t.Fatalf("submit = %s", res.Outcome)
+	}
+	rp, err := wf.r.ReceiptProof(fixScope, "raise-retention")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cosigned, size, err := wf.r.CosignedCheckpoint()
+	if err != nil || rp.TreeSize != size || !bytes.Equal(rp.Checkpoint, cosigned) {
+		t.Fatalf("proof to size %d, the cosigned note is at %d (%v)", rp.TreeSize, size, err)
+	}
+	ms, _ := wf.set.Members(nil)
+	var vs []note.Verifier
+	for _, m := range ms {
+		vs = append(vs, m.Verifier)
+	}
+	n, err := note.Open(rp.Checkpoint, note.VerifierList(vs...))
+	if err != nil || len(n.Sigs) < 2 {
+		t.Fatalf("the proof's note: %d cosignatures verified (%v), want 2", len(n.Sigs), err)
 	}
 }

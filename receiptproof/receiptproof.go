@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/kvfence/kvfence/audit"
@@ -38,6 +39,10 @@ var (
 	// ErrBadProof means the inclusion proof does not lead from the
 	// entry's leaf hash to the note's root.
 	ErrBadProof = errors.New("the inclusion proof does not verify")
+	// ErrNotWitnessed means the checkpoint note does not carry valid
+	// cosignatures by the quorum of witnesses VerifyWith was given (or the
+	// quorum asked for is not one).
+	ErrNotWitnessed = errors.New("the checkpoint note is not cosigned by the quorum of witnesses")
 	// ErrNotTheDecision means the proven entry is not the applied
 	// decision the receipt describes.
 	ErrNotTheDecision = errors.New("the audit entry is not the receipt's decision")
@@ -150,6 +155,9 @@ type Verified struct {
 	State checkpoint.ReceiverState
 	// Entry is the proven audit entry.
 	Entry audit.Entry
+	// Witnesses are the names of the witnesses whose cosignatures
+	// VerifyWith verified, in the order given; nil from Verify.
+	Witnesses []string
 }
 
 // receiverOriginPrefix starts every receiver's origin
@@ -168,6 +176,61 @@ const receiverOriginPrefix = "kvfence/receiver/"
 // recorded. Its errors wrap ErrUnproven and one of ErrBadCheckpoint,
 // ErrBadProof or ErrNotTheDecision.
 func Verify(p Proof, pub ed25519.PublicKey) (Verified, error) {
+	return VerifyWith(p, pub, VerifyOptions{})
+}
+
+// VerifyOptions are what VerifyWith checks beyond Verify.
+type VerifyOptions struct {
+	// Witnesses are the cosignature verifiers of the witnesses the
+	// verifier trusts, each a distinct key.
+	Witnesses []*checkpoint.CosignatureVerifier
+	// Quorum is how many of Witnesses must have cosigned the note: 0 when
+	// Witnesses is empty, else 1 <= Quorum <= len(Witnesses).
+	Quorum int
+}
+
+// VerifyWith is Verify that also requires the note to carry valid
+// cosignatures by opts.Quorum of opts.Witnesses (a receipt proven to a
+// note the witnesses cosigned: the receiver cannot have shown them
+// another tree of that size). Too few is ErrNotWitnessed; a line by one
+// of them that does not verify is ErrBadCheckpoint.
+func VerifyWith(p Proof, pub ed25519.PublicKey, opts VerifyOptions) (Verified, error) {
+	v, err := verify(p, pub)
+	if err != nil || len(opts.Witnesses) == 0 && opts.Quorum == 0 {
+		return v, err
+	}
+	fail := func(which error, format string, args ...any) (Verified, error) {
+		return Verified{}, fmt.Errorf("%w: %w: %s", ErrUnproven, which, fmt.Sprintf(format, args...))
+	}
+	if opts.Quorum < 1 || opts.Quorum > len(opts.Witnesses) {
+		return fail(ErrNotWitnessed, "a quorum of %d of %d witnesses", opts.Quorum, len(opts.Witnesses))
+	}
+	var got []string
+	for i, w := range opts.Witnesses {
+		for _, o := range opts.Witnesses[:i] {
+			if o.PublicKey().Equal(w.PublicKey()) {
+				return fail(ErrNotWitnessed, "witnesses %s and %s have the same key", o.Name(), w.Name())
+			}
+		}
+		_, err := note.Open(p.Checkpoint, note.VerifierList(w))
+		var unverified *note.UnverifiedNoteError
+		switch {
+		case err == nil:
+			got = append(got, w.Name())
+		case errors.As(err, &unverified):
+		default:
+			return fail(ErrBadCheckpoint, "witness %s: %v", w.Name(), err)
+		}
+	}
+	if len(got) < opts.Quorum {
+		return fail(ErrNotWitnessed, "the checkpoint is cosigned by %d of the %d witnesses needed (%s)",
+			len(got), opts.Quorum, strings.Join(got, ", "))
+	}
+	v.Witnesses = got
+	return v, nil
+}
+
+func verify(p Proof, pub ed25519.PublicKey) (Verified, error) {
 	var v Verified
 	fail := func(which error, format string, args ...any) (Verified, error) {
 		return v, fmt.Errorf("%w: %w: %s", ErrUnproven, which, fmt.Sprintf(format, args...))
