@@ -309,12 +309,14 @@ type memberOutcome struct {
 // cancelling the other requests and waiting for them to end. Each member
 // is first asked from its last known cosigned size (0 at first, or what
 // Check learned; after a cancelled request, the size of the checkpoint it
-// carried); a 409 with a size at most the checkpoint's is retried once
-// from that size, a 409 with a larger size is a *DivergenceError
+// carried); a 409 with a size at most the checkpoint's is retried from
+// that size (up to maxConflictRetries times, while the size it tells
+// grows), a 409 with a larger size is a *DivergenceError
 // (ErrRollbackDetected) and not retried. When K can no longer be reached
 // it returns a *QuorumError (ErrNoQuorum) beside the result. A result
-// without error may still list a divergence among its Failures: the
-// caller should raise it, and Check proves it. Rounds of one quorum run
+// without error may still list a divergence among its Failures: an
+// unsigned answer, for the caller to report; Check asks for the signed
+// account. Rounds of one quorum run
 // one at a time, so checkpoints should be given in order of size.
 func (q *Quorum) Cosign(ctx context.Context, signedNote []byte, prove ProveFunc) (CosignResult, error) {
 	cp, _, err := checkpoint.Open(signedNote, q.log)
@@ -379,6 +381,10 @@ func (q *Quorum) Cosign(ctx context.Context, signedNote []byte, prove ProveFunc)
 	return res, &QuorumError{Want: q.k, Got: len(res.Cosigned), Failures: res.Failures}
 }
 
+// maxConflictRetries is how many 409 answers one member's part of a
+// round follows.
+const maxConflictRetries = 3
+
 // cosign is one member's part of a round: from its last known size, and
 // once more from the size a 409 tells.
 func (m *quorumMember) cosign(ctx context.Context, cp checkpoint.Checkpoint, signedNote []byte, prove ProveFunc) (string, error) {
@@ -411,8 +417,12 @@ func (m *quorumMember) cosign(ctx context.Context, cp checkpoint.Checkpoint, sig
 			return "", &DivergenceError{Kind: ErrRollbackDetected, Member: m.name,
 				WitnessSize: conflict.Size, LocalSize: cp.Size, LocalRoot: cp.Root}
 		}
-		if attempt > 0 {
-			return "", fmt.Errorf("witness %s: a second conflict, at size %d after %d: %w", m.name, conflict.Size, old, err)
+		// A request of an earlier round that was cancelled can still
+		// land at the witness after this round's first answer, so the
+		// size a 409 tells may move once more; it is followed while it
+		// grows, a bounded number of times.
+		if attempt >= maxConflictRetries || (attempt > 0 && conflict.Size <= old) {
+			return "", fmt.Errorf("witness %s: conflict %d, at size %d after %d: %w", m.name, attempt+1, conflict.Size, old, err)
 		}
 		old = conflict.Size
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -850,4 +851,58 @@ func BenchmarkQuorumCosign(b *testing.B) {
 	// Three is one proof per witness; more are 409 retries of a witness
 	// whose request was cancelled after the server had committed it.
 	b.ReportMetric(float64(proofs.Load())/float64(b.N), "proofs/op")
+}
+
+// Ensure that Cosign follows a witness whose size moves between two of a
+// round's requests (a cancelled request of an earlier round landing
+// meanwhile): 409 at 2 from 0, then 409 at 3 from 2, then cosigned from
+// 3; and that a size that goes back is not followed.
+func TestQuorumConflictSizeMoves(t *testing.T) {
+	f := newQFixture(t, 0)
+	wkey := key(40)
+	name := "witness.test/moving"
+	cosv, _ := checkpoint.NewCosignatureVerifier(name, wkey.Public().(ed25519.PublicKey), checkpoint.CosignatureVerifierOptions{})
+	for _, tc := range []struct {
+		name    string
+		answers map[uint64]uint64 // old size asked from -> size told in a 409
+		ok      bool
+	}{
+		{"grows twice", map[uint64]uint64{0: 2, 2: 3}, true},
+		{"goes back", map[uint64]uint64{0: 3, 3: 2}, false},
+		{"grows for ever", map[uint64]uint64{0: 1, 1: 2, 2: 3, 3: 4}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked []uint64
+			srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+				raw, _ := io.ReadAll(r.Body)
+				req, err := witness.ParseAddCheckpoint(raw)
+				if err != nil {
+					http.Error(rw, err.Error(), http.StatusBadRequest)
+					return
+				}
+				asked = append(asked, req.OldSize)
+				if size, ok := tc.answers[req.OldSize]; ok {
+					rw.Header().Set("Content-Type", witness.SizeContentType)
+					rw.WriteHeader(http.StatusConflict)
+					fmt.Fprintf(rw, "%d\n", size)
+					return
+				}
+				body, _, _ := bytes.Cut(req.SignedNote, []byte("\n\n"))
+				line, _ := checkpoint.Cosign(append(body, '\n'), name, wkey, time.Now())
+				rw.Write([]byte(line))
+			}))
+			defer srv.Close()
+			c, _ := witness.NewClient(srv.URL, witness.ClientOptions{})
+			q, err := witness.NewQuorum(witness.QuorumOptions{Members: []witness.Member{{Name: name, Client: c, Verifier: cosv}},
+				Quorum: 1, Log: f.logv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := newTree(t, "main", 0)
+			_, err = q.Cosign(context.Background(), f.signed(t, tr, 5), prove(t, tr, 5))
+			if (err == nil) != tc.ok {
+				t.Fatalf("Cosign: %v (asked from %v), want ok %v", err, asked, tc.ok)
+			}
+		})
+	}
 }
