@@ -161,7 +161,7 @@ type Receiver struct {
 	witnesses *witness.Quorum
 	// cosigned is the newest note K witnesses cosigned, nil for none.
 	cosigned atomic.Pointer[cosignedNote]
-	eng       engine.Engine
+	eng      engine.Engine
 	// path is the database file's path, or a name of the store for a
 	// receiver opened on an engine, in messages; file says which.
 	path string
