@@ -22,14 +22,15 @@ type CommitStats struct {
 	// Calls is the number of write calls that shared the transaction.
 	Calls int
 	// Duration is the time from the start of the transaction to the end
-	// of its anchor write, on the monotonic clock: what the batch's
+	// of its anchor write (and of the witnesses' round, with witnesses), on the monotonic clock: what the batch's
 	// callers waited for once their batch began.
 	Duration time.Duration
 	// AuditSeq is the chain's head after the commit.
 	AuditSeq uint64
 	// Anchored says an anchor write was attempted.
 	Anchored bool
-	// AnchorErr is the anchor write's failure, after which the calls got
+	// AnchorErr is the anchor write's failure, or the witnesses' (fewer
+	// than K cosigned, Options.Witnesses), after which the calls got
 	// ErrNotAcknowledged; nil if it succeeded or was not attempted.
 	AnchorErr error
 	// Decisions are the Submit decisions the transaction recorded, in
