@@ -77,6 +77,12 @@ func LoadMembers(spec MemberSpec) ([]Member, error) {
 		}
 		return nil, nil
 	}
+	// Every URL is checked before any file is read.
+	for _, name := range names {
+		if err := checkMemberURL(name, spec.URLs[name], spec.CAFile != ""); err != nil {
+			return nil, err
+		}
+	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if spec.CAFile != "" {
 		pool, err := loadCAFile(spec.CAFile)
@@ -96,9 +102,6 @@ func LoadMembers(spec MemberSpec) ([]Member, error) {
 	keyOwner := map[string]string{}
 	for _, name := range names {
 		u := spec.URLs[name]
-		if err := checkMemberURL(name, u, spec.CAFile != ""); err != nil {
-			return nil, err
-		}
 		pub, err := keyfile.LoadPublic(spec.PubFiles[name])
 		if err != nil {
 			return nil, fmt.Errorf("witness %s: %w", name, err)
