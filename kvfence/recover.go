@@ -606,13 +606,13 @@ type VerifyOptions struct {
 	// live anchor is kept, is then not held against it. Its signature,
 	// receiver and position are checked as any anchor's.
 	AnchorIsCheckpoint bool
-	// Witnesses and WitnessQuorum are as in Options: once the chain,
-	// state and tree verified, every witness is asked for its latest
-	// cosigned checkpoint, and one ahead of the database is reported as
-	// rollback_detected, one beside it as fork_detected. Fewer than N-K+1
-	// answers is an error (ErrWitnessAnswers): the check could not be
-	// made.
-	Witnesses     []witness.Member
+	// Witnesses are as in Options: once the chain, state and tree
+	// verified, every witness is asked for its latest cosigned checkpoint,
+	// and one ahead of the database is reported as rollback_detected, one
+	// beside it as fork_detected. Fewer than N-K+1 answers is an error
+	// (ErrWitnessAnswers): the check could not be made.
+	Witnesses []witness.Member
+	// WitnessQuorum is K, as in Options.
 	WitnessQuorum int
 	// WitnessTimeout is as in Options.
 	WitnessTimeout time.Duration
