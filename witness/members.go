@@ -21,7 +21,7 @@ import (
 // ErrBadMemberSpec means a MemberSpec is refused: a name without both a
 // URL and a public key file, a name that is not a note key name, a URL
 // that is not http or https, an http URL beside a CA file, two names with
-// one key, or a CA file that is empty, too large or holds anything but
+// one key or one URL, or a CA file that is empty, too large or holds anything but
 // certificates. The error names the witness or file at fault.
 var ErrBadMemberSpec = errors.New("invalid witness list")
 
@@ -77,11 +77,18 @@ func LoadMembers(spec MemberSpec) ([]Member, error) {
 		}
 		return nil, nil
 	}
-	// Every URL is checked before any file is read.
+	// Every URL is checked before any file is read. One URL under two
+	// names would count one witness twice towards K.
+	urlOwner := map[string]string{}
 	for _, name := range names {
-		if err := checkMemberURL(name, spec.URLs[name], spec.CAFile != ""); err != nil {
+		u := spec.URLs[name]
+		if err := checkMemberURL(name, u, spec.CAFile != ""); err != nil {
 			return nil, err
 		}
+		if other, ok := urlOwner[u]; ok {
+			return nil, fmt.Errorf("%w: witnesses %s and %s have the same URL", ErrBadMemberSpec, other, name)
+		}
+		urlOwner[u] = name
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if spec.CAFile != "" {
@@ -177,6 +184,16 @@ func checkMemberURL(name, raw string, withCA bool) error {
 // must be a certificate that parses: a private key or a truncated bundle
 // given by mistake is refused rather than skipped.
 func loadCAFile(path string) (*x509.CertPool, error) {
+	// Checked before it is opened, so that a FIFO or a device is never
+	// opened (opening a FIFO blocks), and again once open, so that a file
+	// swapped in between is caught.
+	before, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CA file: %w", ErrBadMemberSpec, err)
+	}
+	if !before.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: CA file %s is not a regular file", ErrBadMemberSpec, path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: CA file: %w", ErrBadMemberSpec, err)
@@ -186,8 +203,8 @@ func loadCAFile(path string) (*x509.CertPool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: CA file: %w", ErrBadMemberSpec, err)
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: CA file %s is not a regular file", ErrBadMemberSpec, path)
+	if !os.SameFile(before, fi) {
+		return nil, fmt.Errorf("%w: CA file %s was replaced while being opened", ErrBadMemberSpec, path)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxCAFileSize+1))
 	if err != nil {

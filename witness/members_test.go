@@ -85,6 +85,7 @@ func TestLoadMembersRefusals(t *testing.T) {
 		{"user info", func(s *witness.MemberSpec) { s.URLs["w1.test"] = "https://u:p@127.0.0.1:1" }, nil, "user information"},
 		{"query", func(s *witness.MemberSpec) { s.URLs["w1.test"] = "http://127.0.0.1:1/?a=b" }, nil, "witness w1.test"},
 		{"http beside CA", func(s *witness.MemberSpec) { s.CAFile = ca }, nil, "plain http beside a CA file"},
+		{"same URL twice", func(s *witness.MemberSpec) { s.URLs["w2.test"] = s.URLs["w1.test"] }, nil, "w1.test and w2.test have the same URL"},
 		{"same key twice", func(s *witness.MemberSpec) { s.PubFiles["w2.test"] = pub1again }, nil, "w1.test and w2.test have the same public key"},
 		{"missing pub file", func(s *witness.MemberSpec) { s.PubFiles["w1.test"] = filepath.Join(dir, "nope") }, os.ErrNotExist, "witness w1.test"},
 		{"pub file not a key", func(s *witness.MemberSpec) { s.PubFiles["w1.test"] = notPub }, keyfile.ErrMalformedKey, "witness w1.test"},

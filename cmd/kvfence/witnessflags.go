@@ -11,8 +11,10 @@ import (
 	"github.com/kvfence/kvfence/witness"
 )
 
-// Environment variables consulted when the matching witness flag is not
-// given. A list variable holds comma-separated NAME=VALUE pairs.
+// Environment variables consulted when the matching witness flag of a
+// receiver command is not given (a ledger command reads them with
+// KVFENCE_LEDGER_ in place of KVFENCE_: the ledger's witnesses need not be
+// the receiver's). A list variable holds comma-separated NAME=VALUE pairs.
 const (
 	envWitness       = "KVFENCE_WITNESS"
 	envWitnessPub    = "KVFENCE_WITNESS_PUB"
@@ -20,11 +22,21 @@ const (
 	envWitnessCA     = "KVFENCE_WITNESS_CA"
 )
 
+// ledgerEnvPrefix replaces "KVFENCE_" in the witness variables of a
+// ledger command (witnessFlags.ledger).
+const ledgerEnvPrefix = "KVFENCE_LEDGER_"
+
 // witnessFlags are --witness NAME=URL and --witness-pub NAME=FILE
 // (repeatable), --witness-quorum K and --witness-ca FILE: the quorum of
 // witnesses that cosign a store's checkpoints (docs/design.md §7.10). A
 // command of the receiver or the ledger registers them, resolves them, and
-// loads them into its options' Witnesses and WitnessQuorum.
+// loads them into its options' Witnesses and WitnessQuorum; a ledger
+// command sets ledger first:
+//
+//	wf := witnessFlags{ledger: true}
+//	wf.register(fs)
+//	err = wf.resolve(fs, cmd, getenv) // after parsing
+//	opts.Witnesses, opts.WitnessQuorum, err = wf.load(cmd)
 type witnessFlags struct {
 	urls   namedValues
 	pubs   namedValues
@@ -32,6 +44,17 @@ type witnessFlags struct {
 	ca     string
 	// quorumSet says --witness-quorum or its variable was given.
 	quorumSet bool
+	// ledger makes resolve read the KVFENCE_LEDGER_ variables.
+	ledger bool
+}
+
+// env returns the variable name for a receiver command, renamed for a
+// ledger command.
+func (w *witnessFlags) env(name string) string {
+	if w.ledger {
+		return ledgerEnvPrefix + strings.TrimPrefix(name, "KVFENCE_")
+	}
+	return name
 }
 
 // register adds the witness flags to fs.
@@ -60,7 +83,7 @@ func (w *witnessFlags) resolve(fs *flag.FlagSet, cmd string, getenv func(string)
 	for _, v := range []struct {
 		nv  *namedValues
 		env string
-	}{{&w.urls, envWitness}, {&w.pubs, envWitnessPub}} {
+	}{{&w.urls, w.env(envWitness)}, {&w.pubs, w.env(envWitnessPub)}} {
 		if isSet(fs, v.nv.flag) {
 			continue
 		}
@@ -73,15 +96,15 @@ func (w *witnessFlags) resolve(fs *flag.FlagSet, cmd string, getenv func(string)
 		}
 	}
 	w.quorumSet = isSet(fs, "witness-quorum")
-	if s := getenv(envWitnessQuorum); !w.quorumSet && s != "" {
+	if s := getenv(w.env(envWitnessQuorum)); !w.quorumSet && s != "" {
 		k, err := strconv.Atoi(s)
 		if err != nil {
-			return witnessUsage(cmd, "$%s %q is not a number", envWitnessQuorum, s)
+			return witnessUsage(cmd, "$%s %q is not a number", w.env(envWitnessQuorum), s)
 		}
 		w.quorum, w.quorumSet = k, true
 	}
 	if !isSet(fs, "witness-ca") {
-		w.ca = getenv(envWitnessCA)
+		w.ca = getenv(w.env(envWitnessCA))
 	}
 	return w.check(cmd)
 }

@@ -215,3 +215,41 @@ func TestWitnessFlagsUsage(t *testing.T) {
 	// init, admission new and recover do not take them.
 	c.must(ExitUsage, append([]string{"init", "--id", "x", "--db", c.path("x.db")}, w1...)...)
 }
+
+// Ensure that the witness variables fill only the flags not given, that a
+// ledger command reads the KVFENCE_LEDGER_ ones (and not the receiver's).
+func TestWitnessFlagsEnv(t *testing.T) {
+	env := map[string]string{
+		envWitness: "r1.test=http://r1,r2.test=http://r2", envWitnessPub: "r1.test=r1.pub,r2.test=r2.pub",
+		envWitnessQuorum: "1", envWitnessCA: "r-ca.pem",
+		"KVFENCE_LEDGER_WITNESS": "l1.test=https://l1", "KVFENCE_LEDGER_WITNESS_PUB": "l1.test=l1.pub",
+	}
+	for _, tc := range []struct {
+		name           string
+		ledger         bool
+		args           []string
+		urls, pubs, ca string
+		quorum         int
+		quorumSet      bool
+	}{
+		{"receiver from env", false, nil, "r1.test=http://r1,r2.test=http://r2", "r1.test=r1.pub,r2.test=r2.pub", "r-ca.pem", 1, true},
+		{"flags win", false, []string{"--witness", "f.test=http://f", "--witness-pub", "f.test=f.pub", "--witness-quorum", "1", "--witness-ca", ""},
+			"f.test=http://f", "f.test=f.pub", "", 1, true},
+		{"ledger from its own env", true, nil, "l1.test=https://l1", "l1.test=l1.pub", "", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFlagSet("t")
+			wf := witnessFlags{ledger: tc.ledger}
+			wf.register(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if err := wf.resolve(fs, "t", func(k string) string { return env[k] }); err != nil {
+				t.Fatal(err)
+			}
+			if wf.urls.String() != tc.urls || wf.pubs.String() != tc.pubs || wf.ca != tc.ca || wf.quorum != tc.quorum || wf.quorumSet != tc.quorumSet {
+				t.Errorf("got urls %q pubs %q ca %q quorum %d (set %v)", wf.urls.String(), wf.pubs.String(), wf.ca, wf.quorum, wf.quorumSet)
+			}
+		})
+	}
+}
