@@ -150,6 +150,12 @@ func TestWitnessFlagsRestoreWithAnchor(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.must(0, with("hold", "--scope", "other", "--reason", "r")...)
+	// K = 3 with one witness down: enough answers to open (N-K+1 = 1),
+	// too few cosignatures to acknowledge the write.
+	r = c.must(ExitError, append(with("hold", "--scope", "other", "--reason", "r", "--json"), "--witness-quorum", "3")...)
+	if code := errorCodeOf(t, r); code != "not_acknowledged" {
+		t.Errorf("a write two of three witnesses cosigned at K = 3: code %q, want not_acknowledged\n%s", code, r)
+	}
 }
 
 // Ensure that malformed witness flags are usage errors (exit 2, code
