@@ -143,7 +143,7 @@ func TestWitnessFlagsRestoreWithAnchor(t *testing.T) {
 		}
 	}
 	r = c.must(ExitError, with("status")...)
-	if !strings.Contains(r.stderr, "Try: bring enough witnesses back") {
+	if !strings.Contains(r.stderr, "Try: make N-K+1 witnesses answer") {
 		t.Errorf("no hint for too few witnesses:\n%s", r.stderr)
 	}
 	if err := set.Witnesses[0].Up(); err != nil {
