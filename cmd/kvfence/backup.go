@@ -201,7 +201,7 @@ Arguments:
 	    records: the backup must verify under it.
 	--db FILE, --anchor FILE
 	    Without --server: the stopped receiver's database and anchor.
-`+usageServer+usageJSON)
+`+usageWitness+usageServer+usageJSON)
 }
 
 // Run runs the command.

@@ -79,6 +79,10 @@ var integrityCodes = []errorCodeEntry{
 // command line. A code that api.Sentinels defines is never redefined here.
 var cliCodes = []errorCodeEntry{
 	{"not_reached", errNotReached},
+	// Too few witnesses answered: the database's freshness cannot be
+	// established. An availability failure (exit 1, as an unreachable
+	// etcd is), not evidence of tampering.
+	{"witnesses_unavailable", kvfence.ErrWitnessAnswers},
 	{"malformed_receipt_proof", receiptproof.ErrMalformed},
 	{"not_initialized", kvfence.ErrNotInitialized},
 	{"already_initialized", kvfence.ErrAlreadyInitialized},

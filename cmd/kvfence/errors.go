@@ -223,6 +223,10 @@ func hint(err error) string {
 			"writers kept conflicting: retry"
 	case errors.Is(err, witness.ErrLocked):
 		return "kvfence witness serve holds the witness database: stop it, run the command, then start it again"
+	case errors.Is(err, kvfence.ErrWitnessAnswers):
+		return "make N-K+1 witnesses answer (check each one's reason above: down, its --witness URL, --witness-ca) " +
+			"and run the command again; nothing was written. Fewer answers could all miss the K that cosigned the " +
+			"last write, so the database is not trusted without them"
 	case errors.Is(err, kvfence.ErrStorageReserve):
 		return "free space on the database's volume; holds and activations still commit meanwhile"
 	case errors.Is(err, kvfence.ErrBadFormat):

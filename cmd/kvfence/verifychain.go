@@ -111,6 +111,9 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	vopts := kvfence.VerifyOptions{Anchor: anchor, PublicKey: pub, Progress: c.progress(),
 		MaxAge: *maxAge, LockTimeout: cf.lockTimeout, Archives: srcs,
 		AnchorClusterID: cf.anchorEtcd.clusterID}
+	if vopts.Witnesses, vopts.WitnessQuorum, err = cf.witness.load(cf.name); err != nil {
+		return err
+	}
 	var rep audit.Report
 	if cf.etcd.on() {
 		e, eerr := cf.openEngine()
@@ -271,6 +274,12 @@ The independent check is this command with --db on a backup (kvfence
 backup, kvfence restore to a scratch path) and your copy of --pub.
 --archive and --max-age do not go with --server.
 
+With --witness, the witnesses are asked last, for the largest tree of
+this receiver each cosigned: one ahead of the database is
+rollback_detected, one beside it fork_detected (the restore of a database
+together with its anchor, which the anchor cannot see); too few answers
+exit 1 (witnesses_unavailable).
+
 Exit codes: 0 ok, 4 any problem, 6 ok but an anchor slot is damaged, 1
 when the check could not run (a missing database, an unreadable key), 5
 when the database is locked by a writer.
@@ -292,7 +301,7 @@ Arguments:
 	    Archive files written by "kvfence audit archive", oldest first;
 	    repeat the flag or list the files after it. Verifies the whole
 	    history from seq 1 through the archives into the database.
-`+usageLock+usageServer+usageJSON)
+`+usageLock+usageWitness+usageServer+usageJSON)
 }
 
 // progress returns a callback that reports verified entries on stderr when
