@@ -61,7 +61,7 @@ const (
 func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	fs := newFlagSet("admission new")
 	cf := commonFlags{name: "admission new"}
-	cf.register(fs, withDB|withoutLock|withoutPub)
+	cf.register(fs, withDB|withoutLock|withoutPub|withoutWitnesses)
 	recoveryKey := fs.String("recovery-key", "", "")
 	reason := fs.String("reason", "", "")
 	out := fs.String("out", "", "")

@@ -47,6 +47,10 @@ const (
 	// withoutPub leaves --pub out of withDB, for commands that take other
 	// keys instead (admission new, recover).
 	withoutPub
+	// withoutWitnesses leaves the witness flags out of withDB, for
+	// commands that do not check the database against its anchor or do
+	// not open it at all (init, admission new, recover).
+	withoutWitnesses
 )
 
 // commonFlags holds the flags shared by commands (docs/design.md §9).
@@ -71,6 +75,11 @@ type commonFlags struct {
 	pub         string
 	lockTimeout time.Duration
 	json        bool
+	// witness are the witness flags (withDB without withoutWitnesses), and
+	// witnessErr what resolving them refused: reported by checkAnchorPath,
+	// before anything is read or opened.
+	witness    witnessFlags
+	witnessErr error
 }
 
 // register adds the selected common flags, and always --json, to fs.
@@ -87,6 +96,9 @@ func (c *commonFlags) register(fs *flag.FlagSet, g flagGroup) {
 		}
 		if g&withoutLock == 0 {
 			lockTimeoutVar(fs, &c.lockTimeout, kvfence.DefaultLockTimeout)
+		}
+		if g&withoutWitnesses == 0 {
+			c.witness.register(fs)
 		}
 	}
 	if g&withKey != 0 {
@@ -110,6 +122,7 @@ func (c *commonFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 		}
 	}
 	c.kube.resolve(fs, getenv)
+	c.witnessErr = c.witness.resolve(fs, c.name, getenv)
 	if fs.Lookup("etcd-prefix") != nil {
 		c.etcdPrefixSet = isSet(fs, "etcd-prefix")
 		if p := getenv(envEtcdPrefix); !c.etcdPrefixSet && p != "" {
@@ -136,7 +149,7 @@ const usageDB = `	--db FILE
 	    restored or rewritten database exits with code 4), and it is moved
 	    forward, durably, before the command returns. A missing anchor is
 	    never recreated.
-` + usageEtcdSee + usageKube + usagePubLock
+` + usageEtcdSee + usageKube + usagePubLock + usageWitness
 
 // usageDBRead documents the common flags of an observation command: the
 // anchor is optional.
@@ -147,7 +160,7 @@ const usageDBRead = `	--db FILE
 	    a database that is older than its anchor or disagrees with it is
 	    refused (exit code 4); without it nothing is checked against the
 	    anchor and the output may describe a restored copy.
-` + usageEtcdSee + usageKube + usagePubLock
+` + usageEtcdSee + usageKube + usagePubLock + usageWitness
 
 const usagePubLock = `	--pub FILE
 	    If set, refuse a receiver whose public key recorded at init
@@ -353,10 +366,19 @@ func (c *commonFlags) requireWriter() error {
 	return c.checkAnchorPath()
 }
 
-// checkAnchorPath refuses an anchor that is the database file itself (the
+// checkAnchorPath refuses the witness flags that resolve refused or that
+// come without --anchor, an anchor that is the database file itself (the
 // anchor exists to be kept apart from it), a bad etcd anchor, and a store
 // that checkStore refuses.
 func (c *commonFlags) checkAnchorPath() error {
+	if c.witnessErr != nil {
+		return c.witnessErr
+	}
+	if c.witness.on() && c.anchor == "" {
+		// The witnesses are asked only where the anchor is checked;
+		// without it they would be ignored, and nothing is ignored.
+		return witnessUsage(c.name, "--witness needs --anchor: the witnesses are asked where the database is checked against its anchor")
+	}
 	if err := c.checkStore(); err != nil {
 		return err
 	}
@@ -409,6 +431,9 @@ func (c *commonFlags) openObserver(warn func(string)) (*kvfence.Receiver, error)
 			return nil, err
 		}
 	}
+	if opts.Witnesses, opts.WitnessQuorum, err = c.witness.load(c.name); err != nil {
+		return nil, err
+	}
 	r, err := c.openReceiver(opts)
 	if err != nil {
 		return nil, err
@@ -444,7 +469,11 @@ func (c *commonFlags) openWriter(warn func(string)) (*kvfence.Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.openReceiver(&kvfence.Options{LockTimeout: c.lockTimeout, Key: priv, Anchor: anchor, Warn: warn})
+	opts := &kvfence.Options{LockTimeout: c.lockTimeout, Key: priv, Anchor: anchor, Warn: warn}
+	if opts.Witnesses, opts.WitnessQuorum, err = c.witness.load(c.name); err != nil {
+		return nil, err
+	}
+	r, err := c.openReceiver(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ type initJSON struct {
 func (c *InitCommand) Run(ctx context.Context, args []string) error {
 	fs := newFlagSet("init")
 	cf := commonFlags{name: "init"}
-	cf.register(fs, withDB|withKey|withoutLock)
+	cf.register(fs, withDB|withKey|withoutLock|withoutWitnesses)
 	id := fs.String("id", "", "")
 	recoveryPub := fs.String("recovery-pub", "", "")
 	noRecovery := fs.Bool("no-recovery-key", false, "")

@@ -31,7 +31,7 @@ type recoverJSON struct {
 func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	fs := newFlagSet("recover")
 	cf := commonFlags{name: "recover"}
-	cf.register(fs, withDB|withKey|withoutPub)
+	cf.register(fs, withDB|withKey|withoutPub|withoutWitnesses)
 	admission := fs.String("admission", "", "")
 	recoveryPub := fs.String("recovery-pub", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {

@@ -59,7 +59,8 @@ func (rf *remoteFlags) check(fs *flag.FlagSet, cmd string, keep ...string) error
 		}
 		return nil
 	}
-	for _, f := range []string{"db", "anchor", "anchor-etcd-cert", "anchor-etcd-key", "anchor-etcd-ca", "etcd", "etcd-prefix", "etcd-cert", "etcd-key", "etcd-ca", "etcd-max-txn-ops", "key", "pub", "lock-timeout"} {
+	for _, f := range []string{"db", "anchor", "anchor-etcd-cert", "anchor-etcd-key", "anchor-etcd-ca", "etcd", "etcd-prefix", "etcd-cert", "etcd-key", "etcd-ca", "etcd-max-txn-ops", "key", "pub", "lock-timeout",
+		"witness", "witness-pub", "witness-quorum", "witness-ca"} {
 		if isSet(fs, f) && !slices.Contains(keep, f) {
 			return &usageError{msg: fmt.Sprintf("kvfence %s: --%s does not go with --server: the server opens the receiver", cmd, f),
 				hint: "drop --" + f}

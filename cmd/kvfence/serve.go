@@ -96,7 +96,8 @@ func envName(flag string) string {
 // value goes through the flag's own parser, so a variable is held to what
 // its flag accepts: a value the flag refuses is a usage error naming the
 // variable, and nothing starts. KVFENCE_ADMIN, like a repeated --admin,
-// may list several IDs, comma-separated (a SPIFFE ID has no comma).
+// may list several IDs, comma-separated (a SPIFFE ID has no comma), and
+// KVFENCE_WITNESS and KVFENCE_WITNESS_PUB several NAME=VALUE pairs.
 func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -108,7 +109,7 @@ func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
 			return
 		}
 		vals := []string{v}
-		if f.Name == "admin" {
+		if _, list := f.Value.(*namedValues); list || f.Name == "admin" {
 			vals = strings.Split(v, ",")
 		}
 		for _, x := range vals {
@@ -483,6 +484,9 @@ func (c *ServeCommand) open(cf *commonFlags, obs *metrics.Metrics, maxRecords in
 		return nil, err
 	}
 	opts := &kvfence.Options{LockTimeout: cf.lockTimeout, Key: priv, Anchor: anchor, MaxRecords: maxRecords}
+	if opts.Witnesses, opts.WitnessQuorum, err = cf.witness.load(cf.name); err != nil {
+		return nil, err
+	}
 	if obs != nil {
 		opts.Observer = obs
 	}

@@ -30,6 +30,35 @@ type statusJSON struct {
 	// The file anchor's separation facts (null for an etcd store or
 	// anchor, without --anchor, or over --server).
 	separationJSON
+	// Witnesses are the --witness witnesses, each with its latest
+	// cosigned size of this receiver as the check at open learned it
+	// (empty without witnesses; null over --server, whose receiver's
+	// witnesses are its own), and WitnessQuorum is K (0 without).
+	Witnesses     []witnessStatusJSON `json:"witnesses"`
+	WitnessQuorum int                 `json:"witness_quorum"`
+}
+
+// witnessStatusJSON is one witness in status: CosignedSize is null when
+// the witness did not answer (or answered nothing this receiver could
+// use), else the size of the largest tree of this receiver it cosigned.
+type witnessStatusJSON struct {
+	Name         string  `json:"name"`
+	CosignedSize *uint64 `json:"cosigned_size"`
+}
+
+// witnessStatusOf converts the receiver's witnesses to their JSON shape:
+// an empty list, never null, for none.
+func witnessStatusOf(ws []kvfence.WitnessStatus) []witnessStatusJSON {
+	out := []witnessStatusJSON{}
+	for _, w := range ws {
+		j := witnessStatusJSON{Name: w.Name}
+		if w.Known {
+			size := w.Size
+			j.CosignedSize = &size
+		}
+		out = append(out, j)
+	}
+	return out
 }
 
 // scopeStatusJSON is one scope's control state. Its four timestamps are
@@ -57,10 +86,13 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 		return &usageError{msg: "kvfence status: --scope is empty", hint: "kvfence status -h"}
 	}
 	var damage *audit.SlotDamage
+	var witnesses []kvfence.WitnessStatus
+	var quorum int
 	got, err := either(&cf, &rf, false, c.m.warn,
 		func(r *kvfence.Receiver) (client.Status, error) {
 			st := client.Status{AuditSeq: r.Head().Seq}
 			damage = r.AnchorDamage()
+			witnesses, quorum = r.Witnesses()
 			var err error
 			if *scope != "" {
 				s, err := r.Status(*scope)
@@ -86,6 +118,9 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 		sep = cf.anchorSeparation()
 	}
 	out.separationJSON = separationOf(sep)
+	if !rf.on() {
+		out.Witnesses, out.WitnessQuorum = witnessStatusOf(witnesses), quorum
+	}
 	if cf.json {
 		return writeJSON(c.m.Stdout, out)
 	}
@@ -125,6 +160,16 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) (err error) {
 		fmt.Fprintf(tw, "anchor damage\t%v\n", d)
 	}
 	printSeparation(tw, sep)
+	if len(out.Witnesses) > 0 {
+		fmt.Fprintf(tw, "witness quorum\t%d of %d\n", out.WitnessQuorum, len(out.Witnesses))
+	}
+	for _, w := range out.Witnesses {
+		size := "unknown (no answer)"
+		if w.CosignedSize != nil {
+			size = fmt.Sprintf("cosigned size %d", *w.CosignedSize)
+		}
+		fmt.Fprintf(tw, "witness %s\t%s\n", w.Name, size)
+	}
 	return tw.Flush()
 }
 
@@ -161,6 +206,10 @@ With a database file and an anchor file, it shows whether both are on the
 same file system ("anchor same device"; with --json,
 "anchor_same_device") and owned by the same uid ("anchor same owner";
 "anchor_same_owner"): facts, not a verdict (null where they do not apply).
+With --witness, it shows K ("witness quorum"; "witness_quorum") and each
+witness's latest cosigned size of this receiver, as the check at open
+learned it ("witness NAME"; "witnesses": [{"name","cosigned_size"}],
+cosigned_size null for a witness that did not answer).
 
 Arguments:
 
