@@ -268,7 +268,7 @@ func writeWitnessed(p func(string, ...any), w *witnessedReport) {
 	p("Restored again and opened with the witness flags, the receiver asked every witness for its latest cosigned checkpoint:")
 	p("A's old envelope was refused with exit %d, `%s`:", w.Witnessed.ExitCode, w.Witnessed.ErrorCode)
 	p("")
-	p("> %s", w.Witnessed.ErrorMessage)
+	p("> %s", strings.ReplaceAll(strings.TrimSpace(w.Witnessed.ErrorMessage), "\n", "\n> "))
 	p("")
 	for _, a := range w.OneDown {
 		p("- with %s stopped: exit %d, `%s`", a.Down, a.ExitCode, a.ErrorCode)

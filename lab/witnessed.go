@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
@@ -8,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -152,7 +152,15 @@ func parseAttempt(run cliRun, names []string, down string) witnessedAttempt {
 	} else {
 		a.ErrorMessage = strings.TrimSpace(run.Stderr)
 	}
-	a.RefusedByWitness = refusedByWitness(a, names)
+	// A witness that is down cannot have answered: only the others'
+	// answers count.
+	var up []string
+	for _, n := range names {
+		if n != down {
+			up = append(up, n)
+		}
+	}
+	a.RefusedByWitness = refusedByWitness(a, up)
 	return a
 }
 
@@ -189,7 +197,7 @@ func namesWitness(msg string, names []string) bool {
 // that was not the witnesses' shows nothing about them.
 func (rep *witnessedReport) observe(o *Observations) {
 	o.RestoredReceiverAndAnchorAcceptedOldGrant = rep.Counterexample.ExitCode == 0 &&
-		rep.Counterexample.Outcome == string(kvfence.Applied)
+		rep.Counterexample.Outcome == string(kvfence.Applied) && rep.TargetAfterCounterexample.Revision == rep.TargetRestored.Revision+1
 	attempts := append([]witnessedAttempt{rep.Witnessed}, rep.OneDown...)
 	refused := len(rep.OneDown) == witnessCount
 	for _, a := range attempts {
@@ -603,6 +611,18 @@ func (wr *witnessedRun) restore(backup string) error {
 		if err := os.Rename(tmp, f); err != nil {
 			return err
 		}
+		// What is opened next must be the backup, byte for byte.
+		got, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		want, err := os.ReadFile(filepath.Join(backup, filepath.Base(f)))
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(got, want) {
+			return fmt.Errorf("%w: %s: %s differs from the backup after the restore", ErrPrecondition, wr.rep.Demonstration, f)
+		}
 	}
 	d, err := os.Open(wr.dir)
 	if err != nil {
@@ -714,9 +734,6 @@ func (wr *witnessedRun) start(w *witnessProc) error {
 		w.log.Close()
 		return fmt.Errorf("lab: kvfence witness serve %s did not get ready: %w: %s", w.name, err, logText(w.log))
 	}
-	// Nothing more is printed; the pipe is drained so that a write
-	// cannot block serve.
-	go io.Copy(io.Discard, out)
 	w.listen, w.view.Listen = ready.Listen, ready.Listen
 	w.exited = make(chan error, 1)
 	go func() { w.exited <- w.cmd.Wait() }()

@@ -84,8 +84,12 @@ func checkWitnessed(t *testing.T, dir string) {
 func witnessedGood() *witnessedReport {
 	names := []string{"lab-witness-1", "lab-witness-2", "lab-witness-3"}
 	refusal := func(down string) witnessedAttempt {
+		named := names[0]
+		if named == down {
+			named = names[1]
+		}
 		return parseAttempt(cliRun{ExitCode: exitIntegrity, Stdout: `{"error":{"code":"rollback_detected","message":` +
-			`"kvfence submit: audit: rollback detected: witness lab-witness-2 cosigned size 7 (root not told); local size 4, root X"}}`},
+			`"kvfence submit: audit: rollback detected: witness ` + named + ` cosigned size 7 (root not told); local size 4, root X"}}`},
 			names, down)
 	}
 	rep := &witnessedReport{
@@ -127,6 +131,10 @@ func TestWitnessed_OnlyTheWitnessesRefusalIsASuccess(t *testing.T) {
 		{"too few answers", other(cliRun{ExitCode: 5, Stdout: `{"error":{"code":"witnesses_unavailable","message":"kvfence: too few witness answers: witness lab-witness-1 cosigned size 7"}}`}), nil},
 		{"rollback by the anchor, no witness named", other(cliRun{ExitCode: exitIntegrity, Stdout: `{"error":{"code":"rollback_detected","message":"audit: rollback detected: database head is seq 4 but receiver anchored seq 7"}}`}), nil},
 		{"a witness not on the command line named", other(cliRun{ExitCode: exitIntegrity, Stdout: `{"error":{"code":"rollback_detected","message":"witness lab-witness-9 cosigned size 7 (root not told)"}}`}), nil},
+		{"only the witness that was down named", func(r *witnessedReport) {
+			r.OneDown[1] = parseAttempt(cliRun{ExitCode: exitIntegrity, Stdout: `{"error":{"code":"rollback_detected","message":` +
+				`"audit: rollback detected: witness lab-witness-2 cosigned size 7 (root not told)"}}`}, r.Witnessed.Witnesses, "lab-witness-2")
+		}, nil},
 		{"denied by the fence", other(cliRun{ExitCode: 3, Stdout: `{"outcome":"denied","reason":"stale_or_unknown_epoch"}`}), nil},
 		{"one-down attempt missing", func(r *witnessedReport) { r.OneDown = r.OneDown[:2] }, nil},
 		{"verify-chain ok", func(r *witnessedReport) { r.VerifyChain = witnessedVerify{Problem: "ok"} }, nil},
