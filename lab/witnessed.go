@@ -137,7 +137,8 @@ type submitAnswer struct {
 }
 
 // parseAttempt reads kvfence submit --json's run into an attempt and
-// judges whether the witnesses refused it.
+// judges whether the witnesses refused it. names are the witnesses on its
+// command line and down the one stopped, whose name cannot count.
 func parseAttempt(run cliRun, names []string, down string) witnessedAttempt {
 	a := witnessedAttempt{Witnesses: names, Down: down, ExitCode: run.ExitCode}
 	if a.Witnesses == nil {
