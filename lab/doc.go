@@ -7,7 +7,8 @@
 // timestamped steps, and the source and environment manifests.
 //
 // Run re-executes the lab binary as worker processes (WorkerMain,
-// ServedWorkerMain) and as kvfence serve, and runs these demonstrations,
+// ServedWorkerMain), as kvfence serve and kvfence witness serve, and as
+// the operator's kvfence commands, and runs these demonstrations,
 // each in a directory of its own:
 //
 //	01-paused-worker                 worker A pauses, the operator holds and
@@ -27,6 +28,15 @@
 //	                                 from before the hold, opened without its
 //	                                 anchor, accepts the old grant: the
 //	                                 counterexample, kept on purpose
+//	04b-restored-receiver-and-anchor-witnessed
+//	                                 a receiver with three kvfence witness
+//	                                 serve processes and a quorum of two,
+//	                                 its database and anchor restored
+//	                                 together from before the hold: without
+//	                                 the witness flags it accepts the old
+//	                                 grant (the counterexample); with them
+//	                                 it refuses to open as a rollback, with
+//	                                 every witness up and each one down
 //	05-restored-receiver-anchored    another copy of that database, opened
 //	                                 normally, is refused as a rollback
 //	06-served-receiver               the receiver as kvfence serve over mTLS:

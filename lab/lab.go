@@ -110,6 +110,19 @@ type Observations struct {
 	// 1's pre-hold database, opened without its anchor, applied the old
 	// grant's request (demonstration 4).
 	RestoredReceiverCopyAcceptedOldGrant bool `json:"restored_receiver_copy_accepted_old_grant"`
+	// RestoredReceiverAndAnchorAcceptedOldGrant says demonstration 4b's
+	// receiver, its database and anchor restored together from before the
+	// hold and opened without the witness flags, applied the old grant's
+	// request.
+	RestoredReceiverAndAnchorAcceptedOldGrant bool `json:"restored_receiver_and_anchor_accepted_old_grant"`
+	// RestoredReceiverAndAnchorAcceptedOldGrantWithWitnesses says that
+	// pair, restored again and opened with three witnesses and a quorum of
+	// two, applied it: false when every attempt (all witnesses up, and
+	// each one down) was refused by the witnesses as a rollback and
+	// verify-chain with them reported it; null when an attempt failed in
+	// any other way, which shows nothing about the witnesses
+	// (demonstration 4b).
+	RestoredReceiverAndAnchorAcceptedOldGrantWithWitnesses *bool `json:"restored_receiver_and_anchor_accepted_old_grant_with_witnesses"`
 	// RestoredReceiverRollbackDetected says that copy, opened normally, was
 	// refused as a rollback and verify-chain reported rollback_detected
 	// (demonstration 5).
@@ -264,6 +277,11 @@ func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
 		return nil, err
 	}
 	sum.RestoredReceiverCopyAcceptedOldGrant = d4.Stale.Outcome == string(kvfence.Applied)
+	d4b, err := l.restoredWithWitnesses(ctx, witnessedDemonstration)
+	if err != nil {
+		return nil, err
+	}
+	d4b.observe(&sum.Observations)
 	d5, err := l.restoredReceiver(ctx, src, "05-restored-receiver-anchored", true)
 	if err != nil {
 		return nil, err
@@ -307,7 +325,7 @@ func run(ctx context.Context, opts Options, h hooks) (*Summary, error) {
 	if err := writeJSON(filepath.Join(opts.Output, "summary.json"), sum); err != nil {
 		return nil, err
 	}
-	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2, d3u, d3a, d4, d5, d6, d7, d8); err != nil {
+	if err := writeReport(filepath.Join(opts.Output, "report.md"), sum, d1, d2, d3u, d3a, d4, d4b, d5, d6, d7, d8); err != nil {
 		return nil, err
 	}
 	return sum, nil

@@ -58,29 +58,34 @@ func TestRun(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	want := Observations{
-		StaleWorkerAccepted:                     false,
-		MutationsBeforeCurrentWorker:            0,
-		CurrentWorkerAccepted:                   true,
-		DefectiveReceiverAcceptedStaleWorker:    true,
-		DefectiveReceiverCaughtByVerifyChain:    true,
-		RestoredLedgerAcceptedClaim:             true,
-		HeldReceiverAcceptedRestoredWork:        false,
-		RestoredLedgerRollbackDetected:          true,
-		RestoredReceiverCopyAcceptedOldGrant:    true,
-		RestoredReceiverRollbackDetected:        true,
-		ServedWrongIdentityDenied:               true,
-		ServedWorkerHoldForbidden:               true,
-		ServedHoldWhileServingDeniedStaleWorker: true,
-		ServedCurrentWorkerAccepted:             true,
-		ContainPartialBlockedSuccessor:          true,
-		ContainRetryNewGenerations:              0,
-		ContainFullAfterRetry:                   true,
-		ContainStaleDeniedAtEveryBoundary:       true,
-		ContainSuccessorAccepted:                true,
-		ProductionAuthorization:                 "not_assessed",
+		StaleWorkerAccepted:                       false,
+		MutationsBeforeCurrentWorker:              0,
+		CurrentWorkerAccepted:                     true,
+		DefectiveReceiverAcceptedStaleWorker:      true,
+		DefectiveReceiverCaughtByVerifyChain:      true,
+		RestoredLedgerAcceptedClaim:               true,
+		HeldReceiverAcceptedRestoredWork:          false,
+		RestoredLedgerRollbackDetected:            true,
+		RestoredReceiverCopyAcceptedOldGrant:      true,
+		RestoredReceiverRollbackDetected:          true,
+		RestoredReceiverAndAnchorAcceptedOldGrant: true,
+		ServedWrongIdentityDenied:                 true,
+		ServedWorkerHoldForbidden:                 true,
+		ServedHoldWhileServingDeniedStaleWorker:   true,
+		ServedCurrentWorkerAccepted:               true,
+		ContainPartialBlockedSuccessor:            true,
+		ContainRetryNewGenerations:                0,
+		ContainFullAfterRetry:                     true,
+		ContainStaleDeniedAtEveryBoundary:         true,
+		ContainSuccessorAccepted:                  true,
+		ProductionAuthorization:                   "not_assessed",
 	}
-	if sum.Observations != want || sum.Verdict != VerdictAsExpected || len(sum.Unexpected()) != 0 {
-		t.Fatalf("summary %+v, want %+v, all as expected", *sum, want)
+	// Demonstration 4b's key is a *bool, compared by value.
+	withWitnesses := sum.RestoredReceiverAndAnchorAcceptedOldGrantWithWitnesses
+	got := sum.Observations
+	got.RestoredReceiverAndAnchorAcceptedOldGrantWithWitnesses = nil
+	if got != want || withWitnesses == nil || *withWitnesses || sum.Verdict != VerdictAsExpected || len(sum.Unexpected()) != 0 {
+		t.Fatalf("summary %+v (with witnesses %v), want %+v, all as expected", *sum, withWitnesses, want)
 	}
 	// The zero Options leave demonstration 8 off, and the summary says so
 	// (TestKube_Demonstration8 runs it).
@@ -92,7 +97,11 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(raw, &onDisk); err != nil || onDisk.Observations != want || onDisk.Verdict != VerdictAsExpected ||
+	if err := json.Unmarshal(raw, &onDisk); err != nil || onDisk.RestoredReceiverAndAnchorAcceptedOldGrantWithWitnesses == nil {
+		t.Fatalf("summary.json = %s (%v)", raw, err)
+	}
+	onDisk.RestoredReceiverAndAnchorAcceptedOldGrantWithWitnesses = nil
+	if onDisk.Observations != want || onDisk.Verdict != VerdictAsExpected ||
 		len(onDisk.Checks) != len(expectations) {
 		t.Fatalf("summary.json = %s (%v)", raw, err)
 	}
@@ -133,6 +142,7 @@ func TestRun(t *testing.T) {
 			t.Fatalf("%s: target revision %d -> %d, want 1 -> %d", dir, rr.TargetBefore.Revision, rr.TargetAfter.Revision, want)
 		}
 	}
+	checkWitnessed(t, filepath.Join(out, witnessedDemonstration))
 	checkRestoredLedger(t, out)
 	checkServed(t, out)
 	checkContained(t, filepath.Join(out, containedDemonstration))

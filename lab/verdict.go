@@ -93,6 +93,17 @@ var expectations = []expectation{
 		"counterexample kept on purpose (demonstration 4): a copy of demonstration 1's pre-hold database, opened without " +
 			"its anchor, accepted the old grant: the fence alone cannot tell a restored copy from the present",
 		func(o *Observations) any { return o.RestoredReceiverCopyAcceptedOldGrant }, ""},
+	{"restored_receiver_and_anchor_accepted_old_grant", KindCounterexample, true,
+		"counterexample kept on purpose (demonstration 4b): a receiver's database and its anchor restored together from a " +
+			"backup taken before the hold, opened without its witnesses, accepted the old grant: the pair agrees with itself, " +
+			"so the anchor alone cannot tell it from the present",
+		func(o *Observations) any { return o.RestoredReceiverAndAnchorAcceptedOldGrant }, ""},
+	{"restored_receiver_and_anchor_accepted_old_grant_with_witnesses", KindSuccess, false,
+		"demonstration 4b: the same pair restored again, opened with three witnesses and a quorum of two, refused to open " +
+			"(exit 4, rollback_detected, a witness named as having cosigned a larger tree) with every witness up and with " +
+			"each one down, and verify-chain with the witnesses reported rollback_detected; a refusal for any other reason " +
+			"(transport, usage, too few answers) leaves this null, not as expected",
+		func(o *Observations) any { return optBool(o.RestoredReceiverAndAnchorAcceptedOldGrantWithWitnesses) }, ""},
 	{"restored_receiver_rollback_detected", KindSuccess, true,
 		"demonstration 5: another copy of demonstration 1's pre-hold database, opened normally, was refused as a rollback, " +
 			"and verify-chain reports rollback_detected",

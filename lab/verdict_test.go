@@ -72,7 +72,7 @@ func TestExpectations_CoverEveryKey(t *testing.T) {
 func TestJudge_AsExpected(t *testing.T) {
 	s := Summary{Observations: expectedObservations(t)}
 	s.judge()
-	if s.Verdict != VerdictAsExpected || len(s.Unexpected()) != 0 || !strings.HasPrefix(s.VerdictDetail, "all 24 checks as expected") {
+	if s.Verdict != VerdictAsExpected || len(s.Unexpected()) != 0 || !strings.HasPrefix(s.VerdictDetail, "all 26 checks as expected") {
 		t.Fatalf("verdict %s: %s; unexpected %v", s.Verdict, s.VerdictDetail, s.Unexpected())
 	}
 	raw, err := json.Marshal(&s)
@@ -140,7 +140,7 @@ func TestJudge_NotRun(t *testing.T) {
 	o.K8sStaleWorkerChangedObject, o.K8sDirectWriteByWorkerAccepted, o.K8sCurrentWorkerApplied, o.K8sLostUpdate = nil, nil, nil, nil
 	s := Summary{Observations: o, NotRun: map[string]string{kubeDemonstration: "not run: no kube-apiserver"}}
 	s.judge()
-	if s.Verdict != VerdictAsExpected || len(s.Unexpected()) != 0 || !strings.HasPrefix(s.VerdictDetail, "all 20 checks as expected") ||
+	if s.Verdict != VerdictAsExpected || len(s.Unexpected()) != 0 || !strings.HasPrefix(s.VerdictDetail, "all 22 checks as expected") ||
 		!strings.Contains(s.VerdictDetail, "4 checks NOT RUN") || !strings.Contains(s.VerdictDetail, "no kube-apiserver") {
 		t.Fatalf("verdict %s: %s; unexpected %v", s.Verdict, s.VerdictDetail, s.Unexpected())
 	}
