@@ -255,6 +255,9 @@ func (r *Receiver) checkAnchor() error {
 	if r.opts.ReadOnly || a.Seq == r.head.Seq {
 		return nil
 	}
+	if r.witnesses != nil {
+		return r.refreshWitnessed()
+	}
 	// Refresh: a write transaction with no entry of its own re-signs the
 	// head and stores it as the anchor.
 	return r.exec(0, func(*wtx) error { return nil })

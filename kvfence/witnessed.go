@@ -220,3 +220,31 @@ func (r *Receiver) newQuorum(members []witness.Member, k int) (*witness.Quorum, 
 	}
 	return q, nil
 }
+
+// refreshWitnessed moves the anchor of a receiver with witnesses up to the
+// database's own newest checkpoint, which Open has verified (signature,
+// tree root and state), and has the witnesses cosign it. The receiver
+// without witnesses signs the head again instead; here that checkpoint
+// may be one the witnesses already cosigned (the anchor file was put back
+// alone), and the same size signed again with another time would be a
+// second account of one tree that every witness refuses, for ever.
+func (r *Receiver) refreshWitnessed() error {
+	var latest audit.SignedCheckpoint
+	if err := r.view(func(tx engine.Tx) (err error) {
+		latest, err = auditChain.LatestCheckpoint(tx)
+		return err
+	}); err != nil {
+		return fmt.Errorf("kvfence: %s: %w", r.path, err)
+	}
+	if latest.Seq != r.head.Seq || latest.Head != r.head.Hash || latest.Receiver != r.id || latest.Verify(r.pub) != nil {
+		return fmt.Errorf("%w: %s: the database's newest checkpoint (seq %d) is not its head's (seq %d)", ErrBadFormat, r.path, latest.Seq, r.head.Seq)
+	}
+	err := r.advanceAnchor(latest)
+	if err == nil {
+		err = r.cosign(latest)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: moving the anchor up at open: %w", ErrNotAcknowledged, r.path, err)
+	}
+	return nil
+}

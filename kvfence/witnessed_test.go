@@ -324,3 +324,37 @@ func TestWitnessed_ReceiptProofCosigned(t *testing.T) {
 		t.Fatalf("the proof's note: %d cosignatures verified (%v), want 2", len(n.Sigs), err)
 	}
 }
+
+// Ensure that an anchor file restored alone (the database current) opens
+// with witnesses: Open moves the anchor up to the database's own newest
+// checkpoint, the body the witnesses cosigned, instead of signing that
+// size again with another time, which every witness would refuse as a
+// second account of one tree size, for ever.
+func TestWitnessed_AnchorRestoredAloneOpens(t *testing.T) {
+	wf := newWitnessedFixture(t)
+	wf.activate("worker-a", "claim-1", wf.patchRequest("raise-retention"))
+	wf.r.Close()
+	old := filepath.Join(t.TempDir(), "anchor")
+	copyFile(t, wf.anchor.Path, old)
+	r, err := wf.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf.r, wf.admin = r, r.Admin()
+	wf.hold("drill")
+	head := wf.head()
+	wf.r.Close()
+	copyFile(t, old, wf.anchor.Path)
+	// Time passes: a checkpoint signed now would carry another time.
+	wf.clock.Add(time.Minute)
+	r, err = wf.open()
+	if err != nil {
+		t.Fatalf("open after the anchor alone was restored: %v", err)
+	}
+	wf.r, wf.admin = r, r.Admin()
+	a, err := wf.anchor.Load()
+	if err != nil || a.Seq != head {
+		t.Fatalf("anchor at %d (%v), want moved up to the head %d", a.Seq, err, head)
+	}
+	wf.hold("drill again")
+}
