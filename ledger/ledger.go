@@ -16,6 +16,7 @@ import (
 	"github.com/kvfence/kvfence/internal/chain"
 	"github.com/kvfence/kvfence/internal/defect"
 	"github.com/kvfence/kvfence/internal/ident"
+	"github.com/kvfence/kvfence/witness"
 )
 
 // Ledger is an open ledger file. Its methods are safe for concurrent use;
@@ -33,6 +34,9 @@ type Ledger struct {
 	// shared says the store is not a file this process locks (etcd):
 	// other processes may write it, and it may be put back under this one.
 	shared bool
+	// witnesses is the quorum of Options.Witnesses, nil without any or
+	// when the anchor is not checked.
+	witnesses *witness.Quorum
 }
 
 // defectsAllowed says whether a defect.Variant may take effect. It is set
@@ -212,6 +216,11 @@ func openWith(e engine.Engine, path string, shared bool, opts *Options, v defect
 		return l, nil
 	}
 	if l.opts.Anchor != nil {
+		// The witnesses are asked only where the anchor is checked: a
+		// verification, which opens without it, asks them itself.
+		if l.witnesses, err = newQuorum(l.id, l.pub, o.Witnesses, o.WitnessQuorum); err != nil {
+			return nil, err
+		}
 		if err := l.checkAnchor(); err != nil {
 			return nil, err
 		}
@@ -332,6 +341,13 @@ func (l *Ledger) checkAnchor() error {
 		return fmt.Errorf("ledger: %s: %w", l.path, err)
 	}
 	l.anchor = a
+	if l.witnesses != nil {
+		// Before the refresh below, which would ask them to cosign: a
+		// file behind a witness must not show it a checkpoint.
+		if _, err := l.checkWitnesses(l.witnesses, l.pub, witnessTimeout(l.opts.WitnessTimeout)); err != nil {
+			return err
+		}
+	}
 	if l.opts.ReadOnly || a.Seq == l.head.Seq {
 		return nil
 	}
@@ -386,7 +402,8 @@ func (l *Ledger) view(fn func(tx engine.Tx) error) (err error) {
 }
 
 // update runs fn in one write transaction with a signed checkpoint, then
-// moves the anchor; the call is acknowledged only once the anchor covers it.
+// moves the anchor and, with witnesses, has K of them cosign the anchored
+// checkpoint; the call is acknowledged only once both cover it.
 // fn may run more than once; each run starts from the head the store holds.
 func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 	if l.opts.ReadOnly {
@@ -458,6 +475,11 @@ func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 			return err
 		})
 	})
+	if err == nil && l.witnesses != nil {
+		// The anchor left covers this commit (another process's newer
+		// checkpoint on a shared store, or sc): that one is cosigned.
+		err = l.cosign(l.anchor)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, l.path, err)
 	}
