@@ -115,6 +115,12 @@ func (l *Ledger) cosign(sc audit.SignedCheckpoint) (err error) {
 	defer cancel()
 	prove := func(old uint64) (tlog.TreeProof, error) { return l.treeProof(old, sc.Seq) }
 	res, err := l.witnesses.Cosign(ctx, signed, prove)
+	var d *witness.DivergenceError
+	if err != nil && errors.As(err, &d) {
+		// Short of K, and one of those that did not cosign holds a tree
+		// this one does not extend: an integrity alarm, not an outage.
+		return fmt.Errorf("witnesses: %w: %w", integrityKind(d), err)
+	}
 	if err != nil {
 		return fmt.Errorf("witnesses: %w", err)
 	}
@@ -122,7 +128,6 @@ func (l *Ledger) cosign(sc audit.SignedCheckpoint) (err error) {
 		// A quorum reached beside a witness that holds a tree this one
 		// does not extend is still a divergence to raise: the write is
 		// not acknowledged, and Open will name the witness.
-		var d *witness.DivergenceError
 		if errors.As(f.Err, &d) {
 			return fmt.Errorf("witnesses: %w: %w", integrityKind(d), d)
 		}
