@@ -209,6 +209,11 @@ func openWith(e engine.Engine, path string, shared bool, opts *Options, v defect
 			return nil, fmt.Errorf("%w: %s", ErrKeyMismatch, path)
 		}
 	}
+	if o.Anchor == nil && !v.SkipAnchor && (len(o.Witnesses) > 0 || o.WitnessQuorum != 0) {
+		// The witnesses are asked where the anchor is checked; a caller
+		// that gave them must not get a ledger that asked none.
+		return nil, fmt.Errorf("%w: witnesses without an anchor store: the witnesses are asked when the anchor is checked", ErrInvalidArgument)
+	}
 	if v.SkipAnchor {
 		// The defective variant neither checks nor writes the anchor: the
 		// ledger as it was before it was anchored.

@@ -81,8 +81,8 @@ type Options struct {
 	// (audit.ErrRollbackDetected) or beside one (audit.ErrForkDetected),
 	// and fewer than N-K+1 answers (ErrWitnessAnswers): only that many
 	// are sure to include one of the K that cosigned the last acknowledged
-	// write. Open refuses a quorum that witness.NewQuorum refuses
-	// (ErrInvalidArgument).
+	// write. Open refuses a quorum that witness.NewQuorum refuses, and
+	// witnesses without Anchor (ErrInvalidArgument).
 	Witnesses []witness.Member
 	// WitnessQuorum is K, 1 <= K <= len(Witnesses).
 	WitnessQuorum int

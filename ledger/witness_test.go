@@ -193,7 +193,10 @@ func TestWitnesses_RestoredTogetherRefused(t *testing.T) {
 			for _, ro := range []bool{false, true} {
 				o := w.opts()
 				o.ReadOnly = ro
-				_, err := Open(w.path, o)
+				l, err := Open(w.path, o)
+				if l != nil {
+					l.Close()
+				}
 				var d *witness.DivergenceError
 				if !errors.Is(err, audit.ErrRollbackDetected) || !errors.As(err, &d) || !errors.Is(d, witness.ErrRollbackDetected) {
 					t.Fatalf("read-only %v: Open = %v, want audit.ErrRollbackDetected with a *witness.DivergenceError", ro, err)
@@ -228,7 +231,11 @@ func TestWitnesses_TwoDownRefused(t *testing.T) {
 		for _, ro := range []bool{false, true} {
 			o := w.opts()
 			o.ReadOnly = ro
-			if _, err := Open(w.path, o); !errors.Is(err, ErrWitnessAnswers) || !errors.Is(err, witness.ErrTooFewAnswers) {
+			l, err := Open(w.path, o)
+			if l != nil {
+				l.Close()
+			}
+			if !errors.Is(err, ErrWitnessAnswers) || !errors.Is(err, witness.ErrTooFewAnswers) {
 				t.Fatalf("witnesses %v down, read-only %v: Open = %v, want ErrWitnessAnswers", pair, ro, err)
 			}
 		}
@@ -236,7 +243,11 @@ func TestWitnesses_TwoDownRefused(t *testing.T) {
 	w.up()
 	w.restoredTogether()
 	w.down(0, 2)
-	if _, err := Open(w.path, w.opts()); !errors.Is(err, audit.ErrRollbackDetected) {
+	l, err := Open(w.path, w.opts())
+	if l != nil {
+		l.Close()
+	}
+	if !errors.Is(err, audit.ErrRollbackDetected) {
 		t.Fatalf("restored, two down: Open = %v, want ErrRollbackDetected", err)
 	}
 }
@@ -305,17 +316,27 @@ func TestWitnesses_VerifyChain(t *testing.T) {
 	}
 }
 
-// Ensure that Open refuses a quorum that cannot be made.
+// Ensure that Open refuses a quorum that cannot be made, and witnesses
+// that would not be asked (no anchor).
 func TestWitnesses_BadQuorum(t *testing.T) {
 	w := newWitnessed(t)
 	for _, tc := range []struct {
-		name    string
-		members []witness.Member
-		k       int
-	}{{"quorum without witnesses", nil, 1}, {"quorum over N", w.members, 4}, {"quorum zero", w.members, 0}} {
+		name     string
+		members  []witness.Member
+		k        int
+		noAnchor bool
+	}{{"quorum without witnesses", nil, 1, false}, {"quorum over N", w.members, 4, false}, {"quorum zero", w.members, 0, false},
+		{"witnesses without an anchor", w.members, 2, true}} {
 		o := w.opts()
 		o.Witnesses, o.WitnessQuorum = tc.members, tc.k
-		if _, err := Open(w.path, o); !errors.Is(err, ErrInvalidArgument) {
+		if tc.noAnchor {
+			o.Anchor, o.ReadOnly = nil, true
+		}
+		l, err := Open(w.path, o)
+		if l != nil {
+			l.Close()
+		}
+		if !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: Open = %v, want ErrInvalidArgument", tc.name, err)
 		}
 	}
