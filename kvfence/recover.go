@@ -612,7 +612,8 @@ type VerifyOptions struct {
 	// rollback_detected, one beside it as fork_detected. Fewer than N-K+1
 	// answers is an error (ErrWitnessAnswers): the check could not be
 	// made.
-	Witnesses     []witness.Member
+	Witnesses []witness.Member
+	// WitnessQuorum is K, as in Options.
 	WitnessQuorum int
 	// WitnessTimeout is as in Options.
 	WitnessTimeout time.Duration

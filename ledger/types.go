@@ -70,7 +70,7 @@ type Options struct {
 	// file is checked against it.
 	Anchor audit.AnchorStore
 	// Witnesses, if any, are the witnesses that cosign the ledger's
-	// checkpoints (docs/design.md §15), as notes of origin
+	// checkpoints (docs/design.md §7.10), as notes of origin
 	// checkpoint.LedgerOrigin, and WitnessQuorum is K, how many of them
 	// make a write acknowledged. A write is then acknowledged only once
 	// its anchor is written and K witnesses cosigned the anchored
