@@ -356,6 +356,9 @@ func (l *Ledger) checkAnchor() error {
 	if l.opts.ReadOnly || a.Seq == l.head.Seq {
 		return nil
 	}
+	if l.witnesses != nil {
+		return l.anchorStoreHead()
+	}
 	return l.update(func(w *wtx) error { return nil })
 }
 
@@ -468,7 +471,14 @@ func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 	if l.opts.Anchor == nil {
 		return nil
 	}
-	err = chain.Advance(l.opts.Anchor, &l.anchor, sc, func(got audit.SignedCheckpoint) error {
+	return l.acknowledge(sc)
+}
+
+// acknowledge moves the anchor to sc, a checkpoint of this chain that the
+// store holds, and with witnesses has K of them cosign the anchored
+// checkpoint; either failing is ErrNotAcknowledged. The caller holds wmu.
+func (l *Ledger) acknowledge(sc audit.SignedCheckpoint) error {
+	err := chain.Advance(l.opts.Anchor, &l.anchor, sc, func(got audit.SignedCheckpoint) error {
 		if err := got.Verify(l.pub); err != nil {
 			return err
 		}
@@ -489,6 +499,56 @@ func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, l.path, err)
 	}
 	return nil
+}
+
+// anchorStoreHead moves the anchor, behind the head after a lost anchor
+// write, to the store's own newest checkpoint, which Open has checked, and
+// has the witnesses cosign it. With witnesses the head is not signed again
+// as update would: a witness keeps one body per tree size, and the store's
+// checkpoint may be one it already cosigned (an anchor file restored alone
+// from a backup, the ledger file current); another body at that size would
+// be a fork to it, and the ledger would never open again.
+func (l *Ledger) anchorStoreHead() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	anchor, err := l.currentAnchor()
+	if err != nil {
+		return err
+	}
+	if anchor == nil {
+		anchor = &l.anchor
+	}
+	var sc audit.SignedCheckpoint
+	err = l.view(func(tx engine.Tx) error {
+		head, err := ledgerChain.ReadHead(tx)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrBadFormat, l.path, err)
+		}
+		// Read again: on a shared store another process may have
+		// committed since Open's check; its head must still extend the
+		// anchor and be covered by the ledger's own checkpoint.
+		if err := anchor.CheckHead(head, func(seq uint64) (audit.Hash, error) { return ledgerChain.HashAt(tx, seq) }); err != nil {
+			return fmt.Errorf("ledger: %s: %w", l.path, err)
+		}
+		if err := l.checkStoreHead(tx, head); err != nil {
+			return err
+		}
+		if sc, err = ledgerChain.LatestCheckpoint(tx); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrBadFormat, l.path, err)
+		}
+		if err := checkTree(tx, sc.Checkpoint); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrBadFormat, l.path, err)
+		}
+		l.head = head
+		return anchor.CheckAdvance(sc.Checkpoint)
+	})
+	if err != nil {
+		return err
+	}
+	if anchor.Seq > l.anchor.Seq {
+		l.anchor = *anchor
+	}
+	return l.acknowledge(sc)
 }
 
 // checkStoreHead checks that the store's own newest checkpoint, which

@@ -416,3 +416,78 @@ func TestWitnesses_DivergentWitnessRaised(t *testing.T) {
 		t.Fatalf("no quorum beside a divergent witness: %v, want ErrNotAcknowledged, ErrNoQuorum and a fork or rollback", err)
 	}
 }
+
+// refusingAnchor is a file anchor whose writes fail while refuse is set.
+type refusingAnchor struct {
+	audit.FileAnchor
+	refuse *bool
+}
+
+func (a refusingAnchor) Store(old *audit.SignedCheckpoint, next audit.SignedCheckpoint) error {
+	if *a.refuse {
+		return errors.New("anchor disk full")
+	}
+	return a.FileAnchor.Store(old, next)
+}
+
+// Ensure that Open moves the anchor up over a lost anchor write and has
+// the witnesses cosign it, both when the witnesses never saw the head (the
+// anchor write failed, so no witness was asked) and when they already
+// cosigned it (the anchor file alone restored from a backup): the store's
+// own checkpoint is anchored, not the head signed again, which would be a
+// second body at one size and a fork to every witness.
+func TestWitnesses_OpenMovesAnchorUp(t *testing.T) {
+	w := newWitnessed(t)
+	l := w.open()
+	approve(t, l, "a")
+	l.Close()
+
+	// The anchor write fails: committed, not acknowledged, no witness asked.
+	refuse := true
+	o := w.opts()
+	o.Anchor = refusingAnchor{FileAnchor: w.anchor, refuse: &refuse}
+	l, err := Open(w.path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := w.sizes()
+	if _, err := l.Approve(ctx, ApproveRequest{Action: "lost", RequestSHA256: [32]byte{5}, Approver: "alice", TTL: time.Hour}); !errors.Is(err, ErrNotAcknowledged) {
+		t.Fatalf("write whose anchor write failed: %v, want ErrNotAcknowledged", err)
+	}
+	if got := w.sizes(); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Fatalf("witness sizes went from %v to %v on a write whose anchor write failed", before, got)
+	}
+	head := l.Head().Seq
+	l.Close()
+	l = w.open()
+	if n := atLeast(w.sizes(), head); n < 2 {
+		t.Fatalf("after Open moved the anchor up: witness sizes %v, want 2 at head %d", w.sizes(), head)
+	}
+	anchorCopy := w.anchor.Path + ".backup"
+	copyFile(t, anchorCopy, w.anchor.Path)
+	approve(t, l, "b")
+	approve(t, l, "c")
+	head = l.Head().Seq
+	l.Close()
+
+	// The anchor alone restored: the witnesses hold the head already. The
+	// clock moved, so a head signed again would be another body.
+	copyFile(t, w.anchor.Path, anchorCopy)
+	w.clock.Advance(time.Second)
+	for range 2 {
+		l, err = Open(w.path, w.opts())
+		if err != nil {
+			t.Fatalf("anchor restored alone, file current: Open = %v, want the anchor moved up", err)
+		}
+		if a, err := w.anchor.Load(); err != nil || a.Seq != head {
+			t.Fatalf("anchor %+v, %v; want seq %d", a, err, head)
+		}
+		l.Close()
+	}
+	l = w.open()
+	defer l.Close()
+	approve(t, l, "d")
+	if n := atLeast(w.sizes(), l.Head().Seq); n < 2 {
+		t.Fatalf("witness sizes %v, want 2 at head %d", w.sizes(), l.Head().Seq)
+	}
+}
