@@ -478,27 +478,51 @@ func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 // store holds, and with witnesses has K of them cosign the anchored
 // checkpoint; either failing is ErrNotAcknowledged. The caller holds wmu.
 func (l *Ledger) acknowledge(sc audit.SignedCheckpoint) error {
-	err := chain.Advance(l.opts.Anchor, &l.anchor, sc, func(got audit.SignedCheckpoint) error {
-		if err := got.Verify(l.pub); err != nil {
-			return err
-		}
-		return l.view(func(tx engine.Tx) error {
-			h, err := ledgerChain.HashAt(tx, got.Seq)
-			if err == nil && h != got.Head {
-				err = fmt.Errorf("%w: the anchor's seq %d has another hash", audit.ErrForkDetected, got.Seq)
-			}
-			return err
-		})
-	})
+	err := chain.Advance(l.opts.Anchor, &l.anchor, sc, l.inChain)
 	if err == nil && l.witnesses != nil {
 		// The anchor left covers this commit (another process's newer
 		// checkpoint on a shared store, or sc): that one is cosigned.
 		err = l.cosign(l.anchor)
+		for range maxCosignRetries {
+			if err == nil || !l.shared {
+				break
+			}
+			// Another process's round may have taken the witnesses past
+			// this checkpoint (a 409 above it, or a second one): if its
+			// newer checkpoint, in this chain, is now the anchor, it
+			// covers this commit, and K cosignatures of it acknowledge
+			// it. A witness ahead of every anchor is still refused.
+			a, lerr := chain.CurrentAnchor(l.opts.Anchor, l.anchor, l.pub, l.id)
+			if lerr != nil || a.Seq <= l.anchor.Seq || l.inChain(a) != nil {
+				break
+			}
+			l.anchor = a
+			err = l.cosign(a)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, l.path, err)
 	}
 	return nil
+}
+
+// maxCosignRetries bounds the rounds acknowledge asks again, each for a
+// newer anchor another process of a shared store wrote.
+const maxCosignRetries = 8
+
+// inChain checks that got, an anchor read back, is signed with the
+// ledger's key and at a seq of the chain the store holds.
+func (l *Ledger) inChain(got audit.SignedCheckpoint) error {
+	if err := got.Verify(l.pub); err != nil {
+		return err
+	}
+	return l.view(func(tx engine.Tx) error {
+		h, err := ledgerChain.HashAt(tx, got.Seq)
+		if err == nil && h != got.Head {
+			err = fmt.Errorf("%w: the anchor's seq %d has another hash", audit.ErrForkDetected, got.Seq)
+		}
+		return err
+	})
 }
 
 // anchorStoreHead moves the anchor, behind the head after a lost anchor
