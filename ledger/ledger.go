@@ -487,23 +487,39 @@ func (l *Ledger) acknowledge(sc audit.SignedCheckpoint) error {
 			if err == nil || !l.shared {
 				break
 			}
-			// Another process's round may have taken the witnesses past
-			// this checkpoint (a 409 above it, or a second one): if its
-			// newer checkpoint, in this chain, is now the anchor, it
-			// covers this commit, and K cosignatures of it acknowledge
-			// it. A witness ahead of every anchor is still refused.
+			// Another process's round may have moved the witnesses
+			// during this one (a 409 above this checkpoint, or a second
+			// 409): if its newer checkpoint, in this chain, is now the
+			// anchor, it covers this commit, and K cosignatures of it
+			// acknowledge it; if not, a witness that moved twice is
+			// asked again from the size it told. A witness ahead of
+			// every anchor is still refused, and a witness down is not
+			// asked again.
 			a, lerr := chain.CurrentAnchor(l.opts.Anchor, l.anchor, l.pub, l.id)
-			if lerr != nil || a.Seq <= l.anchor.Seq || l.inChain(a) != nil {
+			if lerr != nil {
 				break
 			}
-			l.anchor = a
-			err = l.cosign(a)
+			if a.Seq > l.anchor.Seq && l.inChain(a) == nil {
+				l.anchor = a
+			} else if !movedTwice(err) {
+				break
+			}
+			err = l.cosign(l.anchor)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, l.path, err)
 	}
 	return nil
+}
+
+// movedTwice reports whether err is a witness's 409 that the round's one
+// retry did not settle, and no divergence: the witness moved on beside
+// the round, as another writer's round moves it.
+func movedTwice(err error) bool {
+	var c *witness.ConflictError
+	var d *witness.DivergenceError
+	return errors.As(err, &c) && !errors.As(err, &d)
 }
 
 // maxCosignRetries bounds the rounds acknowledge asks again, each for a

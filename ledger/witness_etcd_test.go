@@ -3,12 +3,14 @@ package ledger
 import (
 	"crypto/ed25519"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvfence/kvfence/checkpoint"
 	"github.com/kvfence/kvfence/internal/witnesstest"
+	"github.com/kvfence/kvfence/witness"
 )
 
 // Ensure that two processes writing one ledger on etcd, each with its own
@@ -46,7 +48,7 @@ func TestWitnesses_EtcdTwoWriters(t *testing.T) {
 	}
 	const perWriter = 25
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*perWriter)
+	errs := make(chan error, 2*perWriter+1)
 	for i, l := range ls {
 		wg.Add(1)
 		go func() {
@@ -59,8 +61,40 @@ func TestWitnesses_EtcdTwoWriters(t *testing.T) {
 			}
 		}()
 	}
+	// A third process opens the ledger read-only, witnesses asked, while
+	// the two write: a witness ahead of the newest checkpoint it read is
+	// the writers' progress, not a rollback.
+	stop := make(chan struct{})
+	opens := 0
+	var rwg sync.WaitGroup
+	rwg.Add(1)
+	go func() {
+		defer rwg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			members, err := set.Members(nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			r, err := OpenEngine(newEngine(), &Options{ReadOnly: true, Anchor: anchor, Witnesses: members, WitnessQuorum: 2, WitnessTimeout: 5 * time.Second})
+			if err != nil {
+				errs <- fmt.Errorf("read-only open during writes: %w", err)
+				return
+			}
+			r.Close()
+			opens++
+		}
+	}()
 	wg.Wait()
+	close(stop)
+	rwg.Wait()
 	close(errs)
+	t.Logf("%d read-only opens during the writes", opens)
 	n := 0
 	for err := range errs {
 		n++
@@ -70,5 +104,30 @@ func TestWitnesses_EtcdTwoWriters(t *testing.T) {
 	}
 	if n > 0 {
 		t.Fatalf("%d of %d writes not acknowledged", n, 2*perWriter)
+	}
+
+	// The same, made sure of: the opener's questions reach the witnesses
+	// only after a write it did not read was cosigned.
+	var slowMembers []witness.Member
+	slow := &http.Client{Transport: slowTransport{300 * time.Millisecond}}
+	for _, x := range set.Witnesses {
+		m, err := x.Member(slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slowMembers = append(slowMembers, m)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		r, err := OpenEngine(newEngine(), &Options{ReadOnly: true, Anchor: anchor, Witnesses: slowMembers, WitnessQuorum: 2, WitnessTimeout: 5 * time.Second})
+		if err == nil {
+			r.Close()
+		}
+		opened <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	approve(t, ls[0], "while-opening")
+	if err := <-opened; err != nil {
+		t.Fatalf("read-only open while a write was cosigned: %v", err)
 	}
 }

@@ -164,6 +164,37 @@ func integrityKind(d *witness.DivergenceError) error {
 // it audit.ErrForkDetected, each wrapping the witness's
 // *witness.DivergenceError; fewer than N-K+1 answers is ErrWitnessAnswers.
 func (l *Ledger) checkWitnesses(q *witness.Quorum, pub ed25519.PublicKey, timeout time.Duration) (witness.CheckResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		res, local, err := l.checkWitnessesOnce(ctx, q, pub)
+		var d *witness.DivergenceError
+		if err == nil || !l.shared || attempt == maxCosignRetries || !errors.As(err, &d) {
+			return res, err
+		}
+		// On a shared store another process may have committed and had
+		// the witnesses cosign between the read of the newest checkpoint
+		// and their answers: asked again from a newer one, they agree.
+		// A store that has not moved since is the answer.
+		if moved, merr := l.storeMovedPast(local.Size); merr != nil || !moved {
+			return res, err
+		}
+	}
+}
+
+// storeMovedPast reports whether the store's head is past seq.
+func (l *Ledger) storeMovedPast(seq uint64) (bool, error) {
+	var head audit.Head
+	err := l.view(func(tx engine.Tx) (err error) {
+		head, err = ledgerChain.ReadHead(tx)
+		return err
+	})
+	return head.Seq > seq, err
+}
+
+// checkWitnessesOnce is one question of checkWitnesses, and the local
+// checkpoint it compared with.
+func (l *Ledger) checkWitnessesOnce(ctx context.Context, q *witness.Quorum, pub ed25519.PublicKey) (witness.CheckResult, checkpoint.Checkpoint, error) {
 	var latest audit.SignedCheckpoint
 	err := l.view(func(tx engine.Tx) error {
 		head, err := ledgerChain.ReadHead(tx)
@@ -185,26 +216,24 @@ func (l *Ledger) checkWitnesses(q *witness.Quorum, pub ed25519.PublicKey, timeou
 		return nil
 	})
 	if err != nil {
-		return witness.CheckResult{}, fmt.Errorf("ledger: %s: witnesses: %w", l.path, err)
+		return witness.CheckResult{}, checkpoint.Checkpoint{}, fmt.Errorf("ledger: %s: witnesses: %w", l.path, err)
 	}
 	local, err := noteCheckpoint(l.id, pub, latest)
 	if err != nil {
-		return witness.CheckResult{}, err
+		return witness.CheckResult{}, local, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	res, err := q.Check(ctx, local.Origin, local, func(old, size uint64) (tlog.TreeProof, error) { return l.treeProof(old, size) })
 	if err == nil {
-		return res, nil
+		return res, local, nil
 	}
 	var d *witness.DivergenceError
 	switch {
 	case errors.As(err, &d):
-		return res, fmt.Errorf("ledger: %s: %w: %w", l.path, integrityKind(d), err)
+		return res, local, fmt.Errorf("ledger: %s: %w: %w", l.path, integrityKind(d), err)
 	case errors.Is(err, witness.ErrTooFewAnswers):
-		return res, fmt.Errorf("ledger: %s: %w", l.path, err)
+		return res, local, fmt.Errorf("ledger: %s: %w", l.path, err)
 	}
-	return res, fmt.Errorf("ledger: %s: witnesses: %w", l.path, err)
+	return res, local, fmt.Errorf("ledger: %s: witnesses: %w", l.path, err)
 }
 
 // newQuorum makes the quorum of members for the notes of the ledger id
