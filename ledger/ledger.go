@@ -522,8 +522,9 @@ func movedTwice(err error) bool {
 	return errors.As(err, &c) && !errors.As(err, &d)
 }
 
-// maxCosignRetries bounds the rounds acknowledge asks again, each for a
-// newer anchor another process of a shared store wrote.
+// maxCosignRetries bounds the rounds acknowledge asks again on a shared
+// store (each for a newer anchor another process wrote, or a witness that
+// moved twice), and the questions checkWitnesses asks again there.
 const maxCosignRetries = 8
 
 // inChain checks that got, an anchor read back, is signed with the
@@ -580,6 +581,10 @@ func (l *Ledger) anchorStoreHead() error {
 			return fmt.Errorf("%w: %s: %w", ErrBadFormat, l.path, err)
 		}
 		l.head = head
+		if anchor.Seq == head.Seq {
+			// Another process of a shared store anchored it meanwhile.
+			return nil
+		}
 		return anchor.CheckAdvance(sc.Checkpoint)
 	})
 	if err != nil {
@@ -587,6 +592,12 @@ func (l *Ledger) anchorStoreHead() error {
 	}
 	if anchor.Seq > l.anchor.Seq {
 		l.anchor = *anchor
+	}
+	if l.anchor.Seq == sc.Seq {
+		if err := l.cosign(l.anchor); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, l.path, err)
+		}
+		return nil
 	}
 	return l.acknowledge(sc)
 }
