@@ -208,15 +208,32 @@ func CheckName(name string) error {
 // the origin has no space or "+"). The key is part of the origin, so a
 // receiver that changes its key is a new log to its witnesses.
 func ReceiverOrigin(receiverID string, pub ed25519.PublicKey) (string, error) {
-	if err := ident.Check("receiver id", receiverID); err != nil {
+	return logOrigin("receiver", receiverID, pub)
+}
+
+// LedgerOrigin returns the origin, and the log key name, of the ledger
+// with this id and public key:
+//
+//	kvfence/ledger/<id, percent-encoded>/<hex SHA-256 fingerprint of the key>
+//
+// with the id encoded as ReceiverOrigin encodes a receiver's. A ledger and
+// a receiver that share an id and a key are still two logs: a witness
+// never takes one's checkpoint for the other's.
+func LedgerOrigin(ledgerID string, pub ed25519.PublicKey) (string, error) {
+	return logOrigin("ledger", ledgerID, pub)
+}
+
+// logOrigin is kvfence/<kind>/<id, percent-encoded>/<hex fingerprint>.
+func logOrigin(kind, id string, pub ed25519.PublicKey) (string, error) {
+	if err := ident.Check(kind+" id", id); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if len(pub) != ed25519.PublicKeySize {
 		return "", fmt.Errorf("%w: public key is %d bytes, want %d", ErrMalformed, len(pub), ed25519.PublicKeySize)
 	}
 	var b strings.Builder
-	b.WriteString("kvfence/receiver/")
-	for _, c := range []byte(receiverID) {
+	b.WriteString("kvfence/" + kind + "/")
+	for _, c := range []byte(id) {
 		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
 			b.WriteByte(c)
 		} else {

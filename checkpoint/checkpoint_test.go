@@ -131,6 +131,43 @@ func TestReceiverOrigin(t *testing.T) {
 	}
 }
 
+// Ensure that a ledger's origin escapes its id as a receiver's does, names
+// the key, and is never a receiver's origin for the same id and key.
+func TestLedgerOrigin(t *testing.T) {
+	pub := key(1).Public().(ed25519.PublicKey)
+	for _, tc := range []struct{ id, prefix string }{
+		{"l1", "kvfence/ledger/l1/"},
+		{"a/b", "kvfence/ledger/a%2Fb/"},
+		{"a b+c", "kvfence/ledger/a%20b%2Bc/"},
+		{"%2F", "kvfence/ledger/%252F/"},
+	} {
+		o, err := checkpoint.LedgerOrigin(tc.id, pub)
+		if err != nil || !strings.HasPrefix(o, tc.prefix) || len(o) != len(tc.prefix)+64 {
+			t.Errorf("LedgerOrigin(%q) = %q, %v; want prefix %q and 64 hex", tc.id, o, err, tc.prefix)
+		}
+		if err := checkpoint.CheckName(o); err != nil {
+			t.Errorf("origin %q is not a key name: %v", o, err)
+		}
+		r, _ := checkpoint.ReceiverOrigin(tc.id, pub)
+		if o == r || !strings.HasSuffix(o, r[strings.LastIndexByte(r, '/'):]) {
+			t.Errorf("ledger origin %q against receiver origin %q: want another log with the same key fingerprint", o, r)
+		}
+	}
+	a, _ := checkpoint.LedgerOrigin("l1", pub)
+	b, _ := checkpoint.LedgerOrigin("l1", key(2).Public().(ed25519.PublicKey))
+	if a == b {
+		t.Error("two keys, one origin")
+	}
+	for _, id := range []string{"", "a\x00b", strings.Repeat("x", 513)} {
+		if _, err := checkpoint.LedgerOrigin(id, pub); !errors.Is(err, checkpoint.ErrMalformed) {
+			t.Errorf("LedgerOrigin(%q) = %v, want ErrMalformed", id, err)
+		}
+	}
+	if _, err := checkpoint.LedgerOrigin("l1", pub[:31]); !errors.Is(err, checkpoint.ErrMalformed) {
+		t.Errorf("short key: %v, want ErrMalformed", err)
+	}
+}
+
 // Ensure that a checkpoint signed here opens with x/mod's own Ed25519
 // verifier (interoperability), and that Open refuses a note without the
 // trusted key's signature, with a bad one, or with a malformed body.

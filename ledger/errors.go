@@ -19,9 +19,11 @@ var (
 	// ErrReadOnly means a write was attempted on a ledger opened read-only.
 	ErrReadOnly = errors.New("ledger: opened read-only")
 	// ErrNotAcknowledged means a change committed but its anchor write
-	// failed; the next Open moves the anchor up. Retrying is safe for
-	// claim (the worker gets its claim back) but not for the other calls.
-	ErrNotAcknowledged = errors.New("ledger: committed but not acknowledged (anchor write failed)")
+	// failed, or, with Options.Witnesses, fewer than K witnesses cosigned
+	// the anchored checkpoint that covers it; the next Open moves the
+	// anchor up. Retrying is safe for claim (the worker gets its claim
+	// back) but not for the other calls.
+	ErrNotAcknowledged = errors.New("ledger: committed but not acknowledged (its anchor write or its witnesses' cosignatures failed)")
 	// ErrInvalidArgument means an argument failed validation.
 	ErrInvalidArgument = errors.New("ledger: invalid argument")
 )

@@ -16,6 +16,7 @@ import (
 	"github.com/kvfence/kvfence/internal/chain"
 	"github.com/kvfence/kvfence/internal/defect"
 	"github.com/kvfence/kvfence/internal/ident"
+	"github.com/kvfence/kvfence/witness"
 )
 
 // Ledger is an open ledger file. Its methods are safe for concurrent use;
@@ -33,6 +34,9 @@ type Ledger struct {
 	// shared says the store is not a file this process locks (etcd):
 	// other processes may write it, and it may be put back under this one.
 	shared bool
+	// witnesses is the quorum of Options.Witnesses, nil without any or
+	// when the anchor is not checked.
+	witnesses *witness.Quorum
 }
 
 // defectsAllowed says whether a defect.Variant may take effect. It is set
@@ -205,6 +209,11 @@ func openWith(e engine.Engine, path string, shared bool, opts *Options, v defect
 			return nil, fmt.Errorf("%w: %s", ErrKeyMismatch, path)
 		}
 	}
+	if o.Anchor == nil && !v.SkipAnchor && (len(o.Witnesses) > 0 || o.WitnessQuorum != 0) {
+		// The witnesses are asked where the anchor is checked; a caller
+		// that gave them must not get a ledger that asked none.
+		return nil, fmt.Errorf("%w: witnesses without an anchor store: the witnesses are asked when the anchor is checked", ErrInvalidArgument)
+	}
 	if v.SkipAnchor {
 		// The defective variant neither checks nor writes the anchor: the
 		// ledger as it was before it was anchored.
@@ -212,6 +221,11 @@ func openWith(e engine.Engine, path string, shared bool, opts *Options, v defect
 		return l, nil
 	}
 	if l.opts.Anchor != nil {
+		// The witnesses are asked only where the anchor is checked: a
+		// verification, which opens without it, asks them itself.
+		if l.witnesses, err = newQuorum(l.id, l.pub, o.Witnesses, o.WitnessQuorum); err != nil {
+			return nil, err
+		}
 		if err := l.checkAnchor(); err != nil {
 			return nil, err
 		}
@@ -332,8 +346,18 @@ func (l *Ledger) checkAnchor() error {
 		return fmt.Errorf("ledger: %s: %w", l.path, err)
 	}
 	l.anchor = a
+	if l.witnesses != nil {
+		// Before the refresh below, which would ask them to cosign: a
+		// file behind a witness must not show it a checkpoint.
+		if _, err := l.checkWitnesses(l.witnesses, l.pub, witnessTimeout(l.opts.WitnessTimeout)); err != nil {
+			return err
+		}
+	}
 	if l.opts.ReadOnly || a.Seq == l.head.Seq {
 		return nil
+	}
+	if l.witnesses != nil {
+		return l.anchorStoreHead()
 	}
 	return l.update(func(w *wtx) error { return nil })
 }
@@ -386,7 +410,8 @@ func (l *Ledger) view(fn func(tx engine.Tx) error) (err error) {
 }
 
 // update runs fn in one write transaction with a signed checkpoint, then
-// moves the anchor; the call is acknowledged only once the anchor covers it.
+// moves the anchor and, with witnesses, has K of them cosign the anchored
+// checkpoint; the call is acknowledged only once both cover it.
 // fn may run more than once; each run starts from the head the store holds.
 func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 	if l.opts.ReadOnly {
@@ -446,22 +471,135 @@ func (l *Ledger) update(fn func(w *wtx) error) (err error) {
 	if l.opts.Anchor == nil {
 		return nil
 	}
-	err = chain.Advance(l.opts.Anchor, &l.anchor, sc, func(got audit.SignedCheckpoint) error {
-		if err := got.Verify(l.pub); err != nil {
-			return err
-		}
-		return l.view(func(tx engine.Tx) error {
-			h, err := ledgerChain.HashAt(tx, got.Seq)
-			if err == nil && h != got.Head {
-				err = fmt.Errorf("%w: the anchor's seq %d has another hash", audit.ErrForkDetected, got.Seq)
+	return l.acknowledge(sc)
+}
+
+// acknowledge moves the anchor to sc, a checkpoint of this chain that the
+// store holds, and with witnesses has K of them cosign the anchored
+// checkpoint; either failing is ErrNotAcknowledged. The caller holds wmu.
+func (l *Ledger) acknowledge(sc audit.SignedCheckpoint) error {
+	err := chain.Advance(l.opts.Anchor, &l.anchor, sc, l.inChain)
+	if err == nil && l.witnesses != nil {
+		// The anchor left covers this commit (another process's newer
+		// checkpoint on a shared store, or sc): that one is cosigned.
+		err = l.cosign(l.anchor)
+		for range maxCosignRetries {
+			if err == nil || !l.shared {
+				break
 			}
-			return err
-		})
-	})
+			// Another process's round may have moved the witnesses
+			// during this one (a 409 above this checkpoint, or a second
+			// 409): if its newer checkpoint, in this chain, is now the
+			// anchor, it covers this commit, and K cosignatures of it
+			// acknowledge it; if not, a witness that moved twice is
+			// asked again from the size it told. A witness ahead of
+			// every anchor is still refused, and a witness down is not
+			// asked again.
+			a, lerr := chain.CurrentAnchor(l.opts.Anchor, l.anchor, l.pub, l.id)
+			if lerr != nil {
+				break
+			}
+			if a.Seq > l.anchor.Seq && l.inChain(a) == nil {
+				l.anchor = a
+			} else if !movedTwice(err) {
+				break
+			}
+			err = l.cosign(l.anchor)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, l.path, err)
 	}
 	return nil
+}
+
+// movedTwice reports whether err is a witness's 409 that the round's one
+// retry did not settle, and no divergence: the witness moved on beside
+// the round, as another writer's round moves it.
+func movedTwice(err error) bool {
+	var c *witness.ConflictError
+	var d *witness.DivergenceError
+	return errors.As(err, &c) && !errors.As(err, &d)
+}
+
+// maxCosignRetries bounds the rounds acknowledge asks again on a shared
+// store (each for a newer anchor another process wrote, or a witness that
+// moved twice), and the questions checkWitnesses asks again there.
+const maxCosignRetries = 8
+
+// inChain checks that got, an anchor read back, is signed with the
+// ledger's key and at a seq of the chain the store holds.
+func (l *Ledger) inChain(got audit.SignedCheckpoint) error {
+	if err := got.Verify(l.pub); err != nil {
+		return err
+	}
+	return l.view(func(tx engine.Tx) error {
+		h, err := ledgerChain.HashAt(tx, got.Seq)
+		if err == nil && h != got.Head {
+			err = fmt.Errorf("%w: the anchor's seq %d has another hash", audit.ErrForkDetected, got.Seq)
+		}
+		return err
+	})
+}
+
+// anchorStoreHead moves the anchor, behind the head after a lost anchor
+// write, to the store's own newest checkpoint, which Open has checked, and
+// has the witnesses cosign it. With witnesses the head is not signed again
+// as update would: a witness keeps one body per tree size, and the store's
+// checkpoint may be one it already cosigned (an anchor file restored alone
+// from a backup, the ledger file current); another body at that size would
+// be a fork to it, and the ledger would never open again.
+func (l *Ledger) anchorStoreHead() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	anchor, err := l.currentAnchor()
+	if err != nil {
+		return err
+	}
+	if anchor == nil {
+		anchor = &l.anchor
+	}
+	var sc audit.SignedCheckpoint
+	err = l.view(func(tx engine.Tx) error {
+		head, err := ledgerChain.ReadHead(tx)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrBadFormat, l.path, err)
+		}
+		// Read again: on a shared store another process may have
+		// committed since Open's check; its head must still extend the
+		// anchor and be covered by the ledger's own checkpoint.
+		if err := anchor.CheckHead(head, func(seq uint64) (audit.Hash, error) { return ledgerChain.HashAt(tx, seq) }); err != nil {
+			return fmt.Errorf("ledger: %s: %w", l.path, err)
+		}
+		if err := l.checkStoreHead(tx, head); err != nil {
+			return err
+		}
+		if sc, err = ledgerChain.LatestCheckpoint(tx); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrBadFormat, l.path, err)
+		}
+		if err := checkTree(tx, sc.Checkpoint); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrBadFormat, l.path, err)
+		}
+		l.head = head
+		if anchor.Seq == head.Seq {
+			// Another process of a shared store anchored it meanwhile.
+			return nil
+		}
+		return anchor.CheckAdvance(sc.Checkpoint)
+	})
+	if err != nil {
+		return err
+	}
+	if anchor.Seq > l.anchor.Seq {
+		l.anchor = *anchor
+	}
+	if l.anchor.Seq == sc.Seq {
+		if err := l.cosign(l.anchor); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, l.path, err)
+		}
+		return nil
+	}
+	return l.acknowledge(sc)
 }
 
 // checkStoreHead checks that the store's own newest checkpoint, which

@@ -10,6 +10,7 @@ import (
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/internal/defect"
+	"github.com/kvfence/kvfence/witness"
 )
 
 // Event is one entry of the ledger's audit chain.
@@ -56,6 +57,18 @@ type VerifyOptions struct {
 	MaxAge time.Duration
 	// LockTimeout is as in Options.
 	LockTimeout time.Duration
+	// Witnesses and WitnessQuorum are as in Options: once the chain and
+	// tree verified, every witness is asked for its latest cosigned
+	// checkpoint of the ledger (origin checkpoint.LedgerOrigin of the
+	// ledger's id and PublicKey), and one ahead of the file is reported
+	// as rollback_detected, one beside it as fork_detected. Fewer than
+	// N-K+1 answers is an error (ErrWitnessAnswers): the check could not
+	// be made.
+	Witnesses []witness.Member
+	// WitnessQuorum is K, 1 <= K <= len(Witnesses).
+	WitnessQuorum int
+	// WitnessTimeout is as in Options.
+	WitnessTimeout time.Duration
 }
 
 // VerifyChain checks every entry of the ledger's audit chain against its
@@ -117,6 +130,11 @@ func (a fixedAnchor) Supersede(audit.SignedCheckpoint, audit.SignedCheckpoint) e
 
 // verifyChain is VerifyChain on an open, read-only ledger.
 func (l *Ledger) verifyChain(opts VerifyOptions) (audit.Report, error) {
+	// A quorum that cannot be made is refused before the chain is read.
+	q, err := newQuorum(l.id, opts.PublicKey, opts.Witnesses, opts.WitnessQuorum)
+	if err != nil {
+		return audit.Report{}, err
+	}
 	if _, fixed := opts.Anchor.(fixedAnchor); !fixed {
 		// The tree check below compares the anchor that the chain was
 		// verified against, not one read again after it.
@@ -125,7 +143,7 @@ func (l *Ledger) verifyChain(opts VerifyOptions) (audit.Report, error) {
 		}
 	}
 	var rep audit.Report
-	err := l.view(func(tx engine.Tx) error {
+	err = l.view(func(tx engine.Tx) error {
 		var scanErr error
 		entries := func(yield func(k, v []byte) bool) {
 			scanErr = tx.Scan(bucketAudit, nil, func(k, v []byte) error {
@@ -174,5 +192,25 @@ func (l *Ledger) verifyChain(opts VerifyOptions) (audit.Report, error) {
 		}
 		return nil
 	})
-	return rep, err
+	if err != nil || !rep.OK() || q == nil {
+		return rep, err
+	}
+	return l.verifyWitnesses(rep, q, opts)
+}
+
+// verifyWitnesses is VerifyChain's last step: the witnesses' latest
+// checkpoints against the store's newest one, whose chain and tree have
+// verified under opts.PublicKey.
+func (l *Ledger) verifyWitnesses(rep audit.Report, q *witness.Quorum, opts VerifyOptions) (audit.Report, error) {
+	_, err := l.checkWitnesses(q, opts.PublicKey, witnessTimeout(opts.WitnessTimeout))
+	switch {
+	case err == nil:
+	case errors.Is(err, audit.ErrRollbackDetected):
+		rep.Fail(audit.ProblemRollbackDetected, err)
+	case errors.Is(err, audit.ErrForkDetected):
+		rep.Fail(audit.ProblemForkDetected, err)
+	default:
+		return rep, err
+	}
+	return rep, nil
 }

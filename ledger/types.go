@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/witness"
 )
 
 // State is a claim's state.
@@ -68,6 +69,26 @@ type Options struct {
 	// from the ledger file. Required for writing; if set when reading, the
 	// file is checked against it.
 	Anchor audit.AnchorStore
+	// Witnesses, if any, are the witnesses that cosign the ledger's
+	// checkpoints (docs/design.md §7.10), as notes of origin
+	// checkpoint.LedgerOrigin, and WitnessQuorum is K, how many of them
+	// make a write acknowledged. A write is then acknowledged only once
+	// its anchor is written and K witnesses cosigned the anchored
+	// checkpoint that covers it; fewer is ErrNotAcknowledged, as a failed
+	// anchor write is. Open (with Anchor set) asks every witness for its
+	// latest cosigned checkpoint of this ledger before it moves the anchor
+	// up, and refuses a file behind any of them
+	// (audit.ErrRollbackDetected) or beside one (audit.ErrForkDetected),
+	// and fewer than N-K+1 answers (ErrWitnessAnswers): only that many
+	// are sure to include one of the K that cosigned the last acknowledged
+	// write. Open refuses a quorum that witness.NewQuorum refuses, and
+	// witnesses without Anchor (ErrInvalidArgument).
+	Witnesses []witness.Member
+	// WitnessQuorum is K, 1 <= K <= len(Witnesses).
+	WitnessQuorum int
+	// WitnessTimeout bounds a cosign round and Open's question to the
+	// witnesses: zero means DefaultWitnessTimeout.
+	WitnessTimeout time.Duration
 	// Key is the ledger's Ed25519 signing key, required for writing.
 	Key ed25519.PrivateKey
 	// Now is the clock. Nil means time.Now.
