@@ -93,6 +93,11 @@ type Options struct {
 	Key ed25519.PrivateKey
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+	// Warn receives what an operator must see but what does not stop the
+	// ledger: a witness that, beside a quorum that cosigned, answered
+	// with a larger tree or refused the proof. Nil means the standard
+	// library's log.Print.
+	Warn func(msg string)
 }
 
 // InitOptions configures Init.

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -115,21 +116,21 @@ func (l *Ledger) cosign(sc audit.SignedCheckpoint) (err error) {
 	defer cancel()
 	prove := func(old uint64) (tlog.TreeProof, error) { return l.treeProof(old, sc.Seq) }
 	res, err := l.witnesses.Cosign(ctx, signed, prove)
-	var d *witness.DivergenceError
-	if err != nil && errors.As(err, &d) {
-		// Short of K, and one of those that did not cosign holds a tree
-		// this one does not extend: an integrity alarm, not an outage.
-		return fmt.Errorf("witnesses: %w: %w", integrityKind(d), err)
-	}
 	if err != nil {
+		// Short of K. A witness among the failures that told of a tree
+		// this one does not extend did so unsigned (a 409 or a 422): it
+		// is in the error, for the operator, and Open asks for the
+		// signed account; it is not taken as evidence here.
 		return fmt.Errorf("witnesses: %w", err)
 	}
 	for _, f := range res.Failures {
-		// A quorum reached beside a witness that holds a tree this one
-		// does not extend is still a divergence to raise: the write is
-		// not acknowledged, and Open will name the witness.
+		// Beside a reached quorum, the same unsigned word keeps that
+		// witness out of K and is told to the operator; it does not hold
+		// back a write K others cosigned (else one witness, or whoever
+		// sits between it and the ledger, could stop every write).
+		var d *witness.DivergenceError
 		if errors.As(f.Err, &d) {
-			return fmt.Errorf("witnesses: %w: %w", integrityKind(d), d)
+			l.warn(fmt.Sprintf("ledger: %s: witnesses: %v (unsigned; open will check it)", l.path, d))
 		}
 	}
 	return nil
@@ -258,4 +259,13 @@ func newQuorum(id string, pub ed25519.PublicKey, members []witness.Member, k int
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	return q, nil
+}
+
+// warn reports msg through Options.Warn, or the standard logger.
+func (l *Ledger) warn(msg string) {
+	if l.opts.Warn != nil {
+		l.opts.Warn(msg)
+		return
+	}
+	log.Print(msg)
 }
