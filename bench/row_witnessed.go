@@ -17,11 +17,21 @@ import (
 // Witnesses of the kvfence_submit_witnessed row: three, of which two
 // cosign every acknowledged write, so that one may be down.
 const (
-	benchWitnesses      = 3
-	benchWitnessQuorum  = 2
-	witnessSyncsPerTxn  = 2 // bbolt: the data pages, then the meta page
-	boltMetaSize        = 64
+	benchWitnesses     = 3
+	benchWitnessQuorum = 2
+	// witnessSyncsPerTxn is a witness commit's fdatasyncs: bbolt's data
+	// pages, then its meta page.
+	witnessSyncsPerTxn = 2
+)
+
+// The layout of a bbolt meta page (go.etcd.io/bbolt internal/common): a
+// 16-byte page header, then magic, version, page size and flags (4 bytes
+// each), the root bucket (16), the freelist and high-water page ids, the
+// transaction id (8 each), and an FNV-64a checksum of the fields before
+// it, all in the host's byte order.
+const (
 	boltPageHeaderSize  = 16
+	boltMetaSize        = 64
 	boltMagic           = 0xED0CDAED
 	boltVersion         = 2
 	boltMetaChecksumEnd = boltPageHeaderSize + 56
