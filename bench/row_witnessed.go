@@ -169,14 +169,14 @@ func readBoltMeta(r io.ReaderAt, off int64) (txid uint64, pageSize uint32, ok bo
 		return 0, 0, false, err
 	}
 	m := buf[boltPageHeaderSize:]
-	le := binary.NativeEndian
-	if le.Uint32(m[0:]) != boltMagic || le.Uint32(m[4:]) != boltVersion {
+	order := binary.NativeEndian
+	if order.Uint32(m[0:]) != boltMagic || order.Uint32(m[4:]) != boltVersion {
 		return 0, 0, false, nil
 	}
 	h := fnv.New64a()
 	h.Write(buf[boltPageHeaderSize:boltMetaChecksumEnd])
-	if h.Sum64() != le.Uint64(buf[boltMetaChecksumEnd:]) {
+	if h.Sum64() != order.Uint64(buf[boltMetaChecksumEnd:]) {
 		return 0, 0, false, nil
 	}
-	return le.Uint64(m[48:]), le.Uint32(m[8:]), true, nil
+	return order.Uint64(m[48:]), order.Uint32(m[8:]), true, nil
 }
