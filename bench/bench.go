@@ -16,18 +16,19 @@ import (
 
 // Row names, in table order.
 const (
-	RowFdatasync      = "fdatasync"
-	RowBoltUpdate     = "bbolt_update"
-	RowBoltBatch      = "bbolt_batch"
-	RowBoltNoSync     = "bbolt_nosync_not_durable"
-	RowSubmit         = "kvfence_submit"
-	RowSubmitHTTPS    = "kvfence_submit_https"
-	RowDenied         = "kvfence_denied"
-	RowLifecycle      = "kvfence_lifecycle"
-	RowSQLite         = "sqlite_fenced"
-	RowSQLiteRollback = "sqlite_fenced_rollback_journal"
-	RowEtcdTxn        = "etcd_txn"
-	RowSubmitEtcd     = "kvfence_submit_etcd"
+	RowFdatasync       = "fdatasync"
+	RowBoltUpdate      = "bbolt_update"
+	RowBoltBatch       = "bbolt_batch"
+	RowBoltNoSync      = "bbolt_nosync_not_durable"
+	RowSubmit          = "kvfence_submit"
+	RowSubmitHTTPS     = "kvfence_submit_https"
+	RowSubmitWitnessed = "kvfence_submit_witnessed"
+	RowDenied          = "kvfence_denied"
+	RowLifecycle       = "kvfence_lifecycle"
+	RowSQLite          = "sqlite_fenced"
+	RowSQLiteRollback  = "sqlite_fenced_rollback_journal"
+	RowEtcdTxn         = "etcd_txn"
+	RowSubmitEtcd      = "kvfence_submit_etcd"
 )
 
 // RecordSize is the size of the value every row writes: the appended
@@ -175,6 +176,7 @@ var rows = []row{
 	}, nil},
 	{RowSubmit, true, openSubmit, nil},
 	{RowSubmitHTTPS, true, openSubmitHTTPS, nil},
+	{RowSubmitWitnessed, true, openSubmitWitnessed, nil},
 	{RowDenied, true, openDenied, nil},
 	{RowLifecycle, true, openLifecycle, nil},
 }

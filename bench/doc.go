@@ -14,6 +14,7 @@
 //	bbolt_nosync_not_durable        the same put per Update with NoSync: a CPU-only reference, not durable
 //	kvfence_submit                  Receiver.Submit of a distinct, applied, fenced write, file anchor included
 //	kvfence_submit_https            the same write through client.Submit over loopback mTLS to server/, connections reused
+//	kvfence_submit_witnessed        kvfence_submit acknowledged only once 2 of 3 witnesses cosigned its checkpoint, one round per group commit
 //	kvfence_denied                  Receiver.Submit of a stale envelope: denied, and still recorded in the audit chain
 //	kvfence_lifecycle               Activate, Submit and Hold of one action: three commits per op
 //	sqlite_fenced                   the same fenced transaction on SQLite, WAL mode, synchronous=FULL
@@ -55,6 +56,12 @@
 //     counted by the anchor writes, one per commit, through a counting
 //     wrapper around audit.FileAnchor. Under group commit one commit serves many Submits,
 //     which is what the per-op figure then shows.
+//   - kvfence with witnesses: the receiver's calls, plus each witness's
+//     bbolt commits (two fdatasyncs each, one commit per checkpoint it
+//     cosigns) and growths. A witness holds its database's lock, so its
+//     commits are counted from the transaction id in the file's meta
+//     pages, read beside it; a witness that cosigned after its round had
+//     the quorum (its answer no longer awaited) is counted too.
 //   - SQLite in WAL mode with synchronous=FULL: one call per commit (the
 //     WAL), and three per checkpoint cycle (the WAL before the checkpoint,
 //     the database after it, the WAL header when the log restarts);
@@ -97,4 +104,14 @@
 // returns. A deployment with the workers in other processes has the same
 // effect on the server's scheduler; this row, with both ends in one, is
 // the pessimistic case.
+//
+// kvfence_submit_witnessed runs its three witnesses in the bench process,
+// each the real witness (package witness) on its own loopback HTTP server
+// with its own bbolt file in the row's directory, which it fsyncs before
+// it answers; the receiver reaches them through http.DefaultClient. The
+// witnesses share the receiver's disk and processors, which a deployment
+// would not: their fsyncs queue behind the receiver's on one disk. Each
+// group commit's batch waits for the anchor write and then for one
+// cosign round, in which all three are asked and the first two
+// cosignatures end it.
 package bench

@@ -22,7 +22,7 @@ const (
 )
 
 // plotColors are distinguishable colours, one per row in table order.
-var plotColors = []string{"#000000", "#1f77b4", "#ff7f0e", "#7f7f7f", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"}
+var plotColors = []string{"#000000", "#1f77b4", "#ff7f0e", "#7f7f7f", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"}
 
 // Plot writes an SVG chart of ops/s against writers, one line per row, on
 // logarithmic axes. The not-durable row is dashed. title heads the chart.

@@ -31,7 +31,8 @@ func (a *countingAnchor) Store(old *audit.SignedCheckpoint, next audit.SignedChe
 }
 
 // receiver is a kvfence receiver in its own directory, opened durable with
-// its file anchor, that can be reopened without fsync for setup.
+// its file anchor (and its witnesses, if it has any), that can be
+// reopened without fsync for setup.
 type receiver struct {
 	path   string
 	key    ed25519.PrivateKey
@@ -39,20 +40,53 @@ type receiver struct {
 	r      *kvfence.Receiver
 	// size0 is the database file's size when it was first opened.
 	size0 int64
+	// witnesses are the receiver's witnesses, nil without any; quorum is
+	// the number of them that must cosign a write.
+	witnesses *witnessSet
+	quorum    int
 }
+
+// receiverOptions configures newReceiverWith.
+type receiverOptions struct {
+	// witnesses is the number of witnesses to start in the receiver's
+	// directory, each on a loopback HTTP server of its own; zero means
+	// none.
+	witnesses int
+	// quorum is how many of them must cosign each write.
+	quorum int
+}
+
+// benchReceiverID is the bench receivers' ID, their note origin's name.
+const benchReceiverID = "bench"
 
 // newReceiver initialises a receiver in dir and opens it durable.
 func newReceiver(dir string) (*receiver, error) {
+	return newReceiverWith(dir, receiverOptions{})
+}
+
+// newReceiverWith initialises a receiver in dir, starts its witnesses
+// (trusting its key) if opts asks for them, and opens it durable.
+func newReceiverWith(dir string, opts receiverOptions) (_ *receiver, err error) {
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	f := &receiver{path: filepath.Join(dir, "receiver.db"), key: key,
+	f := &receiver{path: filepath.Join(dir, "receiver.db"), key: key, quorum: opts.quorum,
 		anchor: &countingAnchor{FileAnchor: audit.FileAnchor{Path: filepath.Join(dir, "receiver.anchor")}}}
-	if err := kvfence.Init(f.path, &kvfence.InitOptions{ReceiverID: "bench", Key: key, Anchor: f.anchor.FileAnchor}); err != nil {
+	if err := kvfence.Init(f.path, &kvfence.InitOptions{ReceiverID: benchReceiverID, Key: key, Anchor: f.anchor.FileAnchor}); err != nil {
 		return nil, err
 	}
-	if f.r, err = kvfence.Open(f.path, &kvfence.Options{Key: key, Anchor: f.anchor}); err != nil {
+	if opts.witnesses > 0 {
+		if f.witnesses, err = startWitnesses(dir, opts.witnesses, benchReceiverID, key.Public().(ed25519.PublicKey)); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				err = errors.Join(err, f.witnesses.close())
+			}
+		}()
+	}
+	if f.r, err = kvfence.Open(f.path, f.durableOptions()); err != nil {
 		return nil, err
 	}
 	if f.size0, err = fileSize(f.path); err != nil {
@@ -60,6 +94,16 @@ func newReceiver(dir string) (*receiver, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// durableOptions are the options of the timed receiver: fsync, the file
+// anchor, and the witnesses if any.
+func (f *receiver) durableOptions() *kvfence.Options {
+	o := &kvfence.Options{Key: f.key, Anchor: f.anchor}
+	if f.witnesses != nil {
+		o.Witnesses, o.WitnessQuorum = f.witnesses.members, f.quorum
+	}
+	return o
 }
 
 // offline closes the receiver, runs fn, and reopens it durable with its
@@ -72,7 +116,7 @@ func (f *receiver) offline(fn func() error) (err error) {
 	}
 	f.r = nil
 	defer func() {
-		r, oerr := kvfence.Open(f.path, &kvfence.Options{Key: f.key, Anchor: f.anchor})
+		r, oerr := kvfence.Open(f.path, f.durableOptions())
 		if oerr != nil {
 			err = errors.Join(err, fmt.Errorf("bench: reopening the receiver: %w", oerr))
 			return
@@ -115,20 +159,37 @@ func (f *receiver) openFast() (*kvfence.Receiver, error) {
 // commit, bbolt's two fdatasyncs and the anchor's one (the slot written in
 // place), plus bbolt's growths of the file. Setup commits do
 // not write the anchor file and are not counted; setup growths are, and
-// are few next to the commits of a timed round.
+// are few next to the commits of a timed round. With witnesses, their
+// calls are added: they run in this process, on the same disk.
 func (f *receiver) syncs() (float64, error) {
 	size, err := fileSize(f.path)
 	if err != nil {
 		return 0, err
 	}
-	return float64(3*f.anchor.stores.Load()) + float64(boltGrowths(f.size0, size)), nil
+	n := float64(3*f.anchor.stores.Load()) + float64(boltGrowths(f.size0, size))
+	if f.witnesses != nil {
+		w, err := f.witnesses.syncs()
+		if err != nil {
+			return 0, err
+		}
+		n += w
+	}
+	return n, nil
 }
 
+// close closes the receiver, then stops its witnesses: a receiver closing
+// sends them nothing more.
 func (f *receiver) close() error {
-	if f.r == nil {
-		return nil
+	var err error
+	if f.r != nil {
+		err = f.r.Close()
+		f.r = nil
 	}
-	return f.r.Close()
+	if f.witnesses != nil {
+		err = errors.Join(err, f.witnesses.close())
+		f.witnesses = nil
+	}
+	return err
 }
 
 // Names used by the kvfence rows.

@@ -162,6 +162,7 @@ at each writer count for --duration, after its setup and a warm-up:
 	bbolt_nosync_not_durable        the same put without fsync: CPU only, not durable
 	kvfence_submit                  an applied fenced write, file anchor included
 	kvfence_submit_https            the same write through the Go client over loopback mTLS
+	kvfence_submit_witnessed        the same write cosigned by 2 of 3 witnesses on loopback
 	kvfence_denied                  a stale envelope, denied and recorded in the audit chain
 	kvfence_lifecycle               activate, submit and hold of one action
 	sqlite_fenced                   the same fenced transaction on SQLite, WAL, synchronous=FULL
