@@ -60,9 +60,15 @@ type ledgerFlags struct {
 	key         string
 	lockTimeout time.Duration
 	json        bool
+	// witness are the ledger's witnesses (KVFENCE_LEDGER_WITNESS*), and
+	// witnessErr what resolving them refused, reported by require.
+	witness    witnessFlags
+	witnessErr error
 }
 
 func (f *ledgerFlags) register(fs *flag.FlagSet) {
+	f.witness = witnessFlags{ledger: true}
+	f.witness.register(fs)
 	fs.StringVar(&f.path, "ledger", "", "")
 	fs.StringVar(&f.anchor, "anchor", "", "")
 	f.anchorEtcd.register(fs)
@@ -88,11 +94,19 @@ func (f *ledgerFlags) resolve(fs *flag.FlagSet, getenv func(string) string) {
 			}
 		}
 	}
+	f.witnessErr = f.witness.resolve(fs, f.name, getenv)
 }
 
 // require checks the flags that every write needs (and show without
 // --anchor does not).
 func (f *ledgerFlags) require(write bool) error {
+	if f.witnessErr != nil {
+		return f.witnessErr
+	}
+	if f.witness.on() && f.anchor == "" {
+		// The witnesses are asked only where the anchor is checked.
+		return witnessUsage(f.name, "--witness needs --anchor: the witnesses are asked where the ledger is checked against its anchor")
+	}
 	if f.path != "" && f.etcd.on() {
 		return &usageError{msg: fmt.Sprintf("kvfence %s: --ledger and --etcd both name the ledger's store (flags or %s, %s)", f.name, envLedger, envLedgerEtcd),
 			hint: "give one of them"}
@@ -127,8 +141,11 @@ func (f *ledgerFlags) require(write bool) error {
 
 func (f *ledgerFlags) open(write bool) (*ledger.Ledger, error) {
 	opts := &ledger.Options{LockTimeout: f.lockTimeout, ReadOnly: !write}
+	var err error
+	if opts.Witnesses, opts.WitnessQuorum, err = f.witness.load(f.name); err != nil {
+		return nil, err
+	}
 	if f.anchor != "" {
-		var err error
 		if opts.Anchor, err = f.anchorEtcd.open(f.name, f.anchor); err != nil {
 			return nil, err
 		}
@@ -285,6 +302,14 @@ func (c *LedgerCommand) init(ctx context.Context, args []string) error {
 		return err
 	}
 	lf.resolve(fs, c.m.Getenv)
+	for _, name := range []string{"witness", "witness-pub", "witness-quorum", "witness-ca"} {
+		if isSet(fs, name) {
+			// Init signs the first checkpoint alone; the witnesses first
+			// see the ledger at its first write.
+			return witnessUsage(lf.name, "--"+name+" is for the commands that write or check the ledger, not init")
+		}
+	}
+	lf.witness, lf.witnessErr = witnessFlags{ledger: true}, nil
 	if err := lf.require(true); err != nil {
 		return err
 	}
@@ -908,6 +933,14 @@ Arguments of every subcommand:
 	--key FILE
 	    The ledger's private key (required to write; defaults to
 	    $KVFENCE_LEDGER_KEY).
+	--witness NAME=URL, --witness-pub NAME=FILE, --witness-quorum K,
+	--witness-ca FILE
+	    The witnesses that cosign the ledger's checkpoints, as for the
+	    receiver's commands (kvfence hold -h), except for init: a write
+	    is acknowledged once K cosigned it, and a ledger behind or beside
+	    a witness is refused (exit 4). Defaults to $KVFENCE_LEDGER_WITNESS,
+	    $KVFENCE_LEDGER_WITNESS_PUB, $KVFENCE_LEDGER_WITNESS_QUORUM and
+	    $KVFENCE_LEDGER_WITNESS_CA.
 	--lock-timeout DURATION
 	    How long to wait for the ledger's lock (default 1s; 0 means do
 	    not wait: try once); exit code 5.

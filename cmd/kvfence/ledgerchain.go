@@ -53,6 +53,9 @@ func (c *LedgerCommand) verifyChain(ctx context.Context, args []string) error {
 	}
 	vopts := ledger.VerifyOptions{Anchor: anchor, PublicKey: pub,
 		MaxAge: *maxAge, LockTimeout: lf.lockTimeout}
+	if vopts.Witnesses, vopts.WitnessQuorum, err = lf.witness.load(lf.name); err != nil {
+		return err
+	}
 	var rep audit.Report
 	if lf.etcd.on() {
 		e, eerr := lf.engine()
