@@ -248,9 +248,11 @@ func (r *Receiver) checkAnchor() error {
 	if r.witnesses != nil {
 		// Before the refresh below, which would ask them to cosign: a
 		// database behind a witness must not show it a checkpoint.
-		if _, err := r.checkWitnesses(r.witnesses, r.witnessTimeout()); err != nil {
+		res, err := r.checkWitnesses(r.witnesses, r.witnessTimeout())
+		if err != nil {
 			return err
 		}
+		r.keepCosigned(res)
 	}
 	if r.opts.ReadOnly || a.Seq == r.head.Seq {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -247,4 +248,61 @@ func (r *Receiver) refreshWitnessed() error {
 		return fmt.Errorf("%w: %s: moving the anchor up at open: %w", ErrNotAcknowledged, r.path, err)
 	}
 	return nil
+}
+
+// keepCosigned keeps, as CosignedCheckpoint, the database's newest
+// checkpoint with the cosignatures of the witnesses whose answer to Open's
+// question was that very checkpoint (each cosigned at the time of the
+// answer), if K of them were: a proof printed by a receiver that has not
+// written since it opened is then to a cosigned note too. It needs the
+// signing key; without it, or short of K, it keeps nothing.
+func (r *Receiver) keepCosigned(res witness.CheckResult) {
+	if r.opts.Key == nil || r.witnesses == nil {
+		return
+	}
+	var latest audit.SignedCheckpoint
+	if err := r.view(func(tx engine.Tx) (err error) {
+		latest, err = auditChain.LatestCheckpoint(tx)
+		return err
+	}); err != nil {
+		return
+	}
+	signed, err := r.signNote(latest)
+	if err != nil {
+		return
+	}
+	body, _, _ := bytes.Cut(signed, []byte("\n\n"))
+	body = append(body, '\n')
+	verifiers := map[string]*checkpoint.CosignatureVerifier{}
+	for _, m := range r.opts.Witnesses {
+		verifiers[m.Name] = m.Verifier
+	}
+	var lines []byte
+	n := 0
+	for _, a := range res.Members {
+		v := verifiers[a.Member]
+		if !a.Answered || a.Size != latest.Seq || a.Note == nil || v == nil {
+			continue
+		}
+		theirs, sigs, ok := bytes.Cut(a.Note, []byte("\n\n"))
+		if !ok || !bytes.Equal(append(theirs, '\n'), body) {
+			continue
+		}
+		for _, line := range strings.SplitAfter(string(sigs), "\n") {
+			if line == "" {
+				continue
+			}
+			if _, err := v.VerifyLine(body, line); err == nil {
+				if !strings.HasSuffix(line, "\n") {
+					line += "\n"
+				}
+				lines = append(lines, line...)
+				n++
+				break
+			}
+		}
+	}
+	if n >= r.witnesses.Threshold() {
+		r.cosigned.Store(&cosignedNote{size: latest.Seq, note: append(signed, lines...)})
+	}
 }

@@ -323,6 +323,22 @@ func TestWitnessed_ReceiptProofCosigned(t *testing.T) {
 	if err != nil || len(n.Sigs) < 2 {
 		t.Fatalf("the proof's note: %d cosignatures verified (%v), want 2", len(n.Sigs), err)
 	}
+	// Opened again, without a write since: the note is assembled from
+	// the witnesses' answers to Open's question.
+	wf.r.Close()
+	r, err := wf.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf.r, wf.admin = r, r.Admin()
+	rp, err = wf.r.ReceiptProof(fixScope, "raise-retention")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err = note.Open(rp.Checkpoint, note.VerifierList(vs...))
+	if err != nil || len(n.Sigs) < 2 || rp.TreeSize != size {
+		t.Fatalf("after reopening: %d cosignatures verified (%v) at size %d, want 2 at %d", len(n.Sigs), err, rp.TreeSize, size)
+	}
 }
 
 // Ensure that an anchor file restored alone (the database current) opens

@@ -259,3 +259,39 @@ func TestWitnessFlagsEnv(t *testing.T) {
 		})
 	}
 }
+
+// Ensure that a receipt's proof printed by a receiver with witnesses is to
+// the note they cosigned, and that verify-receipt checks their
+// cosignatures: ok with their keys and quorum 2, exit 4 with a key that
+// did not cosign, and a usage error for a quorum without keys.
+func TestWitnessFlagsVerifyReceipt(t *testing.T) {
+	skipShort(t)
+	c := newCLI(t)
+	c.receiver()
+	set, wf := c.witnessed("2")
+	with := func(args ...string) []string { return append(args, wf...) }
+	c.activate("worker-a", "claim-a", "a.cbor")
+	c.must(0, with("submit", "--as", "worker-a", "--envelope", c.path("a.cbor"))...)
+	proof := c.must(0, with("observe", "receipt", "--scope", fixtureScope, "--action", "raise-retention", "--proof", "--json")...).stdout
+	if err := os.WriteFile(c.path("proof.json"), []byte(proof), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var pubs []string
+	for _, w := range set.Witnesses {
+		pubs = append(pubs, "--witness-pub", w.Name+"="+c.path(w.Name+".pub"))
+	}
+	verify := func(args ...string) []string {
+		return append([]string{"verify-receipt", "--pub", c.path("receiver.key.pub"), "--file", c.path("proof.json")}, args...)
+	}
+	out := c.json(0, verify(append(pubs, "--witness-quorum", "2", "--json")...)...)
+	if ws, _ := out["witnesses"].([]any); len(ws) < 2 {
+		t.Fatalf("verify-receipt with the witnesses: %v, want at least 2 witnesses", out)
+	}
+	c.must(0, "keygen", "--out", c.path("stranger.key"))
+	r := c.must(ExitIntegrity, verify("--witness-pub", set.Witnesses[0].Name+"="+c.path("stranger.key.pub"), "--json")...)
+	if code := errorCodeOf(t, r); code != "receipt_unproven" {
+		t.Fatalf("a key that did not cosign: code %q\n%s", code, r)
+	}
+	c.must(ExitUsage, verify("--witness-quorum", "1")...)
+	c.must(ExitUsage, verify(append(pubs, "--witness-quorum", "4")...)...)
+}
