@@ -274,7 +274,7 @@ func (r *Receiver) anchorCommits(work *anchorWork) {
 		}()
 		err = r.advanceAnchor(work.sc)
 		if err == nil && r.witnesses != nil {
-			err = r.cosign(work.sc)
+			err = r.cosignCovering(work.sc)
 		}
 	}()
 	// An Observer that panics must not leave amu held, which would stop

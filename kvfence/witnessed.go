@@ -171,31 +171,105 @@ func integrityKind(d *witness.DivergenceError) error {
 // ErrForkDetected, each wrapping the witness's *witness.DivergenceError;
 // fewer than N-K+1 answers is ErrWitnessAnswers.
 func (r *Receiver) checkWitnesses(q *witness.Quorum, timeout time.Duration) (witness.CheckResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		res, local, err := r.checkWitnessesOnce(ctx, q)
+		var d *witness.DivergenceError
+		if err == nil || r.file || attempt == maxCosignRetries || !errors.As(err, &d) {
+			return res, err
+		}
+		// On a store other processes write (etcd), one may have
+		// committed and had the witnesses cosign between the read of the
+		// newest checkpoint and their answers: asked again from the newer
+		// one, they agree. A store that has not moved is the answer.
+		var head audit.Head
+		if herr := r.view(func(tx engine.Tx) (err error) {
+			head, err = auditChain.ReadHead(tx)
+			return err
+		}); herr != nil || head.Seq <= local.Size {
+			return res, err
+		}
+	}
+}
+
+// maxCosignRetries bounds, on a store other processes write, the rounds
+// cosignCovering runs again for a newer anchor, and the questions
+// checkWitnesses asks again for a newer checkpoint.
+const maxCosignRetries = 8
+
+// cosignCovering is cosign of sc, the checkpoint whose anchor write this
+// commit made. On a store other processes write, a round can find the
+// witnesses already at another process's newer checkpoint (a 409 above
+// sc's size): if the anchor now holds a newer checkpoint of this chain,
+// it covers this commit, and K cosignatures of it acknowledge the commit.
+// A witness ahead of every anchor is still refused.
+func (r *Receiver) cosignCovering(sc audit.SignedCheckpoint) error {
+	err := r.cosign(sc)
+	for range maxCosignRetries {
+		if err == nil || r.file || r.opts.Anchor == nil {
+			return err
+		}
+		a, lerr := r.opts.Anchor.Load()
+		if lerr != nil || a.Seq <= sc.Seq || a.Receiver != r.id || !r.durableAnchor(a) || a.Verify(r.pub) != nil {
+			return err
+		}
+		if herr := r.view(func(tx engine.Tx) error {
+			h, err := auditChain.HashAt(tx, a.Seq)
+			if err == nil && h != a.Head {
+				err = fmt.Errorf("%w: the anchor's seq %d has another hash in the store", audit.ErrForkDetected, a.Seq)
+			}
+			return err
+		}); herr != nil {
+			return err
+		}
+		sc = a
+		err = r.cosign(sc)
+	}
+	return err
+}
+
+// checkWitnessesOnce is one question of checkWitnesses, and the local
+// checkpoint it compared the answers with.
+func (r *Receiver) checkWitnessesOnce(ctx context.Context, q *witness.Quorum) (witness.CheckResult, checkpoint.Checkpoint, error) {
 	var latest audit.SignedCheckpoint
 	if err := r.view(func(tx engine.Tx) (err error) {
-		latest, err = auditChain.LatestCheckpoint(tx)
-		return err
+		if latest, err = auditChain.LatestCheckpoint(tx); err != nil {
+			return err
+		}
+		// What the witnesses are compared with must be this receiver's
+		// own signed statement of the stored chain and tree: on a store
+		// other processes write, it may be newer than what Open checked.
+		if latest.Receiver != r.id || latest.Verify(r.pub) != nil {
+			return fmt.Errorf("%w: the database's newest checkpoint is not signed by this receiver", audit.ErrBadSignature)
+		}
+		h, err := auditChain.HashAt(tx, latest.Seq)
+		if err != nil {
+			return err
+		}
+		if h != latest.Head {
+			return fmt.Errorf("%w: the newest checkpoint's seq %d has another hash in the store", audit.ErrForkDetected, latest.Seq)
+		}
+		return auditChain.CheckRoot(tx, latest.Checkpoint, "the database's newest checkpoint")
 	}); err != nil {
-		return witness.CheckResult{}, fmt.Errorf("kvfence: %s: witnesses: %w", r.path, err)
+		return witness.CheckResult{}, checkpoint.Checkpoint{}, fmt.Errorf("kvfence: %s: witnesses: %w", r.path, err)
 	}
 	local, err := r.noteCheckpoint(latest)
 	if err != nil {
-		return witness.CheckResult{}, err
+		return witness.CheckResult{}, local, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	res, err := q.Check(ctx, local.Origin, local, func(old, size uint64) (tlog.TreeProof, error) { return r.treeProof(old, size) })
 	if err == nil {
-		return res, nil
+		return res, local, nil
 	}
 	var d *witness.DivergenceError
 	switch {
 	case errors.As(err, &d):
-		return res, fmt.Errorf("kvfence: %s: %w: %w", r.path, integrityKind(d), err)
+		return res, local, fmt.Errorf("kvfence: %s: %w: %w", r.path, integrityKind(d), err)
 	case errors.Is(err, witness.ErrTooFewAnswers):
-		return res, fmt.Errorf("kvfence: %s: %w", r.path, err)
+		return res, local, fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}
-	return res, fmt.Errorf("kvfence: %s: witnesses: %w", r.path, err)
+	return res, local, fmt.Errorf("kvfence: %s: witnesses: %w", r.path, err)
 }
 
 // newQuorum makes the quorum of members for this receiver's notes, or nil
