@@ -80,7 +80,9 @@ func TestAdmission_WitnessedEncoding(t *testing.T) {
 // witness badly, is too long, has a short root, or is present but empty
 // is refused by the encoder and the decoder alike.
 func TestAdmission_WitnessedRefused(t *testing.T) {
-	w := func(name string, size uint64) WitnessedCheckpoint { return WitnessedCheckpoint{Witness: name, Size: size, Root: Hash{1}} }
+	w := func(name string, size uint64) WitnessedCheckpoint {
+		return WitnessedCheckpoint{Witness: name, Size: size, Root: Hash{1}}
+	}
 	many := make([]WitnessedCheckpoint, MaxWitnessed+1)
 	for i := range many {
 		many[i] = w(string(rune('a'+i)), 1)

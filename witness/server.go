@@ -22,7 +22,8 @@ const (
 )
 
 // Server is the witness's HTTP interface (an http.Handler): POST
-// /add-checkpoint as c2sp.org/tlog-witness says, GET
+// /add-checkpoint as c2sp.org/tlog-witness says, POST
+// /kvfence/v1/recover-checkpoint (kvfence's recovery exception), GET
 // /<hex SHA-256 of origin>/checkpoint (the spec's monitor endpoint) and
 // GET /kvfence/v1/latest?origin=O (kvfence's own).
 type Server struct {
@@ -49,6 +50,13 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.addCheckpoint(rw, r)
+	case r.URL.Path == RecoverCheckpointPath:
+		if r.Method != http.MethodPost {
+			rw.Header().Set("Allow", http.MethodPost)
+			http.Error(rw, "recover-checkpoint takes POST", http.StatusMethodNotAllowed)
+			return
+		}
+		s.recoverCheckpoint(rw, r)
 	case r.URL.Path == LatestPath:
 		if !getOnly(rw, r) {
 			return
@@ -115,15 +123,60 @@ func (s *Server) latest(rw http.ResponseWriter, origin string) {
 	}
 }
 
-func (s *Server) addCheckpoint(rw http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, MaxRequestSize))
+// readBody reads a request body of at most limit bytes, answering the
+// client itself when it cannot.
+func readBody(rw http.ResponseWriter, r *http.Request, limit int) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, int64(limit)))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			http.Error(rw, fmt.Sprintf("request body over %d bytes", MaxRequestSize), http.StatusRequestEntityTooLarge)
-			return
+			http.Error(rw, fmt.Sprintf("request body over %d bytes", limit), http.StatusRequestEntityTooLarge)
+			return nil, false
 		}
 		http.Error(rw, "reading the request body failed", http.StatusBadRequest)
+		return nil, false
+	}
+	return body, true
+}
+
+// recoverCheckpoint answers a recover-checkpoint request: the cosignature
+// line, or 400, 404, 403 (a recovery refused, replayed, or without a
+// recovery key: the message begins with the sentinel's text) or 500.
+func (s *Server) recoverCheckpoint(rw http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(rw, r, MaxRecoverRequestSize)
+	if !ok {
+		return
+	}
+	req, err := ParseRecoverCheckpoint(body)
+	if err == nil {
+		var line string
+		line, err = s.w.RecoverCheckpoint(req)
+		if err == nil {
+			s.log.Info("recovery accepted")
+			rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			io.WriteString(rw, line)
+			return
+		}
+	}
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+	case errors.Is(err, ErrUnknownLog):
+		http.Error(rw, err.Error(), http.StatusNotFound)
+	case errors.Is(err, ErrForbidden), errors.Is(err, ErrNoRecoveryKey), errors.Is(err, ErrRecoveryRefused),
+		errors.Is(err, ErrRecoveryReplayed):
+		http.Error(rw, err.Error(), http.StatusForbidden)
+	default:
+		s.log.Error("recover-checkpoint", "err", err)
+		http.Error(rw, "witness store failure", http.StatusInternalServerError)
+		return
+	}
+	s.log.Info("recover-checkpoint refused", "err", err)
+}
+
+func (s *Server) addCheckpoint(rw http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(rw, r, MaxRequestSize)
+	if !ok {
 		return
 	}
 	req, err := ParseAddCheckpoint(body)
