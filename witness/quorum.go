@@ -462,7 +462,7 @@ func (m *quorumMember) cosign(ctx context.Context, cp checkpoint.Checkpoint, sig
 
 // recover asks the member, which diverged as d says, to accept the
 // checkpoint at the recovery endpoint with the admission, unless it
-// refused that before. A refusal is d, with the witness's words.
+// refused that before. A refusal is d, wrapped with the witness's error.
 func (m *quorumMember) recover(ctx context.Context, cp checkpoint.Checkpoint, signedNote, admission []byte, d *DivergenceError) (string, error) {
 	m.mu.Lock()
 	refused := m.recoveryRefused
@@ -477,9 +477,7 @@ func (m *quorumMember) recover(ctx context.Context, cp checkpoint.Checkpoint, si
 			m.recoveryRefused = true
 			m.mu.Unlock()
 		}
-		d2 := *d
-		d2.Detail = strings.TrimPrefix(d.Detail+"; ", "; ") + "recovery admission not accepted: " + err.Error()
-		return "", &d2
+		return "", fmt.Errorf("%w; recovery admission not accepted: %w", d, err)
 	}
 	m.learn(cp.Size)
 	return line, nil
