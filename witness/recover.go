@@ -97,9 +97,13 @@ func (s *Store) TrustRecovery(origin string, pub ed25519.PublicKey) error {
 // verifierPublicKey reads the Ed25519 key out of a note verifier key
 // (name+hash+base64 of the algorithm byte and the key).
 func verifierPublicKey(vkey string) (ed25519.PublicKey, error) {
-	i := strings.LastIndexByte(vkey, '+')
-	raw, err := base64.StdEncoding.DecodeString(vkey[i+1:])
-	if i < 0 || err != nil || len(raw) != 1+ed25519.PublicKeySize || raw[0] != 1 {
+	// The name holds no "+" (checkpoint.CheckName); the base64 may.
+	parts := strings.SplitN(vkey, "+", 3)
+	if len(parts) != 3 {
+		return nil, fmt.Errorf("%w: stored verifier key %q", ErrNotWitnessDB, vkey)
+	}
+	raw, err := base64.StdEncoding.DecodeString(parts[2])
+	if err != nil || len(raw) != 1+ed25519.PublicKeySize || raw[0] != 1 {
 		return nil, fmt.Errorf("%w: stored verifier key %q", ErrNotWitnessDB, vkey)
 	}
 	return ed25519.PublicKey(raw[1:]), nil
