@@ -145,6 +145,15 @@ func TestRecoverWitnessed(t *testing.T) {
 	if _, err := Recover(rw.path, rw.admission(now), rw.recoverOpts()); err != nil {
 		t.Fatalf("recover: %v", err)
 	}
+	// Every witness is still on the superseded tree, excused only as
+	// the admission names it: N-K+1 answers are still needed.
+	rw.set.Witnesses[0].Down()
+	rw.set.Witnesses[1].Down()
+	if _, err := rw.open(); !errors.Is(err, ErrWitnessAnswers) {
+		t.Fatalf("open after the recovery with one witness of three up: %v, want ErrWitnessAnswers", err)
+	}
+	rw.set.Witnesses[0].Up()
+	rw.set.Witnesses[1].Up()
 	rw.reopenWitnessed()
 	// The grant from before the recovery is revoked, and the hold that
 	// the recovery makes is acknowledged by two witnesses.
@@ -268,6 +277,31 @@ func TestRecoverWitnessedWithoutRecoveryKey(t *testing.T) {
 		t.Fatalf("write after a recovery two witnesses refuse: %v, want ErrNotAcknowledged naming ErrNoRecoveryKey", err)
 	}
 	rw.r.Close()
+	r, err := rw.openStore(&Options{ReadOnly: true}, defect.Variant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw.r = r
+}
+
+// Ensure that a witness that was down when the receiver recovered, and
+// that the admission names at a checkpoint it does not hold, is not
+// excused: the recovered receiver does not open while it answers.
+func TestRecoverWitnessedDownWitnessNamedWrongly(t *testing.T) {
+	rw := newRestoredWitnessed(t, []bool{true, true, true})
+	named := rw.witnessed()
+	named[2] = rw.backup[2] // older than what witness 3 holds
+	rw.set.Witnesses[2].Down()
+	_, err := Recover(rw.path, rw.admission(named), rw.recoverOpts())
+	rw.set.Witnesses[2].Up()
+	if err != nil {
+		t.Fatalf("recover with witness 3 down (not judged): %v", err)
+	}
+	_, err = rw.open()
+	var d *witness.DivergenceError
+	if !IsIntegrityError(err) || !errors.As(err, &d) || d.Member != "witness3.test" {
+		t.Fatalf("open with witness 3 at a checkpoint the admission does not name: %v", err)
+	}
 	r, err := rw.openStore(&Options{ReadOnly: true}, defect.Variant{})
 	if err != nil {
 		t.Fatal(err)
