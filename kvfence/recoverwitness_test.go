@@ -94,7 +94,24 @@ func (rw *restoredWitnessed) reopenWitnessed() {
 
 // witnessed is every witness's latest checkpoint of the receiver, as an
 // admission names them.
+//
+// A round that reached K cancels the other requests, and a witness may
+// still commit one after the receiver returned: the states are read until
+// two reads 100ms apart agree.
 func (rw *restoredWitnessed) witnessed() []audit.WitnessedCheckpoint {
+	rw.t.Helper()
+	prev := rw.readWitnessed()
+	for {
+		time.Sleep(100 * time.Millisecond)
+		cur := rw.readWitnessed()
+		if equalWitnessed(cur, prev) {
+			return cur
+		}
+		prev = cur
+	}
+}
+
+func (rw *restoredWitnessed) readWitnessed() []audit.WitnessedCheckpoint {
 	rw.t.Helper()
 	var out []audit.WitnessedCheckpoint
 	for _, w := range rw.set.Witnesses {

@@ -282,3 +282,38 @@ func FuzzRecoverCheckpointRequest(f *testing.F) {
 		}
 	})
 }
+
+// Ensure that TrustRecovery reads the log's key out of a verifier key whose
+// base64 holds a "+" (the name never does), so that it refuses the log's
+// own key there too and accepts another.
+func TestTrustRecoveryPlusInVerifierKey(t *testing.T) {
+	for seed := byte(10); seed < 200; seed++ {
+		logKey := key(seed)
+		pub := logKey.Public().(ed25519.PublicKey)
+		origin, _ := checkpoint.ReceiverOrigin("r1", pub)
+		vkey, _ := checkpoint.VerifierKey(origin, pub)
+		if !strings.Contains(strings.SplitN(vkey, "+", 3)[2], "+") {
+			continue
+		}
+		path := filepath.Join(t.TempDir(), "w.db")
+		if err := witness.Create(path, "w1", key(2).Public().(ed25519.PublicKey)); err != nil {
+			t.Fatal(err)
+		}
+		st, err := witness.OpenStore(path, witness.StoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		if err := st.Trust(origin, vkey); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.TrustRecovery(origin, pub); err == nil || errors.Is(err, witness.ErrNotWitnessDB) {
+			t.Errorf("the log's own key: %v", err)
+		}
+		if err := st.TrustRecovery(origin, recoveryKey.Public().(ed25519.PublicKey)); err != nil {
+			t.Fatalf("a recovery key for a log whose verifier key holds \"+\": %v", err)
+		}
+		return
+	}
+	t.Fatal("no seed gave a verifier key with \"+\" in its base64")
+}
