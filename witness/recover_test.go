@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
