@@ -110,6 +110,15 @@ func TestAdmission_WitnessedRefused(t *testing.T) {
 			t.Errorf("%s: parsed: %v", tc.name, err)
 		}
 	}
+	// Within every per-field limit, too large together.
+	big := testAdmission()
+	big.Reason = strings.Repeat("r", MaxReasonLen)
+	for i := range MaxWitnessed {
+		big.Witnessed = append(big.Witnessed, WitnessedCheckpoint{Witness: string(rune('a'+i)) + strings.Repeat("w", 200), Size: 1})
+	}
+	if _, err := SignAdmission(recoveryKey, big); !errors.Is(err, ErrBadAdmission) {
+		t.Errorf("an admission over MaxAdmissionSize was signed: %v", err)
+	}
 	a := testAdmission()
 	enc := appendAdmission(nil, &a)
 	i := bytes.Index(enc, []byte("\x6cadmitted_seq"))
