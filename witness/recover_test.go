@@ -319,3 +319,34 @@ func TestTrustRecoveryPlusInVerifierKey(t *testing.T) {
 	}
 	t.Fatal("no seed gave a verifier key with \"+\" in its base64")
 }
+
+// Ensure that one admission sent at once with different checkpoints is
+// accepted for exactly one of them: the write transaction decides again
+// when another request moved the log after the view.
+func TestRecoverCheckpointContending(t *testing.T) {
+	f := newRecFixture(t, true)
+	adm := f.admission(t, recoveryKey, "r1", f.named, 0)
+	notes := make([][]byte, 8)
+	for i := range notes {
+		notes[i] = f.recNote(t, int64(5+i), adm)
+	}
+	errs := make(chan error, len(notes))
+	for _, n := range notes {
+		go func() {
+			_, err := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: adm, SignedNote: n})
+			errs <- err
+		}()
+	}
+	ok := 0
+	for range notes {
+		if err := <-errs; err == nil {
+			ok++
+		} else if !errors.Is(err, witness.ErrRecoveryReplayed) && !errors.Is(err, witness.ErrRecoveryRefused) {
+			t.Errorf("contending request: %v", err)
+		}
+	}
+	st, _ := f.store.Log(f.origin)
+	if ok != 1 || len(st.Recoveries) != 1 {
+		t.Fatalf("%d accepted, %d recoveries stored", ok, len(st.Recoveries))
+	}
+}
