@@ -5,8 +5,13 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -124,6 +129,18 @@ func TestRecoverCheckpoint(t *testing.T) {
 	r := st.Recoveries[0]
 	if !bytes.Equal(r.Admission, adm) || r.FromSize != 8 || r.FromRoot != f.root8 || r.Size != 5 || r.AdmissionSHA256 != audit.Hash(sha256.Sum256(adm)) {
 		t.Fatalf("recovery record %+v", r)
+	}
+	// Anyone can see it, without the admission itself.
+	resp, err := http.Get(f.srv.URL + witness.RecoveriesPath + "?origin=" + url.QueryEscape(f.origin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var views []witness.RecoveryView
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := json.Unmarshal(raw, &views); err != nil || len(views) != 1 || views[0].FromSize != 8 || views[0].Size != 5 ||
+		views[0].AdmissionSHA256 != hex.EncodeToString(r.AdmissionSHA256[:]) || bytes.Contains(raw, []byte(base64.StdEncoding.EncodeToString(adm)[:40])) {
+		t.Fatalf("GET recoveries: %s, %v", raw, err)
 	}
 	// The same request again (a lost answer) is answered, and writes nothing.
 	if _, err := f.client.RecoverCheckpoint(context.Background(), adm, signed); err != nil {

@@ -3,12 +3,14 @@ package witness
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Paths the Server answers.
@@ -17,6 +19,9 @@ const (
 	AddCheckpointPath = "/add-checkpoint"
 	// LatestPath is kvfence's own read endpoint, with ?origin=O.
 	LatestPath = "/kvfence/v1/latest"
+	// RecoveriesPath lists the recoveries the witness accepted for a log,
+	// with ?origin=O, as JSON (RecoveryView).
+	RecoveriesPath = "/kvfence/v1/recoveries"
 	// SizeContentType is the Content-Type of a 409 answer's body.
 	SizeContentType = "text/x.tlog.size"
 )
@@ -57,6 +62,16 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.recoverCheckpoint(rw, r)
+	case r.URL.Path == RecoveriesPath:
+		if !getOnly(rw, r) {
+			return
+		}
+		q := r.URL.Query()
+		if len(q) != 1 || len(q["origin"]) != 1 {
+			http.Error(rw, "want exactly one origin parameter", http.StatusBadRequest)
+			return
+		}
+		s.recoveries(rw, q.Get("origin"))
 	case r.URL.Path == LatestPath:
 		if !getOnly(rw, r) {
 			return
@@ -210,4 +225,44 @@ func (s *Server) addCheckpoint(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("add-checkpoint refused", "err", err)
+}
+
+// RecoveryView is one accepted recovery as GET /kvfence/v1/recoveries shows
+// it: what the admission was (its hash and time) and what it moved, not
+// the admission itself, which stays a bearer token until it expires.
+type RecoveryView struct {
+	// AdmissionSHA256 is the lowercase hex SHA-256 of the admission.
+	AdmissionSHA256 string `json:"admission_sha256"`
+	// AdmissionAt is the admission's signing time, Unix nanoseconds.
+	AdmissionAt int64 `json:"admission_at"`
+	// FromSize and FromRoot are the checkpoint the witness held before.
+	FromSize uint64 `json:"from_size"`
+	// FromRoot is the root of that checkpoint, base64.
+	FromRoot string `json:"from_root"`
+	// Size is the size of the checkpoint accepted in its place.
+	Size uint64 `json:"size"`
+	// Root is that checkpoint's root, base64.
+	Root string `json:"root"`
+	// AcceptedAt is when the witness stored it.
+	AcceptedAt time.Time `json:"accepted_at"`
+}
+
+func (s *Server) recoveries(rw http.ResponseWriter, origin string) {
+	st, err := s.w.store.Log(origin)
+	switch {
+	case errors.Is(err, ErrUnknownLog):
+		http.Error(rw, err.Error(), http.StatusNotFound)
+		return
+	case err != nil:
+		s.log.Error("recoveries", "origin", origin, "err", err)
+		http.Error(rw, "witness store failure", http.StatusInternalServerError)
+		return
+	}
+	out := []RecoveryView{}
+	for _, r := range st.Recoveries {
+		out = append(out, RecoveryView{AdmissionSHA256: hex.EncodeToString(r.AdmissionSHA256[:]), AdmissionAt: r.AdmissionAt,
+			FromSize: r.FromSize, FromRoot: r.FromRoot.String(), Size: r.Size, Root: r.Root.String(), AcceptedAt: r.AcceptedAt})
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(rw).Encode(out)
 }
