@@ -56,7 +56,7 @@ type Options struct {
 	// checks it when it is set.
 	Anchor audit.AnchorStore
 	// Witnesses, if any, are the witnesses that cosign the receiver's
-	// checkpoints (docs/design.md §15), and WitnessQuorum is K, how many
+	// checkpoints (docs/design.md §7.10), and WitnessQuorum is K, how many
 	// of them make a write acknowledged. A write is then acknowledged only
 	// once its anchor is written and K witnesses cosigned the checkpoint
 	// that covers it; fewer is ErrNotAcknowledged, as a failed anchor
