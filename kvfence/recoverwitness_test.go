@@ -330,3 +330,30 @@ func TestRecoverWitnessedDownWitnessNamedWrongly(t *testing.T) {
 	}
 	rw.r = r
 }
+
+// Ensure that a witness that was down when the receiver recovered, and
+// that the admission names at the checkpoint it holds, follows later: it
+// accepts the admission at its recovery endpoint when a round needs it.
+func TestRecoverWitnessedDownWitnessFollows(t *testing.T) {
+	rw := newRestoredWitnessed(t, []bool{true, true, true})
+	named := rw.witnessed()
+	rw.set.Witnesses[2].Down()
+	if _, err := Recover(rw.path, rw.admission(named), rw.recoverOpts()); err != nil {
+		t.Fatalf("recover with witness 3 down: %v", err)
+	}
+	rw.set.Witnesses[2].Up()
+	rw.reopenWitnessed()
+	// With witness 1 down, K=2 needs witness 3.
+	rw.set.Witnesses[0].Down()
+	if _, err := rw.admin.Hold(rw.ctx, HoldRequest{Scopes: []string{fixScope}, Reason: "after recovery"}); err != nil {
+		t.Fatalf("write after the recovery with witnesses 2 and 3: %v", err)
+	}
+	rw.set.Witnesses[0].Up()
+	st, err := rw.set.Witnesses[2].Log(rw.originOf(testKey.Public().(ed25519.PublicKey)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != rw.r.head.Seq || len(st.Recoveries) != 1 || st.Recoveries[0].FromSize != named[2].Size {
+		t.Fatalf("witness 3: size %d (head %d), %d recoveries", st.Size, rw.r.head.Seq, len(st.Recoveries))
+	}
+}
