@@ -307,6 +307,14 @@ func SignAdmission(priv ed25519.PrivateKey, a Admission) (SignedAdmission, error
 	}
 	sa := SignedAdmission{Admission: a, Key: KeyFingerprint(ed25519.PublicKey(priv[ed25519.SeedSize:]))}
 	copy(sa.Signature[:], ed25519.Sign(priv, msg))
+	// A long reason and many witnessed checkpoints together could make an
+	// admission that ParseSignedAdmission refuses: refuse it here.
+	if raw, err := sa.Marshal(); err != nil {
+		return SignedAdmission{}, err
+	} else if len(raw) > MaxAdmissionSize {
+		return SignedAdmission{}, fmt.Errorf("%w: %d bytes encoded, over the %d-byte limit (shorten the reason or the witnessed list)",
+			ErrBadAdmission, len(raw), MaxAdmissionSize)
+	}
 	return sa, nil
 }
 

@@ -136,7 +136,10 @@ func (w *Witness) RecoverCheckpoint(req RecoverCheckpointRequest) (string, error
 	return w.cosigner.Line(body, at)
 }
 
-// recover is RecoverCheckpoint's decision and write.
+// recover is RecoverCheckpoint's decision and write. The signatures are
+// checked against a read-only view first, so that requests that fail them
+// never take the write lock that add-checkpoint needs; the write
+// transaction decides again only if the log moved meanwhile.
 func (s *Store) recover(req RecoverCheckpointRequest, now func() time.Time) ([]byte, time.Time, error) {
 	origin, err := noteOrigin(req.SignedNote)
 	if err != nil {
@@ -146,81 +149,42 @@ func (s *Store) recover(req RecoverCheckpointRequest, now func() time.Time) ([]b
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	digest := sha256.Sum256(req.Admission)
-	var body []byte
+	var seen LogState
+	if err := s.db.View(func(tx *bolt.Tx) (err error) {
+		seen, err = getState(tx, origin)
+		return err
+	}); err != nil {
+		return nil, time.Time{}, err
+	}
+	c, body, again, err := s.decideRecovery(seen, req, sa)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
 	var at time.Time
-	// One write transaction: recoveries are rare, and deciding inside it
-	// means no other request can move the log between check and store.
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		st, err := getState(tx, origin)
 		if err != nil {
 			return err
 		}
-		if len(st.RecoveryKey) == 0 {
-			return fmt.Errorf("%w: %s", ErrNoRecoveryKey, origin)
-		}
-		c, n, err := openTrusted(st, req.SignedNote)
-		switch {
-		case errors.Is(err, ErrNotWitnessDB):
-			return err
-		case errors.Is(err, checkpoint.ErrUnverified), errors.Is(err, checkpoint.ErrBadSignature):
-			return fmt.Errorf("%w: %v", ErrForbidden, err)
-		case err != nil:
-			return fmt.Errorf("%w: %v", ErrBadRequest, err)
-		}
-		body = []byte(n.Text)
-		if c.Origin != origin || c.Size == 0 || c.Size > checkpoint.MaxSize {
-			return fmt.Errorf("%w: a recovered checkpoint of %q has size %d", ErrBadRequest, c.Origin, c.Size)
-		}
-		if err := sa.Verify(st.RecoveryKey); err != nil {
-			return fmt.Errorf("%w: %v", ErrRecoveryRefused, err)
-		}
-		logPub, err := verifierPublicKey(st.VerifierKey)
-		if err != nil {
-			return err
-		}
-		if o, err := checkpoint.ReceiverOrigin(sa.Receiver, logPub); err != nil || o != origin {
-			return fmt.Errorf("%w: the admission is for receiver %q, not the log %s", ErrRecoveryRefused, sa.Receiver, origin)
-		}
-		rs, err := checkpoint.ParseReceiverState(c.Extensions)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrBadRequest, err)
-		}
-		if rs.Admission != (audit.AdmissionRecord{SHA256: digest, At: sa.At}) {
-			return fmt.Errorf("%w: the checkpoint's %s line does not name this admission", ErrRecoveryRefused, checkpoint.ExtAdmission)
-		}
-		for _, r := range st.Recoveries {
-			if r.AdmissionSHA256 == audit.Hash(digest) {
-				if st.Cosigned && bytes.Equal(r.Note, req.SignedNote) && bytes.Equal(st.Note, req.SignedNote) {
-					// The answer to an accepted request was lost; it is
-					// durable already.
-					at = now()
-					return errNoChange
-				}
-				return fmt.Errorf("%w: it was accepted for size %d at %s", ErrRecoveryReplayed, r.Size, r.AcceptedAt.Format(time.RFC3339))
-			}
-			if sa.At <= r.AdmissionAt {
-				return fmt.Errorf("%w: an admission signed at or after it was accepted for size %d", ErrRecoveryReplayed, r.Size)
+		if !sameLogState(st, seen) {
+			if c, body, again, err = s.decideRecovery(st, req, sa); err != nil {
+				return err
 			}
 		}
-		named, ok := sa.Named(s.id)
-		switch {
-		case !ok:
-			return fmt.Errorf("%w: the admission does not name witness %s", ErrRecoveryRefused, s.id)
-		case !st.Cosigned:
-			return fmt.Errorf("%w: the witness holds no checkpoint of %s to recover from", ErrRecoveryRefused, origin)
-		case named.Size != st.Size || tlog.Hash(named.Root) != st.Root:
-			return fmt.Errorf("%w: the admission names witness %s at size %d, root %v, but it holds size %d, root %v",
-				ErrRecoveryRefused, s.id, named.Size, tlog.Hash(named.Root), st.Size, st.Root)
-		}
+		// Read inside the transaction, as add-checkpoint does.
 		at = now()
+		if again {
+			// The answer to an accepted request was lost; it is durable
+			// already.
+			return errNoChange
+		}
 		st.Recoveries = append(st.Recoveries, Recovery{
-			Admission: append([]byte(nil), req.Admission...), AdmissionSHA256: digest, AdmissionAt: sa.At,
+			Admission: bytes.Clone(req.Admission), AdmissionSHA256: sha256.Sum256(req.Admission), AdmissionAt: sa.At,
 			FromSize: st.Size, FromRoot: st.Root, Size: c.Size, Root: c.Root,
-			Note: append([]byte(nil), req.SignedNote...), AcceptedAt: at.UTC(),
+			Note: bytes.Clone(req.SignedNote), AcceptedAt: at.UTC(),
 		})
 		st.Cosigned, st.Size, st.Root = true, c.Size, c.Root
-		st.Note = append([]byte(nil), req.SignedNote...)
+		st.Note = bytes.Clone(req.SignedNote)
 		st.UpdatedAt = at.UTC()
 		return putState(tx.Bucket(bucketLogs), st)
 	})
@@ -228,4 +192,72 @@ func (s *Store) recover(req RecoverCheckpointRequest, now func() time.Time) ([]b
 		return nil, time.Time{}, err
 	}
 	return body, at, nil
+}
+
+// sameLogState says whether the log is where a view saw it.
+func sameLogState(a, b LogState) bool {
+	return a.Cosigned == b.Cosigned && a.Size == b.Size && a.Root == b.Root && bytes.Equal(a.Note, b.Note) &&
+		a.RecoveryKey.Equal(b.RecoveryKey) && len(a.Recoveries) == len(b.Recoveries)
+}
+
+// decideRecovery checks a recovery request against st, the log's state.
+// It returns the checkpoint and its body, and again when the request is
+// the one accepted last, whose checkpoint is still the latest.
+func (s *Store) decideRecovery(st LogState, req RecoverCheckpointRequest, sa audit.SignedAdmission) (c checkpoint.Checkpoint, body []byte, again bool, err error) {
+	if len(st.RecoveryKey) == 0 {
+		return c, nil, false, fmt.Errorf("%w: %s", ErrNoRecoveryKey, st.Origin)
+	}
+	c, n, err := openTrusted(st, req.SignedNote)
+	switch {
+	case errors.Is(err, ErrNotWitnessDB):
+		return c, nil, false, err
+	case errors.Is(err, checkpoint.ErrUnverified), errors.Is(err, checkpoint.ErrBadSignature):
+		return c, nil, false, fmt.Errorf("%w: %v", ErrForbidden, err)
+	case err != nil:
+		return c, nil, false, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	body = []byte(n.Text)
+	if c.Origin != st.Origin || c.Size == 0 || c.Size > checkpoint.MaxSize {
+		return c, nil, false, fmt.Errorf("%w: a recovered checkpoint of %q has size %d", ErrBadRequest, c.Origin, c.Size)
+	}
+	if err := sa.Verify(st.RecoveryKey); err != nil {
+		return c, nil, false, fmt.Errorf("%w: %v", ErrRecoveryRefused, err)
+	}
+	logPub, err := verifierPublicKey(st.VerifierKey)
+	if err != nil {
+		return c, nil, false, err
+	}
+	if o, err := checkpoint.ReceiverOrigin(sa.Receiver, logPub); err != nil || o != st.Origin {
+		return c, nil, false, fmt.Errorf("%w: the admission is for receiver %q, not the log %s", ErrRecoveryRefused, sa.Receiver, st.Origin)
+	}
+	rs, err := checkpoint.ParseReceiverState(c.Extensions)
+	if err != nil {
+		return c, nil, false, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	digest := sha256.Sum256(req.Admission)
+	if rs.Admission != (audit.AdmissionRecord{SHA256: digest, At: sa.At}) {
+		return c, nil, false, fmt.Errorf("%w: the checkpoint's %s line does not name this admission", ErrRecoveryRefused, checkpoint.ExtAdmission)
+	}
+	for _, r := range st.Recoveries {
+		if r.AdmissionSHA256 == audit.Hash(digest) {
+			if st.Cosigned && bytes.Equal(r.Note, req.SignedNote) && bytes.Equal(st.Note, req.SignedNote) {
+				return c, body, true, nil
+			}
+			return c, nil, false, fmt.Errorf("%w: it was accepted for size %d at %s", ErrRecoveryReplayed, r.Size, r.AcceptedAt.Format(time.RFC3339))
+		}
+		if sa.At <= r.AdmissionAt {
+			return c, nil, false, fmt.Errorf("%w: an admission signed at or after it was accepted for size %d", ErrRecoveryReplayed, r.Size)
+		}
+	}
+	named, ok := sa.Named(s.id)
+	switch {
+	case !ok:
+		return c, nil, false, fmt.Errorf("%w: the admission does not name witness %s", ErrRecoveryRefused, s.id)
+	case !st.Cosigned:
+		return c, nil, false, fmt.Errorf("%w: the witness holds no checkpoint of %s to recover from", ErrRecoveryRefused, st.Origin)
+	case named.Size != st.Size || tlog.Hash(named.Root) != st.Root:
+		return c, nil, false, fmt.Errorf("%w: the admission names witness %s at size %d, root %v, but it holds size %d, root %v",
+			ErrRecoveryRefused, s.id, named.Size, tlog.Hash(named.Root), st.Size, st.Root)
+	}
+	return c, body, false, nil
 }
