@@ -69,6 +69,15 @@ type Admission struct {
 	// by the recovering machine's clock (CheckTime).
 	Expires int64
 	Reason  string // why; 1 to MaxReasonLen bytes of UTF-8
+	// Witnessed names, for a receiver with witnesses, each witness's
+	// latest cosigned checkpoint of the receiver as the recovery operator
+	// saw it, sorted by witness name, each name once, at most
+	// MaxWitnessed. Recover refuses the admission unless every witness
+	// that answers is named at exactly what it holds; a witness accepts
+	// the recovered chain over its own only with an admission naming it
+	// at its latest. Empty, it is not encoded: admissions without
+	// witnesses keep their form.
+	Witnessed []WitnessedCheckpoint
 }
 
 // admissionWire holds the keys of both kinds; which ones are present is
@@ -87,11 +96,16 @@ type admissionWire struct {
 	AdmittedState  []byte `cbor:"admitted_state"`
 	SupersededSeq  uint64 `cbor:"superseded_seq"`
 	SupersededHead []byte `cbor:"superseded_head"`
+	// Witnessed is optional: absent, it decodes as empty.
+	Witnessed []witnessedWire `cbor:"witnessed"`
 }
 
 func checkAdmission(a *Admission) error {
 	if err := checkReceiver(a.Receiver); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadAdmission, err)
+	}
+	if err := checkWitnessed(a.Witnessed); err != nil {
+		return err
 	}
 	switch {
 	case a.AdmittedHead.Seq == 0:
@@ -123,11 +137,12 @@ func appendAdmission(b []byte, a *Admission) []byte {
 	if a.LostAnchor {
 		return appendLostAnchor(b, a)
 	}
-	b = appendHead(b, majorMap, 9)
+	b = appendHead(b, majorMap, 9+witnessedKeys(a))
 	b = appendInt(append(b, keyAt...), a.At)
 	b = appendText(append(b, "\x66reason"...), a.Reason)
 	b = appendInt(append(b, "\x67expires"...), a.Expires)
 	b = appendText(append(b, "\x68receiver"...), a.Receiver)
+	b = appendWitnessed(b, a.Witnessed)
 	b = appendHead(append(b, "\x6cadmitted_seq"...), majorUint, a.AdmittedHead.Seq)
 	b = appendBytes(append(b, "\x6dadmitted_head"...), a.AdmittedHead.Hash[:])
 	b = appendBytes(append(b, "\x6eadmitted_state"...), a.AdmittedState[:])
@@ -139,11 +154,12 @@ func appendAdmission(b []byte, a *Admission) []byte {
 // explicit lost_anchor true (0xf5) so that the kind is spelled out in the
 // bytes, not inferred from what is missing.
 func appendLostAnchor(b []byte, a *Admission) []byte {
-	b = appendHead(b, majorMap, 9)
+	b = appendHead(b, majorMap, 9+witnessedKeys(a))
 	b = appendInt(append(b, keyAt...), a.At)
 	b = appendText(append(b, "\x66reason"...), a.Reason)
 	b = appendInt(append(b, "\x67expires"...), a.Expires)
 	b = appendText(append(b, "\x68receiver"...), a.Receiver)
+	b = appendWitnessed(b, a.Witnessed)
 	b = appendHead(append(b, "\x6bepoch_floor"...), majorUint, a.EpochFloor)
 	b = append(b, "\x6blost_anchor\xf5"...)
 	b = appendHead(append(b, "\x6cadmitted_seq"...), majorUint, a.AdmittedHead.Seq)
@@ -184,6 +200,10 @@ func parseAdmission(raw []byte) (Admission, error) {
 		At:            w.At,
 		Expires:       *w.Expires,
 		Reason:        w.Reason,
+	}
+	var err error
+	if a.Witnessed, err = parseWitnessed(w.Witnessed); err != nil {
+		return Admission{}, err
 	}
 	// A lost-anchor admission's superseded keys, if any, are left out here
 	// and so make the re-encoding differ below.
@@ -265,7 +285,8 @@ func (a Admission) CheckTime(now time.Time) error {
 }
 
 // SignedAdmission is an admission with the Ed25519 signature of the
-// recovery key whose fingerprint is Key. It is comparable with ==.
+// recovery key whose fingerprint is Key. Its Witnessed list makes it not
+// comparable with ==.
 type SignedAdmission struct {
 	// Admission is the signed statement.
 	Admission
@@ -286,6 +307,14 @@ func SignAdmission(priv ed25519.PrivateKey, a Admission) (SignedAdmission, error
 	}
 	sa := SignedAdmission{Admission: a, Key: KeyFingerprint(ed25519.PublicKey(priv[ed25519.SeedSize:]))}
 	copy(sa.Signature[:], ed25519.Sign(priv, msg))
+	// A long reason and many witnessed checkpoints together could make an
+	// admission that ParseSignedAdmission refuses: refuse it here.
+	if raw, err := sa.Marshal(); err != nil {
+		return SignedAdmission{}, err
+	} else if len(raw) > MaxAdmissionSize {
+		return SignedAdmission{}, fmt.Errorf("%w: %d bytes encoded, over the %d-byte limit (shorten the reason or the witnessed list)",
+			ErrBadAdmission, len(raw), MaxAdmissionSize)
+	}
 	return sa, nil
 }
 
@@ -305,7 +334,7 @@ func (sa SignedAdmission) Marshal() ([]byte, error) {
 	if err := checkAdmission(&sa.Admission); err != nil {
 		return nil, err
 	}
-	body := appendAdmission(make([]byte, 0, 208+len(sa.Receiver)+len(sa.Reason)), &sa.Admission)
+	body := appendAdmission(make([]byte, 0, 208+len(sa.Receiver)+len(sa.Reason)+96*len(sa.Witnessed)), &sa.Admission)
 	return appendSigned(make([]byte, 0, 128+len(body)), keyAdmission, sa.Key, &sa.Signature, body), nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -139,7 +140,7 @@ func TestSignedAdmission_Mangling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := ParseSignedAdmission(raw); err != nil || got != sa {
+		if got, err := ParseSignedAdmission(raw); err != nil || !reflect.DeepEqual(got, sa) {
 			t.Fatalf("round trip: %+v, %v", got, err)
 		}
 		mangle(raw, func(i int, m []byte) {
@@ -314,7 +315,7 @@ func TestAdmission_LostAnchorDocExample(t *testing.T) {
 	if got := hex.EncodeToString(appendAdmission(nil, &a)); got != want {
 		t.Fatalf("encoding\n got %s\nwant %s", got, want)
 	}
-	if got, err := parseAdmission(appendAdmission(nil, &a)); err != nil || got != a {
+	if got, err := parseAdmission(appendAdmission(nil, &a)); err != nil || !reflect.DeepEqual(got, a) {
 		t.Fatalf("parse: %+v, %v", got, err)
 	}
 }
@@ -356,7 +357,7 @@ func TestSignAdmission_Validity(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got, err := ParseSignedAdmission(raw); err != nil || got != sa {
+				if got, err := ParseSignedAdmission(raw); err != nil || !reflect.DeepEqual(got, sa) {
 					t.Fatalf("round trip: %+v, %v", got, err)
 				}
 				edited := sa

@@ -132,6 +132,10 @@ func FuzzParseSignedAdmission(f *testing.F) {
 	f.Add(raw[:len(raw)-1])
 	f.Add(append(bytes.Clone(raw), 0))
 	f.Add([]byte{0xa0})
+	// With witnessed checkpoints.
+	wa, _ := SignAdmission(recoveryKey, witnessedAdmission())
+	wraw, _ := wa.Marshal()
+	f.Add(wraw)
 	// The second format, without an expiry: refused, and a nearby seed.
 	if v2, err := os.ReadFile("testdata/format/admission-v2.cbor"); err == nil {
 		f.Add(v2)

@@ -13,7 +13,10 @@ import (
 	"math"
 	"time"
 
+	"golang.org/x/mod/sumdb/tlog"
+
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/checkpoint"
 	"github.com/kvfence/kvfence/engine"
 	"github.com/kvfence/kvfence/internal/chain"
 	"github.com/kvfence/kvfence/witness"
@@ -170,6 +173,21 @@ type RecoverOptions struct {
 	Now func() time.Time
 	// LockTimeout is as in Options.
 	LockTimeout time.Duration
+	// Witnesses and WitnessQuorum are the receiver's witnesses, as in
+	// Options. With them, Recover asks every witness for its latest
+	// checkpoint of the receiver, needs N-K+1 answers (ErrWitnessAnswers),
+	// and refuses the admission (audit.ErrAdmissionMismatch, naming the
+	// witness) unless it names every witness that answered with a
+	// checkpoint at exactly that size and root: the recovery key decided
+	// against what the witnesses hold now. An admission that names
+	// witnesses is refused without them (ErrInvalidArgument). The
+	// admission is kept, so that the receiver can show it to a witness
+	// still on the superseded tree (Quorum.SetRecovery).
+	Witnesses []witness.Member
+	// WitnessQuorum is K, as in Options.
+	WitnessQuorum int
+	// WitnessTimeout bounds the question to the witnesses, as in Options.
+	WitnessTimeout time.Duration
 	// AnchorClusterID is the operator's statement of the anchor's
 	// cluster, 0 for none. A recovery on an anchor on another cluster
 	// than the one the receiver records moves the record only if this
@@ -321,6 +339,10 @@ func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*
 		rc.detail = fmt.Sprintf("superseded anchor %v; admitted head %v; admission sha256 %x",
 			sa.SupersededAnchor, sa.AdmittedHead, digest)
 	}
+	if err := r.checkRecoveryWitnesses(sa, opts); err != nil {
+		return RecoverResult{}, fmt.Errorf("kvfence: %s: %w", path, err)
+	}
+	rc.admission = admission
 	if err := CheckApart(r.eng, opts.Anchor); err != nil {
 		return RecoverResult{}, err
 	}
@@ -444,6 +466,9 @@ type recovery struct {
 	reason string
 	// consumed names the admission, for the checkpoints from this one on.
 	consumed audit.AdmissionRecord
+	// admission is the signed admission, kept under
+	// metaRecoveryAdmission.
+	admission []byte
 	// cluster is metaAnchorCluster's new value: the anchor's cluster, which
 	// the recovery key's authority may have moved, to a cluster the
 	// operator stated (checkRecoveryCluster).
@@ -476,6 +501,9 @@ func (r *Receiver) applyRecovery(rc *recovery, key ed25519.PrivateKey) (RecoverR
 		w.now = r.opts.Now()
 		res = RecoverResult{}
 		if err := tx.Put(bucketMeta, metaAnchorCluster, rc.cluster); err != nil {
+			return err
+		}
+		if err := tx.Put(bucketMeta, metaRecoveryAdmission, rc.admission); err != nil {
 			return err
 		}
 		// The recovery's entry is the next one; the revoked grants name it.
@@ -815,4 +843,52 @@ func (a *fixedAnchor) Store(*audit.SignedCheckpoint, audit.SignedCheckpoint) err
 
 func (a *fixedAnchor) Supersede(audit.SignedCheckpoint, audit.SignedCheckpoint) error {
 	return fmt.Errorf("%w: a verification does not write the anchor", ErrReadOnly)
+}
+
+// checkRecoveryWitnesses asks the witnesses of opts for their latest
+// checkpoints of this receiver and refuses sa unless it names each one
+// that answered with a checkpoint at exactly that size and root.
+func (r *Receiver) checkRecoveryWitnesses(sa audit.SignedAdmission, opts RecoverOptions) error {
+	if len(opts.Witnesses) == 0 {
+		if len(sa.Witnessed) > 0 || opts.WitnessQuorum != 0 {
+			return fmt.Errorf("%w: the admission names %d witnesses (quorum %d); give them, so that what they hold now is checked",
+				ErrInvalidArgument, len(sa.Witnessed), opts.WitnessQuorum)
+		}
+		return nil
+	}
+	q, err := r.newQuorum(opts.Witnesses, opts.WitnessQuorum)
+	if err != nil {
+		return err
+	}
+	seen := map[string]string{}
+	for _, m := range q.Members() {
+		// The admission names witnesses by their own names: two members
+		// under one would make its entry ambiguous.
+		if other, ok := seen[q.KeyName(m)]; ok {
+			return fmt.Errorf("%w: witnesses %q and %q sign under one name %q", ErrInvalidArgument, other, m, q.KeyName(m))
+		}
+		seen[q.KeyName(m)] = m
+	}
+	origin, err := checkpoint.ReceiverOrigin(r.id, r.pub)
+	if err != nil {
+		return err
+	}
+	timeout := opts.WitnessTimeout
+	if timeout <= 0 {
+		timeout = DefaultWitnessTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err := q.Latest(ctx, origin)
+	if err != nil {
+		return err
+	}
+	var latest []audit.WitnessedCheckpoint
+	for _, a := range res.Members {
+		if a.Answered {
+			latest = append(latest, audit.WitnessedCheckpoint{Witness: q.KeyName(a.Member), Size: a.Size, Root: audit.Hash(a.Root)})
+		}
+	}
+	empty, _ := tlog.TreeHash(0, nil)
+	return sa.CheckWitnesses(latest, audit.Hash(empty))
 }

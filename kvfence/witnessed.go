@@ -3,6 +3,7 @@ package kvfence
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -258,11 +259,26 @@ func (r *Receiver) checkWitnessesOnce(ctx context.Context, q *witness.Quorum) (w
 	if err != nil {
 		return witness.CheckResult{}, local, err
 	}
+	consumed, sa, found, err := r.consumedAdmission(latest)
+	if err != nil {
+		return witness.CheckResult{}, local, fmt.Errorf("kvfence: %s: witnesses: %w", r.path, err)
+	}
+	if found {
+		// Witnesses still on the tree the recovery superseded are asked
+		// to accept the recovered one with it (Quorum.SetRecovery).
+		q.SetRecovery(consumed)
+	}
 	res, err := q.Check(ctx, local.Origin, local, func(old, size uint64) (tlog.TreeProof, error) { return r.treeProof(old, size) })
 	if err == nil {
 		return res, local, nil
 	}
 	var d *witness.DivergenceError
+	if found && errors.As(err, &d) {
+		err = excuseRecovered(res, q, sa)
+		if err == nil {
+			return res, local, nil
+		}
+	}
 	switch {
 	case errors.As(err, &d):
 		return res, local, fmt.Errorf("kvfence: %s: %w: %w", r.path, integrityKind(d), err)
@@ -379,4 +395,62 @@ func (r *Receiver) keepCosigned(res witness.CheckResult) {
 	if n >= r.witnesses.Threshold() {
 		r.cosigned.Store(&cosignedNote{size: latest.Seq, note: append(signed, lines...)})
 	}
+}
+
+// metaRecoveryAdmission is the meta key of the signed admission that the
+// newest recovery consumed, kept so that the receiver can show it to
+// witnesses still on the tree it superseded.
+var metaRecoveryAdmission = []byte("recovery_admission")
+
+// consumedAdmission returns the signed admission the database keeps, if
+// it is the one latest (the database's newest checkpoint, verified with
+// the receiver's key) names as consumed: its SHA-256 and its time. Found
+// is false for a checkpoint that names none, or names one whose bytes are
+// not kept (a recovery from before they were).
+func (r *Receiver) consumedAdmission(latest audit.SignedCheckpoint) (raw []byte, sa audit.SignedAdmission, found bool, err error) {
+	if latest.Admission.IsZero() || latest.Receiver != r.id || latest.Verify(r.pub) != nil {
+		return nil, sa, false, nil
+	}
+	if err := r.view(func(tx engine.Tx) (err error) {
+		raw, err = tx.Get(bucketMeta, metaRecoveryAdmission)
+		return err
+	}); err != nil {
+		return nil, sa, false, err
+	}
+	if raw == nil || sha256.Sum256(raw) != [32]byte(latest.Admission.SHA256) {
+		return nil, sa, false, nil
+	}
+	sa, err = audit.ParseSignedAdmission(raw)
+	if err != nil || sa.At != latest.Admission.At || sa.Receiver != r.id {
+		// The hash is the checkpoint's, so these bytes are what the
+		// receiver consumed; that they do not parse now is damage.
+		return nil, sa, false, fmt.Errorf("%w: the kept recovery admission does not parse as the one consumed: %v", ErrBadFormat, err)
+	}
+	return bytes.Clone(raw), sa, true, nil
+}
+
+// excuseRecovered returns nil if every witness that diverged in res holds
+// exactly the checkpoint that the recovery admission sa names for it (by
+// its key name): the tree the recovery key decided to supersede, which the
+// witness will give up for the recovered one when it accepts the
+// admission. Any other divergence is returned, as is too few answers.
+func excuseRecovered(res witness.CheckResult, q *witness.Quorum, sa audit.SignedAdmission) error {
+	var left []error
+	for _, a := range res.Members {
+		var d *witness.DivergenceError
+		if !a.Answered || !errors.As(a.Err, &d) {
+			continue
+		}
+		if named, ok := sa.Named(q.KeyName(a.Member)); ok && named.Size == a.Size && named.Root == audit.Hash(a.Root) && a.Size != 0 {
+			continue
+		}
+		left = append(left, a.Err)
+	}
+	if len(left) > 0 {
+		return errors.Join(left...)
+	}
+	if res.Answers < res.Needed {
+		return fmt.Errorf("%w: %d of the %d needed", witness.ErrTooFewAnswers, res.Answers, res.Needed)
+	}
+	return nil
 }

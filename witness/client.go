@@ -108,6 +108,43 @@ func (c *Client) AddCheckpoint(ctx context.Context, oldSize uint64, proof tlog.T
 	default:
 		return "", statusError(status, resp)
 	}
+	return c.cosignatureLine(resp, signedNote)
+}
+
+// RecoverCheckpoint asks the witness to accept signedNote, the receiver's
+// checkpoint of a chain re-admitted by the signed recovery admission
+// admission, in place of the checkpoint it holds, and returns its
+// cosignature line as AddCheckpoint does. A refusal is ErrForbidden
+// together with ErrNoRecoveryKey, ErrRecoveryRefused or
+// ErrRecoveryReplayed when the witness says which; else ErrBadRequest,
+// ErrUnknownLog, ErrUnexpectedResponse or the transport's error.
+func (c *Client) RecoverCheckpoint(ctx context.Context, admission, signedNote []byte) (string, error) {
+	body := RecoverCheckpointRequest{Admission: admission, SignedNote: signedNote}.Marshal()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(RecoverCheckpointPath, nil), bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	status, _, resp, err := c.do(req)
+	if err != nil {
+		return "", err
+	}
+	if status != http.StatusOK {
+		err := statusError(status, resp)
+		said := strings.TrimSpace(string(resp))
+		for _, sentinel := range []error{ErrNoRecoveryKey, ErrRecoveryRefused, ErrRecoveryReplayed} {
+			if status == http.StatusForbidden && strings.HasPrefix(said, sentinel.Error()+":") {
+				return "", fmt.Errorf("%w: %w", sentinel, err)
+			}
+		}
+		return "", err
+	}
+	return c.cosignatureLine(resp, signedNote)
+}
+
+// cosignatureLine checks a 200 answer to a cosigning request for
+// signedNote: signature lines, and with a Verifier the one by its key.
+func (c *Client) cosignatureLine(resp, signedNote []byte) (string, error) {
 	// One or more signature lines (a witness may cosign with several keys).
 	text := string(resp)
 	if text == "" || !strings.HasSuffix(text, "\n") {

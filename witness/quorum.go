@@ -123,6 +123,10 @@ type Quorum struct {
 	// a witness in the opposite order and make the older one look like a
 	// rollback.
 	round chan struct{}
+
+	recoveryMu sync.Mutex
+	// recovery is the signed admission that SetRecovery gave, or nil.
+	recovery []byte
 }
 
 type quorumMember struct {
@@ -136,6 +140,9 @@ type quorumMember struct {
 	// a checkpoint whose request was cancelled (the witness most likely
 	// committed it; if not, its 409 says so and costs one retry).
 	askFrom uint64
+	// recoveryRefused is set once the witness refused the recovery
+	// admission: it is not asked again with it.
+	recoveryRefused bool
 }
 
 // NewQuorum checks opts and returns the quorum, or ErrBadQuorum saying
@@ -188,6 +195,34 @@ func NewQuorum(opts QuorumOptions) (*Quorum, error) {
 		q.members = append(q.members, quorumMember{name: m.Name, client: &c})
 	}
 	return q, nil
+}
+
+// SetRecovery gives the quorum the signed recovery admission that the
+// log's checkpoints name (nil for none). From then on a Cosign round asks
+// a member whose answer shows a tree the checkpoint does not extend (a
+// rollback or a fork) to accept the checkpoint at the recovery endpoint
+// with this admission (Client.RecoverCheckpoint), once per member: a
+// member that accepted is asked as usual from then on, and one that
+// refused is not asked with it again.
+func (q *Quorum) SetRecovery(admission []byte) {
+	q.recoveryMu.Lock()
+	q.recovery = append([]byte(nil), admission...)
+	if admission == nil {
+		q.recovery = nil
+	}
+	q.recoveryMu.Unlock()
+}
+
+// KeyName returns the key name of the member's cosignatures (the witness's
+// own name, which a recovery admission names it by), or "" for a name not
+// in the quorum.
+func (q *Quorum) KeyName(member string) string {
+	for i := range q.members {
+		if q.members[i].name == member {
+			return q.members[i].client.cosv.Name()
+		}
+	}
+	return ""
 }
 
 // Threshold returns the quorum's K.
@@ -332,6 +367,9 @@ func (q *Quorum) Cosign(ctx context.Context, signedNote []byte, prove ProveFunc)
 	case <-ctx.Done():
 		return CosignResult{Size: cp.Size}, ctx.Err()
 	}
+	q.recoveryMu.Lock()
+	recovery := q.recovery
+	q.recoveryMu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	// Cancel, then wait: no request outlives the call.
@@ -346,6 +384,10 @@ func (q *Quorum) Cosign(ctx context.Context, signedNote []byte, prove ProveFunc)
 		go func() {
 			defer wg.Done()
 			line, err := m.cosign(ctx, cp, signedNote, prove)
+			var d *DivergenceError
+			if recovery != nil && errors.As(err, &d) && ctx.Err() == nil {
+				line, err = m.recover(ctx, cp, signedNote, recovery, d)
+			}
 			if err != nil && ctx.Err() != nil {
 				m.guess(cp.Size)
 			}
@@ -426,6 +468,29 @@ func (m *quorumMember) cosign(ctx context.Context, cp checkpoint.Checkpoint, sig
 		}
 		old = conflict.Size
 	}
+}
+
+// recover asks the member, which diverged as d says, to accept the
+// checkpoint at the recovery endpoint with the admission, unless it
+// refused that before. A refusal is d, wrapped with the witness's error.
+func (m *quorumMember) recover(ctx context.Context, cp checkpoint.Checkpoint, signedNote, admission []byte, d *DivergenceError) (string, error) {
+	m.mu.Lock()
+	refused := m.recoveryRefused
+	m.mu.Unlock()
+	if refused {
+		return "", d
+	}
+	line, err := m.client.RecoverCheckpoint(ctx, admission, signedNote)
+	if err != nil {
+		if errors.Is(err, ErrForbidden) || errors.Is(err, ErrBadRequest) {
+			m.mu.Lock()
+			m.recoveryRefused = true
+			m.mu.Unlock()
+		}
+		return "", fmt.Errorf("%w; recovery admission not accepted: %w", d, err)
+	}
+	m.learn(cp.Size)
+	return line, nil
 }
 
 // add sends one add-checkpoint from old and checks the line it returns.
@@ -563,6 +628,37 @@ func (q *Quorum) Check(ctx context.Context, origin string, local checkpoint.Chec
 				fs = append(fs, fmt.Sprintf("%s: %v", a.Member, a.Err))
 			}
 		}
+		return res, fmt.Errorf("%w: %d of the %d needed (N-K+1 with N=%d, K=%d): %s",
+			ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, strings.Join(fs, "; "))
+	}
+	return res, nil
+}
+
+// Latest asks every member for its latest cosigned checkpoint of origin,
+// as Check does, and compares nothing: a recovery decides against what the
+// witnesses hold, whatever it is. Fewer than N-K+1 answers is
+// ErrTooFewAnswers, returned beside the result.
+func (q *Quorum) Latest(ctx context.Context, origin string) (CheckResult, error) {
+	res := CheckResult{Needed: len(q.members) - q.k + 1, Members: make([]MemberLatest, len(q.members))}
+	var wg sync.WaitGroup
+	for i := range q.members {
+		m := &q.members[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res.Members[i] = m.latest(ctx, q.log, origin)
+		}()
+	}
+	wg.Wait()
+	var fs []string
+	for _, a := range res.Members {
+		if a.Answered {
+			res.Answers++
+		} else {
+			fs = append(fs, fmt.Sprintf("%s: %v", a.Member, a.Err))
+		}
+	}
+	if res.Answers < res.Needed {
 		return res, fmt.Errorf("%w: %d of the %d needed (N-K+1 with N=%d, K=%d): %s",
 			ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, strings.Join(fs, "; "))
 	}

@@ -100,6 +100,14 @@ type LogState struct {
 	Note []byte `json:"note,omitempty"`
 	// UpdatedAt is when the witness stored it.
 	UpdatedAt time.Time `json:"updated_at"`
+	// RecoveryKey is the Ed25519 public key of the receiver's recovery
+	// key (TrustRecovery), or empty: without it the witness accepts no
+	// recovery of the log.
+	RecoveryKey ed25519.PublicKey `json:"recovery_key,omitempty"`
+	// Recoveries are the recoveries the witness accepted for the log,
+	// oldest first: each time it stored a checkpoint that does not extend
+	// the one before, on the strength of the recovery key's admission.
+	Recoveries []Recovery `json:"recoveries,omitempty"`
 }
 
 // Store is a witness's database: its name and public key, and per trusted

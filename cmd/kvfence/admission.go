@@ -7,10 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"github.com/kvfence/kvfence/internal/api"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/mod/sumdb/tlog"
+
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/checkpoint"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -47,6 +52,17 @@ type admissionJSON struct {
 	// AnchorDamage describes a damaged slot of the anchor file, or is
 	// null; recover overwrites it.
 	AnchorDamage *anchorDamageJSON `json:"anchor_damage"`
+	// Witnessed are the witnesses' checkpoints the admission names
+	// (--witnessed), sorted by witness; empty for none.
+	Witnessed []witnessedJSON `json:"witnessed"`
+}
+
+// witnessedJSON is one --witnessed checkpoint; the root in base64, as the
+// witness's note writes it.
+type witnessedJSON struct {
+	Witness string `json:"witness"`
+	Size    uint64 `json:"size"`
+	Root    string `json:"root"`
 }
 
 // What admission new found where the anchor should be (anchor_state).
@@ -68,7 +84,13 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	lostAnchor := fs.Bool("lost-anchor", false, "")
 	epochFloor := fs.Uint64("epoch-floor", 0, "")
 	validFor := fs.Duration("valid-for", defaultValidFor, "")
+	var witnessedArgs stringList
+	fs.Var(&witnessedArgs, "witnessed", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
+		return err
+	}
+	witnessed, err := parseWitnessed(witnessedArgs)
+	if err != nil {
 		return err
 	}
 	if *validFor <= 0 || *validFor > audit.MaxAdmissionValidity {
@@ -143,7 +165,7 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	at := c.m.now().UTC()
 	expires := at.Add(*validFor)
 	a := audit.Admission{Receiver: q.Receiver, AdmittedHead: q.Head, AdmittedState: q.State, At: at.UnixNano(),
-		Expires: expires.UnixNano(), Reason: *reason}
+		Expires: expires.UnixNano(), Reason: *reason, Witnessed: witnessed}
 	if *lostAnchor {
 		a.LostAnchor, a.EpochFloor = true, *epochFloor
 	} else {
@@ -165,7 +187,10 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 		AnchorSeq: q.Anchor.Seq, AnchorHead: headHex(q.Anchor), HeadSeq: q.Head.Seq, Head: headHex(q.Head), State: hex.EncodeToString(q.State[:]),
 		DatabaseEpochHighWater: q.DatabaseEpochHighWater, Reason: *reason, At: api.Time(at), Expires: api.Time(expires),
 		RecoveryKey:  sa.Key.String(),
-		AnchorDamage: anchorDamageOf(q.AnchorDamage)}
+		AnchorDamage: anchorDamageOf(q.AnchorDamage), Witnessed: []witnessedJSON{}}
+	for _, w := range witnessed {
+		res.Witnessed = append(res.Witnessed, witnessedJSON{Witness: w.Witness, Size: w.Size, Root: tlog.Hash(w.Root).String()})
+	}
 	if *lostAnchor {
 		res.EpochFloor = epochFloor
 		if *epochFloor <= q.DatabaseEpochHighWater {
@@ -197,6 +222,9 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 			fmt.Fprintf(tw, "anchor damage\t%v\n", q.AnchorDamage)
 		}
 		fmt.Fprintf(tw, "epoch high-water\t%d\n", q.EpochHighWater)
+	}
+	for _, w := range res.Witnessed {
+		fmt.Fprintf(tw, "witness %s\tsize %d, root %s\n", w.Witness, w.Size, w.Root)
 	}
 	fmt.Fprintf(tw, "reason\t%s\n", res.Reason)
 	fmt.Fprintf(tw, "signed at\t%s\n", humanTime(at))
@@ -297,7 +325,7 @@ func compareHeads(head, anchor audit.Head, damage *audit.SlotDamage) string {
 // Usage prints the command's help.
 func (c *AdmissionNewCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence admission new --recovery-key FILE --db FILE --anchor FILE --reason R
-                             [--valid-for D] --out ADM [--json]
+                             [--valid-for D] [--witnessed NAME=SIZE:ROOT]... --out ADM [--json]
        kvfence admission new --lost-anchor --recovery-key FILE --db FILE --reason R
                              [--epoch-floor N] [--anchor FILE] [--valid-for D] --out ADM [--json]
 
@@ -349,6 +377,14 @@ Arguments:
 	    expires, whoever holds the admission and a copy of the state it
 	    names, and can delete the anchor, can re-admit that copy (see
 	    SECURITY.md); keep it short.
+	--witnessed NAME=SIZE:ROOT
+	    Repeatable. For a receiver with witnesses: the latest checkpoint
+	    the witness NAME (its own name, the key name of its
+	    cosignatures) holds of this receiver, its tree size and its
+	    base64 root, as the witness shows it. recover refuses the
+	    admission unless every witness that answers is named at exactly
+	    what it holds then, and each witness accepts the recovered chain
+	    over its own only with an admission naming it so.
 	--epoch-floor N
 	    With --lost-anchor: the highest epoch this receiver is known to
 	    have used, from monitoring or the lost anchor's last known
@@ -361,4 +397,28 @@ Arguments:
 	    The receiver's anchor file. Defaults to $KVFENCE_ANCHOR. Required
 	    without --lost-anchor.
 `+usageEtcdSee+usageJSON)
+}
+
+// parseWitnessed reads --witnessed NAME=SIZE:ROOT values into the sorted
+// list an admission carries; a name given twice is refused.
+func parseWitnessed(args []string) ([]audit.WitnessedCheckpoint, error) {
+	var out []audit.WitnessedCheckpoint
+	for _, arg := range args {
+		name, rest, ok1 := strings.Cut(arg, "=")
+		size, root, ok2 := strings.Cut(rest, ":")
+		n, serr := checkpoint.ParseSize(size)
+		h, rerr := checkpoint.ParseHash(root)
+		if !ok1 || !ok2 || serr != nil || rerr != nil || checkpoint.CheckName(name) != nil {
+			return nil, &usageError{msg: fmt.Sprintf("kvfence admission new: --witnessed %q is not NAME=SIZE:ROOT (a witness name, a decimal size, a base64 root)", arg),
+				hint: "kvfence admission new -h"}
+		}
+		out = append(out, audit.WitnessedCheckpoint{Witness: name, Size: n, Root: audit.Hash(h)})
+	}
+	slices.SortFunc(out, func(a, b audit.WitnessedCheckpoint) int { return strings.Compare(a.Witness, b.Witness) })
+	for i := 1; i < len(out); i++ {
+		if out[i].Witness == out[i-1].Witness {
+			return nil, &usageError{msg: fmt.Sprintf("kvfence admission new: --witnessed names %s twice", out[i].Witness), hint: "one checkpoint per witness"}
+		}
+	}
+	return out, nil
 }

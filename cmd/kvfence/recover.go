@@ -31,7 +31,7 @@ type recoverJSON struct {
 func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	fs := newFlagSet("recover")
 	cf := commonFlags{name: "recover"}
-	cf.register(fs, withDB|withKey|withoutPub|withoutWitnesses)
+	cf.register(fs, withDB|withKey|withoutPub)
 	admission := fs.String("admission", "", "")
 	recoveryPub := fs.String("recovery-pub", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
@@ -77,6 +77,9 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	}
 	ropts := kvfence.RecoverOptions{Key: priv, Anchor: anchor, RecoveryKey: rpub, LockTimeout: cf.lockTimeout, Now: c.m.Now,
 		AnchorClusterID: cf.anchorEtcd.clusterID}
+	if ropts.Witnesses, ropts.WitnessQuorum, err = cf.witness.load(cf.name); err != nil {
+		return err
+	}
 	var res kvfence.RecoverResult
 	if cf.etcd.on() {
 		e, eerr := cf.openEngine()
@@ -143,7 +146,8 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 // Usage prints the command's help.
 func (c *RecoverCommand) Usage() {
 	fmt.Fprint(c.m.Stderr, `Usage: kvfence recover --admission ADM --recovery-pub FILE --db FILE --anchor FILE
-                       --key FILE [--lock-timeout DURATION] [--json]
+                       --key FILE [--lock-timeout DURATION] [--witness NAME=URL
+                       --witness-pub NAME=FILE ... --witness-quorum K] [--json]
 
 Applies an admission signed with the separately held recovery key
 (kvfence admission new), of either kind:
@@ -199,5 +203,9 @@ Arguments:
 	--anchor FILE
 	    The receiver's anchor file: superseded, or created after a
 	    lost-anchor admission. Defaults to $KVFENCE_ANCHOR.
-`+usageEtcdSee+usageLock+usageJSON)
+`+usageEtcdSee+usageLock+usageWitness+`	    With witnesses, recover needs N-K+1 of them to answer and refuses
+	    an admission that does not name each one that answered at exactly
+	    the checkpoint it holds (admission new --witnessed); after it, the
+	    witnesses accept the recovered chain on the first write.
+`+usageJSON)
 }

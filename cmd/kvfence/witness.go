@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -114,6 +115,9 @@ type witnessTrustJSON struct {
 	Origin      string `json:"origin"`
 	VerifierKey string `json:"verifier_key"`
 	Fingerprint string `json:"fingerprint"`
+	// RecoveryFingerprint is the fingerprint of the recovery key given
+	// with --recovery-pub, or empty.
+	RecoveryFingerprint string `json:"recovery_fingerprint,omitempty"`
 }
 
 // Run runs the command.
@@ -123,6 +127,7 @@ func (c *WitnessTrustCommand) Run(ctx context.Context, args []string) error {
 	db := fs.String("db", "", "")
 	name := fs.String("name", "", "")
 	pubPath := fs.String("receiver-pub", "", "")
+	recoveryPath := fs.String("recovery-pub", "", "")
 	if err := parseFlags(fs, c.Usage, args, 0); err != nil {
 		return err
 	}
@@ -141,6 +146,12 @@ func (c *WitnessTrustCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var recoveryPub ed25519.PublicKey
+	if *recoveryPath != "" {
+		if recoveryPub, err = keyfile.LoadPublic(*recoveryPath); err != nil {
+			return err
+		}
+	}
 	st, err := witness.OpenStore(*db, witness.StoreOptions{})
 	if err != nil {
 		return err
@@ -150,6 +161,12 @@ func (c *WitnessTrustCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	res := witnessTrustJSON{Receiver: *name, Origin: origin, VerifierKey: vkey, Fingerprint: audit.KeyFingerprint(pub).String()}
+	if recoveryPub != nil {
+		if err := st.TrustRecovery(origin, recoveryPub); err != nil {
+			return err
+		}
+		res.RecoveryFingerprint = audit.KeyFingerprint(recoveryPub).String()
+	}
 	if *asJSON {
 		return writeJSON(c.m.Stdout, res)
 	}
@@ -158,12 +175,15 @@ func (c *WitnessTrustCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "origin\t%s\n", res.Origin)
 	fmt.Fprintf(tw, "verifier key\t%s\n", res.VerifierKey)
 	fmt.Fprintf(tw, "fingerprint\t%s\n", res.Fingerprint)
+	if res.RecoveryFingerprint != "" {
+		fmt.Fprintf(tw, "recovery key\t%s\n", res.RecoveryFingerprint)
+	}
 	return tw.Flush()
 }
 
 // Usage prints the command's help.
 func (c *WitnessTrustCommand) Usage() {
-	fmt.Fprint(c.m.Stderr, `Usage: kvfence witness trust --db FILE --name RECEIVER --receiver-pub FILE [--json]
+	fmt.Fprint(c.m.Stderr, `Usage: kvfence witness trust --db FILE --name RECEIVER --receiver-pub FILE [--recovery-pub FILE] [--json]
 
 Makes the witness accept the checkpoints of the receiver RECEIVER (its id,
 as given to kvfence init) signed by the key in FILE (an ssh-ed25519 line, as
@@ -187,6 +207,12 @@ Arguments:
 	    The receiver id.
 	--receiver-pub FILE
 	    The receiver's public key.
+	--recovery-pub FILE
+	    The receiver's recovery public key (kvfence init --recovery-key).
+	    With it, the witness accepts the receiver's recovered chain over
+	    the checkpoint it holds when the recovery key's admission names
+	    that checkpoint (kvfence admission new --witnessed); without it,
+	    never. Given once; another key later is refused.
 `+usageJSON)
 }
 

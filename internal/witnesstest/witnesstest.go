@@ -207,3 +207,31 @@ func (s *Set) Close() error {
 	}
 	return first
 }
+
+// TrustRecovery makes every witness of the set accept recoveries of the
+// receiver with this id and key that the recovery key recoveryPub
+// admits; the receiver must be trusted first (TrustReceiver).
+func (s *Set) TrustRecovery(id string, pub, recoveryPub ed25519.PublicKey) error {
+	origin, err := checkpoint.ReceiverOrigin(id, pub)
+	if err != nil {
+		return err
+	}
+	for _, w := range s.Witnesses {
+		if err := w.TrustRecovery(origin, recoveryPub); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TrustRecovery makes the witness accept recoveries of origin that the
+// recovery key recoveryPub admits; the witness must be up.
+func (w *Witness) TrustRecovery(origin string, recoveryPub ed25519.PublicKey) error {
+	w.mu.Lock()
+	st := w.store
+	w.mu.Unlock()
+	if st == nil {
+		return fmt.Errorf("witness %s is down", w.Name)
+	}
+	return st.TrustRecovery(origin, recoveryPub)
+}
