@@ -201,6 +201,10 @@ func (r *Receiver) lead(self *call) {
 	if work != nil {
 		r.anchorCommits(work)
 		r.amu.Unlock()
+	} else if r.witnesses != nil {
+		r.amu.Lock()
+		r.cosignIdle(batch)
+		r.amu.Unlock()
 	}
 	for _, c := range batch {
 		if c != self {

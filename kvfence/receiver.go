@@ -542,6 +542,11 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 	if err := r.load(); err != nil {
 		return nil, err
 	}
+	if len(o.Witnesses) > 0 && o.Anchor == nil && !skipAnchor {
+		// They are asked where the anchor is checked; without it they
+		// would be dropped in silence, and nothing given is ignored.
+		return nil, fmt.Errorf("%w: witnesses without an anchor store: the witnesses are asked where the database is checked against its anchor", ErrInvalidArgument)
+	}
 	if !skipAnchor && r.opts.Anchor != nil {
 		// The witnesses are asked only where the anchor is checked: a
 		// verification or a recovery, which opens without it, asks them

@@ -312,27 +312,37 @@ func (r *Receiver) newQuorum(members []witness.Member, k int) (*witness.Quorum, 
 	return q, nil
 }
 
-// refreshWitnessed moves the anchor of a receiver with witnesses up to the
-// database's own newest checkpoint, which Open has verified (signature,
-// tree root and state), and has the witnesses cosign it. The receiver
-// without witnesses signs the head again instead; here that checkpoint
-// may be one the witnesses already cosigned (the anchor file was put back
-// alone), and the same size signed again with another time would be a
-// second account of one tree that every witness refuses, for ever.
-func (r *Receiver) refreshWitnessed() error {
+// refreshStored moves a lagging anchor up to the database's newest
+// checkpoint and, with witnesses, has them cosign it. That checkpoint is
+// read again here, for a store other processes write may have moved past
+// the head Open read, and must be this receiver's, signed with its key,
+// at a seq of this chain whose root is the stored tree's, and at or past
+// the head Open checked; the anchor's own rules (CheckAdvance) apply as
+// for any write.
+func (r *Receiver) refreshStored() error {
 	var latest audit.SignedCheckpoint
 	if err := r.view(func(tx engine.Tx) (err error) {
-		latest, err = auditChain.LatestCheckpoint(tx)
-		return err
+		if latest, err = auditChain.LatestCheckpoint(tx); err != nil {
+			return err
+		}
+		if latest.Receiver != r.id || latest.Verify(r.pub) != nil || latest.Seq < r.head.Seq {
+			return fmt.Errorf("%w: the database's newest checkpoint (seq %d) is not this receiver's signed checkpoint of its head (seq %d)",
+				ErrBadFormat, latest.Seq, r.head.Seq)
+		}
+		h, err := auditChain.HashAt(tx, latest.Seq)
+		if err != nil {
+			return err
+		}
+		if h != latest.Head {
+			return fmt.Errorf("%w: the newest checkpoint's seq %d has another hash in the store", audit.ErrForkDetected, latest.Seq)
+		}
+		return auditChain.CheckRoot(tx, latest.Checkpoint, "the database's newest checkpoint")
 	}); err != nil {
 		return fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}
-	if latest.Seq != r.head.Seq || latest.Head != r.head.Hash || latest.Receiver != r.id || latest.Verify(r.pub) != nil {
-		return fmt.Errorf("%w: %s: the database's newest checkpoint (seq %d) is not its head's (seq %d)", ErrBadFormat, r.path, latest.Seq, r.head.Seq)
-	}
 	err := r.advanceAnchor(latest)
-	if err == nil {
-		err = r.cosign(latest)
+	if err == nil && r.witnesses != nil {
+		err = r.cosignCovering(latest)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %s: moving the anchor up at open: %w", ErrNotAcknowledged, r.path, err)
@@ -453,4 +463,36 @@ func excuseRecovered(res witness.CheckResult, q *witness.Quorum, sa audit.Signed
 		return fmt.Errorf("%w: %d of the %d needed", witness.ErrTooFewAnswers, res.Answers, res.Needed)
 	}
 	return nil
+}
+
+// cosignIdle acknowledges a batch that committed nothing (every call
+// answered from what the store held: a repeated hold, an already applied
+// submit) only if K witnesses cosigned a checkpoint covering the store it
+// answered from: that state may come from a write whose round fell short
+// of K, and an answer from it is no more acknowledged than the write was.
+// It runs a round for the anchored checkpoint when no cosigned one this
+// receiver knows covers it. The caller holds amu.
+func (r *Receiver) cosignIdle(batch []*call) {
+	var answered []*call
+	for _, c := range batch {
+		if c.err == nil {
+			answered = append(answered, c)
+		}
+	}
+	if len(answered) == 0 {
+		return
+	}
+	sc := r.anchorNow()
+	if c := r.cosigned.Load(); c != nil && c.size >= sc.Seq {
+		return
+	}
+	var err error
+	if sc.Seq == 0 || !r.durableAnchor(sc) {
+		err = fmt.Errorf("witnesses: no durable anchored checkpoint to have cosigned")
+	} else {
+		err = r.cosignCovering(sc)
+	}
+	if err != nil {
+		r.notAcknowledged(answered, err)
+	}
 }

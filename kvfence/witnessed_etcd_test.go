@@ -121,5 +121,5 @@ func (d delayedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	case <-r.Context().Done():
 		return nil, r.Context().Err()
 	}
-	return http.DefaultTransport.RoundTrip(r)
+	return witnesstest.Transport().RoundTrip(r)
 }

@@ -376,7 +376,7 @@ func (l *Ledger) BeginContainment(ctx context.Context, action, reason string) (C
 		return nil
 	})
 	if errors.Is(err, errUnchanged) {
-		return out, nil
+		return out, l.idleAcknowledged()
 	}
 	return out, err
 }
@@ -751,7 +751,7 @@ func (l *Ledger) RecordSuccessor(ctx context.Context, id string, grants []Succes
 		return nil
 	})
 	if errors.Is(err, errUnchanged) {
-		return out, nil
+		return out, l.idleAcknowledged()
 	}
 	return out, err
 }

@@ -145,7 +145,7 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 		return nil
 	})
 	if errors.Is(err, errResumed) {
-		return out, nil
+		return out, l.idleAcknowledged()
 	}
 	return out, err
 }

@@ -353,7 +353,7 @@ func (s slowTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	case <-r.Context().Done():
 		return nil, r.Context().Err()
 	}
-	return http.DefaultTransport.RoundTrip(r)
+	return witnesstest.Transport().RoundTrip(r)
 }
 
 // Ensure that a write a quorum cosigned is acknowledged when another

@@ -116,6 +116,9 @@ func (l *Ledger) cosign(sc audit.SignedCheckpoint) (err error) {
 	defer cancel()
 	prove := func(old uint64) (tlog.TreeProof, error) { return l.treeProof(old, sc.Seq) }
 	res, err := l.witnesses.Cosign(ctx, signed, prove)
+	if err == nil {
+		l.cosignedSeq.Store(sc.Seq)
+	}
 	if err != nil {
 		// Short of K. A witness among the failures that told of a tree
 		// this one does not extend did so unsigned (a 409 or a 422): it
@@ -268,4 +271,25 @@ func (l *Ledger) warn(msg string) {
 		return
 	}
 	log.Print(msg)
+}
+
+// idleAcknowledged is the acknowledgment of a call that committed nothing
+// (a resumed claim, a containment record found as asked): what it
+// answered from may come from a write whose round fell short of K, and
+// the answer is no more acknowledged than that write was. With witnesses,
+// it runs a round for the anchored checkpoint unless one this ledger knows
+// K of them cosigned covers it; ErrNotAcknowledged if that falls short.
+func (l *Ledger) idleAcknowledged() error {
+	if l.witnesses == nil {
+		return nil
+	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.anchor.Seq == 0 || l.cosignedSeq.Load() >= l.anchor.Seq {
+		return nil
+	}
+	if err := l.cosign(l.anchor); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrNotAcknowledged, l.path, err)
+	}
+	return nil
 }

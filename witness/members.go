@@ -163,8 +163,7 @@ func memberNames(spec MemberSpec) ([]string, error) {
 }
 
 // checkMemberURL refuses a URL with user information (a password on a
-// command line is every local user's to read), and an http URL when a CA
-// file was given.
+// command line is every local user's to read), and any http URL.
 func checkMemberURL(name, raw string, withCA bool) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -173,8 +172,13 @@ func checkMemberURL(name, raw string, withCA bool) error {
 	if u.User != nil {
 		return fmt.Errorf("%w: witness %s: URL %q carries user information", ErrBadMemberSpec, name, raw)
 	}
-	if withCA && u.Scheme != "https" {
-		return fmt.Errorf("%w: witness %s: URL %q is plain http beside a CA file: use https", ErrBadMemberSpec, name, raw)
+	if u.Scheme != "https" {
+		// Over plain http, whoever sits between the receiver and the
+		// witness can play back its signed answers of a minute ago, or
+		// say "none" in its name (that answer is unsigned): enough, with
+		// N-K+1 answers, to open a restored database.
+		return fmt.Errorf("%w: witness %s: URL %q is plain http: use https (a network attacker could replay the witness's answers or forge its \"none\")",
+			ErrBadMemberSpec, name, raw)
 	}
 	return nil
 }

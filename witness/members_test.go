@@ -64,7 +64,7 @@ func TestLoadMembersRefusals(t *testing.T) {
 	notPub := writeFile(t, dir, "notpub", []byte("hello\n"))
 
 	good := func() witness.MemberSpec {
-		return witness.MemberSpec{URLs: map[string]string{"w1.test": "http://127.0.0.1:1", "w2.test": "http://127.0.0.1:2"},
+		return witness.MemberSpec{URLs: map[string]string{"w1.test": "https://127.0.0.1:1", "w2.test": "https://127.0.0.1:2"},
 			PubFiles: map[string]string{"w1.test": pub1, "w2.test": pub2}}
 	}
 	for _, tc := range []struct {
@@ -78,13 +78,14 @@ func TestLoadMembersRefusals(t *testing.T) {
 		{"empty url", func(s *witness.MemberSpec) { s.URLs["w1.test"] = "" }, nil, `"w1.test" has an empty URL`},
 		{"empty pub path", func(s *witness.MemberSpec) { s.PubFiles["w1.test"] = "" }, nil, `"w1.test" has a URL but no public key file`},
 		{"bad name", func(s *witness.MemberSpec) {
-			s.URLs["a b"], s.PubFiles["a b"] = "http://127.0.0.1:3", pub1again
+			s.URLs["a b"], s.PubFiles["a b"] = "https://127.0.0.1:3", pub1again
 		}, nil, `witness name "a b"`},
 		{"ftp url", func(s *witness.MemberSpec) { s.URLs["w1.test"] = "ftp://127.0.0.1:1" }, nil, "witness w1.test: URL"},
-		{"no host", func(s *witness.MemberSpec) { s.URLs["w1.test"] = "http:///x" }, nil, "witness w1.test: URL"},
+		{"no host", func(s *witness.MemberSpec) { s.URLs["w1.test"] = "https:///x" }, nil, "witness w1.test: URL"},
 		{"user info", func(s *witness.MemberSpec) { s.URLs["w1.test"] = "https://u:p@127.0.0.1:1" }, nil, "user information"},
-		{"query", func(s *witness.MemberSpec) { s.URLs["w1.test"] = "http://127.0.0.1:1/?a=b" }, nil, "witness w1.test"},
-		{"http beside CA", func(s *witness.MemberSpec) { s.CAFile = ca }, nil, "plain http beside a CA file"},
+		{"query", func(s *witness.MemberSpec) { s.URLs["w1.test"] = "https://127.0.0.1:1/?a=b" }, nil, "witness w1.test"},
+		{"http", func(s *witness.MemberSpec) { s.URLs["w1.test"] = "http://127.0.0.1:1" }, nil, "is plain http: use https"},
+		{"http beside CA", func(s *witness.MemberSpec) { s.URLs["w1.test"], s.CAFile = "http://127.0.0.1:1", ca }, nil, "is plain http: use https"},
 		{"same URL twice", func(s *witness.MemberSpec) { s.URLs["w2.test"] = s.URLs["w1.test"] }, nil, "w1.test and w2.test have the same URL"},
 		{"same key twice", func(s *witness.MemberSpec) { s.PubFiles["w2.test"] = pub1again }, nil, "w1.test and w2.test have the same public key"},
 		{"missing pub file", func(s *witness.MemberSpec) { s.PubFiles["w1.test"] = filepath.Join(dir, "nope") }, os.ErrNotExist, "witness w1.test"},

@@ -454,7 +454,9 @@ func (m *quorumMember) cosign(ctx context.Context, cp checkpoint.Checkpoint, sig
 		case !errors.As(err, &conflict):
 			return "", err
 		}
-		m.learn(conflict.Size)
+		// A 409 is unsigned: it steers the next request, it is not
+		// what LastCosigned reports.
+		m.guess(conflict.Size)
 		if conflict.Size > cp.Size {
 			return "", &DivergenceError{Kind: ErrRollbackDetected, Member: m.name,
 				WitnessSize: conflict.Size, LocalSize: cp.Size, LocalRoot: cp.Root}

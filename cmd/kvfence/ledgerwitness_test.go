@@ -38,7 +38,7 @@ func TestLedgerWitnessFlags(t *testing.T) {
 		}
 		wf = append(wf, "--witness", w.Name+"="+w.URL, "--witness-pub", w.Name+"="+path)
 	}
-	wf = append(wf, "--witness-quorum", "2")
+	wf = append(wf, "--witness-quorum", "2", "--witness-ca", set.CAFile)
 	with := func(args ...string) []string { return append(args, wf...) }
 
 	c.must(ExitUsage, with("ledger", "init", "--id", "ledger-1")...)

@@ -226,6 +226,7 @@ const usageWitness = `	--witness NAME=URL, --witness-pub NAME=FILE
 	    $KVFENCE_WITNESS_QUORUM).
 	--witness-ca FILE
 	    The CA certificates (PEM) the witnesses' https certificates chain
-	    to, instead of the system's; every URL must then be https
-	    ($KVFENCE_WITNESS_CA).
+	    to, instead of the system's ($KVFENCE_WITNESS_CA). Witness URLs
+	    are https only: over plain http a witness's answers could be
+	    replayed, or its "none" forged.
 `

@@ -41,7 +41,7 @@ func (c *cli) witnessed(k string) (*witnesstest.Set, []string) {
 		}
 		flags = append(flags, "--witness", w.Name+"="+w.URL, "--witness-pub", w.Name+"="+path)
 	}
-	return set, append(flags, "--witness-quorum", k)
+	return set, append(flags, "--witness-quorum", k, "--witness-ca", set.CAFile)
 }
 
 // errorCodeOf decodes the --json error document of a failed run.
@@ -163,7 +163,8 @@ func TestWitnessFlagsRestoreWithAnchor(t *testing.T) {
 func TestWitnessFlagsUsage(t *testing.T) {
 	c := newCLI(t)
 	c.receiver()
-	w1 := []string{"--witness", "w1.test=http://127.0.0.1:1", "--witness-pub", "w1.test=" + c.path("receiver.key.pub")}
+	w1 := []string{"--witness", "w1.test=https://127.0.0.1:1", "--witness-pub", "w1.test=" + c.path("receiver.key.pub")}
+	w1http := []string{"--witness", "w1.test=http://127.0.0.1:1", "--witness-pub", "w1.test=" + c.path("receiver.key.pub")}
 	empty := c.path("empty.pem")
 	if err := os.WriteFile(empty, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -187,7 +188,8 @@ func TestWitnessFlagsUsage(t *testing.T) {
 		{"witness without pub", []string{"status", "--witness", "w1.test=http://127.0.0.1:1"}, nil, "--witness w1.test has no --witness-pub w1.test=FILE"},
 		{"pub without witness", []string{"status", "--witness-pub", "w1.test=x"}, nil, "--witness-pub w1.test has no --witness w1.test=URL"},
 		{"ca without witnesses", []string{"status", "--witness-ca", empty}, nil, "--witness-ca without any --witness"},
-		{"http beside ca", append([]string{"status", "--witness-ca", empty}, w1...), nil, "plain http beside a CA file"},
+		{"http", append([]string{"status"}, w1http...), nil, "is plain http: use https"},
+		{"http beside ca", append([]string{"status", "--witness-ca", empty}, w1http...), nil, "is plain http: use https"},
 		{"empty ca", []string{"status", "--witness-ca", empty, "--witness", "w2.test=https://127.0.0.1:1",
 			"--witness-pub", "w2.test=" + c.path("recovery.key.pub")}, nil, "holds no PEM certificate"},
 		{"without anchor", append([]string{"status", "--anchor", ""}, w1...), nil, "--witness needs --anchor"},

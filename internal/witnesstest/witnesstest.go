@@ -1,22 +1,59 @@
 // Package witnesstest runs witnesses in this process, each on its own
-// loopback HTTP server, for tests and benchmarks of a receiver or ledger
-// that a quorum of witnesses cosigns. A witness here is the real one
-// (package witness: its store fsyncs before it answers); only its
-// process is shared.
+// loopback HTTPS server (a CA of the set's own), for tests and benchmarks
+// of a receiver or ledger that a quorum of witnesses cosigns. A witness
+// here is the real one (package witness: its store fsyncs before it
+// answers); only its process is shared.
 package witnesstest
 
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
+	"time"
+
+	"github.com/kvfence/kvfence/internal/pki"
 
 	"github.com/kvfence/kvfence/checkpoint"
 	"github.com/kvfence/kvfence/witness"
 )
+
+// shared is the process's CA and the witnesses' server certificate (for
+// 127.0.0.1), made once.
+var shared struct {
+	once      sync.Once
+	err       error
+	ca        pki.Pair
+	server    pki.Pair
+	transport *http.Transport
+}
+
+func loadPKI() error {
+	shared.once.Do(func() {
+		if shared.ca, shared.err = pki.NewCA("witnesstest CA", 7*24*time.Hour); shared.err != nil {
+			return
+		}
+		shared.server, shared.err = pki.Issue(shared.ca, pki.Options{Name: "witnesstest", IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
+			Server: true, Validity: 7 * 24 * time.Hour})
+		shared.transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: shared.ca.Pool(), MinVersion: tls.VersionTLS12},
+			MaxIdleConnsPerHost: 64}
+	})
+	return shared.err
+}
+
+// Transport returns an HTTP transport that trusts the witnesses' CA, for
+// a test's own client (one that delays or records requests) to wrap.
+func Transport() http.RoundTripper {
+	if loadPKI() != nil {
+		return http.DefaultTransport
+	}
+	return shared.transport
+}
 
 // Witness is one witness of a Set.
 type Witness struct {
@@ -33,24 +70,39 @@ type Witness struct {
 	store *witness.Store
 	srv   *http.Server
 	ln    net.Listener
+	cert  tls.Certificate
+	// client is the set's client, trusting its CA.
+	client *http.Client
 }
 
 // Set is N witnesses, each served on 127.0.0.1.
 type Set struct {
 	// Witnesses are the set's witnesses, in order.
 	Witnesses []*Witness
+	// CAFile is the PEM file of the CA the witnesses' certificates chain
+	// to (for --witness-ca).
+	CAFile string
+	client *http.Client
 }
 
 // Start creates n witnesses with databases in dir and serves each on a
 // loopback port of its own. Close stops them.
 func Start(dir string, n int) (*Set, error) {
-	s := &Set{}
+	if err := loadPKI(); err != nil {
+		return nil, err
+	}
+	s := &Set{CAFile: filepath.Join(dir, "witnesses-ca.crt"), client: &http.Client{Timeout: 30 * time.Second, Transport: Transport()}}
+	if err := os.WriteFile(s.CAFile, shared.ca.CertPEM(), 0o644); err != nil {
+		return nil, err
+	}
+	srvCert := shared.server
 	for i := range n {
 		pub, priv, err := ed25519.GenerateKey(rand.Reader)
 		if err != nil {
 			return nil, err
 		}
-		w := &Witness{Name: fmt.Sprintf("witness%d.test", i+1), Key: priv, Path: filepath.Join(dir, fmt.Sprintf("witness%d.db", i+1))}
+		w := &Witness{Name: fmt.Sprintf("witness%d.test", i+1), Key: priv, Path: filepath.Join(dir, fmt.Sprintf("witness%d.db", i+1)),
+			cert: srvCert.TLS(), client: s.client}
 		if err := witness.Create(w.Path, w.Name, pub); err != nil {
 			s.Close()
 			return nil, err
@@ -84,10 +136,10 @@ func (w *Witness) start(addr string) error {
 		st.Close()
 		return err
 	}
-	srv := &http.Server{Handler: witness.NewServer(wit, nil)}
-	go srv.Serve(ln)
+	srv := &http.Server{Handler: witness.NewServer(wit, nil), TLSConfig: &tls.Config{Certificates: []tls.Certificate{w.cert}}}
+	go srv.ServeTLS(ln, "", "")
 	w.mu.Lock()
-	w.store, w.srv, w.ln, w.URL = st, srv, ln, "http://"+ln.Addr().String()
+	w.store, w.srv, w.ln, w.URL = st, srv, ln, "https://"+ln.Addr().String()
 	w.mu.Unlock()
 	return nil
 }
@@ -123,7 +175,7 @@ func (s *Set) TrustReceiver(id string, pub ed25519.PublicKey) error {
 }
 
 // Members returns the witnesses as quorum members, with clients that use
-// httpClient (http.DefaultClient when nil).
+// httpClient (Client when nil).
 func (s *Set) Members(httpClient *http.Client) ([]witness.Member, error) {
 	var ms []witness.Member
 	for _, w := range s.Witnesses {
@@ -136,7 +188,12 @@ func (s *Set) Members(httpClient *http.Client) ([]witness.Member, error) {
 	return ms, nil
 }
 
-// Member returns the witness as a quorum member.
+// Client returns an HTTP client that trusts the set's CA.
+func (s *Set) Client() *http.Client { return s.client }
+
+// Member returns the witness as a quorum member, with a client that uses
+// httpClient (one trusting the set's CA when nil; a client of its own
+// must trust it too, see Set.Client and Set.CAFile).
 func (w *Witness) Member(httpClient *http.Client) (witness.Member, error) {
 	cosv, err := checkpoint.NewCosignatureVerifier(w.Name, w.Key.Public().(ed25519.PublicKey), checkpoint.CosignatureVerifierOptions{})
 	if err != nil {
@@ -145,6 +202,9 @@ func (w *Witness) Member(httpClient *http.Client) (witness.Member, error) {
 	w.mu.Lock()
 	url := w.URL
 	w.mu.Unlock()
+	if httpClient == nil {
+		httpClient = w.client
+	}
 	c, err := witness.NewClient(url, witness.ClientOptions{HTTPClient: httpClient, Verifier: cosv})
 	if err != nil {
 		return witness.Member{}, err
