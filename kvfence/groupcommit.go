@@ -276,9 +276,29 @@ func (r *Receiver) anchorCommits(work *anchorWork) {
 				err = fmt.Errorf("anchor store or witnesses panicked: %v", p)
 			}
 		}()
+		if r.witnesses == nil {
+			err = r.advanceAnchor(work.sc)
+			return
+		}
+		// The witnesses' round runs beside the anchor write, not after
+		// it: both wait on a disk, and the batch waits for the slower
+		// one, not for both. A round for a checkpoint whose anchor write
+		// then fails leaves a witness at a size the anchor is not; that
+		// is the crash window Open accepts, and Open anchors that very
+		// checkpoint (refreshStored), so no witness is ever shown another
+		// body for the size.
+		round := make(chan error, 1)
+		go func() {
+			defer func() {
+				if p := recover(); p != nil {
+					round <- fmt.Errorf("witnesses panicked: %v", p)
+				}
+			}()
+			round <- r.cosignCovering(work.sc)
+		}()
 		err = r.advanceAnchor(work.sc)
-		if err == nil && r.witnesses != nil {
-			err = r.cosignCovering(work.sc)
+		if werr := <-round; err == nil {
+			err = werr
 		}
 	}()
 	// An Observer that panics must not leave amu held, which would stop

@@ -109,12 +109,11 @@ func (r *Receiver) signNote(sc audit.SignedCheckpoint) ([]byte, error) {
 	return checkpoint.Sign(cp, signer)
 }
 
-// cosign asks the witnesses to cosign sc, the checkpoint an anchor write
-// has just made durable, and returns nil once K of them did. It runs after
-// the anchor write, never beside it: a witness keeps one body per tree
-// size, and a checkpoint whose anchor write failed is signed again at the
-// same size (with another time) when Open moves the anchor up; it must
-// not have reached a witness.
+// cosign asks the witnesses to cosign sc, a checkpoint the database holds
+// (its anchor write beside the round, or done), and returns nil once K of
+// them did. A witness keeps one body per tree size: sc is only ever the
+// stored checkpoint of its size, which Open anchors as it is after a
+// failed anchor write (refreshStored), never a new signature of it.
 func (r *Receiver) cosign(sc audit.SignedCheckpoint) error {
 	signed, err := r.signNote(sc)
 	if err != nil {

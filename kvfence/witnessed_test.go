@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -373,4 +374,61 @@ func TestWitnessed_AnchorRestoredAloneOpens(t *testing.T) {
 		t.Fatalf("anchor at %d (%v), want moved up to the head %d", a.Seq, err, head)
 	}
 	wf.hold("drill again")
+}
+
+// Ensure that a write whose anchor write fails while the witnesses, asked
+// beside it, cosign its checkpoint is not acknowledged, and that the
+// receiver opened again anchors that very checkpoint and goes on: the
+// witnesses are never shown another body for that size.
+func TestWitnessed_AnchorWriteFailsBesideRound(t *testing.T) {
+	wf := newWitnessedFixture(t)
+	wf.r.Close()
+	fa := &roundSideAnchor{FileAnchor: wf.anchor}
+	o := wf.options()
+	o.Anchor = fa
+	r, err := wf.openStore(o, defect.Variant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa.fail.Store(true)
+	// Time passes before the reopen below: a checkpoint signed then
+	// would carry another time.
+	if _, err := r.Admin().Hold(wf.ctx, HoldRequest{Scopes: []string{fixScope}, Reason: "drill"}); !errors.Is(err, ErrNotAcknowledged) {
+		t.Fatalf("hold with a failing anchor write: %v, want ErrNotAcknowledged", err)
+	}
+	head := r.head.Seq
+	r.Close()
+	n := 0
+	for _, size := range wf.sizes() {
+		if size == head {
+			n++
+		}
+	}
+	if n < 2 {
+		t.Fatalf("witness sizes %v: want two at %d, cosigned beside the failed anchor write", wf.sizes(), head)
+	}
+	wf.clock.Add(time.Minute)
+	r, err = wf.open()
+	if err != nil {
+		t.Fatalf("open after the failed anchor write: %v", err)
+	}
+	wf.r, wf.admin = r, r.Admin()
+	if a, err := wf.anchor.Load(); err != nil || a.Seq != head {
+		t.Fatalf("anchor at %d (%v), want moved up to %d", a.Seq, err, head)
+	}
+	wf.hold("drill again")
+}
+
+// roundSideAnchor is a file anchor whose next write fails once fail is set.
+type roundSideAnchor struct {
+	audit.FileAnchor
+	fail atomic.Bool
+}
+
+// Store fails once if fail is set, else stores.
+func (a *roundSideAnchor) Store(old *audit.SignedCheckpoint, next audit.SignedCheckpoint) error {
+	if a.fail.CompareAndSwap(true, false) {
+		return errors.New("anchor disk full")
+	}
+	return a.FileAnchor.Store(old, next)
 }

@@ -88,10 +88,9 @@ func noteCheckpoint(id string, pub ed25519.PublicKey, sc audit.SignedCheckpoint)
 
 // cosign asks the witnesses to cosign sc, the checkpoint an anchor write
 // has just made durable, and returns nil once K of them did. It runs after
-// the anchor write, never beside it: a witness keeps one body per tree
-// size, and a checkpoint whose anchor write failed is signed again at the
-// same size (with another time) when Open moves the anchor up; it must not
-// have reached a witness.
+// the anchor write: a witness keeps one body per tree size, and sc is only
+// ever the stored checkpoint of its size, which Open anchors as it is
+// after a failed anchor write (anchorStoreHead), never a new signature.
 func (l *Ledger) cosign(sc audit.SignedCheckpoint) (err error) {
 	defer func() {
 		// A witness client that panics leaves the write unacknowledged,
