@@ -106,7 +106,7 @@
 // the pessimistic case.
 //
 // kvfence_submit_witnessed runs its three witnesses in the bench process,
-// each the real witness (package witness) on its own loopback HTTP server
+// each the real witness (package witness) on its own loopback HTTPS server
 // with its own bbolt file in the row's directory, which it fsyncs before
 // it answers; the receiver reaches them through http.DefaultClient. The
 // witnesses share the receiver's disk and processors, which a deployment

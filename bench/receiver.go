@@ -49,7 +49,7 @@ type receiver struct {
 // receiverOptions configures newReceiverWith.
 type receiverOptions struct {
 	// witnesses is the number of witnesses to start in the receiver's
-	// directory, each on a loopback HTTP server of its own; zero means
+	// directory, each on a loopback HTTPS server of its own; zero means
 	// none.
 	witnesses int
 	// quorum is how many of them must cosign each write.
