@@ -70,6 +70,12 @@ type Options struct {
 	Witnesses []witness.Member
 	// WitnessQuorum is K, 1 <= K <= len(Witnesses).
 	WitnessQuorum int
+	// WitnessFaults is F, how many witnesses may have lost, rolled back
+	// or forged their store at once: Open then needs N-K+1+F answers
+	// (witness.QuorumOptions.Faults), 0 <= F <= K-1. Zero trusts every
+	// witness's store: one rolled back beside K-1 down lets a restored
+	// database open.
+	WitnessFaults int
 	// WitnessTimeout bounds a cosign round and Open's question to the
 	// witnesses: zero means DefaultWitnessTimeout.
 	WitnessTimeout time.Duration
@@ -551,7 +557,7 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 		// The witnesses are asked only where the anchor is checked: a
 		// verification or a recovery, which opens without it, asks them
 		// itself.
-		if r.witnesses, err = r.newQuorum(o.Witnesses, o.WitnessQuorum); err != nil {
+		if r.witnesses, err = r.newQuorum(o.Witnesses, o.WitnessQuorum, o.WitnessFaults); err != nil {
 			return nil, err
 		}
 	}

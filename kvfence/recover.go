@@ -186,6 +186,8 @@ type RecoverOptions struct {
 	Witnesses []witness.Member
 	// WitnessQuorum is K, as in Options.
 	WitnessQuorum int
+	// WitnessFaults is F, as in Options.
+	WitnessFaults int
 	// WitnessTimeout bounds the question to the witnesses, as in Options.
 	WitnessTimeout time.Duration
 	// AnchorClusterID is the operator's statement of the anchor's
@@ -643,6 +645,8 @@ type VerifyOptions struct {
 	Witnesses []witness.Member
 	// WitnessQuorum is K, as in Options.
 	WitnessQuorum int
+	// WitnessFaults is F, as in Options.
+	WitnessFaults int
 	// WitnessTimeout is as in Options.
 	WitnessTimeout time.Duration
 }
@@ -800,7 +804,7 @@ func (r *Receiver) verifyChainAgainst(opts VerifyOptions) (audit.Report, error) 
 // checkpoints against the database's newest one, whose tree and state
 // have verified.
 func (r *Receiver) verifyWitnesses(rep audit.Report, opts VerifyOptions) (audit.Report, error) {
-	q, err := r.newQuorum(opts.Witnesses, opts.WitnessQuorum)
+	q, err := r.newQuorum(opts.Witnesses, opts.WitnessQuorum, opts.WitnessFaults)
 	if err != nil || q == nil {
 		return rep, err
 	}
@@ -856,7 +860,7 @@ func (r *Receiver) checkRecoveryWitnesses(sa audit.SignedAdmission, opts Recover
 		}
 		return nil
 	}
-	q, err := r.newQuorum(opts.Witnesses, opts.WitnessQuorum)
+	q, err := r.newQuorum(opts.Witnesses, opts.WitnessQuorum, opts.WitnessFaults)
 	if err != nil {
 		return err
 	}

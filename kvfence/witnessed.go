@@ -289,9 +289,9 @@ func (r *Receiver) checkWitnessesOnce(ctx context.Context, q *witness.Quorum) (w
 
 // newQuorum makes the quorum of members for this receiver's notes, or nil
 // for none.
-func (r *Receiver) newQuorum(members []witness.Member, k int) (*witness.Quorum, error) {
+func (r *Receiver) newQuorum(members []witness.Member, k, faults int) (*witness.Quorum, error) {
 	if len(members) == 0 {
-		if k != 0 {
+		if k != 0 || faults != 0 {
 			return nil, fmt.Errorf("%w: a witness quorum of %d without witnesses", ErrInvalidArgument, k)
 		}
 		return nil, nil
@@ -304,7 +304,7 @@ func (r *Receiver) newQuorum(members []witness.Member, k int) (*witness.Quorum, 
 	if err != nil {
 		return nil, err
 	}
-	q, err := witness.NewQuorum(witness.QuorumOptions{Members: members, Quorum: k, Log: logv})
+	q, err := witness.NewQuorum(witness.QuorumOptions{Members: members, Quorum: k, Faults: faults, Log: logv})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}

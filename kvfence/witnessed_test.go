@@ -432,3 +432,60 @@ func (a *roundSideAnchor) Store(old *audit.SignedCheckpoint, next audit.SignedCh
 	}
 	return a.FileAnchor.Store(old, next)
 }
+
+// Ensure that WitnessFaults closes what N-K+1 answers leave open: with
+// one witness's database rolled back (witness1, which cosigned the hold)
+// and the other cosigner down, the restored pair opens with F=0 (two
+// answers, neither ahead: the documented limit) and is refused with F=1,
+// which needs all three answers.
+func TestWitnessed_FaultsRolledBackWitness(t *testing.T) {
+	wf := newWitnessedFixture(t)
+	wf.activate("worker-a", "claim-1", wf.patchRequest("raise-retention"))
+	dir := t.TempDir()
+	backupDB, backupAnchor, backupW1 := filepath.Join(dir, "db"), filepath.Join(dir, "anchor"), filepath.Join(dir, "w1")
+	wf.r.Close()
+	w1, w2, w3 := wf.set.Witnesses[0], wf.set.Witnesses[1], wf.set.Witnesses[2]
+	copyFile(t, wf.path, backupDB)
+	copyFile(t, wf.anchor.Path, backupAnchor)
+	w1.Down()
+	copyFile(t, w1.Path, backupW1)
+	w1.Up()
+	// The hold, with witness3 unavailable: cosigned by witness1 and 2.
+	w3.Down()
+	r, err := wf.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf.r, wf.admin = r, r.Admin()
+	wf.hold("worker-a paused; replaced")
+	held := wf.head()
+	wf.r.Close()
+	w3.Up()
+	if s := wf.sizes(); s[0] != held || s[1] != held || s[2] >= held {
+		t.Fatalf("witness sizes %v after the hold at %d: setup failed", s, held)
+	}
+	// witness1 rolled back, witness2 down, the pair restored.
+	w1.Down()
+	copyFile(t, backupW1, w1.Path)
+	w1.Up()
+	w2.Down()
+	copyFile(t, backupDB, wf.path)
+	copyFile(t, backupAnchor, wf.anchor.Path)
+
+	o := wf.options()
+	o.ReadOnly = true
+	r, err = wf.openStore(o, defect.Variant{})
+	if err != nil {
+		t.Fatalf("F=0: %v; the documented limit is that this opens", err)
+	}
+	r.Close()
+	o.WitnessFaults = 1
+	if _, err := wf.openStore(o, defect.Variant{}); !errors.Is(err, ErrWitnessAnswers) {
+		t.Fatalf("F=1 with a rolled-back witness and one down: %v, want ErrWitnessAnswers", err)
+	}
+	w2.Up()
+	if _, err := wf.openStore(o, defect.Variant{}); !errors.Is(err, ErrRollbackDetected) {
+		t.Fatalf("F=1 with all up: %v, want ErrRollbackDetected", err)
+	}
+	wf.r, _ = wf.openStore(&Options{ReadOnly: true}, defect.Variant{})
+}

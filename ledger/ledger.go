@@ -226,7 +226,7 @@ func openWith(e engine.Engine, path string, shared bool, opts *Options, v defect
 	if l.opts.Anchor != nil {
 		// The witnesses are asked only where the anchor is checked: a
 		// verification, which opens without it, asks them itself.
-		if l.witnesses, err = newQuorum(l.id, l.pub, o.Witnesses, o.WitnessQuorum); err != nil {
+		if l.witnesses, err = newQuorum(l.id, l.pub, o.Witnesses, o.WitnessQuorum, o.WitnessFaults); err != nil {
 			return nil, err
 		}
 		if err := l.checkAnchor(); err != nil {

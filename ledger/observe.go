@@ -67,6 +67,8 @@ type VerifyOptions struct {
 	Witnesses []witness.Member
 	// WitnessQuorum is K, 1 <= K <= len(Witnesses).
 	WitnessQuorum int
+	// WitnessFaults is F, as in Options.
+	WitnessFaults int
 	// WitnessTimeout is as in Options.
 	WitnessTimeout time.Duration
 }
@@ -131,7 +133,7 @@ func (a fixedAnchor) Supersede(audit.SignedCheckpoint, audit.SignedCheckpoint) e
 // verifyChain is VerifyChain on an open, read-only ledger.
 func (l *Ledger) verifyChain(opts VerifyOptions) (audit.Report, error) {
 	// A quorum that cannot be made is refused before the chain is read.
-	q, err := newQuorum(l.id, opts.PublicKey, opts.Witnesses, opts.WitnessQuorum)
+	q, err := newQuorum(l.id, opts.PublicKey, opts.Witnesses, opts.WitnessQuorum, opts.WitnessFaults)
 	if err != nil {
 		return audit.Report{}, err
 	}

@@ -86,6 +86,10 @@ type Options struct {
 	Witnesses []witness.Member
 	// WitnessQuorum is K, 1 <= K <= len(Witnesses).
 	WitnessQuorum int
+	// WitnessFaults is F, how many witnesses may have lost, rolled back
+	// or forged their store at once: Open then needs N-K+1+F answers
+	// (witness.QuorumOptions.Faults), 0 <= F <= K-1.
+	WitnessFaults int
 	// WitnessTimeout bounds a cosign round and Open's question to the
 	// witnesses: zero means DefaultWitnessTimeout.
 	WitnessTimeout time.Duration

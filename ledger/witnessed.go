@@ -241,9 +241,9 @@ func (l *Ledger) checkWitnessesOnce(ctx context.Context, q *witness.Quorum, pub 
 
 // newQuorum makes the quorum of members for the notes of the ledger id
 // signed with pub, or nil for none.
-func newQuorum(id string, pub ed25519.PublicKey, members []witness.Member, k int) (*witness.Quorum, error) {
+func newQuorum(id string, pub ed25519.PublicKey, members []witness.Member, k, faults int) (*witness.Quorum, error) {
 	if len(members) == 0 {
-		if k != 0 {
+		if k != 0 || faults != 0 {
 			return nil, fmt.Errorf("%w: a witness quorum of %d without witnesses", ErrInvalidArgument, k)
 		}
 		return nil, nil
@@ -256,7 +256,7 @@ func newQuorum(id string, pub ed25519.PublicKey, members []witness.Member, k int
 	if err != nil {
 		return nil, err
 	}
-	q, err := witness.NewQuorum(witness.QuorumOptions{Members: members, Quorum: k, Log: logv})
+	q, err := witness.NewQuorum(witness.QuorumOptions{Members: members, Quorum: k, Faults: faults, Log: logv})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}

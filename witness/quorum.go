@@ -21,7 +21,7 @@ var (
 	// can no longer be reached.
 	ErrNoQuorum = errors.New("fewer than the quorum of witnesses cosigned the checkpoint")
 
-	// ErrTooFewAnswers means fewer than N-K+1 members answered Check, so
+	// ErrTooFewAnswers means fewer than N-K+1+F members answered Check, so
 	// the answers need not include any of the K that cosigned the latest
 	// acknowledged checkpoint.
 	ErrTooFewAnswers = errors.New("too few witnesses answered to rule out a rollback")
@@ -111,6 +111,12 @@ type QuorumOptions struct {
 	// Log verifies the log's signature on the checkpoints the quorum sends
 	// and on those the witnesses answer with.
 	Log note.Verifier
+	// Faults is F, how many witnesses may have lost, rolled back or
+	// forged their store (or lie) at once without a rollback passing
+	// Check: it needs N-K+1+F answers, so that they include an intact
+	// one of the K that cosigned the newest acknowledged checkpoint.
+	// 0 <= F <= K-1; zero trusts every witness's store.
+	Faults int
 }
 
 // Quorum asks N witnesses to cosign a log's checkpoints and counts K of
@@ -118,7 +124,9 @@ type QuorumOptions struct {
 type Quorum struct {
 	members []quorumMember
 	k       int
-	log     note.Verifier
+	// faults is QuorumOptions.Faults.
+	faults int
+	log    note.Verifier
 	// round holds one Cosign at a time: two rounds in flight could reach
 	// a witness in the opposite order and make the older one look like a
 	// rollback.
@@ -158,7 +166,10 @@ func NewQuorum(opts QuorumOptions) (*Quorum, error) {
 	if opts.Log == nil {
 		return nil, fmt.Errorf("%w: no log verifier", ErrBadQuorum)
 	}
-	q := &Quorum{k: opts.Quorum, log: opts.Log, round: make(chan struct{}, 1)}
+	if opts.Faults < 0 || opts.Faults > opts.Quorum-1 {
+		return nil, fmt.Errorf("%w: faults %d is not between 0 and K-1 = %d", ErrBadQuorum, opts.Faults, opts.Quorum-1)
+	}
+	q := &Quorum{k: opts.Quorum, faults: opts.Faults, log: opts.Log, round: make(chan struct{}, 1)}
 	names := map[string]bool{}
 	var keys []ed25519.PublicKey
 	for i, m := range opts.Members {
@@ -224,6 +235,9 @@ func (q *Quorum) KeyName(member string) string {
 	}
 	return ""
 }
+
+// needed is how many answers Check needs: N-K+1+F.
+func (q *Quorum) needed() int { return len(q.members) - q.k + 1 + q.faults }
 
 // Threshold returns the quorum's K.
 func (q *Quorum) Threshold() int { return q.k }
@@ -562,7 +576,7 @@ type CheckResult struct {
 	Members []MemberLatest
 	// Answers is how many members answered.
 	Answers int
-	// Needed is N-K+1.
+	// Needed is N-K+1+F.
 	Needed int
 }
 
@@ -573,7 +587,7 @@ type CheckResult struct {
 // that local does not extend (by prove and tlog.CheckTree), is
 // ErrForkDetected; each is a *DivergenceError naming the witness. Any one
 // divergence is an error, however many members answered. Otherwise fewer
-// than N-K+1 answers is ErrTooFewAnswers: only that many are sure to
+// than N-K+1+F answers (QuorumOptions.Faults) is ErrTooFewAnswers: only that many are sure to
 // include one of the K that cosigned the last acknowledged checkpoint. A
 // member's answer counts only if its cosignature verifies with the
 // member's key (and is fresh, see ClientOptions.MaxAge) and its checkpoint
@@ -582,7 +596,7 @@ type CheckResult struct {
 // Check waits for every member: give ctx a deadline, or a witness that
 // never answers holds it.
 func (q *Quorum) Check(ctx context.Context, origin string, local checkpoint.Checkpoint, prove ConsistencyFunc) (CheckResult, error) {
-	res := CheckResult{Needed: len(q.members) - q.k + 1}
+	res := CheckResult{Needed: q.needed()}
 	switch {
 	case local.Origin != origin:
 		return res, fmt.Errorf("check: the local checkpoint is of %q, not %q", local.Origin, origin)
@@ -630,18 +644,18 @@ func (q *Quorum) Check(ctx context.Context, origin string, local checkpoint.Chec
 				fs = append(fs, fmt.Sprintf("%s: %v", a.Member, a.Err))
 			}
 		}
-		return res, fmt.Errorf("%w: %d of the %d needed (N-K+1 with N=%d, K=%d): %s",
-			ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, strings.Join(fs, "; "))
+		return res, fmt.Errorf("%w: %d of the %d needed (N-K+1+F with N=%d, K=%d, F=%d): %s",
+			ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, q.faults, strings.Join(fs, "; "))
 	}
 	return res, nil
 }
 
 // Latest asks every member for its latest cosigned checkpoint of origin,
 // as Check does, and compares nothing: a recovery decides against what the
-// witnesses hold, whatever it is. Fewer than N-K+1 answers is
+// witnesses hold, whatever it is. Fewer than N-K+1+F answers is
 // ErrTooFewAnswers, returned beside the result.
 func (q *Quorum) Latest(ctx context.Context, origin string) (CheckResult, error) {
-	res := CheckResult{Needed: len(q.members) - q.k + 1, Members: make([]MemberLatest, len(q.members))}
+	res := CheckResult{Needed: q.needed(), Members: make([]MemberLatest, len(q.members))}
 	var wg sync.WaitGroup
 	for i := range q.members {
 		m := &q.members[i]
@@ -661,8 +675,8 @@ func (q *Quorum) Latest(ctx context.Context, origin string) (CheckResult, error)
 		}
 	}
 	if res.Answers < res.Needed {
-		return res, fmt.Errorf("%w: %d of the %d needed (N-K+1 with N=%d, K=%d): %s",
-			ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, strings.Join(fs, "; "))
+		return res, fmt.Errorf("%w: %d of the %d needed (N-K+1+F with N=%d, K=%d, F=%d): %s",
+			ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, q.faults, strings.Join(fs, "; "))
 	}
 	return res, nil
 }

@@ -235,6 +235,8 @@ func TestNewQuorumRefusals(t *testing.T) {
 		{"no client", witness.QuorumOptions{Members: with(2, witness.Member{Name: ms[2].Name, Verifier: ms[2].Verifier}), Quorum: 2, Log: f.logv}, "no client"},
 		{"no verifier", witness.QuorumOptions{Members: with(2, witness.Member{Name: ms[2].Name, Client: ms[2].Client}), Quorum: 2, Log: f.logv}, "no cosignature verifier"},
 		{"client verifies another key", witness.QuorumOptions{Members: with(0, witness.Member{Name: ms[0].Name, Client: otherClient, Verifier: ms[0].Verifier}), Quorum: 2, Log: f.logv}, "another key"},
+		{"faults negative", witness.QuorumOptions{Members: ms, Quorum: 2, Faults: -1, Log: f.logv}, "faults -1"},
+		{"faults K", witness.QuorumOptions{Members: ms, Quorum: 2, Faults: 2, Log: f.logv}, "faults 2 is not between 0 and K-1 = 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q, err := witness.NewQuorum(tc.opts)

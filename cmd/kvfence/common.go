@@ -431,6 +431,7 @@ func (c *commonFlags) openObserver(warn func(string)) (*kvfence.Receiver, error)
 			return nil, err
 		}
 	}
+	opts.WitnessFaults = c.witness.faults
 	if opts.Witnesses, opts.WitnessQuorum, err = c.witness.load(c.name); err != nil {
 		return nil, err
 	}
@@ -470,6 +471,7 @@ func (c *commonFlags) openWriter(warn func(string)) (*kvfence.Receiver, error) {
 		return nil, err
 	}
 	opts := &kvfence.Options{LockTimeout: c.lockTimeout, Key: priv, Anchor: anchor, Warn: warn}
+	opts.WitnessFaults = c.witness.faults
 	if opts.Witnesses, opts.WitnessQuorum, err = c.witness.load(c.name); err != nil {
 		return nil, err
 	}

@@ -142,6 +142,7 @@ func (f *ledgerFlags) require(write bool) error {
 func (f *ledgerFlags) open(write bool) (*ledger.Ledger, error) {
 	opts := &ledger.Options{LockTimeout: f.lockTimeout, ReadOnly: !write}
 	var err error
+	opts.WitnessFaults = f.witness.faults
 	if opts.Witnesses, opts.WitnessQuorum, err = f.witness.load(f.name); err != nil {
 		return nil, err
 	}

@@ -53,6 +53,7 @@ func (c *LedgerCommand) verifyChain(ctx context.Context, args []string) error {
 	}
 	vopts := ledger.VerifyOptions{Anchor: anchor, PublicKey: pub,
 		MaxAge: *maxAge, LockTimeout: lf.lockTimeout}
+	vopts.WitnessFaults = lf.witness.faults
 	if vopts.Witnesses, vopts.WitnessQuorum, err = lf.witness.load(lf.name); err != nil {
 		return err
 	}

@@ -77,6 +77,7 @@ func (c *RecoverCommand) Run(ctx context.Context, args []string) error {
 	}
 	ropts := kvfence.RecoverOptions{Key: priv, Anchor: anchor, RecoveryKey: rpub, LockTimeout: cf.lockTimeout, Now: c.m.Now,
 		AnchorClusterID: cf.anchorEtcd.clusterID}
+	ropts.WitnessFaults = cf.witness.faults
 	if ropts.Witnesses, ropts.WitnessQuorum, err = cf.witness.load(cf.name); err != nil {
 		return err
 	}

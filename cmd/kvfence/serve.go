@@ -484,6 +484,7 @@ func (c *ServeCommand) open(cf *commonFlags, obs *metrics.Metrics, maxRecords in
 		return nil, err
 	}
 	opts := &kvfence.Options{LockTimeout: cf.lockTimeout, Key: priv, Anchor: anchor, MaxRecords: maxRecords}
+	opts.WitnessFaults = cf.witness.faults
 	if opts.Witnesses, opts.WitnessQuorum, err = cf.witness.load(cf.name); err != nil {
 		return nil, err
 	}

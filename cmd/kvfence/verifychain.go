@@ -111,6 +111,7 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	vopts := kvfence.VerifyOptions{Anchor: anchor, PublicKey: pub, Progress: c.progress(),
 		MaxAge: *maxAge, LockTimeout: cf.lockTimeout, Archives: srcs,
 		AnchorClusterID: cf.anchorEtcd.clusterID}
+	vopts.WitnessFaults = cf.witness.faults
 	if vopts.Witnesses, vopts.WitnessQuorum, err = cf.witness.load(cf.name); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ const (
 	envWitnessPub    = "KVFENCE_WITNESS_PUB"
 	envWitnessQuorum = "KVFENCE_WITNESS_QUORUM"
 	envWitnessCA     = "KVFENCE_WITNESS_CA"
+	envWitnessFaults = "KVFENCE_WITNESS_FAULTS"
 )
 
 // ledgerEnvPrefix replaces "KVFENCE_" in the witness variables of a
@@ -42,6 +43,8 @@ type witnessFlags struct {
 	pubs   namedValues
 	quorum int
 	ca     string
+	// faults is F, --witness-faults (0 unless given).
+	faults int
 	// quorumSet says --witness-quorum or its variable was given.
 	quorumSet bool
 	// ledger makes resolve read the KVFENCE_LEDGER_ variables.
@@ -65,6 +68,7 @@ func (w *witnessFlags) register(fs *flag.FlagSet) {
 	fs.Var(&w.pubs, "witness-pub", "")
 	fs.IntVar(&w.quorum, "witness-quorum", 0, "")
 	fs.StringVar(&w.ca, "witness-ca", "", "")
+	fs.IntVar(&w.faults, "witness-faults", 0, "")
 }
 
 // registered reports whether fs has the witness flags.
@@ -106,6 +110,13 @@ func (w *witnessFlags) resolve(fs *flag.FlagSet, cmd string, getenv func(string)
 	if !isSet(fs, "witness-ca") {
 		w.ca = getenv(w.env(envWitnessCA))
 	}
+	if s := getenv(w.env(envWitnessFaults)); !isSet(fs, "witness-faults") && s != "" {
+		f, err := strconv.Atoi(s)
+		if err != nil {
+			return witnessUsage(cmd, "$%s %q is not a number", w.env(envWitnessFaults), s)
+		}
+		w.faults = f
+	}
 	return w.check(cmd)
 }
 
@@ -130,6 +141,15 @@ func (w *witnessFlags) check(cmd string) error {
 		return witnessUsage(cmd, "--witness-ca without any --witness")
 	case w.quorumSet && (w.quorum < 1 || w.quorum > n):
 		return witnessUsage(cmd, "--witness-quorum %d: want 1 to the %d witnesses given", w.quorum, n)
+	case n == 0 && w.faults != 0:
+		return witnessUsage(cmd, "--witness-faults %d without any --witness", w.faults)
+	}
+	k := n
+	if w.quorumSet {
+		k = w.quorum
+	}
+	if n > 0 && (w.faults < 0 || w.faults > k-1) {
+		return witnessUsage(cmd, "--witness-faults %d: want 0 to K-1 = %d", w.faults, k-1)
 	}
 	return nil
 }
@@ -224,6 +244,11 @@ const usageWitness = `	--witness NAME=URL, --witness-pub NAME=FILE
 	--witness-quorum K
 	    How many witnesses must cosign a write, 1 to N (default N;
 	    $KVFENCE_WITNESS_QUORUM).
+	--witness-faults F
+	    How many witnesses may have lost, rolled back or forged their
+	    database at once: opening then needs N-K+1+F answers, 0 to K-1
+	    (default 0, which trusts every witness's database;
+	    $KVFENCE_WITNESS_FAULTS).
 	--witness-ca FILE
 	    The CA certificates (PEM) the witnesses' https certificates chain
 	    to, instead of the system's ($KVFENCE_WITNESS_CA). Witness URLs
