@@ -888,10 +888,22 @@ func (r *Receiver) checkRecoveryWitnesses(sa audit.SignedAdmission, opts Recover
 		return err
 	}
 	var latest []audit.WitnessedCheckpoint
+	signed := 0
 	for _, a := range res.Members {
 		if a.Answered {
 			latest = append(latest, audit.WitnessedCheckpoint{Witness: q.KeyName(a.Member), Size: a.Size, Root: audit.Hash(a.Root)})
+			if a.Note != nil {
+				signed++
+			}
 		}
+	}
+	// A recovery cannot be undone: it is decided only against signed
+	// answers. "None" is unsigned (anyone on the path can say it in a
+	// witness's name, and a fresh process has seen no cosignature of its
+	// own to doubt it), so it does not count toward the answers needed.
+	if signed < res.Needed {
+		return fmt.Errorf("%w: %d signed answers of the %d needed for a recovery (a witness's \"none\" is unsigned and does not count)",
+			ErrWitnessAnswers, signed, res.Needed)
 	}
 	empty, _ := tlog.TreeHash(0, nil)
 	return sa.CheckWitnesses(latest, audit.Hash(empty))

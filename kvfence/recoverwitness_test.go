@@ -37,7 +37,7 @@ func newRestoredWitnessed(t *testing.T, trustRecovery []bool) *restoredWitnessed
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	f := &fixture{t: t, path: filepath.Join(dir, "r.db"), clock: newClock(), ctx: t.Context(),
+	f := &fixture{t: t, path: filepath.Join(dir, "r.db"), clock: &testClock{now: time.Now().UTC()}, ctx: t.Context(),
 		anchor: audit.FileAnchor{Path: filepath.Join(dir, "r.anchor")}}
 	if err := Init(f.path, &InitOptions{ReceiverID: "rcv", Key: testKey, Anchor: f.anchor,
 		RecoveryKey: recoveryKey.Public().(ed25519.PublicKey), Now: f.clock.Now}); err != nil {

@@ -178,6 +178,15 @@ func (s *Store) recover(req RecoverCheckpointRequest, now func() time.Time) ([]b
 			// already.
 			return errNoChange
 		}
+		// An admission is a decision for its window only: one replayed
+		// after it expired (it is no secret: every backup holds it) could
+		// otherwise move a witness that was down through that recovery
+		// onto the chain it admitted, and off the one a later admission
+		// decided on. A witness down past the window follows with a new
+		// admission naming it.
+		if err := sa.CheckTime(at); err != nil {
+			return fmt.Errorf("%w: %v", ErrRecoveryRefused, err)
+		}
 		st.Recoveries = append(st.Recoveries, Recovery{
 			Admission: bytes.Clone(req.Admission), AdmissionSHA256: sha256.Sum256(req.Admission), AdmissionAt: sa.At,
 			FromSize: st.Size, FromRoot: st.Root, Size: c.Size, Root: c.Root,

@@ -157,6 +157,20 @@ func (c *WitnessTrustCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
+	if recoveryPub != nil {
+		// Checked before anything is stored, so that a refused recovery
+		// key leaves the witness as it was, not trusting the receiver
+		// without it; TrustRecovery checks again in its transaction.
+		if recoveryPub.Equal(pub) {
+			return fmt.Errorf("kvfence witness trust: --recovery-pub is the receiver's own key; the recovery key must be held apart")
+		}
+		if err := checkpoint.CheckPublicKey(recoveryPub); err != nil {
+			return fmt.Errorf("kvfence witness trust: --recovery-pub: %w", err)
+		}
+		if prev, err := st.Log(origin); err == nil && len(prev.RecoveryKey) != 0 && !prev.RecoveryKey.Equal(recoveryPub) {
+			return fmt.Errorf("kvfence witness trust: %w: %s has another recovery key", witness.ErrAlreadyTrusted, origin)
+		}
+	}
 	if err := st.Trust(origin, vkey); err != nil {
 		return err
 	}
