@@ -67,6 +67,7 @@ var serveEnvCases = map[string]struct{ env, envWant, flag, flagWant string }{
 	"witness":                   {"w1.test=https://w1,w2.test=https://w2", "w1.test=https://w1,w2.test=https://w2", "w3.test=https://w3", "w3.test=https://w3"},
 	"witness-pub":               {"w1.test=/etc/w1.pub,w2.test=/etc/w2.pub", "w1.test=/etc/w1.pub,w2.test=/etc/w2.pub", "w3.test=w3.pub", "w3.test=w3.pub"},
 	"witness-quorum":            {"2", "2", "1", "1"},
+	"witness-faults":            {"1", "1", "0", "0"},
 	"witness-ca":                {"/etc/kvfence/witness-ca.pem", "/etc/kvfence/witness-ca.pem", "flag-w-ca.pem", "flag-w-ca.pem"},
 	"json":                      {"true", "true", "false", "false"},
 	"kubeconfig":                {"/etc/kvfence/env.kubeconfig", "/etc/kvfence/env.kubeconfig", "flag.kubeconfig", "flag.kubeconfig"},
