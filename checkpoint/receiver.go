@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/mod/sumdb/tlog"
+
 	"github.com/kvfence/kvfence/audit"
 )
 
@@ -145,4 +147,13 @@ func parseDecimal(what, v string, limit uint64) (uint64, error) {
 		return 0, fmt.Errorf("%w: %s %q is not a decimal number of at most %d", ErrMalformed, what, v, limit)
 	}
 	return n, nil
+}
+
+// FromSigned returns sc as the checkpoint of its note under origin: tree
+// size its seq, root its Root, and the extension lines of ReceiverState.
+// The receiver and the ledger sign and witnesses compare exactly this, so
+// that one size has one body.
+func FromSigned(origin string, sc audit.SignedCheckpoint) Checkpoint {
+	st := ReceiverState{Head: sc.Head, State: sc.State, EpochHighWater: sc.EpochHighWater, At: sc.At, Admission: sc.Admission}
+	return Checkpoint{Origin: origin, Size: sc.Seq, Root: tlog.Hash(sc.Root), Extensions: st.Extensions()}
 }

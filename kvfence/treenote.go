@@ -8,7 +8,6 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/kvfence/kvfence/audit"
-	"github.com/kvfence/kvfence/checkpoint"
 	"github.com/kvfence/kvfence/engine"
 )
 
@@ -75,17 +74,7 @@ func (r *Receiver) signedCheckpoint(tx engine.Tx) ([]byte, uint64, error) {
 	if err := auditChain.CheckRoot(tx, sc.Checkpoint, "the database's newest checkpoint"); err != nil {
 		return nil, 0, fmt.Errorf("%w: %s: %w", ErrBadFormat, r.path, err)
 	}
-	root := tlog.Hash(sc.Root)
-	origin, err := checkpoint.ReceiverOrigin(r.id, r.pub)
-	if err != nil {
-		return nil, 0, err
-	}
-	signer, err := checkpoint.NewSigner(origin, r.opts.Key)
-	if err != nil {
-		return nil, 0, err
-	}
-	st := checkpoint.ReceiverState{Head: sc.Head, State: sc.State, EpochHighWater: sc.EpochHighWater, At: sc.At, Admission: sc.Admission}
-	n, err := checkpoint.Sign(checkpoint.Checkpoint{Origin: origin, Size: sc.Seq, Root: root, Extensions: st.Extensions()}, signer)
+	n, err := r.signNote(sc)
 	return n, sc.Seq, err
 }
 

@@ -30,16 +30,8 @@ const DefaultWitnessTimeout = 10 * time.Second
 var ErrWitnessAnswers = witness.ErrTooFewAnswers
 
 // WitnessStatus is one witness of Options.Witnesses as the receiver knows
-// it.
-type WitnessStatus struct {
-	// Name is the witness's name in the quorum.
-	Name string
-	// Known says whether Size was learned (by Open's check or a cosign).
-	Known bool
-	// Size is the witness's latest cosigned tree size of this receiver,
-	// as last learned.
-	Size uint64
-}
+// it: its name, and its latest cosigned size if learned.
+type WitnessStatus = witness.MemberStatus
 
 // Witnesses returns each witness of Options.Witnesses with its latest
 // cosigned size as this receiver last learned it, in the order given, and
@@ -49,12 +41,7 @@ func (r *Receiver) Witnesses() ([]WitnessStatus, int) {
 	if q == nil {
 		return nil, 0
 	}
-	var out []WitnessStatus
-	for _, name := range q.Members() {
-		size, known := q.LastCosigned(name)
-		out = append(out, WitnessStatus{Name: name, Known: known, Size: size})
-	}
-	return out, q.Threshold()
+	return q.Status(), q.Threshold()
 }
 
 // cosignedNote is the newest checkpoint note the witnesses cosigned in
@@ -92,8 +79,7 @@ func (r *Receiver) noteCheckpoint(sc audit.SignedCheckpoint) (checkpoint.Checkpo
 	if err != nil {
 		return checkpoint.Checkpoint{}, err
 	}
-	st := checkpoint.ReceiverState{Head: sc.Head, State: sc.State, EpochHighWater: sc.EpochHighWater, At: sc.At, Admission: sc.Admission}
-	return checkpoint.Checkpoint{Origin: origin, Size: sc.Seq, Root: tlog.Hash(sc.Root), Extensions: st.Extensions()}, nil
+	return checkpoint.FromSigned(origin, sc), nil
 }
 
 // signNote signs sc as a note with the receiver's key.
@@ -152,16 +138,6 @@ func (r *Receiver) treeProof(old, size uint64) (tlog.TreeProof, error) {
 		return err
 	})
 	return p, err
-}
-
-// integrityKind is the audit sentinel for a witness's divergence, so that
-// IsIntegrityError and the CLI's exit code 4 see it as they see the
-// anchor's.
-func integrityKind(d *witness.DivergenceError) error {
-	if errors.Is(d, witness.ErrRollbackDetected) {
-		return audit.ErrRollbackDetected
-	}
-	return audit.ErrForkDetected
 }
 
 // checkWitnesses asks every witness for its latest cosigned checkpoint of
@@ -280,7 +256,7 @@ func (r *Receiver) checkWitnessesOnce(ctx context.Context, q *witness.Quorum) (w
 	}
 	switch {
 	case errors.As(err, &d):
-		return res, local, fmt.Errorf("kvfence: %s: %w: %w", r.path, integrityKind(d), err)
+		return res, local, fmt.Errorf("kvfence: %s: %w: %w", r.path, d.AuditKind(), err)
 	case errors.Is(err, witness.ErrTooFewAnswers):
 		return res, local, fmt.Errorf("kvfence: %s: %w", r.path, err)
 	}

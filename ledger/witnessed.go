@@ -29,16 +29,8 @@ const DefaultWitnessTimeout = 10 * time.Second
 var ErrWitnessAnswers = witness.ErrTooFewAnswers
 
 // WitnessStatus is one witness of Options.Witnesses as the ledger knows
-// it.
-type WitnessStatus struct {
-	// Name is the witness's name in the quorum.
-	Name string
-	// Known says whether Size was learned (by Open's check or a cosign).
-	Known bool
-	// Size is the witness's latest cosigned tree size of this ledger, as
-	// last learned.
-	Size uint64
-}
+// it: its name, and its latest cosigned size if learned.
+type WitnessStatus = witness.MemberStatus
 
 // Witnesses returns each witness of Options.Witnesses with its latest
 // cosigned size as this ledger last learned it, in the order given, and
@@ -48,12 +40,7 @@ func (l *Ledger) Witnesses() ([]WitnessStatus, int) {
 	if q == nil {
 		return nil, 0
 	}
-	var out []WitnessStatus
-	for _, name := range q.Members() {
-		size, known := q.LastCosigned(name)
-		out = append(out, WitnessStatus{Name: name, Known: known, Size: size})
-	}
-	return out, q.Threshold()
+	return q.Status(), q.Threshold()
 }
 
 // witnessTimeout is t or its default.
@@ -82,8 +69,7 @@ func noteCheckpoint(id string, pub ed25519.PublicKey, sc audit.SignedCheckpoint)
 	if err != nil {
 		return checkpoint.Checkpoint{}, err
 	}
-	st := checkpoint.ReceiverState{Head: sc.Head, State: sc.State, EpochHighWater: sc.EpochHighWater, At: sc.At, Admission: sc.Admission}
-	return checkpoint.Checkpoint{Origin: origin, Size: sc.Seq, Root: tlog.Hash(sc.Root), Extensions: st.Extensions()}, nil
+	return checkpoint.FromSigned(origin, sc), nil
 }
 
 // cosign asks the witnesses to cosign sc, the checkpoint an anchor write
@@ -148,15 +134,6 @@ func (l *Ledger) treeProof(old, size uint64) (tlog.TreeProof, error) {
 		return err
 	})
 	return p, err
-}
-
-// integrityKind is the audit sentinel for a witness's divergence, so that
-// errors.Is sees it as it sees the anchor's.
-func integrityKind(d *witness.DivergenceError) error {
-	if errors.Is(d, witness.ErrRollbackDetected) {
-		return audit.ErrRollbackDetected
-	}
-	return audit.ErrForkDetected
 }
 
 // checkWitnesses asks every witness of q for its latest cosigned
@@ -232,7 +209,7 @@ func (l *Ledger) checkWitnessesOnce(ctx context.Context, q *witness.Quorum, pub 
 	var d *witness.DivergenceError
 	switch {
 	case errors.As(err, &d):
-		return res, local, fmt.Errorf("ledger: %s: %w: %w", l.path, integrityKind(d), err)
+		return res, local, fmt.Errorf("ledger: %s: %w: %w", l.path, d.AuditKind(), err)
 	case errors.Is(err, witness.ErrTooFewAnswers):
 		return res, local, fmt.Errorf("ledger: %s: %w", l.path, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/checkpoint"
 )
 
@@ -86,6 +87,16 @@ func (e *DivergenceError) Error() string {
 
 // Unwrap returns Kind.
 func (e *DivergenceError) Unwrap() error { return e.Kind }
+
+// AuditKind returns the audit package's sentinel for the divergence
+// (audit.ErrRollbackDetected or audit.ErrForkDetected), so that a log that
+// wraps it with the error is judged as an anchor's rollback or fork is.
+func (e *DivergenceError) AuditKind() error {
+	if errors.Is(e.Kind, ErrRollbackDetected) {
+		return audit.ErrRollbackDetected
+	}
+	return audit.ErrForkDetected
+}
 
 // Member is one witness of a Quorum.
 type Member struct {
@@ -247,6 +258,27 @@ func (q *Quorum) Members() []string {
 	out := make([]string, len(q.members))
 	for i := range q.members {
 		out[i] = q.members[i].name
+	}
+	return out
+}
+
+// MemberStatus is one member's last cosigned size as a quorum knows it.
+type MemberStatus struct {
+	// Name is the witness's name in the quorum.
+	Name string
+	// Known says whether Size was learned from a signed answer (Check, or
+	// a cosignature of a round).
+	Known bool
+	// Size is the witness's latest cosigned tree size, as last learned.
+	Size uint64
+}
+
+// Status returns every member's MemberStatus, in the quorum's order.
+func (q *Quorum) Status() []MemberStatus {
+	out := make([]MemberStatus, len(q.members))
+	for i := range q.members {
+		size, known := q.LastCosigned(q.members[i].name)
+		out[i] = MemberStatus{Name: q.members[i].name, Known: known, Size: size}
 	}
 	return out
 }
