@@ -248,7 +248,7 @@ func (r *Receiver) checkAnchor() error {
 	if r.witnesses != nil {
 		// Before the refresh below, which would ask them to cosign: a
 		// database behind a witness must not show it a checkpoint.
-		res, err := r.checkWitnesses(r.witnesses, r.witnessTimeout())
+		res, err := r.checkWitnesses(r.witnesses, r.witnessTimeout(), nil)
 		if err != nil {
 			return err
 		}

@@ -649,6 +649,15 @@ type VerifyOptions struct {
 	WitnessFaults int
 	// WitnessTimeout is as in Options.
 	WitnessTimeout time.Duration
+	// RecoveryKey is the caller's copy of the receiver's recovery public
+	// key, if it has one. After a recovery, a witness still on the tree
+	// the recovery superseded is reported as diverged unless the
+	// admission the database keeps verifies with this key and names the
+	// witness at exactly what it holds: VerifyChain holds no key to show
+	// the admission to the witnesses (Open does), and the key the
+	// database itself records proves nothing (whoever restored the
+	// database could have written it).
+	RecoveryKey ed25519.PublicKey
 }
 
 // ProgressEvery is how many entries VerifyChain reads between calls of
@@ -812,7 +821,7 @@ func (r *Receiver) verifyWitnesses(rep audit.Report, opts VerifyOptions) (audit.
 	if timeout <= 0 {
 		timeout = DefaultWitnessTimeout
 	}
-	_, err = r.checkWitnesses(q, timeout)
+	_, err = r.checkWitnesses(q, timeout, opts.RecoveryKey)
 	switch {
 	case err == nil:
 	case errors.Is(err, audit.ErrRollbackDetected):

@@ -1,6 +1,7 @@
 package kvfence
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"errors"
 	"path/filepath"
@@ -286,19 +287,28 @@ func equalWitnessed(a, b []audit.WitnessedCheckpoint) bool {
 
 // Ensure that witnesses that do not hold the receiver's recovery key
 // refuse the recovered chain: with only one of three holding it, the
-// recovery applies (the admission names what they hold) but no write after
-// it is acknowledged, and the refusing witnesses are named as diverged.
+// recovery applies (the admission names what they hold), but the
+// recovered receiver does not open while the two others answer: each is
+// named as diverged, with its refusal of the admission.
 func TestRecoverWitnessedWithoutRecoveryKey(t *testing.T) {
 	rw := newRestoredWitnessed(t, []bool{true, false, false})
 	if _, err := Recover(rw.path, rw.admission(rw.witnessed()), rw.recoverOpts()); err != nil {
 		t.Fatalf("recover: %v", err)
 	}
-	rw.reopenWitnessed()
-	_, err := rw.admin.Hold(rw.ctx, HoldRequest{Scopes: []string{fixScope}, Reason: "after recovery"})
-	if !errors.Is(err, ErrNotAcknowledged) || !errors.Is(err, witness.ErrNoRecoveryKey) {
-		t.Fatalf("write after a recovery two witnesses refuse: %v, want ErrNotAcknowledged naming ErrNoRecoveryKey", err)
+	_, err := rw.open()
+	if !IsIntegrityError(err) || !errors.Is(err, witness.ErrNoRecoveryKey) ||
+		!strings.Contains(err.Error(), "witness2.test") || !strings.Contains(err.Error(), "witness3.test") {
+		t.Fatalf("open after a recovery two witnesses refuse: %v, want an integrity error naming both, with ErrNoRecoveryKey", err)
 	}
-	rw.r.Close()
+	// With the two refusing witnesses down, the one that accepted is not
+	// N-K+1 = 2 answers.
+	rw.set.Witnesses[1].Down()
+	rw.set.Witnesses[2].Down()
+	if _, err := rw.open(); !errors.Is(err, ErrWitnessAnswers) {
+		t.Fatalf("open with only the accepting witness up: %v, want ErrWitnessAnswers", err)
+	}
+	rw.set.Witnesses[1].Up()
+	rw.set.Witnesses[2].Up()
 	r, err := rw.openStore(&Options{ReadOnly: true}, defect.Variant{})
 	if err != nil {
 		t.Fatal(err)
@@ -356,4 +366,48 @@ func TestRecoverWitnessedDownWitnessFollows(t *testing.T) {
 	if st.Size != rw.r.head.Seq || len(st.Recoveries) != 1 || st.Recoveries[0].FromSize != named[2].Size {
 		t.Fatalf("witness 3: size %d (head %d), %d recoveries", st.Size, rw.r.head.Seq, len(st.Recoveries))
 	}
+}
+
+// Ensure that VerifyChain, which holds no receiver key to show the kept
+// admission to the witnesses, forgives witnesses still on the superseded
+// tree only with the caller's copy of the recovery key: without it they
+// are reported as diverged, and with another key as well.
+func TestVerifyChainRecoveredNeedsRecoveryKey(t *testing.T) {
+	rw := newRestoredWitnessed(t, []bool{true, true, true})
+	if _, err := Recover(rw.path, rw.admission(rw.witnessed()), rw.recoverOpts()); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	ms, err := rw.set.Members(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{77}, 32)).Public().(ed25519.PublicKey)
+	for _, tc := range []struct {
+		name string
+		key  ed25519.PublicKey
+		ok   bool
+	}{
+		{"no recovery key", nil, false},
+		{"another key", other, false},
+		{"the recovery key", rw.recoverOpts().RecoveryKey, true},
+	} {
+		rep, err := VerifyChain(rw.path, VerifyOptions{Anchor: rw.anchor, PublicKey: testKey.Public().(ed25519.PublicKey),
+			Witnesses: ms, WitnessQuorum: 2, RecoveryKey: tc.key})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		diverged := rep.Problem == audit.ProblemRollbackDetected || rep.Problem == audit.ProblemForkDetected
+		if rep.OK() != tc.ok || (!tc.ok && !diverged) {
+			t.Errorf("%s: report ok %v (%v), want ok %v, else a divergence", tc.name, rep.OK(), rep.Problem, tc.ok)
+		}
+	}
+	// Opened with its key, the receiver shows the witnesses the
+	// admission; from then on VerifyChain needs no recovery key.
+	rw.reopenWitnessed()
+	rw.r.Close()
+	rep, err := VerifyChain(rw.path, VerifyOptions{Anchor: rw.anchor, PublicKey: testKey.Public().(ed25519.PublicKey), Witnesses: ms, WitnessQuorum: 2})
+	if err != nil || !rep.OK() {
+		t.Fatalf("verify-chain after the witnesses accepted the recovery: %v, %v", rep.Problem, err)
+	}
+	rw.reopenWitnessed()
 }

@@ -1,11 +1,17 @@
 package kvfence
 
 import (
+	"bytes"
+	"crypto/ed25519"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/witness"
@@ -73,5 +79,69 @@ func TestRedteamR_RecoverForgedNoneHidesWitnesses(t *testing.T) {
 	if err == nil || after.Head != before.Head {
 		t.Fatalf("recover with an admission naming witness 1 only, witnesses 2 and 3 (at sizes %d, %d) made to say \"none\": err %v; head %d -> %d",
 			now[1].Size, now[2].Size, err, before.Head.Seq, after.Head.Seq)
+	}
+}
+
+// Scenario (the attacker can write the database and the anchor, as for
+// any restore, and holds the receiver's signing key, which sits beside
+// them on the receiver's host; not the recovery key): the pair is put
+// back from a backup, and the witnesses, ahead of it, make Open refuse.
+// Open and VerifyChain excuse a witness on the strength of the admission
+// kept in the meta bucket, checking only that the newest checkpoint
+// (signed by the receiver's key) names its hash: the admission's own
+// signature is never checked there, and the recovery key that Recover
+// checks it with is itself a meta record of the same database. The
+// attacker records its own key as the recovery key, signs an admission
+// naming every witness at what it holds now, and runs Recover: Open then
+// excuses every witness, and VerifyChain with the witnesses says ok, on
+// a database that lost the writes the witnesses cosigned. The witnesses
+// themselves refuse the admission (it is not signed by the recovery key
+// they trust), so the rollback is a decision of the receiver's key, not
+// the recovery key's, and only the failed cosign rounds after it show it.
+//
+// Ensure that a restored pair whose kept admission is not signed by the
+// recovery key the witnesses trust is refused at Open and by VerifyChain.
+func TestRedteamR_ForgedKeptAdmissionExcusesRollback(t *testing.T) {
+	rw := newRestoredWitnessed(t, []bool{true, true, true})
+	if _, err := rw.open(); !errors.Is(err, ErrRollbackDetected) {
+		t.Fatalf("restored pair opened: %v", err)
+	}
+	now := rw.witnessed()
+	attacker := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{66}, 32))
+	attackerPub := attacker.Public().(ed25519.PublicKey)
+	db, err := bolt.Open(rw.path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(metaRecoveryKey, attackerPub)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	q, err := Inspect(rw.path, rw.anchor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := rw.clock.Now()
+	adm := signed(t, attacker, audit.Admission{Receiver: q.Receiver, SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
+		AdmittedState: q.State, At: at.UnixNano(), Expires: at.Add(time.Hour).UnixNano(), Reason: "forged", Witnessed: now})
+	opts := rw.recoverOpts()
+	opts.RecoveryKey = attackerPub
+	if _, err := Recover(rw.path, adm, opts); err != nil {
+		t.Fatalf("the attacker's recovery: %v", err)
+	}
+	r, openErr := rw.open()
+	if openErr == nil {
+		r.Close()
+	}
+	ms, err := rw.set.Members(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, verr := VerifyChain(rw.path, VerifyOptions{Anchor: rw.anchor, PublicKey: testKey.Public().(ed25519.PublicKey), Witnesses: ms, WitnessQuorum: 2})
+	if openErr == nil || (verr == nil && rep.OK()) {
+		t.Fatalf("restored pair with a kept admission signed by a key no witness trusts: open err %v; verify-chain with the witnesses: %v, %v",
+			openErr, rep.Problem, verr)
 	}
 }

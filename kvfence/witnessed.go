@@ -3,6 +3,7 @@ package kvfence
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -145,12 +146,18 @@ func (r *Receiver) treeProof(old, size uint64) (tlog.TreeProof, error) {
 // whose tree Open (or VerifyChain) has checked against the entries. A
 // witness ahead of it is ErrRollbackDetected, one beside it
 // ErrForkDetected, each wrapping the witness's *witness.DivergenceError;
-// fewer than N-K+1 answers is ErrWitnessAnswers.
-func (r *Receiver) checkWitnesses(q *witness.Quorum, timeout time.Duration) (witness.CheckResult, error) {
+// fewer than N-K+1 answers is ErrWitnessAnswers. After a recovery (the
+// newest checkpoint names the admission the database keeps), a witness
+// still on the superseded tree is shown the admission when the receiver
+// holds its key (witness.Quorum.Readmit), and is forgiven only if it
+// accepts it; without the key, only if the admission verifies with
+// recoveryKey, the caller's copy of the recovery public key (nil: not
+// forgiven).
+func (r *Receiver) checkWitnesses(q *witness.Quorum, timeout time.Duration, recoveryKey ed25519.PublicKey) (witness.CheckResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		res, local, err := r.checkWitnessesOnce(ctx, q)
+		res, local, err := r.checkWitnessesOnce(ctx, q, recoveryKey)
 		var d *witness.DivergenceError
 		if err == nil || r.file || attempt == maxCosignRetries || !errors.As(err, &d) {
 			return res, err
@@ -207,7 +214,7 @@ func (r *Receiver) cosignCovering(sc audit.SignedCheckpoint) error {
 
 // checkWitnessesOnce is one question of checkWitnesses, and the local
 // checkpoint it compared the answers with.
-func (r *Receiver) checkWitnessesOnce(ctx context.Context, q *witness.Quorum) (witness.CheckResult, checkpoint.Checkpoint, error) {
+func (r *Receiver) checkWitnessesOnce(ctx context.Context, q *witness.Quorum, recoveryKey ed25519.PublicKey) (witness.CheckResult, checkpoint.Checkpoint, error) {
 	var latest audit.SignedCheckpoint
 	if err := r.view(func(tx engine.Tx) (err error) {
 		if latest, err = auditChain.LatestCheckpoint(tx); err != nil {
@@ -249,7 +256,23 @@ func (r *Receiver) checkWitnessesOnce(ctx context.Context, q *witness.Quorum) (w
 	}
 	var d *witness.DivergenceError
 	if found && errors.As(err, &d) {
-		err = excuseRecovered(res, q, sa)
+		switch {
+		case r.opts.Key != nil:
+			// A witness still on the tree the recovery superseded is
+			// shown the admission, and judges it with the recovery key
+			// it trusts: what the database keeps is the receiver's
+			// word, and whoever restored the database may hold the
+			// receiver's key.
+			var signed []byte
+			if signed, err = r.signNote(latest); err == nil {
+				err = q.Readmit(ctx, signed, &res)
+			}
+		case recoveryKey != nil:
+			// Without the key nothing can be shown to the witnesses: the
+			// admission is judged here, by the recovery key the caller
+			// holds, never by one the database records.
+			err = excuseRecovered(res, q, sa, recoveryKey)
+		}
 		if err == nil {
 			return res, local, nil
 		}
@@ -414,12 +437,22 @@ func (r *Receiver) consumedAdmission(latest audit.SignedCheckpoint) (raw []byte,
 	return bytes.Clone(raw), sa, true, nil
 }
 
-// excuseRecovered returns nil if every witness that diverged in res holds
-// exactly the checkpoint that the recovery admission sa names for it (by
+// excuseRecovered returns nil if sa is signed by recoveryKey, the
+// caller's copy of the recovery public key, and every witness that
+// diverged in res holds exactly the checkpoint that sa names for it (by
 // its key name): the tree the recovery key decided to supersede, which the
-// witness will give up for the recovered one when it accepts the
-// admission. Any other divergence is returned, as is too few answers.
-func excuseRecovered(res witness.CheckResult, q *witness.Quorum, sa audit.SignedAdmission) error {
+// witness gives up for the recovered one when it accepts the admission.
+// Any other divergence is returned, as is too few answers.
+func excuseRecovered(res witness.CheckResult, q *witness.Quorum, sa audit.SignedAdmission, recoveryKey ed25519.PublicKey) error {
+	if err := sa.Verify(recoveryKey); err != nil {
+		var left []error
+		for _, a := range res.Members {
+			if a.Answered && a.Err != nil {
+				left = append(left, a.Err)
+			}
+		}
+		return fmt.Errorf("%w (the kept recovery admission is not the given recovery key's: %v)", errors.Join(left...), err)
+	}
 	var left []error
 	for _, a := range res.Members {
 		var d *witness.DivergenceError

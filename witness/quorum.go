@@ -239,10 +239,8 @@ func (q *Quorum) SetRecovery(admission []byte) {
 // own name, which a recovery admission names it by), or "" for a name not
 // in the quorum.
 func (q *Quorum) KeyName(member string) string {
-	for i := range q.members {
-		if q.members[i].name == member {
-			return q.members[i].client.cosv.Name()
-		}
+	if m := q.member(member); m != nil {
+		return m.client.cosv.Name()
 	}
 	return ""
 }
@@ -680,6 +678,69 @@ func (q *Quorum) Check(ctx context.Context, origin string, local checkpoint.Chec
 			ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, q.faults, strings.Join(fs, "; "))
 	}
 	return res, nil
+}
+
+// Readmit asks each member whose answer in res diverged (Check) to accept
+// signedNote, the log's checkpoint Check compared the answers with, at its
+// recovery endpoint with the recovery admission given to SetRecovery. The
+// witness is the judge: it accepts only an admission signed by the recovery
+// key it trusts for the log that names it at exactly what it holds (see
+// Witness.RecoverCheckpoint), so a divergence is forgiven by the recovery
+// key's decision, never by the log's own word. A member that accepted
+// answers as at signedNote's size and root from then on, in res as well;
+// every other divergence is returned, joined, wrapped with the witness's
+// refusal. With no divergence left, fewer than N-K+1+F answers is
+// ErrTooFewAnswers, as in Check. Without an admission the divergences are
+// returned as they are.
+func (q *Quorum) Readmit(ctx context.Context, signedNote []byte, res *CheckResult) error {
+	cp, _, err := checkpoint.Open(signedNote, q.log)
+	if err != nil {
+		return fmt.Errorf("readmit: the log's checkpoint: %w", err)
+	}
+	q.recoveryMu.Lock()
+	recovery := q.recovery
+	q.recoveryMu.Unlock()
+	var left []error
+	for i := range res.Members {
+		a := &res.Members[i]
+		var d *DivergenceError
+		if !a.Answered || !errors.As(a.Err, &d) {
+			continue
+		}
+		if recovery == nil {
+			left = append(left, a.Err)
+			continue
+		}
+		m := q.member(a.Member)
+		if m == nil {
+			left = append(left, a.Err)
+			continue
+		}
+		if _, err := m.recover(ctx, cp, signedNote, recovery, d); err != nil {
+			a.Err = err
+			left = append(left, err)
+			continue
+		}
+		a.Err, a.Size, a.Root, a.Note, a.ext = nil, cp.Size, cp.Root, nil, nil
+	}
+	if len(left) > 0 {
+		return errors.Join(left...)
+	}
+	if res.Answers < res.Needed {
+		return fmt.Errorf("%w: %d of the %d needed (N-K+1+F with N=%d, K=%d, F=%d)",
+			ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, q.faults)
+	}
+	return nil
+}
+
+// member returns the member of that name, or nil.
+func (q *Quorum) member(name string) *quorumMember {
+	for i := range q.members {
+		if q.members[i].name == name {
+			return &q.members[i]
+		}
+	}
+	return nil
 }
 
 // Latest asks every member for its latest cosigned checkpoint of origin,

@@ -127,6 +127,17 @@ func TestRecoverWithWitnessFlags(t *testing.T) {
 	recover(ExitIntegrity, "short.adm")
 	adm("full.adm", named...)
 	recover(0, "full.adm")
+	// Before the receiver shows the witnesses the admission, verify-chain
+	// judges it only with the operator's recovery key.
+	verify := func(code int, args ...string) map[string]any {
+		return c.json(code, with(append([]string{"verify-chain", "--pub", c.path("receiver.key.pub")}, args...)...)...)
+	}
+	if v := verify(ExitIntegrity); v["ok"] != false {
+		t.Fatalf("verify-chain after the recovery, witnesses not yet shown the admission: %v", v)
+	}
+	if v := verify(0, "--recovery-pub", c.path("recovery.key.pub")); v["ok"] != true {
+		t.Fatalf("verify-chain --recovery-pub after the recovery: %v", v)
+	}
 	c.must(0, with("hold", "--scope", "other", "--reason", "after the recovery")...)
 	if v := c.json(0, with("verify-chain", "--pub", c.path("receiver.key.pub"))...); v["ok"] != true {
 		t.Fatalf("verify-chain after the recovery: %v", v)

@@ -48,6 +48,7 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	cf := commonFlags{name: "verify-chain"}
 	cf.register(fs, withDB)
 	maxAge := fs.Duration("max-age", 0, "")
+	recoveryPub := fs.String("recovery-pub", "", "")
 	var archives stringList
 	fs.Var(&archives, "archive", "")
 	var rf remoteFlags
@@ -69,7 +70,7 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if rf.on() {
-		for _, f := range []string{"archive", "max-age"} {
+		for _, f := range []string{"archive", "max-age", "recovery-pub"} {
 			if isSet(fs, f) {
 				return &usageError{msg: fmt.Sprintf("kvfence verify-chain: --%s does not go with --server: the receiver verifies what it stores, against its own anchor", f),
 					hint: "verify a backup or a copy of the database with --" + f}
@@ -114,6 +115,15 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 	vopts.WitnessFaults = cf.witness.faults
 	if vopts.Witnesses, vopts.WitnessQuorum, err = cf.witness.load(cf.name); err != nil {
 		return err
+	}
+	if *recoveryPub != "" {
+		if len(vopts.Witnesses) == 0 {
+			return &usageError{msg: "kvfence verify-chain: --recovery-pub goes with --witness: it judges the recovery admission shown for witnesses still on a superseded tree",
+				hint: "kvfence verify-chain -h"}
+		}
+		if vopts.RecoveryKey, err = keyfile.LoadPublic(*recoveryPub); err != nil {
+			return err
+		}
 	}
 	var rep audit.Report
 	if cf.etcd.on() {
@@ -279,7 +289,12 @@ With --witness, the witnesses are asked last, for the largest tree of
 this receiver each cosigned: one ahead of the database is
 rollback_detected, one beside it fork_detected (the restore of a database
 together with its anchor, which the anchor cannot see); too few answers
-exit 1 (witnesses_unavailable).
+exit 1 (witnesses_unavailable). After kvfence recover, witnesses still on
+the tree the recovery superseded diverge until the receiver, opened with
+its key, shows them the admission and they accept it; before that, give
+--recovery-pub to have them judged here by the admission the database
+keeps: forgiven only if it verifies with that key and names each of them
+at exactly what it holds.
 
 Exit codes: 0 ok, 4 any problem, 6 ok but an anchor slot is damaged, 1
 when the check could not run (a missing database, an unreadable key), 5
@@ -302,6 +317,11 @@ Arguments:
 	    Archive files written by "kvfence audit archive", oldest first;
 	    repeat the flag or list the files after it. Verifies the whole
 	    history from seq 1 through the archives into the database.
+	--recovery-pub FILE
+	    With --witness: your copy of the recovery public key (the one
+	    given to kvfence init --recovery-pub), to judge the recovery
+	    admission the database keeps for witnesses still on a superseded
+	    tree. The key the database records is not trusted for this.
 `+usageLock+usageWitness+usageServer+usageJSON)
 }
 
