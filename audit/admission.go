@@ -78,6 +78,14 @@ type Admission struct {
 	// at its latest. Empty, it is not encoded: admissions without
 	// witnesses keep their form.
 	Witnessed []WitnessedCheckpoint
+	// AdmittedRoot is, with Witnessed only, the RFC 6962 root of the
+	// database's audit tree at AdmittedHead.Seq. A witness accepts a
+	// recovered checkpoint only with a consistency proof from this tree,
+	// so the chain it moves to holds the head the recovery key admitted:
+	// the admitted head's hash is of the hash chain, which a witness
+	// cannot see. Recover refuses an admission whose root is not the
+	// database's. Zero, and not encoded, without Witnessed.
+	AdmittedRoot Hash
 }
 
 // admissionWire holds the keys of both kinds; which ones are present is
@@ -87,13 +95,15 @@ type admissionWire struct {
 	Reason string `cbor:"reason"`
 	// Expires is a pointer so that an admission without it, one of the
 	// second format, is told apart from a zero expiry and named as such.
-	Expires        *int64 `cbor:"expires"`
-	Receiver       string `cbor:"receiver"`
-	EpochFloor     uint64 `cbor:"epoch_floor"`
-	LostAnchor     bool   `cbor:"lost_anchor"`
-	AdmittedSeq    uint64 `cbor:"admitted_seq"`
-	AdmittedHead   []byte `cbor:"admitted_head"`
-	AdmittedState  []byte `cbor:"admitted_state"`
+	Expires       *int64 `cbor:"expires"`
+	Receiver      string `cbor:"receiver"`
+	EpochFloor    uint64 `cbor:"epoch_floor"`
+	LostAnchor    bool   `cbor:"lost_anchor"`
+	AdmittedSeq   uint64 `cbor:"admitted_seq"`
+	AdmittedHead  []byte `cbor:"admitted_head"`
+	AdmittedState []byte `cbor:"admitted_state"`
+	// AdmittedRoot is present only with Witnessed.
+	AdmittedRoot   []byte `cbor:"admitted_root"`
 	SupersededSeq  uint64 `cbor:"superseded_seq"`
 	SupersededHead []byte `cbor:"superseded_head"`
 	// Witnessed is optional: absent, it decodes as empty.
@@ -108,6 +118,10 @@ func checkAdmission(a *Admission) error {
 		return err
 	}
 	switch {
+	case len(a.Witnessed) > 0 && a.AdmittedRoot == (Hash{}):
+		return fmt.Errorf("%w: an admission naming witnesses names the admitted tree's root", ErrBadAdmission)
+	case len(a.Witnessed) == 0 && a.AdmittedRoot != (Hash{}):
+		return fmt.Errorf("%w: an admitted tree root belongs in an admission naming witnesses only", ErrBadAdmission)
 	case a.AdmittedHead.Seq == 0:
 		return fmt.Errorf("%w: admitted seq is 0", ErrBadAdmission)
 	case a.LostAnchor && a.SupersededAnchor != (Head{}):
@@ -145,6 +159,7 @@ func appendAdmission(b []byte, a *Admission) []byte {
 	b = appendWitnessed(b, a.Witnessed)
 	b = appendHead(append(b, "\x6cadmitted_seq"...), majorUint, a.AdmittedHead.Seq)
 	b = appendBytes(append(b, "\x6dadmitted_head"...), a.AdmittedHead.Hash[:])
+	b = appendAdmittedRoot(b, a)
 	b = appendBytes(append(b, "\x6eadmitted_state"...), a.AdmittedState[:])
 	b = appendHead(append(b, "\x6esuperseded_seq"...), majorUint, a.SupersededAnchor.Seq)
 	return appendBytes(append(b, "\x6fsuperseded_head"...), a.SupersededAnchor.Hash[:])
@@ -164,7 +179,18 @@ func appendLostAnchor(b []byte, a *Admission) []byte {
 	b = append(b, "\x6blost_anchor\xf5"...)
 	b = appendHead(append(b, "\x6cadmitted_seq"...), majorUint, a.AdmittedHead.Seq)
 	b = appendBytes(append(b, "\x6dadmitted_head"...), a.AdmittedHead.Hash[:])
+	b = appendAdmittedRoot(b, a)
 	return appendBytes(append(b, "\x6eadmitted_state"...), a.AdmittedState[:])
+}
+
+// appendAdmittedRoot writes the optional "admitted_root" key, present with
+// Witnessed only; it sorts after "admitted_head" (same length, "h" < "r")
+// and before the 14-byte keys.
+func appendAdmittedRoot(b []byte, a *Admission) []byte {
+	if len(a.Witnessed) == 0 {
+		return b
+	}
+	return appendBytes(append(b, "\x6dadmitted_root"...), a.AdmittedRoot[:])
 }
 
 func admissionMessage(a *Admission) ([]byte, error) {
@@ -204,6 +230,13 @@ func parseAdmission(raw []byte) (Admission, error) {
 	var err error
 	if a.Witnessed, err = parseWitnessed(w.Witnessed); err != nil {
 		return Admission{}, err
+	}
+	switch {
+	case w.AdmittedRoot == nil:
+	case len(w.AdmittedRoot) != HashSize:
+		return Admission{}, fmt.Errorf("%w: admitted root is %d bytes, want %d", ErrBadAdmission, len(w.AdmittedRoot), HashSize)
+	default:
+		a.AdmittedRoot = Hash(w.AdmittedRoot)
 	}
 	// A lost-anchor admission's superseded keys, if any, are left out here
 	// and so make the re-encoding differ below.

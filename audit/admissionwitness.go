@@ -10,13 +10,13 @@ import (
 // majorArray is the CBOR major type of an array (RFC 8949 §3.1).
 const majorArray = 4 << 5
 
-// witnessedKeys is how many map keys the witnessed list adds: one when it
-// is not empty.
+// witnessedKeys is how many map keys the witnessed list adds: itself and
+// the admitted root when it is not empty.
 func witnessedKeys(a *Admission) uint64 {
 	if len(a.Witnessed) == 0 {
 		return 0
 	}
-	return 1
+	return 2 // witnessed, admitted_root
 }
 
 // MaxWitnessed bounds how many witnessed checkpoints one admission names.

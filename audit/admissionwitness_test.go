@@ -12,6 +12,7 @@ import (
 func witnessedAdmission() Admission {
 	a := testAdmission()
 	a.Witnessed = []WitnessedCheckpoint{{Witness: "w1", Size: 7, Root: Hash{1}}, {Witness: "w2", Size: 9, Root: Hash{2}}}
+	a.AdmittedRoot = Hash{0x77}
 	return a
 }
 
@@ -22,7 +23,7 @@ func TestAdmission_WitnessedRoundTrip(t *testing.T) {
 		a := witnessedAdmission()
 		if lost {
 			a = testLostAnchorAdmission()
-			a.Witnessed = witnessedAdmission().Witnessed
+			a.Witnessed, a.AdmittedRoot = witnessedAdmission().Witnessed, witnessedAdmission().AdmittedRoot
 		}
 		sa, err := SignAdmission(recoveryKey, a)
 		if err != nil {
@@ -46,6 +47,12 @@ func TestAdmission_WitnessedRoundTrip(t *testing.T) {
 		if err := changed.Verify(pubOf(recoveryKey)); !errors.Is(err, ErrBadSignature) {
 			t.Fatalf("lost %v: changed root verified: %v", lost, err)
 		}
+		// So is the admitted root.
+		changed = got
+		changed.AdmittedRoot = Hash{0x78}
+		if err := changed.Verify(pubOf(recoveryKey)); !errors.Is(err, ErrBadSignature) {
+			t.Fatalf("lost %v: changed admitted root verified: %v", lost, err)
+		}
 		mangle(raw, func(i int, m []byte) {
 			got, err := ParseSignedAdmission(m)
 			if err == nil {
@@ -59,20 +66,55 @@ func TestAdmission_WitnessedRoundTrip(t *testing.T) {
 }
 
 // Ensure that the witnessed key is spelled as documented: after
-// "receiver", one three-key map per witness, and that an admission without
-// witnesses keeps its old encoding (no key, nine pairs).
+// "receiver", one three-key map per witness, with "admitted_root" between
+// "admitted_head" and "admitted_state"; and that an admission without
+// witnesses keeps its old encoding (neither key, nine pairs).
 func TestAdmission_WitnessedEncoding(t *testing.T) {
 	a := testAdmission()
 	old := appendAdmission(nil, &a)
-	if old[0] != 0xa9 || bytes.Contains(old, []byte("witnessed")) {
+	if old[0] != 0xa9 || bytes.Contains(old, []byte("witnessed")) || bytes.Contains(old, []byte("admitted_root")) {
 		t.Fatalf("an admission without witnesses changed form: %x", old)
 	}
 	a.Witnessed = []WitnessedCheckpoint{{Witness: "w", Size: 5, Root: Hash{0xaa}}}
+	a.AdmittedRoot = Hash{0xbb}
 	enc := appendAdmission(nil, &a)
 	want := "\x69witnessed\x81\xa3\x64name\x61w\x64root\x58\x20\xaa" + strings.Repeat("\x00", 31) + "\x64size\x05"
 	i := bytes.Index(enc, []byte("\x68receiver"))
-	if enc[0] != 0xaa || i < 0 || !bytes.Contains(enc[i:], []byte(want)) || bytes.Index(enc, []byte(want)) > bytes.Index(enc, []byte("admitted_seq")) {
+	if enc[0] != 0xab || i < 0 || !bytes.Contains(enc[i:], []byte(want)) || bytes.Index(enc, []byte(want)) > bytes.Index(enc, []byte("admitted_seq")) {
 		t.Fatalf("encoding %x does not hold %x after the receiver", enc, want)
+	}
+	root := "\x6dadmitted_root\x58\x20\xbb" + strings.Repeat("\x00", 31)
+	j := bytes.Index(enc, []byte(root))
+	if j < 0 || j < bytes.Index(enc, []byte("\x6dadmitted_head")) || j > bytes.Index(enc, []byte("\x6eadmitted_state")) {
+		t.Fatalf("encoding %x does not hold %x between admitted_head and admitted_state", enc, root)
+	}
+}
+
+// Ensure that an admission naming witnesses without the admitted root, or
+// with a root but no witnesses, is refused by the encoder and the decoder.
+func TestAdmission_AdmittedRootRefused(t *testing.T) {
+	noRoot := witnessedAdmission()
+	noRoot.AdmittedRoot = Hash{}
+	rootOnly := testAdmission()
+	rootOnly.AdmittedRoot = Hash{1}
+	for name, a := range map[string]Admission{"witnesses without a root": noRoot, "a root without witnesses": rootOnly} {
+		if _, err := SignAdmission(recoveryKey, a); !errors.Is(err, ErrBadAdmission) {
+			t.Errorf("%s: signed: %v", name, err)
+		}
+	}
+	// The encoder writes neither form, so the bytes are made here: the
+	// witnessed key cut out of a witnessed admission (a root without
+	// witnesses), and a zero root (witnesses without one).
+	w := witnessedAdmission()
+	enc := appendAdmission(nil, &w)
+	start := bytes.Index(enc, []byte(keyWitnessed))
+	end := bytes.Index(enc, []byte("\x6cadmitted_seq"))
+	cut := append(append([]byte{enc[0] - 1}, enc[1:start]...), enc[end:]...)
+	if _, err := parseAdmission(cut); !errors.Is(err, ErrBadAdmission) || !strings.Contains(err.Error(), "admitted tree root") {
+		t.Errorf("a root without witnesses: parsed: %v", err)
+	}
+	if _, err := parseAdmission(appendAdmission(nil, &noRoot)); !errors.Is(err, ErrBadAdmission) || !strings.Contains(err.Error(), "admitted tree's root") {
+		t.Errorf("witnesses without a root: parsed: %v", err)
 	}
 }
 
@@ -100,7 +142,7 @@ func TestAdmission_WitnessedRefused(t *testing.T) {
 		{"too many", many},
 	} {
 		a := testAdmission()
-		a.Witnessed = tc.list
+		a.Witnessed, a.AdmittedRoot = tc.list, Hash{1}
 		if _, err := SignAdmission(recoveryKey, a); !errors.Is(err, ErrBadAdmission) {
 			t.Errorf("%s: signed: %v", tc.name, err)
 		}

@@ -59,6 +59,11 @@ type Questioned struct {
 	// from its records: what an admission admits along with Head, so that
 	// records changed after the admission was signed are refused.
 	State audit.Hash
+	// Root is the RFC 6962 root of the database's audit tree at Head's
+	// seq: what an admission naming witnesses admits along with Head
+	// (audit.Admission.AdmittedRoot), so that a witness moves only to a
+	// tree that holds it.
+	Root audit.Hash
 }
 
 // Inspect reads a receiver's database head and its anchor without checking
@@ -128,6 +133,11 @@ func (r *Receiver) inspect() (Questioned, error) {
 		if q.DatabaseEpochHighWater, err = epochHighWater(tx); err != nil {
 			return err
 		}
+		root, err := auditChain.TreeHash(tx, q.Head.Seq)
+		if err != nil {
+			return fmt.Errorf("the audit tree at seq %d: %w", q.Head.Seq, err)
+		}
+		q.Root = audit.Hash(root)
 		scopes, err := scopeNames(tx)
 		if err != nil {
 			return err
@@ -862,6 +872,22 @@ func (a *fixedAnchor) Supersede(audit.SignedCheckpoint, audit.SignedCheckpoint) 
 // checkpoints of this receiver and refuses sa unless it names each one
 // that answered with a checkpoint at exactly that size and root.
 func (r *Receiver) checkRecoveryWitnesses(sa audit.SignedAdmission, opts RecoverOptions) error {
+	if len(sa.Witnessed) > 0 {
+		// The witnesses will move to the recovered tree only from this
+		// root (a consistency proof from it), so it must be the tree
+		// the admitted head ends, and the recovered chain its extension.
+		var root tlog.Hash
+		if err := r.view(func(tx engine.Tx) (err error) {
+			root, err = auditChain.TreeHash(tx, sa.AdmittedHead.Seq)
+			return err
+		}); err != nil {
+			return fmt.Errorf("the audit tree at the admitted seq %d: %w", sa.AdmittedHead.Seq, err)
+		}
+		if audit.Hash(root) != sa.AdmittedRoot {
+			return fmt.Errorf("%w: the admission admits tree root %v at seq %d, but the database's is %v",
+				audit.ErrAdmissionMismatch, tlog.Hash(sa.AdmittedRoot), sa.AdmittedHead.Seq, root)
+		}
+	}
 	if len(opts.Witnesses) == 0 {
 		if len(sa.Witnessed) > 0 || opts.WitnessQuorum != 0 {
 			return fmt.Errorf("%w: the admission names %d witnesses (quorum %d); give them, so that what they hold now is checked",

@@ -134,8 +134,13 @@ func (rw *restoredWitnessed) admission(named []audit.WitnessedCheckpoint) []byte
 		rw.t.Fatal(err)
 	}
 	now := rw.clock.Now()
+	var root audit.Hash
+	if len(named) > 0 {
+		root = q.Root
+	}
 	return signed(rw.t.(*testing.T), recoveryKey, audit.Admission{Receiver: q.Receiver, SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
-		AdmittedState: q.State, At: now.UnixNano(), Expires: now.Add(time.Hour).UnixNano(), Reason: "restored from backup", Witnessed: named})
+		AdmittedState: q.State, At: now.UnixNano(), Expires: now.Add(time.Hour).UnixNano(), Reason: "restored from backup", Witnessed: named,
+		AdmittedRoot: root})
 }
 
 func (rw *restoredWitnessed) recoverOpts() RecoverOptions {
@@ -261,10 +266,26 @@ func TestRecoverWitnessedRefused(t *testing.T) {
 			t.Fatalf("%s: the witnesses moved", tc.name)
 		}
 	}
+	// An admission whose admitted tree root is not the database's: the
+	// witnesses would be proven a tree it does not admit.
+	q, err := Inspect(rw.path, rw.anchor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := rw.clock.Now()
+	wrongRoot := signed(t, recoveryKey, audit.Admission{Receiver: q.Receiver, SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
+		AdmittedState: q.State, At: at.UnixNano(), Expires: at.Add(time.Hour).UnixNano(), Reason: "restored", Witnessed: now,
+		AdmittedRoot: audit.Hash{1}})
+	if _, err := Recover(rw.path, wrongRoot, rw.recoverOpts()); !errors.Is(err, audit.ErrAdmissionMismatch) || !strings.Contains(err.Error(), "tree root") {
+		t.Errorf("another admitted tree root: %v, want ErrAdmissionMismatch naming the tree root", err)
+	}
+	if _, err := rw.open(); !errors.Is(err, ErrRollbackDetected) {
+		t.Fatalf("the refused recovery changed the database: %v", err)
+	}
 	// With quorum 2 of three and two down, N-K+1 = 2 answers are not there.
 	rw.set.Witnesses[0].Down()
 	rw.set.Witnesses[1].Down()
-	_, err := Recover(rw.path, rw.admission(now), rw.recoverOpts())
+	_, err = Recover(rw.path, rw.admission(now), rw.recoverOpts())
 	rw.set.Witnesses[0].Up()
 	rw.set.Witnesses[1].Up()
 	if !errors.Is(err, ErrWitnessAnswers) {
@@ -410,4 +431,48 @@ func TestVerifyChainRecoveredNeedsRecoveryKey(t *testing.T) {
 		t.Fatalf("verify-chain after the witnesses accepted the recovery: %v, %v", rep.Problem, err)
 	}
 	rw.reopenWitnessed()
+}
+
+// Ensure that a witness down past the admission's window refuses it (a
+// replay of an expired admission must not move a witness), so the
+// recovered receiver does not open while it answers; and that a new
+// admission naming it where it still is, applied by Recover again, brings
+// it along.
+func TestRecoverWitnessedDownPastWindow(t *testing.T) {
+	rw := newRestoredWitnessed(t, []bool{true, true, true})
+	named := rw.witnessed()
+	q, err := Inspect(rw.path, rw.anchor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := rw.clock.Now()
+	short := signed(t, recoveryKey, audit.Admission{Receiver: q.Receiver, SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
+		AdmittedState: q.State, At: at.UnixNano(), Expires: at.Add(2 * time.Second).UnixNano(), Reason: "restored", Witnessed: named,
+		AdmittedRoot: q.Root})
+	rw.set.Witnesses[2].Down()
+	if _, err := Recover(rw.path, short, rw.recoverOpts()); err != nil {
+		t.Fatalf("recover with witness 3 down: %v", err)
+	}
+	rw.reopenWitnessed() // witnesses 1 and 2 accept it here
+	rw.r.Close()
+	rw.r = nil
+	time.Sleep(2500 * time.Millisecond) // the witnesses' own clocks
+	rw.clock.Add(3 * time.Second)
+	rw.set.Witnesses[2].Up()
+	_, err = rw.open()
+	var d *witness.DivergenceError
+	if !IsIntegrityError(err) || !errors.As(err, &d) || d.Member != "witness3.test" || !errors.Is(err, witness.ErrRecoveryRefused) {
+		t.Fatalf("open with witness 3 back after the admission expired: %v, want its divergence with its refusal", err)
+	}
+	if _, err := Recover(rw.path, rw.admission(rw.witnessed()), rw.recoverOpts()); err != nil {
+		t.Fatalf("recover again with a new admission naming witness 3 where it is: %v", err)
+	}
+	rw.reopenWitnessed()
+	st, err := rw.set.Witnesses[2].Log(rw.originOf(testKey.Public().(ed25519.PublicKey)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != rw.r.head.Seq || len(st.Recoveries) != 1 || st.Recoveries[0].FromSize != named[2].Size {
+		t.Fatalf("witness 3: size %d (head %d), %d recoveries", st.Size, rw.r.head.Seq, len(st.Recoveries))
+	}
 }

@@ -125,7 +125,7 @@ func TestRedteamR_ForgedKeptAdmissionExcusesRollback(t *testing.T) {
 	}
 	at := rw.clock.Now()
 	adm := signed(t, attacker, audit.Admission{Receiver: q.Receiver, SupersededAnchor: q.Anchor, AdmittedHead: q.Head,
-		AdmittedState: q.State, At: at.UnixNano(), Expires: at.Add(time.Hour).UnixNano(), Reason: "forged", Witnessed: now})
+		AdmittedState: q.State, At: at.UnixNano(), Expires: at.Add(time.Hour).UnixNano(), Reason: "forged", Witnessed: now, AdmittedRoot: q.Root})
 	opts := rw.recoverOpts()
 	opts.RecoveryKey = attackerPub
 	if _, err := Recover(rw.path, adm, opts); err != nil {

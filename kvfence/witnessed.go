@@ -265,7 +265,8 @@ func (r *Receiver) checkWitnessesOnce(ctx context.Context, q *witness.Quorum, re
 			// receiver's key.
 			var signed []byte
 			if signed, err = r.signNote(latest); err == nil {
-				err = q.Readmit(ctx, signed, &res)
+				prove := func(old uint64) (tlog.TreeProof, error) { return r.treeProof(old, latest.Seq) }
+				err = q.Readmit(ctx, signed, prove, &res)
 			}
 		case recoveryKey != nil:
 			// Without the key nothing can be shown to the witnesses: the

@@ -114,12 +114,13 @@ func (c *Client) AddCheckpoint(ctx context.Context, oldSize uint64, proof tlog.T
 // RecoverCheckpoint asks the witness to accept signedNote, the receiver's
 // checkpoint of a chain re-admitted by the signed recovery admission
 // admission, in place of the checkpoint it holds, and returns its
-// cosignature line as AddCheckpoint does. A refusal is ErrForbidden
+// cosignature line as AddCheckpoint does. proof is the consistency proof
+// from the tree the admission admits (its admitted seq) to signedNote's. A refusal is ErrForbidden
 // together with ErrNoRecoveryKey, ErrRecoveryRefused or
 // ErrRecoveryReplayed when the witness says which; else ErrBadRequest,
 // ErrUnknownLog, ErrUnexpectedResponse or the transport's error.
-func (c *Client) RecoverCheckpoint(ctx context.Context, admission, signedNote []byte) (string, error) {
-	body := RecoverCheckpointRequest{Admission: admission, SignedNote: signedNote}.Marshal()
+func (c *Client) RecoverCheckpoint(ctx context.Context, admission []byte, proof tlog.TreeProof, signedNote []byte) (string, error) {
+	body := RecoverCheckpointRequest{Admission: admission, Proof: proof, SignedNote: signedNote}.Marshal()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(RecoverCheckpointPath, nil), bytes.NewReader(body))
 	if err != nil {
 		return "", err

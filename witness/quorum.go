@@ -146,6 +146,8 @@ type Quorum struct {
 	recoveryMu sync.Mutex
 	// recovery is the signed admission that SetRecovery gave, or nil.
 	recovery []byte
+	// recoverySeq is recovery's admitted seq.
+	recoverySeq uint64
 }
 
 type quorumMember struct {
@@ -223,16 +225,23 @@ func NewQuorum(opts QuorumOptions) (*Quorum, error) {
 // log's checkpoints name (nil for none). From then on a Cosign round asks
 // a member whose answer shows a tree the checkpoint does not extend (a
 // rollback or a fork) to accept the checkpoint at the recovery endpoint
-// with this admission (Client.RecoverCheckpoint), once per member: a
-// member that accepted is asked as usual from then on, and one that
-// refused is not asked with it again.
+// with this admission (Client.RecoverCheckpoint), with the proof from the
+// admission's admitted seq, once per member: a member that accepted is
+// asked as usual from then on, and one that refused is not asked with it
+// again. An admission that does not parse is kept as nil: no witness would
+// take it.
 func (q *Quorum) SetRecovery(admission []byte) {
 	q.recoveryMu.Lock()
-	q.recovery = append([]byte(nil), admission...)
+	defer q.recoveryMu.Unlock()
+	q.recovery, q.recoverySeq = nil, 0
 	if admission == nil {
-		q.recovery = nil
+		return
 	}
-	q.recoveryMu.Unlock()
+	sa, err := audit.ParseSignedAdmission(admission)
+	if err != nil {
+		return
+	}
+	q.recovery, q.recoverySeq = append([]byte(nil), admission...), sa.AdmittedHead.Seq
 }
 
 // KeyName returns the key name of the member's cosignatures (the witness's
@@ -412,7 +421,7 @@ func (q *Quorum) Cosign(ctx context.Context, signedNote []byte, prove ProveFunc)
 		return CosignResult{Size: cp.Size}, ctx.Err()
 	}
 	q.recoveryMu.Lock()
-	recovery := q.recovery
+	recovery, recoverySeq := q.recovery, q.recoverySeq
 	q.recoveryMu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -430,7 +439,7 @@ func (q *Quorum) Cosign(ctx context.Context, signedNote []byte, prove ProveFunc)
 			line, err := m.cosign(ctx, cp, signedNote, prove)
 			var d *DivergenceError
 			if recovery != nil && errors.As(err, &d) && ctx.Err() == nil {
-				line, err = m.recover(ctx, cp, signedNote, recovery, d)
+				line, err = m.recover(ctx, cp, signedNote, recovery, recoverySeq, prove, d)
 			}
 			if err != nil && ctx.Err() != nil {
 				m.guess(cp.Size)
@@ -517,16 +526,25 @@ func (m *quorumMember) cosign(ctx context.Context, cp checkpoint.Checkpoint, sig
 }
 
 // recover asks the member, which diverged as d says, to accept the
-// checkpoint at the recovery endpoint with the admission, unless it
-// refused that before. A refusal is d, wrapped with the witness's error.
-func (m *quorumMember) recover(ctx context.Context, cp checkpoint.Checkpoint, signedNote, admission []byte, d *DivergenceError) (string, error) {
+// checkpoint at the recovery endpoint with the admission, whose admitted
+// seq is admitted, unless it refused that before. A refusal is d, wrapped
+// with the witness's error.
+func (m *quorumMember) recover(ctx context.Context, cp checkpoint.Checkpoint, signedNote, admission []byte, admitted uint64,
+	prove ProveFunc, d *DivergenceError) (string, error) {
 	m.mu.Lock()
 	refused := m.recoveryRefused
 	m.mu.Unlock()
 	if refused {
 		return "", d
 	}
-	line, err := m.client.RecoverCheckpoint(ctx, admission, signedNote)
+	if admitted == 0 || admitted >= cp.Size {
+		return "", fmt.Errorf("%w; the checkpoint of size %d does not extend the admitted seq %d", d, cp.Size, admitted)
+	}
+	proof, err := prove(admitted)
+	if err != nil {
+		return "", fmt.Errorf("%w; proof from the admitted seq %d to %d: %w", d, admitted, cp.Size, err)
+	}
+	line, err := m.client.RecoverCheckpoint(ctx, admission, proof, signedNote)
 	if err != nil {
 		if errors.Is(err, ErrForbidden) || errors.Is(err, ErrBadRequest) {
 			m.mu.Lock()
@@ -682,7 +700,8 @@ func (q *Quorum) Check(ctx context.Context, origin string, local checkpoint.Chec
 
 // Readmit asks each member whose answer in res diverged (Check) to accept
 // signedNote, the log's checkpoint Check compared the answers with, at its
-// recovery endpoint with the recovery admission given to SetRecovery. The
+// recovery endpoint with the recovery admission given to SetRecovery and
+// prove's proof from the admission's admitted seq. The
 // witness is the judge: it accepts only an admission signed by the recovery
 // key it trusts for the log that names it at exactly what it holds (see
 // Witness.RecoverCheckpoint), so a divergence is forgiven by the recovery
@@ -692,13 +711,16 @@ func (q *Quorum) Check(ctx context.Context, origin string, local checkpoint.Chec
 // refusal. With no divergence left, fewer than N-K+1+F answers is
 // ErrTooFewAnswers, as in Check. Without an admission the divergences are
 // returned as they are.
-func (q *Quorum) Readmit(ctx context.Context, signedNote []byte, res *CheckResult) error {
+func (q *Quorum) Readmit(ctx context.Context, signedNote []byte, prove ProveFunc, res *CheckResult) error {
 	cp, _, err := checkpoint.Open(signedNote, q.log)
 	if err != nil {
 		return fmt.Errorf("readmit: the log's checkpoint: %w", err)
 	}
+	if prove == nil {
+		return fmt.Errorf("readmit: no proof function")
+	}
 	q.recoveryMu.Lock()
-	recovery := q.recovery
+	recovery, recoverySeq := q.recovery, q.recoverySeq
 	q.recoveryMu.Unlock()
 	var left []error
 	for i := range res.Members {
@@ -716,7 +738,7 @@ func (q *Quorum) Readmit(ctx context.Context, signedNote []byte, res *CheckResul
 			left = append(left, a.Err)
 			continue
 		}
-		if _, err := m.recover(ctx, cp, signedNote, recovery, d); err != nil {
+		if _, err := m.recover(ctx, cp, signedNote, recovery, recoverySeq, prove, d); err != nil {
 			a.Err = err
 			left = append(left, err)
 			continue

@@ -118,16 +118,19 @@ func verifierPublicKey(vkey string) (ed25519.PublicKey, error) {
 // recovery key, is for the receiver of this origin, names this witness
 // (its id) at exactly the size and root of its latest cosigned checkpoint,
 // and is the admission the checkpoint's kvfence-admission line names by
-// SHA-256 and time (else ErrRecoveryRefused); and no admission was
+// SHA-256 and time; and the request's proof shows the checkpoint's tree,
+// larger than the admitted seq, to extend the tree the admission admits
+// (its admitted seq and root) (else ErrRecoveryRefused); and no admission was
 // accepted before with this hash for another checkpoint, or with a time
 // at or after this one's (else ErrRecoveryReplayed). The same admission
 // with the checkpoint already accepted is answered again, for a receiver
 // whose first answer was lost. The new checkpoint becomes the latest, and
 // the recovery is added to the log's Recoveries, in one transaction that
-// commits (fsyncs) before the witness signs. The admission's expiry is
-// not checked: it names the witness's own latest checkpoint, so it is
-// worthless once the witness moves on, and a witness that was down when
-// the receiver recovered must still be able to follow.
+// commits (fsyncs) before the witness signs. An admission outside its
+// validity by the witness's clock is refused (ErrRecoveryRefused): one
+// replayed after it expired could otherwise move a witness that was down
+// onto a chain a later admission abandoned. A witness down past the window
+// follows with a new admission that names it.
 func (w *Witness) RecoverCheckpoint(req RecoverCheckpointRequest) (string, error) {
 	body, at, err := w.store.recover(req, w.now)
 	if err != nil {
@@ -267,6 +270,18 @@ func (s *Store) decideRecovery(st LogState, req RecoverCheckpointRequest, sa aud
 	case named.Size != st.Size || tlog.Hash(named.Root) != st.Root:
 		return c, nil, false, fmt.Errorf("%w: the admission names witness %s at size %d, root %v, but it holds size %d, root %v",
 			ErrRecoveryRefused, s.id, named.Size, tlog.Hash(named.Root), st.Size, st.Root)
+	}
+	// The recovered tree must hold the tree the recovery key admitted and
+	// the recovery's own entry after it: otherwise where the witness goes
+	// would be the receiver key's choice, not the recovery key's decision.
+	admitted := sa.AdmittedHead.Seq
+	if c.Size <= admitted {
+		return c, nil, false, fmt.Errorf("%w: the recovered checkpoint's size %d does not extend the admitted seq %d with the recovery's entry",
+			ErrRecoveryRefused, c.Size, admitted)
+	}
+	if err := tlog.CheckTree(req.Proof, int64(c.Size), c.Root, int64(admitted), tlog.Hash(sa.AdmittedRoot)); err != nil {
+		return c, nil, false, fmt.Errorf("%w: the recovered tree of size %d is not proven to extend the admitted tree of size %d, root %v: %v",
+			ErrRecoveryRefused, c.Size, admitted, tlog.Hash(sa.AdmittedRoot), err)
 	}
 	return c, body, false, nil
 }

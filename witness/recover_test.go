@@ -64,8 +64,13 @@ func newRecFixture(t *testing.T, trustRecovery bool) *recFixture {
 func (f *recFixture) admission(t *testing.T, priv ed25519.PrivateKey, receiver string, named []audit.WitnessedCheckpoint, skew time.Duration) []byte {
 	t.Helper()
 	at := f.now.Add(skew).UnixNano()
+	var root audit.Hash
+	if len(named) > 0 {
+		root = audit.Hash(f.rec.root(t, 4))
+	}
 	sa, err := audit.SignAdmission(priv, audit.Admission{Receiver: receiver, SupersededAnchor: audit.Head{Seq: 9, Hash: audit.Hash{9}},
-		AdmittedHead: audit.Head{Seq: 4, Hash: audit.Hash{4}}, At: at, Expires: at + int64(time.Hour), Reason: "restored", Witnessed: named})
+		AdmittedHead: audit.Head{Seq: 4, Hash: audit.Hash{4}}, At: at, Expires: at + int64(time.Hour), Reason: "restored", Witnessed: named,
+		AdmittedRoot: root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +79,22 @@ func (f *recFixture) admission(t *testing.T, priv ed25519.PrivateKey, receiver s
 		t.Fatal(err)
 	}
 	return raw
+}
+
+// proofFor is the proof from the admitted seq 4 of the recovered tree to
+// the size the note signs.
+func (f *recFixture) proofFor(t *testing.T, note []byte) tlog.TreeProof {
+	t.Helper()
+	lines := strings.SplitN(string(note), "\n", 3)
+	if len(lines) < 3 {
+		t.Fatalf("note %q", note)
+	}
+	n, err := checkpoint.ParseSize(lines[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rec.grow(t, int64(n))
+	return f.rec.proof(t, 4, int64(n))
 }
 
 // recNote is the receiver's note of size n of the recovered tree, naming
@@ -108,7 +129,7 @@ func TestRecoverCheckpoint(t *testing.T) {
 	if _, err := f.client.AddCheckpoint(context.Background(), 8, nil, signed); !errors.Is(err, witness.ErrBadRequest) && !errors.Is(err, witness.ErrBadProof) {
 		t.Fatalf("add-checkpoint of the recovered chain: %v", err)
 	}
-	line, err := f.client.RecoverCheckpoint(context.Background(), adm, signed)
+	line, err := f.client.RecoverCheckpoint(context.Background(), adm, f.proofFor(t, signed), signed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +164,7 @@ func TestRecoverCheckpoint(t *testing.T) {
 		t.Fatalf("GET recoveries: %s, %v", raw, err)
 	}
 	// The same request again (a lost answer) is answered, and writes nothing.
-	if _, err := f.client.RecoverCheckpoint(context.Background(), adm, signed); err != nil {
+	if _, err := f.client.RecoverCheckpoint(context.Background(), adm, f.proofFor(t, signed), signed); err != nil {
 		t.Fatalf("the accepted request again: %v", err)
 	}
 	// From there on, ordinary consistency.
@@ -152,7 +173,7 @@ func TestRecoverCheckpoint(t *testing.T) {
 		t.Fatalf("add-checkpoint after the recovery: %v", err)
 	}
 	// The admission for another checkpoint: a replay.
-	if _, err := f.client.RecoverCheckpoint(context.Background(), adm, f.recNote(t, 7, adm)); !errors.Is(err, witness.ErrRecoveryReplayed) {
+	if _, err := f.client.RecoverCheckpoint(context.Background(), adm, f.proofFor(t, f.recNote(t, 7, adm)), f.recNote(t, 7, adm)); !errors.Is(err, witness.ErrRecoveryReplayed) {
 		t.Fatalf("replayed admission: %v", err)
 	}
 	if st, _ := f.store.Log(f.origin); st.Size != 7 || len(st.Recoveries) != 1 {
@@ -173,33 +194,42 @@ func TestRecoverCheckpointRefusals(t *testing.T) {
 	byOtherLog, _ := checkpoint.NewSigner(f.origin, key(9))
 	forgedNote, _ := checkpoint.Sign(checkpoint.Checkpoint{Origin: f.origin, Size: 5, Root: f.rec.root(t, 5),
 		Extensions: checkpoint.ReceiverState{At: 1, Admission: audit.AdmissionRecord{SHA256: sha256.Sum256(good), At: f.now.UnixNano()}}.Extensions()}, byOtherLog)
+	otherTree := newTree(t, "other", 5)
 	for _, tc := range []struct {
-		name string
-		adm  []byte
-		note []byte
-		want error
+		name  string
+		adm   []byte
+		note  []byte
+		want  error
+		proof tlog.TreeProof // nil: the recovered tree's from seq 4
 	}{
-		{"admission forged (another recovery key)", f.admission(t, key(6), "r1", f.named, 0), nil, witness.ErrRecoveryRefused},
-		{"admission signed by the receiver's own key", f.admission(t, f.logKey, "r1", f.named, 0), nil, witness.ErrRecoveryRefused},
-		{"admission for another receiver", f.admission(t, recoveryKey, "r2", f.named, 0), nil, witness.ErrRecoveryRefused},
-		{"admission names an older checkpoint", f.admission(t, recoveryKey, "r1", older, 0), nil, witness.ErrRecoveryRefused},
-		{"admission names another root", f.admission(t, recoveryKey, "r1", otherRoot, 0), nil, witness.ErrRecoveryRefused},
-		{"admission names another witness only", f.admission(t, recoveryKey, "r1", notMe, 0), nil, witness.ErrRecoveryRefused},
-		{"admission names no witness", f.admission(t, recoveryKey, "r1", nil, 0), nil, witness.ErrRecoveryRefused},
-		{"checkpoint names another admission", good, f.recNote(t, 5, other), witness.ErrRecoveryRefused},
-		{"checkpoint names no admission", good, f.recNote(t, 5, nil), witness.ErrRecoveryRefused},
-		{"checkpoint not signed by the receiver", good, forgedNote, witness.ErrForbidden},
+		{"admission forged (another recovery key)", f.admission(t, key(6), "r1", f.named, 0), nil, witness.ErrRecoveryRefused, nil},
+		{"admission signed by the receiver's own key", f.admission(t, f.logKey, "r1", f.named, 0), nil, witness.ErrRecoveryRefused, nil},
+		{"admission for another receiver", f.admission(t, recoveryKey, "r2", f.named, 0), nil, witness.ErrRecoveryRefused, nil},
+		{"admission names an older checkpoint", f.admission(t, recoveryKey, "r1", older, 0), nil, witness.ErrRecoveryRefused, nil},
+		{"admission names another root", f.admission(t, recoveryKey, "r1", otherRoot, 0), nil, witness.ErrRecoveryRefused, nil},
+		{"admission names another witness only", f.admission(t, recoveryKey, "r1", notMe, 0), nil, witness.ErrRecoveryRefused, nil},
+		{"admission names no witness", f.admission(t, recoveryKey, "r1", nil, 0), nil, witness.ErrRecoveryRefused, nil},
+		{"checkpoint names another admission", good, f.recNote(t, 5, other), witness.ErrRecoveryRefused, nil},
+		{"checkpoint names no admission", good, f.recNote(t, 5, nil), witness.ErrRecoveryRefused, nil},
+		{"checkpoint not signed by the receiver", good, forgedNote, witness.ErrForbidden, nil},
+		{"checkpoint at the admitted seq (no recovery entry)", good, f.recNote(t, 4, good), witness.ErrRecoveryRefused, nil},
+		{"proof of another tree from the admitted seq", good, f.recNote(t, 5, good), witness.ErrRecoveryRefused, otherTree.proof(t, 4, 5)},
+		{"no proof", good, f.recNote(t, 5, good), witness.ErrRecoveryRefused, tlog.TreeProof{}},
 	} {
 		note := tc.note
 		if note == nil {
 			note = f.recNote(t, 5, tc.adm)
 		}
-		_, err := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: tc.adm, SignedNote: note})
+		proof := tc.proof
+		if proof == nil {
+			proof = f.proofFor(t, note)
+		}
+		_, err := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: tc.adm, Proof: proof, SignedNote: note})
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 		// Over HTTP, a 403 naming the same refusal.
-		if _, err := f.client.RecoverCheckpoint(context.Background(), tc.adm, note); !errors.Is(err, tc.want) || !errors.Is(err, witness.ErrForbidden) {
+		if _, err := f.client.RecoverCheckpoint(context.Background(), tc.adm, proof, note); !errors.Is(err, tc.want) || !errors.Is(err, witness.ErrForbidden) {
 			t.Errorf("%s over HTTP: %v", tc.name, err)
 		}
 		if st, _ := f.store.Log(f.origin); st.Size != 8 || st.Root != f.root8 || len(st.Recoveries) != 0 {
@@ -208,11 +238,11 @@ func TestRecoverCheckpointRefusals(t *testing.T) {
 	}
 	// An admission signed no later than one accepted is a replay, even
 	// one the witness never saw.
-	if _, err := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: other, SignedNote: f.recNote(t, 5, other)}); err != nil {
+	if _, err := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: other, Proof: f.proofFor(t, f.recNote(t, 5, other)), SignedNote: f.recNote(t, 5, other)}); err != nil {
 		t.Fatal(err)
 	}
 	again := f.admission(t, recoveryKey, "r1", []audit.WitnessedCheckpoint{{Witness: "witness.test/w1", Size: 5, Root: audit.Hash(f.rec.root(t, 5))}}, 0)
-	if _, err := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: again, SignedNote: f.recNote(t, 6, again)}); !errors.Is(err, witness.ErrRecoveryReplayed) {
+	if _, err := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: again, Proof: f.proofFor(t, f.recNote(t, 6, again)), SignedNote: f.recNote(t, 6, again)}); !errors.Is(err, witness.ErrRecoveryReplayed) {
 		t.Fatalf("an admission older than the accepted one: %v", err)
 	}
 }
@@ -223,7 +253,7 @@ func TestRecoverCheckpointRefusals(t *testing.T) {
 func TestRecoverCheckpointNoKey(t *testing.T) {
 	f := newRecFixture(t, false)
 	adm := f.admission(t, recoveryKey, "r1", f.named, 0)
-	if _, err := f.client.RecoverCheckpoint(context.Background(), adm, f.recNote(t, 5, adm)); !errors.Is(err, witness.ErrNoRecoveryKey) {
+	if _, err := f.client.RecoverCheckpoint(context.Background(), adm, f.proofFor(t, f.recNote(t, 5, adm)), f.recNote(t, 5, adm)); !errors.Is(err, witness.ErrNoRecoveryKey) {
 		t.Fatalf("without a recovery key: %v", err)
 	}
 	pub := recoveryKey.Public().(ed25519.PublicKey)
@@ -276,12 +306,13 @@ func TestRecoverCheckpointServer(t *testing.T) {
 func FuzzRecoverCheckpointRequest(f *testing.F) {
 	sa, err := audit.SignAdmission(recoveryKey, audit.Admission{Receiver: "r1", SupersededAnchor: audit.Head{Seq: 9, Hash: audit.Hash{9}},
 		AdmittedHead: audit.Head{Seq: 4}, At: 1, Expires: 2, Reason: "restored",
-		Witnessed: []audit.WitnessedCheckpoint{{Witness: "w1", Size: 8, Root: audit.Hash{8}}}})
+		Witnessed: []audit.WitnessedCheckpoint{{Witness: "w1", Size: 8, Root: audit.Hash{8}}}, AdmittedRoot: audit.Hash{4}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	adm, _ := sa.Marshal()
 	f.Add(witness.RecoverCheckpointRequest{Admission: adm, SignedNote: []byte("x\n")}.Marshal())
+	f.Add(witness.RecoverCheckpointRequest{Admission: adm, Proof: tlog.TreeProof{{1}, {2}}, SignedNote: []byte("x\n")}.Marshal())
 	f.Add([]byte("admission \n\nx\n"))
 	f.Add([]byte("admission AA==\n\n"))
 	f.Add([]byte("admission AA=\n\nx\n"))
@@ -344,13 +375,15 @@ func TestRecoverCheckpointContending(t *testing.T) {
 	f := newRecFixture(t, true)
 	adm := f.admission(t, recoveryKey, "r1", f.named, 0)
 	notes := make([][]byte, 8)
+	proofs := make([]tlog.TreeProof, len(notes))
 	for i := range notes {
 		notes[i] = f.recNote(t, int64(5+i), adm)
+		proofs[i] = f.proofFor(t, notes[i])
 	}
 	errs := make(chan error, len(notes))
-	for _, n := range notes {
+	for i, n := range notes {
 		go func() {
-			_, err := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: adm, SignedNote: n})
+			_, err := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: adm, Proof: proofs[i], SignedNote: n})
 			errs <- err
 		}()
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/checkpoint"
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 // RecoverCheckpointPath is kvfence's own endpoint, beside add-checkpoint,
@@ -18,14 +19,20 @@ const RecoverCheckpointPath = "/kvfence/v1/recover-checkpoint"
 const admissionLinePrefix = "admission "
 
 // MaxRecoverRequestSize bounds a recover-checkpoint request body: the
-// admission line, the blank line and the largest signed note.
-const MaxRecoverRequestSize = len(admissionLinePrefix) + (audit.MaxAdmissionSize+2)/3*4 + 2 + checkpoint.MaxNoteSize
+// admission line, 63 proof lines, the blank line and the largest signed
+// note.
+const MaxRecoverRequestSize = len(admissionLinePrefix) + (audit.MaxAdmissionSize+2)/3*4 + 2 + MaxProofLines*45 + checkpoint.MaxNoteSize
 
 // RecoverCheckpointRequest is a parsed recover-checkpoint request body.
 type RecoverCheckpointRequest struct {
 	// Admission is the signed recovery admission (audit.SignedAdmission's
 	// encoding) the receiver consumed, unverified.
 	Admission []byte
+	// Proof is the consistency proof from the tree the admission admits
+	// (its admitted seq and root) to the tree SignedNote signs: the
+	// recovered chain holds the head the recovery key decided on, and
+	// nothing else in its place.
+	Proof tlog.TreeProof
 	// SignedNote is the receiver's checkpoint of the re-admitted chain, as
 	// the receiver signed it, unverified; its kvfence-admission line must
 	// name Admission.
@@ -33,21 +40,22 @@ type RecoverCheckpointRequest struct {
 }
 
 // Marshal returns the request body: "admission " and the admission in
-// standard padded base64 on the first line, a blank line, and the signed
-// note.
+// standard padded base64 on the first line, the proof's hashes one per
+// line (as in add-checkpoint), a blank line, and the signed note.
 func (r RecoverCheckpointRequest) Marshal() []byte {
 	var b bytes.Buffer
 	b.WriteString(admissionLinePrefix)
 	b.WriteString(base64.StdEncoding.EncodeToString(r.Admission))
-	b.WriteString("\n\n")
+	b.WriteByte('\n')
+	appendProofLines(&b, r.Proof)
 	b.Write(r.SignedNote)
 	return b.Bytes()
 }
 
 // ParseRecoverCheckpoint reads a recover-checkpoint request body strictly:
 // exactly the form Marshal writes (one spelling of the base64, an
-// admission that decodes as a canonical signed admission, a non-empty
-// note after exactly one blank line). The signatures are the witness's to
+// admission that decodes as a canonical signed admission, at most 63
+// proof hashes, a non-empty note after exactly one blank line). The signatures are the witness's to
 // check. Every error wraps ErrBadRequest.
 func ParseRecoverCheckpoint(body []byte) (RecoverCheckpointRequest, error) {
 	var r RecoverCheckpointRequest
@@ -69,13 +77,13 @@ func ParseRecoverCheckpoint(body []byte) (RecoverCheckpointRequest, error) {
 	if _, err := audit.ParseSignedAdmission(adm); err != nil {
 		return r, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	rest, ok = bytes.CutPrefix(rest, []byte("\n"))
-	if !ok {
-		return r, fmt.Errorf("%w: no blank line after the admission", ErrBadRequest)
+	proof, rest, err := parseProofLines(rest)
+	if err != nil {
+		return r, err
 	}
 	if len(rest) == 0 {
 		return r, fmt.Errorf("%w: no checkpoint after the blank line", ErrBadRequest)
 	}
-	r.Admission, r.SignedNote = adm, rest
+	r.Admission, r.Proof, r.SignedNote = adm, proof, rest
 	return r, nil
 }

@@ -25,15 +25,15 @@ import (
 func TestRedteamR_ExpiredAdmissionReplayStrandsWitness(t *testing.T) {
 	f := newRecFixture(t, true)
 	old := f.now.Add(-48 * time.Hour)
-	a1 := rtAdmission(t, old, 4, f.named)
 	a1Chain := newTree(t, "a1-chain", 0)
+	a1 := rtAdmission(t, old, a1Chain, 4, f.named)
 	a1Note := rtNote(t, f, a1Chain, 6, a1)
-	a2 := rtAdmission(t, f.now, 4, f.named)
 	a2Chain := newTree(t, "a2-chain", 0)
+	a2 := rtAdmission(t, f.now, a2Chain, 4, f.named)
 	a2Note := rtNote(t, f, a2Chain, 5, a2)
 
-	_, replayErr := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: a1, SignedNote: a1Note})
-	_, err := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: a2, SignedNote: a2Note})
+	_, replayErr := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: a1, Proof: a1Chain.proof(t, 4, 6), SignedNote: a1Note})
+	_, err := f.w.RecoverCheckpoint(witness.RecoverCheckpointRequest{Admission: a2, Proof: a2Chain.proof(t, 4, 5), SignedNote: a2Note})
 	st, _ := f.store.Log(f.origin)
 	if err != nil || st.Size != 5 || st.Root != a2Chain.root(t, 5) {
 		t.Fatalf("replayed expired admission A1 (signed 48h ago): %v; the current admission A2 after it: %v; the witness holds size %d (want A2's chain at 5)",

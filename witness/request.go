@@ -35,13 +35,44 @@ type AddCheckpointRequest struct {
 func (r AddCheckpointRequest) Marshal() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "old %d\n", r.OldSize)
-	for _, h := range r.Proof {
+	appendProofLines(&b, r.Proof)
+	b.Write(r.SignedNote)
+	return b.Bytes()
+}
+
+// appendProofLines writes one base64 hash per line and the blank line
+// that ends them.
+func appendProofLines(b *bytes.Buffer, proof tlog.TreeProof) {
+	for _, h := range proof {
 		b.WriteString(h.String())
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')
-	b.Write(r.SignedNote)
-	return b.Bytes()
+}
+
+// parseProofLines reads proof hashes, one per line, up to the blank line,
+// and returns them with what follows that line. Every error wraps
+// ErrBadRequest.
+func parseProofLines(body []byte) (tlog.TreeProof, []byte, error) {
+	var proof tlog.TreeProof
+	for {
+		line, rest, ok := bytes.Cut(body, []byte("\n"))
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: no blank line before the checkpoint", ErrBadRequest)
+		}
+		body = rest
+		if len(line) == 0 {
+			return proof, body, nil
+		}
+		if len(proof) == MaxProofLines {
+			return nil, nil, fmt.Errorf("%w: more than %d proof lines", ErrBadRequest, MaxProofLines)
+		}
+		h, err := checkpoint.ParseHash(string(line))
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: proof line %d: %v", ErrBadRequest, len(proof)+1, err)
+		}
+		proof = append(proof, h)
+	}
 }
 
 // ParseAddCheckpoint reads an add-checkpoint request body. It checks the
@@ -66,22 +97,8 @@ func ParseAddCheckpoint(body []byte) (AddCheckpointRequest, error) {
 		return r, fmt.Errorf("%w: old size: %v", ErrBadRequest, err)
 	}
 	r.OldSize = old
-	for {
-		line, rest, ok = bytes.Cut(rest, []byte("\n"))
-		if !ok {
-			return r, fmt.Errorf("%w: no blank line before the checkpoint", ErrBadRequest)
-		}
-		if len(line) == 0 {
-			break
-		}
-		if len(r.Proof) == MaxProofLines {
-			return r, fmt.Errorf("%w: more than %d proof lines", ErrBadRequest, MaxProofLines)
-		}
-		h, err := checkpoint.ParseHash(string(line))
-		if err != nil {
-			return r, fmt.Errorf("%w: proof line %d: %v", ErrBadRequest, len(r.Proof)+1, err)
-		}
-		r.Proof = append(r.Proof, h)
+	if r.Proof, rest, err = parseProofLines(rest); err != nil {
+		return r, err
 	}
 	if len(rest) == 0 {
 		return r, fmt.Errorf("%w: no checkpoint after the blank line", ErrBadRequest)

@@ -55,6 +55,10 @@ type admissionJSON struct {
 	// Witnessed are the witnesses' checkpoints the admission names
 	// (--witnessed), sorted by witness; empty for none.
 	Witnessed []witnessedJSON `json:"witnessed"`
+	// AdmittedRoot is, with witnesses, the root of the database's audit
+	// tree at head_seq in base64, from which the witnesses accept the
+	// recovered tree; "" without.
+	AdmittedRoot string `json:"admitted_root"`
 }
 
 // witnessedJSON is one --witnessed checkpoint; the root in base64, as the
@@ -166,6 +170,9 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	expires := at.Add(*validFor)
 	a := audit.Admission{Receiver: q.Receiver, AdmittedHead: q.Head, AdmittedState: q.State, At: at.UnixNano(),
 		Expires: expires.UnixNano(), Reason: *reason, Witnessed: witnessed}
+	if len(witnessed) > 0 {
+		a.AdmittedRoot = q.Root
+	}
 	if *lostAnchor {
 		a.LostAnchor, a.EpochFloor = true, *epochFloor
 	} else {
@@ -190,6 +197,9 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 		AnchorDamage: anchorDamageOf(q.AnchorDamage), Witnessed: []witnessedJSON{}}
 	for _, w := range witnessed {
 		res.Witnessed = append(res.Witnessed, witnessedJSON{Witness: w.Witness, Size: w.Size, Root: tlog.Hash(w.Root).String()})
+	}
+	if len(witnessed) > 0 {
+		res.AdmittedRoot = tlog.Hash(a.AdmittedRoot).String()
 	}
 	if *lostAnchor {
 		res.EpochFloor = epochFloor
@@ -225,6 +235,9 @@ func (c *AdmissionNewCommand) Run(ctx context.Context, args []string) error {
 	}
 	for _, w := range res.Witnessed {
 		fmt.Fprintf(tw, "witness %s\tsize %d, root %s\n", w.Witness, w.Size, w.Root)
+	}
+	if res.AdmittedRoot != "" {
+		fmt.Fprintf(tw, "admitted tree root\t%s\n", res.AdmittedRoot)
 	}
 	fmt.Fprintf(tw, "reason\t%s\n", res.Reason)
 	fmt.Fprintf(tw, "signed at\t%s\n", humanTime(at))
