@@ -271,8 +271,11 @@ func (r *Receiver) checkWitnessesOnce(ctx context.Context, q *witness.Quorum, re
 		case recoveryKey != nil:
 			// Without the key nothing can be shown to the witnesses: the
 			// admission is judged here, by the recovery key the caller
-			// holds, never by one the database records.
-			err = excuseRecovered(res, q, sa, recoveryKey)
+			// holds, never by one the database records, and so is what
+			// a witness would check of the tree.
+			if err = excuseRecovered(res, q, sa, recoveryKey); err == nil {
+				err = r.checkAdmittedTree(sa, latest.Seq)
+			}
 		}
 		if err == nil {
 			return res, local, nil
@@ -470,6 +473,31 @@ func excuseRecovered(res witness.CheckResult, q *witness.Quorum, sa audit.Signed
 	}
 	if res.Answers < res.Needed {
 		return fmt.Errorf("%w: %d of the %d needed", witness.ErrTooFewAnswers, res.Answers, res.Needed)
+	}
+	return nil
+}
+
+// checkAdmittedTree refuses, as a witness would, a database whose newest
+// checkpoint (size) is not past the admission's admitted seq, or whose
+// tree at that seq is not the admitted root: the stored tree's records
+// have been checked against the entries and that checkpoint's root, so
+// its older roots are the chain's.
+func (r *Receiver) checkAdmittedTree(sa audit.SignedAdmission, size uint64) error {
+	admitted := sa.AdmittedHead.Seq
+	if size <= admitted {
+		return fmt.Errorf("%w: the database's newest checkpoint (size %d) does not extend the admitted seq %d",
+			audit.ErrForkDetected, size, admitted)
+	}
+	var root tlog.Hash
+	if err := r.view(func(tx engine.Tx) (err error) {
+		root, err = auditChain.TreeHash(tx, admitted)
+		return err
+	}); err != nil {
+		return err
+	}
+	if audit.Hash(root) != sa.AdmittedRoot {
+		return fmt.Errorf("%w: the database's tree at the admitted seq %d has root %v, not the admitted %v",
+			audit.ErrForkDetected, admitted, root, tlog.Hash(sa.AdmittedRoot))
 	}
 	return nil
 }

@@ -115,10 +115,12 @@ func (c *Client) AddCheckpoint(ctx context.Context, oldSize uint64, proof tlog.T
 // checkpoint of a chain re-admitted by the signed recovery admission
 // admission, in place of the checkpoint it holds, and returns its
 // cosignature line as AddCheckpoint does. proof is the consistency proof
-// from the tree the admission admits (its admitted seq) to signedNote's. A refusal is ErrForbidden
-// together with ErrNoRecoveryKey, ErrRecoveryRefused or
-// ErrRecoveryReplayed when the witness says which; else ErrBadRequest,
-// ErrUnknownLog, ErrUnexpectedResponse or the transport's error.
+// from the tree the admission admits (its admitted seq) to signedNote's.
+// With a Verifier, the cosignature must also be at most MaxAge old, as on
+// a Latest answer. A refusal is ErrForbidden together with
+// ErrNoRecoveryKey, ErrRecoveryRefused or ErrRecoveryReplayed when the
+// witness says which; else ErrBadRequest, ErrUnknownLog,
+// ErrUnexpectedResponse or the transport's error.
 func (c *Client) RecoverCheckpoint(ctx context.Context, admission []byte, proof tlog.TreeProof, signedNote []byte) (string, error) {
 	body := RecoverCheckpointRequest{Admission: admission, Proof: proof, SignedNote: signedNote}.Marshal()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(RecoverCheckpointPath, nil), bytes.NewReader(body))
@@ -140,7 +142,23 @@ func (c *Client) RecoverCheckpoint(ctx context.Context, admission []byte, proof 
 		}
 		return "", err
 	}
-	return c.cosignatureLine(resp, signedNote)
+	line, err := c.cosignatureLine(resp, signedNote)
+	if err != nil || c.cosv == nil {
+		return line, err
+	}
+	// An acceptance forgives a witness its divergence, so, as a Latest
+	// answer, it must be of now: the witness cosigned this very note
+	// before, when it was the log's head, and a line it gave then, played
+	// back, would otherwise stand for an acceptance it refuses now.
+	noteText, _, _ := strings.Cut(string(signedNote), "\n\n")
+	at, err := c.cosv.VerifyLine([]byte(noteText+"\n"), line)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrUnexpectedResponse, err)
+	}
+	if at.Before(c.cosv.Now().Add(-c.maxAge)) {
+		return "", fmt.Errorf("%w: recovery cosignature made at %s, over %v ago", ErrUnexpectedResponse, at.Format(time.RFC3339), c.maxAge)
+	}
+	return line, nil
 }
 
 // cosignatureLine checks a 200 answer to a cosigning request for

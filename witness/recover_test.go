@@ -400,3 +400,32 @@ func TestRecoverCheckpointContending(t *testing.T) {
 		t.Fatalf("%d accepted, %d recoveries stored", ok, len(st.Recoveries))
 	}
 }
+
+// Ensure that an acceptance at the recovery endpoint counts only while its
+// cosignature is fresh, as a Latest answer's: the witness cosigned the
+// very note before, when it was the log's head, and a line it gave then,
+// played back by whoever sits on an http path, must not stand for an
+// acceptance (a verifier whose clock runs two minutes ahead sees the
+// witness's fresh line as one made then).
+func TestRecoverCheckpointStaleAnswer(t *testing.T) {
+	f := newRecFixture(t, true)
+	adm := f.admission(t, recoveryKey, "r1", f.named, 0)
+	signed := f.recNote(t, 5, adm)
+	ahead, err := checkpoint.NewCosignatureVerifier("witness.test/w1", f.wKey.Public().(ed25519.PublicKey),
+		checkpoint.CosignatureVerifierOptions{Now: func() time.Time { return time.Now().Add(2 * time.Minute) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := witness.NewClient(f.srv.URL, witness.ClientOptions{Verifier: ahead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := late.RecoverCheckpoint(context.Background(), adm, f.proofFor(t, signed), signed); !errors.Is(err, witness.ErrUnexpectedResponse) ||
+		!strings.Contains(err.Error(), "over 1m0s ago") {
+		t.Fatalf("an acceptance cosigned two minutes before the verifier's now: %v, want ErrUnexpectedResponse", err)
+	}
+	// The same answer again, to a verifier on time, is fresh.
+	if _, err := f.client.RecoverCheckpoint(context.Background(), adm, f.proofFor(t, signed), signed); err != nil {
+		t.Fatalf("the accepted request again, on time: %v", err)
+	}
+}
