@@ -222,7 +222,7 @@ func TestRecover_LostAnchorRefusals(t *testing.T) {
 	}{
 		"signed by the receiver key": {signed(t, testKey, good), f.recoverOpts(), audit.ErrBadSignature},
 		"signed by the receiver key, verified with it": {signed(t, testKey, good), withKey(receiverPub),
-			audit.ErrBadSignature},
+			ErrRecoveryKeyIsReceiverKey},
 		"another head seq":              {signed(t, recoveryKey, otherHead), f.recoverOpts(), audit.ErrAdmissionMismatch},
 		"another head hash":             {signed(t, recoveryKey, otherHash), f.recoverOpts(), audit.ErrAdmissionMismatch},
 		"another receiver":              {signed(t, recoveryKey, otherReceiver), f.recoverOpts(), audit.ErrAdmissionMismatch},

@@ -282,6 +282,11 @@ func recoverWith(path string, admission []byte, opts RecoverOptions, open func(*
 	if len(opts.RecoveryKey) != ed25519.PublicKeySize {
 		return RecoverResult{}, fmt.Errorf("%w: the recovery public key is required", ErrInvalidArgument)
 	}
+	if len(opts.Key) == ed25519.PrivateKeySize && opts.RecoveryKey.Equal(opts.Key.Public()) {
+		// The point of an admission is a second authority, as Init and
+		// witness trust --recovery-pub say.
+		return RecoverResult{}, ErrRecoveryKeyIsReceiverKey
+	}
 	if opts.Anchor == nil {
 		return RecoverResult{}, fmt.Errorf("%w: an anchor store is required", ErrInvalidArgument)
 	}
@@ -666,7 +671,8 @@ type VerifyOptions struct {
 	// witness at exactly what it holds: VerifyChain holds no key to show
 	// the admission to the witnesses (Open does), and the key the
 	// database itself records proves nothing (whoever restored the
-	// database could have written it).
+	// database could have written it). The receiver's own key is refused
+	// (ErrRecoveryKeyIsReceiverKey).
 	RecoveryKey ed25519.PublicKey
 }
 
@@ -705,6 +711,10 @@ func VerifyChainEngine(e engine.Engine, opts VerifyOptions) (audit.Report, error
 
 // verifyChain is VerifyChain on an open, read-only receiver.
 func (r *Receiver) verifyChain(opts VerifyOptions) (audit.Report, error) {
+	if opts.RecoveryKey != nil && (opts.RecoveryKey.Equal(opts.PublicKey) || opts.RecoveryKey.Equal(r.pub)) {
+		// An admission it signed would be the receiver's own word.
+		return audit.Report{}, ErrRecoveryKeyIsReceiverKey
+	}
 	if !opts.AnchorIsCheckpoint {
 		if err := r.checkAnchorCluster(opts.Anchor, opts.AnchorClusterID); err != nil {
 			return audit.Report{}, err

@@ -124,6 +124,10 @@ func (c *VerifyChainCommand) Run(ctx context.Context, args []string) error {
 		if vopts.RecoveryKey, err = keyfile.LoadPublic(*recoveryPub); err != nil {
 			return err
 		}
+		if vopts.RecoveryKey.Equal(pub) {
+			return withHint(tagged(kvfence.ErrRecoveryKeyIsReceiverKey, "kvfence verify-chain: --recovery-pub is the receiver's own key (--pub)"),
+				"give the recovery key's public half, the one given to kvfence init --recovery-pub")
+		}
 	}
 	var rep audit.Report
 	if cf.etcd.on() {
