@@ -64,10 +64,10 @@ func TestRun(t *testing.T) {
 		RowHold: {3, 4.5},
 		// The flood's commits are counted too, per hold.
 		RowHoldUnderFlood: {3, 1e4},
-		RowSQLite:          {0.01, 1.5},
-		RowSQLiteRollback:  {4, 4},
-		RowEtcdTxn:         {0, 0},
-		RowSubmitEtcd:      {0.01, 1},
+		RowSQLite:         {0.01, 1.5},
+		RowSQLiteRollback: {4, 4},
+		RowEtcdTxn:        {0, 0},
+		RowSubmitEtcd:     {0.01, 1},
 	}
 	for i, res := range rep.Results {
 		writers := 3
