@@ -107,6 +107,9 @@ type Result struct {
 	// Runs are the rates of every repetition, in the order measured; the
 	// result is the one with the median rate.
 	Runs []float64 `json:"runs_ops_per_s"`
+	// RunsP99Micros are the 99th percentile latencies of every
+	// repetition, in the same order as Runs.
+	RunsP99Micros []float64 `json:"runs_p99_us"`
 }
 
 // Environment describes where a run was measured.
@@ -261,16 +264,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 }
 
 // median returns the result with the median rate (the lower of the two
-// middle ones for an even count), with every run's rate in Runs.
+// middle ones for an even count), with every run's rate in Runs and p99
+// in RunsP99Micros.
 func median(rs []Result) Result {
-	rates := make([]float64, len(rs))
+	rates, p99s := make([]float64, len(rs)), make([]float64, len(rs))
 	for i, r := range rs {
-		rates[i] = r.OpsPerSec
+		rates[i], p99s[i] = r.OpsPerSec, r.P99Micros
 	}
 	sorted := slices.Clone(rs)
 	slices.SortStableFunc(sorted, func(a, b Result) int { return cmp.Compare(a.OpsPerSec, b.OpsPerSec) })
 	m := sorted[(len(sorted)-1)/2]
-	m.Runs = rates
+	m.Runs, m.RunsP99Micros = rates, p99s
 	return m
 }
 

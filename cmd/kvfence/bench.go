@@ -183,7 +183,8 @@ and the calls each commit makes ("go doc ./bench" explains how). Progress
 goes to stderr when it is a terminal.
 
 With --json: {"results":[{"name","writers","ops_per_s","p50_us","p99_us",
-"fsyncs_per_op","allocs_per_op","ops","seconds","durable","runs_ops_per_s"}],
+"fsyncs_per_op","allocs_per_op","ops","seconds","durable","runs_ops_per_s",
+"runs_p99_us"}],
 "environment":
 {"date","go_version","goos","goarch","cpus","cpu_model","dir","file_system",
 "peak_heap_sys_bytes","peak_rss_bytes"}}.
