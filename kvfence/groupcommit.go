@@ -18,14 +18,15 @@ import (
 // Group commit (docs/design.md §10). A durable write costs a bbolt commit (its
 // fdatasyncs) and an anchor write, both far slower than deciding a request,
 // so concurrent writes share them: every write call queues its closure, and
-// whichever caller finds no commit running leads. The leader takes the
-// queue, runs the calls in queue order inside one write transaction, signs
+// whichever caller finds no commit running leads. The leader takes a
+// batch from the queue (admin calls first, see take), runs its calls in
+// order inside one write transaction, signs
 // one checkpoint for the last entry, commits, writes the anchor once and
 // then hands each caller its own result. Calls that arrive meanwhile wait
-// for the next leader, which is the first of them; there is no timer and no
-// fixed delay, so a lone caller commits at once.
+// for the next leader, which heads the next batch (next); there is no
+// timer and no fixed delay, so a lone caller commits at once.
 //
-// A batch's results are those of running its calls one by one in queue
+// A batch's results are those of running its calls one by one in its
 // order: they share the transaction and its audit chain, so each call sees
 // the effects of the calls before it. If any call fails, or the commit
 // does, the transaction rolls back and every call of the batch runs again

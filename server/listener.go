@@ -78,11 +78,6 @@ type Listener struct {
 
 	open   atomic.Int64
 	slots  chan struct{}         // one element per open connection
-	// others counts the open connections Privileged did not admit, at
-	// most cap(slots)-reserved; privileged is nil without a reserve.
-	others     atomic.Int64
-	reserved   int
-	privileged func(*tls.ConnectionState) bool
 	ready  chan net.Conn         // connections ready for Accept
 	closed chan struct{}         // closed by Close
 	failed chan struct{}         // closed when the inner listener fails for good
@@ -90,6 +85,12 @@ type Listener struct {
 	mu     sync.Mutex            // guards err and pending
 	err    error                 // why the inner listener failed
 	pend   map[net.Conn]struct{} // connections not yet returned by Accept
+
+	// others counts the open connections Privileged did not admit, at
+	// most cap(slots)-reserved; privileged is nil without a reserve.
+	others     atomic.Int64
+	reserved   int
+	privileged func(*tls.ConnectionState) bool
 }
 
 // NewListener wraps inner, which the Listener owns from then on.
