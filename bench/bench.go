@@ -25,6 +25,8 @@ const (
 	RowSubmitWitnessed = "kvfence_submit_witnessed"
 	RowDenied          = "kvfence_denied"
 	RowLifecycle       = "kvfence_lifecycle"
+	RowHold            = "kvfence_hold"
+	RowHoldUnderFlood  = "kvfence_hold_under_flood"
 	RowSQLite          = "sqlite_fenced"
 	RowSQLiteRollback  = "sqlite_fenced_rollback_journal"
 	RowEtcdTxn         = "etcd_txn"
@@ -105,6 +107,9 @@ type Result struct {
 	// Runs are the rates of every repetition, in the order measured; the
 	// result is the one with the median rate.
 	Runs []float64 `json:"runs_ops_per_s"`
+	// RunsP99Micros are the 99th percentile latencies of every
+	// repetition, in the same order as Runs.
+	RunsP99Micros []float64 `json:"runs_p99_us"`
 }
 
 // Environment describes where a run was measured.
@@ -136,7 +141,7 @@ type Environment struct {
 // Report is a whole run.
 type Report struct {
 	// Results are the rows in table order, each at every writer count in
-	// the order given.
+	// the order given (a one-writer row, such as kvfence_hold, at 1 only).
 	Results []Result `json:"results"`
 	// Environment says where and when the run was measured.
 	Environment Environment `json:"environment"`
@@ -161,24 +166,30 @@ type row struct {
 	// openEtcd, for a row on etcd instead, returns a cell on the cluster
 	// that newClient connects to, with its files, if any, in dir.
 	openEtcd func(ctx context.Context, dir string, newClient func() (*clientv3.Client, error)) (cell, error)
+	// oneWriter marks a row measured with one writer only, whatever the
+	// writer counts: an operator's calls, one at a time, whose load (if
+	// any) the row makes itself.
+	oneWriter bool
 }
 
 var rows = []row{
-	{RowFdatasync, true, openFdatasync, nil},
+	{RowFdatasync, true, openFdatasync, nil, false},
 	{RowBoltUpdate, true, func(ctx context.Context, dir string, _ int) (cell, error) {
 		return openBolt(dir, boltUpdate)
-	}, nil},
+	}, nil, false},
 	{RowBoltBatch, true, func(ctx context.Context, dir string, _ int) (cell, error) {
 		return openBolt(dir, boltBatch)
-	}, nil},
+	}, nil, false},
 	{RowBoltNoSync, false, func(ctx context.Context, dir string, _ int) (cell, error) {
 		return openBolt(dir, boltNoSync)
-	}, nil},
-	{RowSubmit, true, openSubmit, nil},
-	{RowSubmitHTTPS, true, openSubmitHTTPS, nil},
-	{RowSubmitWitnessed, true, openSubmitWitnessed, nil},
-	{RowDenied, true, openDenied, nil},
-	{RowLifecycle, true, openLifecycle, nil},
+	}, nil, false},
+	{RowSubmit, true, openSubmit, nil, false},
+	{RowSubmitHTTPS, true, openSubmitHTTPS, nil, false},
+	{RowSubmitWitnessed, true, openSubmitWitnessed, nil, false},
+	{RowDenied, true, openDenied, nil, false},
+	{RowLifecycle, true, openLifecycle, nil, false},
+	{name: RowHold, durable: true, open: openHold, oneWriter: true},
+	{name: RowHoldUnderFlood, durable: true, open: openHoldUnderFlood, oneWriter: true},
 }
 
 // The SQLite rows, where this build has them (row_sqlite.go), then etcd's.
@@ -211,28 +222,41 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	mem := startMemSampler()
 	rep := &Report{Environment: environment(dir)}
-	runs := make([][]Result, len(selected)*len(o.Writers))
-	for pass := range o.Repeat {
-		for i, rw := range selected {
-			for j, w := range o.Writers {
-				if err := ctx.Err(); err != nil {
-					mem.stop()
-					return nil, err
-				}
-				progressf(o.Progress, "bench: %s, %d writers, %v (pass %d of %d)\n", rw.name, w, o.Duration, pass+1, o.Repeat)
-				res, err := measureRow(ctx, rw, dir, o.NewEtcdClient, w, o.Duration)
-				if err != nil {
-					mem.stop()
-					return nil, fmt.Errorf("bench: %s with %d writers: %w", rw.name, w, err)
-				}
-				progressf(o.Progress, "bench: %s, %d writers: %.0f ops/s, p99 %.0f µs\n", rw.name, w, res.OpsPerSec, res.P99Micros)
-				k := i*len(o.Writers) + j
-				runs[k] = append(runs[k], res)
-			}
+	// Every (row, writer count) measured, in table order.
+	type measured struct {
+		rw      row
+		writers int
+		runs    []Result
+	}
+	var cells []*measured
+	for _, rw := range selected {
+		writers := o.Writers
+		if rw.oneWriter {
+			writers = []int{1}
+		}
+		for _, w := range writers {
+			cells = append(cells, &measured{rw: rw, writers: w})
 		}
 	}
-	for _, rs := range runs {
-		rep.Results = append(rep.Results, median(rs))
+	for pass := range o.Repeat {
+		for _, m := range cells {
+			rw, w := m.rw, m.writers
+			if err := ctx.Err(); err != nil {
+				mem.stop()
+				return nil, err
+			}
+			progressf(o.Progress, "bench: %s, %d writers, %v (pass %d of %d)\n", rw.name, w, o.Duration, pass+1, o.Repeat)
+			res, err := measureRow(ctx, rw, dir, o.NewEtcdClient, w, o.Duration)
+			if err != nil {
+				mem.stop()
+				return nil, fmt.Errorf("bench: %s with %d writers: %w", rw.name, w, err)
+			}
+			progressf(o.Progress, "bench: %s, %d writers: %.0f ops/s, p99 %.0f µs\n", rw.name, w, res.OpsPerSec, res.P99Micros)
+			m.runs = append(m.runs, res)
+		}
+	}
+	for _, m := range cells {
+		rep.Results = append(rep.Results, median(m.runs))
 	}
 	rep.Environment.PeakHeapSys = mem.stop()
 	rep.Environment.PeakRSS = peakRSS()
@@ -240,16 +264,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 }
 
 // median returns the result with the median rate (the lower of the two
-// middle ones for an even count), with every run's rate in Runs.
+// middle ones for an even count), with every run's rate in Runs and p99
+// in RunsP99Micros.
 func median(rs []Result) Result {
-	rates := make([]float64, len(rs))
+	rates, p99s := make([]float64, len(rs)), make([]float64, len(rs))
 	for i, r := range rs {
-		rates[i] = r.OpsPerSec
+		rates[i], p99s[i] = r.OpsPerSec, r.P99Micros
 	}
 	sorted := slices.Clone(rs)
 	slices.SortStableFunc(sorted, func(a, b Result) int { return cmp.Compare(a.OpsPerSec, b.OpsPerSec) })
 	m := sorted[(len(sorted)-1)/2]
-	m.Runs = rates
+	m.Runs, m.RunsP99Micros = rates, p99s
 	return m
 }
 

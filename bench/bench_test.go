@@ -60,13 +60,21 @@ func TestRun(t *testing.T) {
 		RowSubmitWitnessed: {7.0 / 3, 3 + 6 + 4},
 		RowDenied:          {0.01, 4.5},
 		RowLifecycle:       {0.03, 12.5},
-		RowSQLite:          {0.01, 1.5},
-		RowSQLiteRollback:  {4, 4},
-		RowEtcdTxn:         {0, 0},
-		RowSubmitEtcd:      {0.01, 1},
+		// A hold is a commit of its own, growths aside.
+		RowHold: {3, 4.5},
+		// The flood's commits are counted too, per hold.
+		RowHoldUnderFlood: {3, 1e4},
+		RowSQLite:         {0.01, 1.5},
+		RowSQLiteRollback: {4, 4},
+		RowEtcdTxn:        {0, 0},
+		RowSubmitEtcd:     {0.01, 1},
 	}
 	for i, res := range rep.Results {
-		if want := Rows()[i]; res.Name != want || res.Writers != 3 {
+		writers := 3
+		if res.Name == RowHold || res.Name == RowHoldUnderFlood {
+			writers = 1
+		}
+		if want := Rows()[i]; res.Name != want || res.Writers != writers {
 			t.Errorf("result %d is %s, want %s", i, res.Name, want)
 		}
 		if res.Ops <= 0 || res.OpsPerSec <= 0 || res.P50Micros <= 0 || res.P99Micros < res.P50Micros {
@@ -433,5 +441,45 @@ func TestPlot(t *testing.T) {
 	}
 	if err := Plot(&b, nil, ""); err == nil {
 		t.Error("an empty chart was drawn")
+	}
+}
+
+// Ensure that the hold rows measure one holder whatever the writer
+// counts, and that kvfence_hold_under_flood's workers keep submitting
+// (stale and current, each denied as the row says: a worker answered
+// otherwise fails the row) while it holds.
+func TestHoldRows(t *testing.T) {
+	ctx := context.Background()
+	rep, err := Run(ctx, Options{Dir: t.TempDir(), Writers: []int{2, 5}, Duration: 50 * time.Millisecond,
+		Rows: []string{RowHoldUnderFlood, RowHold}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 2 || rep.Results[0].Name != RowHold || rep.Results[1].Name != RowHoldUnderFlood {
+		t.Fatalf("results %+v", rep.Results)
+	}
+	for _, r := range rep.Results {
+		if r.Writers != 1 || r.Ops <= 0 || r.P50Micros <= 0 || r.P99Micros < r.P50Micros || !r.Durable {
+			t.Errorf("%s: %+v", r.Name, r)
+		}
+	}
+	c, err := openHoldUnderFlood(ctx, t.TempDir(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := c.(*holdCell)
+	for i := range int64(20) {
+		if err := c.op(ctx, 0, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for hc.flood.submits.Load() < 2*FloodWriters {
+		if err := hc.flood.failed(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := c.close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -17,6 +17,9 @@
 //	kvfence_submit_witnessed        kvfence_submit acknowledged only once 2 of 3 witnesses cosigned its checkpoint, one round per group commit
 //	kvfence_denied                  Receiver.Submit of a stale envelope: denied, and still recorded in the audit chain
 //	kvfence_lifecycle               Activate, Submit and Hold of one action: three commits per op
+//	kvfence_hold                    Admin.Hold of one scope on an idle receiver, one at a time (one writer only)
+//	kvfence_hold_under_flood        the same while 64 workers submit (half stale, half current with a precondition
+//	                                that never holds), each decided and recorded; fsyncs_per_op counts their commits too
 //	sqlite_fenced                   the same fenced transaction on SQLite, WAL mode, synchronous=FULL
 //	sqlite_fenced_rollback_journal  the same on SQLite with journal_mode=DELETE, synchronous=FULL
 //

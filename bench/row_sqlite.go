@@ -35,10 +35,10 @@ import (
 var sqliteRows = []row{
 	{RowSQLite, true, func(ctx context.Context, dir string, _ int) (cell, error) {
 		return openSQLite(ctx, dir, sqliteWAL)
-	}, nil},
+	}, nil, false},
 	{RowSQLiteRollback, true, func(ctx context.Context, dir string, _ int) (cell, error) {
 		return openSQLite(ctx, dir, sqliteRollback)
-	}, nil},
+	}, nil, false},
 }
 
 // sqliteJournal is how a SQLite row journals its commits.

@@ -144,7 +144,7 @@ func (a *Admin) CreateTargetSpec(ctx context.Context, spec TargetSpec) (Target, 
 	}
 	// keyRev is the etcd key's mod revision, set by the run that commits.
 	var keyRev int64
-	err := a.r.exec(len(target)+2*len(value)+len(spec.Effect)+len(spec.Key), func(w *wtx) error {
+	err := a.r.adminExec(len(target)+2*len(value)+len(spec.Effect)+len(spec.Key), func(w *wtx) error {
 		c, err := w.control(scope)
 		if err != nil {
 			return err
@@ -262,7 +262,7 @@ func (a *Admin) Activate(ctx context.Context, req ActivateRequest) (Grant, error
 		return Grant{}, err
 	}
 	digest := sha256.Sum256(req.Request)
-	return update(a.r, len(req.Request), func(w *wtx) (Grant, error) {
+	return adminUpdate(a.r, len(req.Request), func(w *wtx) (Grant, error) {
 		c, err := w.control(req.Scope)
 		if err != nil {
 			return Grant{}, err
@@ -417,7 +417,7 @@ func (a *Admin) Hold(ctx context.Context, req HoldRequest) (HoldResult, error) {
 		return HoldResult{}, err
 	}
 	fp := holdFingerprint(&req)
-	res, anchored, err := updateAnchored(a.r, len(req.Reason)+len(req.ID), func(w *wtx) (HoldResult, error) {
+	res, anchored, err := adminUpdateAnchored(a.r, len(req.Reason)+len(req.ID), func(w *wtx) (HoldResult, error) {
 		if req.ID != "" {
 			if res, ok, err := a.repeatHold(w, &req, fp); err != nil || ok {
 				return res, err

@@ -68,7 +68,7 @@ func (a *Admin) ExtendGrant(ctx context.Context, req ExtendRequest) (Grant, erro
 	if err := ctx.Err(); err != nil {
 		return Grant{}, err
 	}
-	return update(a.r, len(req.Grant), func(w *wtx) (Grant, error) {
+	return adminUpdate(a.r, len(req.Grant), func(w *wtx) (Grant, error) {
 		g, err := w.grant(req.Grant)
 		if err != nil {
 			return Grant{}, err

@@ -18,14 +18,15 @@ import (
 // Group commit (docs/design.md §10). A durable write costs a bbolt commit (its
 // fdatasyncs) and an anchor write, both far slower than deciding a request,
 // so concurrent writes share them: every write call queues its closure, and
-// whichever caller finds no commit running leads. The leader takes the
-// queue, runs the calls in queue order inside one write transaction, signs
+// whichever caller finds no commit running leads. The leader takes a
+// batch from the queue (admin calls first, see take), runs its calls in
+// order inside one write transaction, signs
 // one checkpoint for the last entry, commits, writes the anchor once and
 // then hands each caller its own result. Calls that arrive meanwhile wait
-// for the next leader, which is the first of them; there is no timer and no
-// fixed delay, so a lone caller commits at once.
+// for the next leader, which heads the next batch (next); there is no
+// timer and no fixed delay, so a lone caller commits at once.
 //
-// A batch's results are those of running its calls one by one in queue
+// A batch's results are those of running its calls one by one in its
 // order: they share the transaction and its audit chain, so each call sees
 // the effects of the calls before it. If any call fails, or the commit
 // does, the transaction rolls back and every call of the batch runs again
@@ -40,6 +41,39 @@ const (
 	maxBatchBytes = 8 << 20
 )
 
+// The administrators' lane (docs/design.md §10). An administrator's call
+// (a hold, an activation: Admin's writes) waits in a queue of its own, and
+// the next batch takes the waiting ones first, ahead of every queued
+// submit, and brings along at most adminCompanions of the oldest submits
+// (or as many as it took admin calls, if more): during a flood, a hold
+// then waits for the batch being decided and for a small batch of its
+// own, not for a batch of every queued submit. A commit's fsyncs cost far
+// more than deciding a few calls, so the companions cost the hold little
+// and keep the submits moving. Submits cannot starve: a batch that takes
+// admin calls still takes at least one waiting submit whenever it has
+// room for two calls, and at most maxAdminBatches batches in a row may
+// take no submit while submits wait (which only a batch limit of one call
+// allows); the next batch is then led by the oldest submit.
+const (
+	adminCompanions = 8
+	maxAdminBatches = 4
+)
+
+// lane says which queue a call waits in and what it may do.
+type lane uint8
+
+const (
+	// laneWrite is a write of the receiver's own (settling a remote
+	// write, an archive), queued with the submits.
+	laneWrite lane = iota
+	// laneWorker is a worker's call (Submit), which may not write into
+	// the space reserved for administrators.
+	laneWorker
+	// laneAdmin is an administrator's call, taken ahead of queued
+	// submits.
+	laneAdmin
+)
+
 // call is one write call in the commit queue.
 type call struct {
 	fn func(w *wtx) (any, error)
@@ -48,6 +82,8 @@ type call struct {
 	// worker marks a worker's call (Submit), which may not write into the
 	// space reserved for administrators.
 	worker bool
+	// admin marks an administrator's call, which waits in the admin lane.
+	admin bool
 	// sub is the submission a Submit call decides, whose reads the leader
 	// names ahead to an engine that can fetch them in one request; nil
 	// for other calls.
@@ -69,10 +105,17 @@ type call struct {
 	wake chan struct{}
 }
 
-// commitQueue holds the calls waiting for a commit.
+// commitQueue holds the calls waiting for a commit, each lane in arrival
+// order.
 type commitQueue struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// pending are the submits and the receiver's own writes; admin are
+	// the administrators' calls, taken first.
 	pending []*call
+	admin   []*call
+	// adminRun counts the batches in a row that took no call of pending
+	// while some waited (maxAdminBatches).
+	adminRun int
 	// leading is true from the moment a caller takes the lead until a
 	// leader finds the queue empty; while it is true, new calls wait.
 	leading bool
@@ -90,7 +133,18 @@ type commitQueue struct {
 // runs: it returns its result, and only the result of a committed run
 // reaches the caller.
 func update[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, error) {
-	res, err := r.write(size, false, nil, func(w *wtx) (any, error) { return fn(w) })
+	return updateIn(r, laneWrite, size, fn)
+}
+
+// adminUpdate is update for an administrator's call, which waits in the
+// admin lane.
+func adminUpdate[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, error) {
+	return updateIn(r, laneAdmin, size, fn)
+}
+
+// updateIn is update for a call of lane l.
+func updateIn[T any](r *Receiver, l lane, size int, fn func(w *wtx) (T, error)) (T, error) {
+	res, err := r.write(size, l, nil, func(w *wtx) (any, error) { return fn(w) })
 	if err != nil {
 		var zero T
 		return zero, err
@@ -98,12 +152,13 @@ func update[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, error)
 	return res.(T), nil
 }
 
-// updateAnchored is update that also returns the signed checkpoint the
-// anchor was moved to for the call's commit: one that covers every entry
-// the call appended. It is nil when the call's batch wrote nothing
-// (wtx.idle); such a call answers from what the store already held.
-func updateAnchored[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, *audit.SignedCheckpoint, error) {
-	c := r.writeCall(size, false, nil, func(w *wtx) (any, error) { return fn(w) })
+// adminUpdateAnchored is adminUpdate that also returns the signed
+// checkpoint the anchor was moved to for the call's commit: one that
+// covers every entry the call appended. It is nil when the call's batch
+// wrote nothing (wtx.idle); such a call answers from what the store
+// already held.
+func adminUpdateAnchored[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T, *audit.SignedCheckpoint, error) {
+	c := r.writeCall(size, laneAdmin, nil, func(w *wtx) (any, error) { return fn(w) })
 	if c.err != nil {
 		var zero T
 		return zero, nil, c.err
@@ -113,14 +168,20 @@ func updateAnchored[T any](r *Receiver, size int, fn func(w *wtx) (T, error)) (T
 
 // exec is update for a call whose only outcome is an error.
 func (r *Receiver) exec(size int, fn func(w *wtx) error) error {
-	_, err := r.write(size, false, nil, func(w *wtx) (any, error) { return nil, fn(w) })
+	_, err := r.write(size, laneWrite, nil, func(w *wtx) (any, error) { return nil, fn(w) })
+	return err
+}
+
+// adminExec is adminUpdate for a call whose only outcome is an error.
+func (r *Receiver) adminExec(size int, fn func(w *wtx) error) error {
+	_, err := r.write(size, laneAdmin, nil, func(w *wtx) (any, error) { return nil, fn(w) })
 	return err
 }
 
 // submitCall is update for a worker's call, which is refused when the
 // volume is below the administrators' reserve.
 func submitCall(r *Receiver, size int, fn func(w *wtx) (Result, error)) (Result, error) {
-	res, err := r.write(size, true, nil, func(w *wtx) (any, error) { return fn(w) })
+	res, err := r.write(size, laneWorker, nil, func(w *wtx) (any, error) { return fn(w) })
 	if err != nil {
 		return Result{}, err
 	}
@@ -130,30 +191,34 @@ func submitCall(r *Receiver, size int, fn func(w *wtx) (Result, error)) (Result,
 // decideCall is submitCall for Submit's decision of s, whose reads the
 // leader of its batch may fetch ahead (prefetchKeys).
 func (r *Receiver) decideCall(s *submission, size int) (Result, error) {
-	res, err := r.write(size, true, s, func(w *wtx) (any, error) { return r.decide(w, s) })
+	res, err := r.write(size, laneWorker, s, func(w *wtx) (any, error) { return r.decide(w, s) })
 	if err != nil {
 		return Result{}, err
 	}
 	return s.committed(res.(Result)), nil
 }
 
-// write queues one call and waits for its outcome, leading a batch itself
-// when no commit is running. sub is the submission of a Submit call, or
-// nil.
-func (r *Receiver) write(size int, worker bool, sub *submission, fn func(w *wtx) (any, error)) (any, error) {
-	c := r.writeCall(size, worker, sub, fn)
+// write queues one call in lane l and waits for its outcome, leading a
+// batch itself when no commit is running. sub is the submission of a
+// Submit call, or nil.
+func (r *Receiver) write(size int, l lane, sub *submission, fn func(w *wtx) (any, error)) (any, error) {
+	c := r.writeCall(size, l, sub, fn)
 	return c.res, c.err
 }
 
 // writeCall is write that returns the call, whose outcome is set.
-func (r *Receiver) writeCall(size int, worker bool, sub *submission, fn func(w *wtx) (any, error)) *call {
+func (r *Receiver) writeCall(size int, l lane, sub *submission, fn func(w *wtx) (any, error)) *call {
 	if r.opts.ReadOnly {
 		return &call{err: ErrReadOnly}
 	}
-	c := &call{fn: fn, size: size, worker: worker, sub: sub, wake: make(chan struct{}, 1)}
+	c := &call{fn: fn, size: size, worker: l == laneWorker, admin: l == laneAdmin, sub: sub, wake: make(chan struct{}, 1)}
 	q := &r.queue
 	q.mu.Lock()
-	q.pending = append(q.pending, c)
+	if c.admin {
+		q.admin = append(q.admin, c)
+	} else {
+		q.pending = append(q.pending, c)
+	}
 	if q.leading {
 		q.mu.Unlock()
 		<-c.wake
@@ -168,9 +233,9 @@ func (r *Receiver) writeCall(size int, worker bool, sub *submission, fn func(w *
 	return c
 }
 
-// lead runs one batch from the head of the queue, whose first call is
-// self's, writes the anchor for it, wakes the batch's other callers, and
-// passes the lead to the oldest waiting call, if any.
+// lead runs one batch from the head of the queue, which holds self's
+// call (take), writes the anchor for it, wakes the batch's other callers,
+// and passes the lead to the call that heads the next batch, if any.
 //
 // On a database file, which this process alone writes, the next leader
 // starts its transaction while this one writes the anchor: the anchor's
@@ -185,7 +250,7 @@ func (r *Receiver) writeCall(size int, worker bool, sub *submission, fn func(w *
 // there the lead passes only after the anchor write.
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
-	batch := q.take(q.buffer(), r.batchCalls, r.batchBytes)
+	batch := q.take(q.buffer(), self, r.batchCalls, r.batchBytes)
 	work := func() *anchorWork {
 		r.wmu.Lock()
 		defer r.wmu.Unlock()
@@ -217,18 +282,30 @@ func (r *Receiver) lead(self *call) {
 	}
 }
 
-// handOff passes the lead to the oldest waiting call, so the queue stays
-// in arrival order, or ends the leading if no call waits.
+// handOff passes the lead to the call that heads the next batch (next),
+// or ends the leading if no call waits.
 func (q *commitQueue) handOff() {
 	q.mu.Lock()
-	if len(q.pending) > 0 {
-		next := q.pending[0]
+	if next := q.next(); next != nil {
 		next.lead = true
 		next.wake <- struct{}{}
 	} else {
 		q.leading = false
 	}
 	q.mu.Unlock()
+}
+
+// next returns the call that leads the next batch: the oldest admin call,
+// unless maxAdminBatches batches in a row took no waiting submit, then the
+// oldest other call; nil if no call waits. The caller holds mu.
+func (q *commitQueue) next() *call {
+	if len(q.admin) > 0 && (len(q.pending) == 0 || q.adminRun < maxAdminBatches) {
+		return q.admin[0]
+	}
+	if len(q.pending) > 0 {
+		return q.pending[0]
+	}
+	return nil
 }
 
 // buffer returns a slice for a leader's batch. Two leaders may hold a
@@ -323,24 +400,61 @@ func (r *Receiver) anchorCommits(work *anchorWork) {
 	}
 }
 
-// take moves the next batch from the head of the queue into buf, within
-// the batch limits.
-func (q *commitQueue) take(buf []*call, maxCalls, maxBytes int) []*call {
+// take moves the next batch into buf, within the batch limits: the
+// waiting admin calls first, then the oldest other calls: at most
+// adminCompanions of them, or as many as the admin calls taken if more
+// (without admin calls, as many as fit). The batch holds
+// self, the leader's call, which next chose: the head of its lane. The
+// calls keep their order, admin calls before the rest, so a hold runs
+// before every submit of its batch, as it would had it been queued first.
+func (q *commitQueue) take(buf []*call, self *call, maxCalls, maxBytes int) []*call {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n, bytes := 0, 0
-	for n < len(q.pending) && n < maxCalls {
-		bytes += q.pending[n].size
-		if n > 0 && bytes > maxBytes {
-			break
+	waiting := len(q.pending) > 0
+	bytes := 0
+	batch := buf[:0]
+	fits := func(c *call) bool { return len(batch) == 0 || bytes+c.size <= maxBytes }
+	a := 0
+	if len(q.admin) > 0 && (self.admin || q.adminRun < maxAdminBatches) {
+		// Room for the oldest of the rest, which self may be; a batch of
+		// one call led by an admin call has none (adminRun bounds those).
+		room := maxCalls
+		if waiting && (maxCalls > 1 || !self.admin) {
+			room = maxCalls - 1
 		}
-		n++
+		for a < len(q.admin) && a < room && fits(q.admin[a]) {
+			bytes += q.admin[a].size
+			batch = append(batch, q.admin[a])
+			a++
+		}
 	}
-	batch := append(buf[:0], q.pending[:n]...)
-	rest := copy(q.pending, q.pending[n:])
-	clear(q.pending[rest:])
-	q.pending = q.pending[:rest]
+	room := maxCalls - len(batch)
+	if a > 0 {
+		room = min(room, max(a, adminCompanions))
+	}
+	p := 0
+	// The first of the rest is taken whatever its size, so that admin
+	// calls cannot keep every submit out by their bytes.
+	for p < len(q.pending) && p < room && (p == 0 || fits(q.pending[p])) {
+		bytes += q.pending[p].size
+		batch = append(batch, q.pending[p])
+		p++
+	}
+	if waiting && p == 0 {
+		q.adminRun++
+	} else {
+		q.adminRun = 0
+	}
+	q.admin = dequeue(q.admin, a)
+	q.pending = dequeue(q.pending, p)
 	return batch
+}
+
+// dequeue removes the first n calls of queue.
+func dequeue(queue []*call, n int) []*call {
+	rest := copy(queue, queue[n:])
+	clear(queue[rest:])
+	return queue[:rest]
 }
 
 // commit runs a batch in one transaction, or, if that transaction does not

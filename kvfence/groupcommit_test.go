@@ -443,12 +443,25 @@ func inOneBatch(t *testing.T, f *fixture, calls []*gcCall) uint64 {
 	return f.r.queue.commits.Load() - start - 1
 }
 
+// thirdScopeName is a scope that neither worker of twoWorkers writes.
+const thirdScopeName = "gc/third"
+
+// thirdScope creates thirdScopeName, open, and returns its name: a hold of
+// it, which runs ahead of the submits of its batch, leaves theirs alone.
+func thirdScope(t *testing.T, f *fixture) string {
+	t.Helper()
+	if _, err := f.admin.CreateScope(f.ctx, thirdScopeName); err != nil {
+		t.Fatal(err)
+	}
+	return thirdScopeName
+}
+
 // queued waits until n calls wait in r's commit queue, and reports
 // whether they did.
 func queued(r *Receiver, n int) bool {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Microsecond) {
 		r.queue.mu.Lock()
-		got := len(r.queue.pending)
+		got := len(r.queue.pending) + len(r.queue.admin)
 		r.queue.mu.Unlock()
 		if got == n {
 			return true
@@ -483,7 +496,10 @@ func outcome(c *gcCall) string {
 }
 
 // Ensure that calls queued behind a running commit share one transaction,
-// and that within it each sees the effects of the calls before it.
+// that within it each sees the effects of the calls before it, and that
+// an administrator's call runs ahead of the submits queued before it: the
+// hold, queued fourth, runs first, and worker B's submits, both queued
+// before or after it, find the scope held.
 func TestGroupCommit_FormsBatches(t *testing.T) {
 	f := gcFixture(t, gcSeed)
 	a, b := twoWorkers(t, f)
@@ -500,17 +516,20 @@ func TestGroupCommit_FormsBatches(t *testing.T) {
 	if commits != 1 {
 		t.Errorf("%d calls took %d commits, want 1", len(calls), commits)
 	}
-	want := []string{"applied/", "already_applied/", "applied/", "held", "denied/receiver_held", "denied/malformed_envelope"}
-	for i, c := range calls {
+	want := []string{"applied/", "already_applied/", "denied/receiver_held", "held", "denied/receiver_held", "denied/malformed_envelope"}
+	// The order the calls ran in: the admin lane's, then the rest's.
+	ran := []int{3, 0, 1, 2, 4, 5}
+	for pos, i := range ran {
+		c := calls[i]
 		if got := outcome(c); got != want[i] {
 			t.Errorf("call %d (%v) = %s %v, want %s", i, c, got, c.err, want[i])
 		}
-		if c.seq() != head.Seq+uint64(i)+1 {
-			t.Errorf("call %d at seq %d, want %d: the batch ran out of queue order", i, c.seq(), head.Seq+uint64(i)+1)
+		if c.seq() != head.Seq+uint64(pos)+1 {
+			t.Errorf("call %d at seq %d, want %d: the batch ran out of lane order", i, c.seq(), head.Seq+uint64(pos)+1)
 		}
 	}
 	f.wantTarget(2, fixAfter)
-	if tg, err := f.r.Target(gcTarget); err != nil || tg.Revision != 2 {
+	if tg, err := f.r.Target(gcTarget); err != nil || tg.Revision != 1 {
 		t.Errorf("second target %+v, %v", tg, err)
 	}
 }
@@ -552,7 +571,7 @@ func faultIsolation(t *testing.T, fault string, share bool) []string {
 		{caller: "worker-a", envelope: a.envelope},
 		{caller: "worker-b", envelope: b.envelope},
 		{caller: "worker-a", envelope: a.envelope},
-		{hold: &HoldRequest{Scopes: []string{fixScope}, Reason: "after the fault"}},
+		{hold: &HoldRequest{Scopes: []string{thirdScope(t, f)}, Reason: "after the fault"}},
 		{caller: "worker-a", envelope: a.envelope},
 	}
 	inOneBatch(t, f, calls)
@@ -562,7 +581,7 @@ func faultIsolation(t *testing.T, fault string, share bool) []string {
 	if !errors.Is(calls[1].err, wantErr) {
 		problems = append(problems, fmt.Sprintf("faulted call: %s %v, want %v", outcome(calls[1]), calls[1].err, wantErr))
 	}
-	want := []string{"applied/", "", "already_applied/", "held", "denied/receiver_held"}
+	want := []string{"applied/", "", "already_applied/", "held", "already_applied/"}
 	for i, c := range calls {
 		if i != 1 && outcome(c) != want[i] {
 			problems = append(problems, fmt.Sprintf("neighbour %d (%v): %s %v, want %s", i, c, outcome(c), c.err, want[i]))
@@ -607,6 +626,7 @@ func TestGroupCommit_FaultIsolation(t *testing.T) {
 func TestGroupCommit_AnchorFailure(t *testing.T) {
 	f := gcFixture(t, gcSeed)
 	a, b := twoWorkers(t, f)
+	third := thirdScope(t, f)
 	// The anchor write of any checkpoint past the head now fails: that is
 	// the batch's, not the blocking write's, which re-signs the head.
 	head := f.r.Head()
@@ -620,7 +640,7 @@ func TestGroupCommit_AnchorFailure(t *testing.T) {
 		{caller: "worker-a", envelope: a.envelope},
 		{caller: "worker-b", envelope: b.envelope},
 		{caller: "worker-a", envelope: a.envelope},
-		{hold: &HoldRequest{Scopes: []string{gcScope}, Reason: "in the lost batch"}},
+		{hold: &HoldRequest{Scopes: []string{third}, Reason: "in the lost batch"}},
 	}
 	before, err := f.anchor.Load()
 	if err != nil {
@@ -639,7 +659,7 @@ func TestGroupCommit_AnchorFailure(t *testing.T) {
 	}
 	// Committed, not acknowledged: the database is ahead of its anchor.
 	f.wantTarget(2, fixAfter)
-	if st, err := f.r.Status(gcScope); err != nil || st.Mode != ModeHeld {
+	if st, err := f.r.Status(thirdScopeName); err != nil || st.Mode != ModeHeld {
 		t.Fatalf("hold in the lost batch: %+v, %v", st, err)
 	}
 	f.reopen()
@@ -716,7 +736,7 @@ func TestCommitQueue_Take(t *testing.T) {
 		var got []int
 		var taken []*call
 		for len(q.pending) > 0 {
-			batch := q.take(nil, maxBatchCalls, maxBatchBytes)
+			batch := q.take(nil, q.pending[0], maxBatchCalls, maxBatchBytes)
 			got = append(got, len(batch))
 			taken = append(taken, batch...)
 		}

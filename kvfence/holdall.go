@@ -44,7 +44,7 @@ func (a *Admin) HoldAll(ctx context.Context, reason string) (HoldAllResult, erro
 	// hold that held them may still be unsettled (an earlier HoldAll that
 	// returned ErrHoldNotSettled), and this call finishes that wait.
 	var already []HeldScope
-	res, anchored, err := updateAnchored(a.r, len(reason), func(w *wtx) (HoldAllResult, error) {
+	res, anchored, err := adminUpdateAnchored(a.r, len(reason), func(w *wtx) (HoldAllResult, error) {
 		already = already[:0]
 		res := HoldAllResult{HoldResult: HoldResult{HoldRequestedAt: requested.UTC(), HoldCommittedAt: w.now.UTC()}}
 		// Scope names are collected first: a cursor must not walk a

@@ -661,7 +661,7 @@ func TestHoldID_ConcurrentRepeats(t *testing.T) {
 func TestGroupCommit_IdleCallThatWrites(t *testing.T) {
 	f := newFixture(t, defect.Variant{})
 	head := f.r.Head()
-	_, err := f.r.write(0, false, nil, func(w *wtx) (any, error) {
+	_, err := f.r.write(0, laneWrite, nil, func(w *wtx) (any, error) {
 		w.idle++
 		_, err := w.appendAudit(&audit.Entry{Kind: KindHold, Scope: fixScope, Epoch: 1, Note: "written by an idle call"})
 		return nil, err

@@ -62,7 +62,7 @@ func (a *Admin) CreateScopeWith(ctx context.Context, scope string, opts ScopeOpt
 		return ScopeStatus{}, err
 	}
 	var created ScopeStatus
-	err := a.r.exec(len(scope), func(w *wtx) error {
+	err := a.r.adminExec(len(scope), func(w *wtx) error {
 		c, err := w.control(scope)
 		if err != nil {
 			return err

@@ -1,8 +1,11 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 )
 
 // Connection limits of a served receiver (docs/design.md §12). Every
@@ -26,7 +29,32 @@ const (
 	MetricsMaxConnections = 32
 	// minMaxConnections is the smallest default worth serving with.
 	minMaxConnections = 16
+	// AdminConnectionReserve is how many of the TLS listener's
+	// connections AdminReserve keeps for administrators' certificates, at
+	// most: enough for a few operators and their tools during an
+	// incident, few next to a worker fleet's.
+	AdminConnectionReserve = 16
 )
+
+// AdminReserve returns how many of maxConnections TLS connections to keep
+// for administrators (ListenerOptions.Reserved): AdminConnectionReserve,
+// and at most a quarter of them, so that a small cap still serves
+// workers.
+func AdminReserve(maxConnections int) int {
+	return max(0, min(AdminConnectionReserve, maxConnections/4))
+}
+
+// AdminPeers returns a ListenerOptions.Privileged that admits a connection
+// whose verified client certificate names one of admins, read as
+// SPIFFECertificate with trustDomain reads it for a request.
+func AdminPeers(admins []string, trustDomain string) func(*tls.ConnectionState) bool {
+	admins = slices.Clone(admins)
+	auth := SPIFFECertificate{TrustDomain: trustDomain}
+	return func(cs *tls.ConnectionState) bool {
+		id, err := auth.Authenticate(&http.Request{TLS: cs})
+		return err == nil && slices.Contains(admins, id)
+	}
+}
 
 // DefaultMaxConnections returns the cap on TLS connections for a process
 // whose descriptor limit is limit: limit minus DescriptorReserve, at most

@@ -44,6 +44,19 @@ type ListenerOptions struct {
 	HandshakeTimeout time.Duration
 	// Logger receives accept failures. Nil means slog.Default().
 	Logger *slog.Logger
+	// Reserved is how many of the MaxConnections are kept for peers that
+	// Privileged admits (administrators), so that workers holding every
+	// other connection cannot keep an operator's hold from reaching the
+	// receiver: a connection that Privileged does not admit is closed as
+	// soon as its handshake completes if MaxConnections-Reserved such
+	// connections are open already. It needs TLS and Privileged, and must
+	// be below MaxConnections; zero keeps none.
+	Reserved int
+	// Privileged reports whether a connection whose TLS handshake
+	// completed may use the reserved connections (AdminPeers). It decides
+	// capacity only: each request is still authenticated and authorised
+	// by its handler.
+	Privileged func(*tls.ConnectionState) bool
 }
 
 // Listener is a net.Listener that caps the connections open at once, backs
@@ -72,6 +85,12 @@ type Listener struct {
 	mu     sync.Mutex            // guards err and pending
 	err    error                 // why the inner listener failed
 	pend   map[net.Conn]struct{} // connections not yet returned by Accept
+
+	// others counts the open connections Privileged did not admit, at
+	// most cap(slots)-reserved; privileged is nil without a reserve.
+	others     atomic.Int64
+	reserved   int
+	privileged func(*tls.ConnectionState) bool
 }
 
 // NewListener wraps inner, which the Listener owns from then on.
@@ -79,11 +98,17 @@ func NewListener(inner net.Listener, opts ListenerOptions) (*Listener, error) {
 	if opts.MaxConnections < 1 {
 		return nil, errors.New("server: ListenerOptions.MaxConnections must be at least 1")
 	}
-	l := &Listener{inner: inner, tls: opts.TLS, timeout: opts.HandshakeTimeout, log: opts.Logger,
+	if opts.Reserved < 0 || opts.Reserved >= opts.MaxConnections || (opts.Reserved > 0 && (opts.TLS == nil || opts.Privileged == nil)) {
+		return nil, errors.New("server: ListenerOptions.Reserved must be below MaxConnections, and needs TLS and Privileged")
+	}
+	l := &Listener{inner: inner, tls: opts.TLS, timeout: opts.HandshakeTimeout, log: opts.Logger, reserved: opts.Reserved,
 		slots: make(chan struct{}, opts.MaxConnections), ready: make(chan net.Conn),
 		closed: make(chan struct{}), failed: make(chan struct{}), pend: map[net.Conn]struct{}{}}
 	if l.timeout <= 0 {
 		l.timeout = DefaultHandshakeTimeout
+	}
+	if opts.Reserved > 0 {
+		l.privileged = opts.Privileged
 	}
 	if l.log == nil {
 		l.log = slog.Default()
@@ -223,12 +248,42 @@ func (l *Listener) handshake(c *slotConn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
+	if !l.admit(c, tc) {
+		tc.Close()
+		return
+	}
 	if !l.track(tc) {
 		tc.Close()
 		return
 	}
 	l.deliver(tc)
 }
+
+// admit decides whether a connection whose handshake completed may stay:
+// one that Privileged admits always may; another only while fewer than
+// cap(slots)-reserved others are open, and it then counts among them
+// until it closes.
+func (l *Listener) admit(c *slotConn, tc *tls.Conn) bool {
+	if l.privileged == nil {
+		return true
+	}
+	cs := tc.ConnectionState()
+	if l.privileged(&cs) {
+		return true
+	}
+	if l.others.Add(1) > int64(cap(l.slots)-l.reserved) {
+		l.others.Add(-1)
+		l.log.Warn("refused a connection: the connections left are reserved for administrators",
+			"remote", c.RemoteAddr().String(), "reserved", l.reserved)
+		return false
+	}
+	c.other.Store(true)
+	return true
+}
+
+// Others returns how many open connections Privileged did not admit
+// (zero without a reserve).
+func (l *Listener) Others() int { return int(l.others.Load()) }
 
 // deliver hands c to Accept, or closes it if the listener closes first.
 func (l *Listener) deliver(c net.Conn) {
@@ -247,12 +302,17 @@ type slotConn struct {
 	net.Conn
 	l    *Listener
 	once sync.Once
+	// other marks a connection counted in Listener.others.
+	other atomic.Bool
 }
 
 // Close closes the connection and frees its slot, once.
 func (c *slotConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
+		if c.other.Load() {
+			c.l.others.Add(-1)
+		}
 		c.l.open.Add(-1)
 		<-c.l.slots
 	})

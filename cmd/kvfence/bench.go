@@ -165,6 +165,10 @@ at each writer count for --duration, after its setup and a warm-up:
 	kvfence_submit_witnessed        the same write cosigned by 2 of 3 witnesses on loopback
 	kvfence_denied                  a stale envelope, denied and recorded in the audit chain
 	kvfence_lifecycle               activate, submit and hold of one action
+	kvfence_hold                    an administrator's hold of one scope on an idle receiver,
+	                                one at a time (measured with 1 writer only)
+	kvfence_hold_under_flood        the same hold while 64 workers submit, half with stale
+	                                envelopes; fsyncs/op counts the flood's commits too
 	sqlite_fenced                   the same fenced transaction on SQLite, WAL, synchronous=FULL
 	                                (a plain build only: not with -race or the lab's tag)
 	sqlite_fenced_rollback_journal  the same with journal_mode=DELETE, synchronous=FULL
@@ -179,7 +183,8 @@ and the calls each commit makes ("go doc ./bench" explains how). Progress
 goes to stderr when it is a terminal.
 
 With --json: {"results":[{"name","writers","ops_per_s","p50_us","p99_us",
-"fsyncs_per_op","allocs_per_op","ops","seconds","durable","runs_ops_per_s"}],
+"fsyncs_per_op","allocs_per_op","ops","seconds","durable","runs_ops_per_s",
+"runs_p99_us"}],
 "environment":
 {"date","go_version","goos","goarch","cpus","cpu_model","dir","file_system",
 "peak_heap_sys_bytes","peak_rss_bytes"}}.

@@ -295,8 +295,13 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) (err error) {
 	// The listener does the handshakes, within their own deadline, and
 	// caps the connections; the server sees only completed ones.
 	tlsSrv.ConnContext = server.ConnContext
-	l, err := listenCapped("tcp", *listen, server.ListenerOptions{MaxConnections: conns, TLS: certs.TLSConfig(),
-		Logger: log.With("listener", "tls")})
+	// Workers cannot take the last connections: an administrator's
+	// certificate finds one free during a flood.
+	lopts := server.ListenerOptions{MaxConnections: conns, TLS: certs.TLSConfig(), Logger: log.With("listener", "tls")}
+	if len(admins) > 0 {
+		lopts.Reserved, lopts.Privileged = server.AdminReserve(conns), server.AdminPeers(admins, trustDomain)
+	}
+	l, err := listenCapped("tcp", *listen, lopts)
 	if err != nil {
 		return err
 	}
