@@ -169,6 +169,18 @@ func (c *Client) call(ctx context.Context, method, path, ctype string, body []by
 // callStatus is call that also returns the status of an answer decoded
 // into out.
 func (c *Client) callStatus(ctx context.Context, method, path, ctype string, body []byte, out any, okStatus ...int) (int, error) {
+	// A change whose request was written and whose answer was then lost
+	// may have been applied: the receiver decides a request it has read
+	// whether or not its answer gets back. Only a change that was never
+	// written (no connection, a refused server) failed with nothing done.
+	// The trace goes into the context the request is made with, so that
+	// the request is not copied again to carry it.
+	change := method != http.MethodGet && method != http.MethodHead
+	var wrote *wroteTrace
+	if change {
+		wrote = newWroteTrace()
+		ctx = httptrace.WithClientTrace(ctx, &wrote.trace)
+	}
 	req, err := c.newRequest(ctx, method, path, body)
 	if err != nil {
 		return 0, fmt.Errorf("client: %w", err)
@@ -187,16 +199,6 @@ func (c *Client) callStatus(ctx context.Context, method, path, ctype string, bod
 		req.Header = http.Header{}
 		req.Header.Set("Content-Type", ctype)
 		req.Header.Set("Accept", api.ContentJSON)
-	}
-	// A change whose request was written and whose answer was then lost
-	// may have been applied: the receiver decides a request it has read
-	// whether or not its answer gets back. Only a change that was never
-	// written (no connection, a refused server) failed with nothing done.
-	change := method != http.MethodGet && method != http.MethodHead
-	var wrote *wroteTrace
-	if change {
-		wrote = newWroteTrace()
-		req = req.WithContext(httptrace.WithClientTrace(ctx, &wrote.trace))
 	}
 	resp, err := c.tr.RoundTrip(req)
 	if err != nil {
