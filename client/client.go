@@ -315,7 +315,7 @@ func (*bodyReader) Close() error { return nil }
 
 // wroteTrace records whether a request's headers were written: a change
 // whose request was written may have been applied, whatever happens to
-// its answer. The flag and the trace are one allocation.
+// its answer. The flag and the trace share one allocation.
 type wroteTrace struct {
 	wrote atomic.Bool
 	trace httptrace.ClientTrace

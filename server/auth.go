@@ -46,6 +46,11 @@ type Authenticator interface {
 // ErrConnectionRevoked (and the handler closes the connection); with
 // Roots, so is one whose chain no longer verifies against the current
 // roots, after the server reloaded its client CA.
+//
+// With the server's ConnContext, the SPIFFE ID is read from a
+// connection's certificate once, at its first request, and kept with
+// that certificate; expiry, the roots and the trust domain are still
+// checked on every request.
 type SPIFFECertificate struct {
 	// Roots, when set, are the client CA the server verifies handshakes
 	// against, such as its Credentials. A connection is checked against
