@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"testing"
@@ -251,6 +254,14 @@ func benchRow(b *testing.B, rw row, writers int) {
 	b.ReportMetric(res.FsyncsPerOp, "fsyncs/op")
 }
 
+// Profiles of the timed round alone: go test's -cpuprofile and
+// -memprofile also cover the setup and the grants prepared for every
+// operation, which for a fenced write cost more than the operations.
+var (
+	roundCPUProfile = flag.String("roundcpuprofile", "", "write a CPU profile of each benchmark's timed round to this file")
+	roundMemProfile = flag.String("roundmemprofile", "", "write an allocation profile of each benchmark's timed round to this file")
+)
+
 // measureBench prepares b.N operations with the timer stopped and runs
 // them with it running.
 func measureBench(b *testing.B, c cell, writers int) (*measurement, error) {
@@ -261,10 +272,56 @@ func measureBench(b *testing.B, c cell, writers int) (*measurement, error) {
 		}
 	}
 	m := &measurement{lat: make([][]int64, writers)}
+	stop := startRoundProfiles(b)
 	b.StartTimer()
 	err := drive(ctx, c, m, 0, int64(b.N), time.Time{})
 	b.StopTimer()
+	stop()
 	return m, err
+}
+
+// startRoundProfiles starts the profiles the -round flags ask for and
+// returns what stops and writes them. The allocation profile is the
+// difference of two snapshots, so that it counts the round alone.
+func startRoundProfiles(b *testing.B) func() {
+	var stops []func()
+	if *roundCPUProfile != "" {
+		f, err := os.Create(*roundCPUProfile)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+	}
+	if *roundMemProfile != "" {
+		runtime.GC()
+		var before bytes.Buffer
+		if err := pprof.Lookup("allocs").WriteTo(&before, 0); err != nil {
+			b.Fatal(err)
+		}
+		stops = append(stops, func() {
+			runtime.GC()
+			if err := os.WriteFile(*roundMemProfile+".before", before.Bytes(), 0o644); err != nil {
+				b.Error(err)
+			}
+			f, err := os.Create(*roundMemProfile)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer f.Close()
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	return func() {
+		for _, s := range stops {
+			s()
+		}
+	}
 }
 
 // Ensure that Scale grows one receiver through its sizes and measures

@@ -2,6 +2,13 @@
 // physical limit of the disk and to the stores a receiver could be built on
 // (docs/design.md §10). The same code drives the go test benchmarks of this package
 // and the "kvfence bench" command, so the two report the same workloads.
+// Under go test, -roundcpuprofile FILE and -roundmemprofile FILE profile
+// a benchmark's timed round alone (the allocation profile with FILE.before
+// as its base, for pprof -base), without the setup and the grants
+// prepared for it, which go test's own -cpuprofile also covers:
+//
+//	go test ./bench -run X -bench 'Rows/^kvfence_submit_https$/^writers=64$' \
+//		-benchtime 10000x -roundcpuprofile cpu.out
 //
 // # Rows
 //

@@ -75,6 +75,9 @@ func (c *httpsCell) listen() error {
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{srvCert.TLS()},
 			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool()},
 		ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0),
+		// As kvfence serve sets it: what the handler keeps per connection
+		// lives there.
+		ConnContext: server.ConnContext,
 	}
 	if err := c.rebind(); err != nil {
 		l.Close()

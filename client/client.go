@@ -71,6 +71,10 @@ type Client struct {
 	// redirect machinery (which also copied every request's headers) has
 	// nothing to do. A 3xx answer is ErrProtocol.
 	tr *http.Transport
+	// submitURL is base's submit endpoint, parsed once: a submit runs
+	// once per fenced write, and parsing its URL every time was a share
+	// of what the client spent on it. It is never modified.
+	submitURL *url.URL
 }
 
 // Options configures NewWith.
@@ -110,6 +114,9 @@ func NewWith(rawURL string, opts Options) (*Client, error) {
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
+		// The receiver never compresses its answers: asking for gzip
+		// would only add a header for it to read on every call.
+		DisableCompression: true,
 	}
 	c := &Client{tr: tr}
 	switch u.Scheme {
@@ -139,6 +146,9 @@ func NewWith(rawURL string, opts Options) (*Client, error) {
 	default:
 		return nil, fmt.Errorf("client: %q: the scheme must be https or unix", rawURL)
 	}
+	if c.submitURL, err = url.Parse(c.base + api.PathSubmit); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
 	return c, nil
 }
 
@@ -159,11 +169,19 @@ func (c *Client) call(ctx context.Context, method, path, ctype string, body []by
 // callStatus is call that also returns the status of an answer decoded
 // into out.
 func (c *Client) callStatus(ctx context.Context, method, path, ctype string, body []byte, out any, okStatus ...int) (int, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+	// A change whose request was written and whose answer was then lost
+	// may have been applied: the receiver decides a request it has read
+	// whether or not its answer gets back. Only a change that was never
+	// written (no connection, a refused server) failed with nothing done.
+	// The trace goes into the context the request is made with, so that
+	// the request is not copied again to carry it.
+	change := method != http.MethodGet && method != http.MethodHead
+	var wrote *wroteTrace
+	if change {
+		wrote = newWroteTrace()
+		ctx = httptrace.WithClientTrace(ctx, &wrote.trace)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := c.newRequest(ctx, method, path, body)
 	if err != nil {
 		return 0, fmt.Errorf("client: %w", err)
 	}
@@ -178,22 +196,13 @@ func (c *Client) callStatus(ctx context.Context, method, path, ctype string, bod
 	case "":
 		req.Header = acceptHeader
 	default:
+		req.Header = http.Header{}
 		req.Header.Set("Content-Type", ctype)
 		req.Header.Set("Accept", api.ContentJSON)
 	}
-	// A change whose request was written and whose answer was then lost
-	// may have been applied: the receiver decides a request it has read
-	// whether or not its answer gets back. Only a change that was never
-	// written (no connection, a refused server) failed with nothing done.
-	change := method != http.MethodGet && method != http.MethodHead
-	var wrote *atomic.Bool
-	if change {
-		wrote = new(atomic.Bool)
-		req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}))
-	}
 	resp, err := c.tr.RoundTrip(req)
 	if err != nil {
-		if change && wrote.Load() && !errors.Is(err, ErrUntrustedServer) {
+		if change && wrote.wrote.Load() && !errors.Is(err, ErrUntrustedServer) {
 			return 0, fmt.Errorf("%w: %s %s: the connection failed after the request was sent: %w", ErrOutcomeUnknown, method, path, err)
 		}
 		return 0, fmt.Errorf("client: %s %s: %w", method, path, err)
@@ -256,12 +265,69 @@ func (c *Client) callStatus(ctx context.Context, method, path, ctype string, bod
 }
 
 // Request headers by body type, shared by every request and never
-// modified.
+// modified. An empty User-Agent has net/http send none: the receiver
+// reads none, and it would be one more header to parse on every call.
 var (
-	cborHeader   = http.Header{"Content-Type": {api.ContentCBOR}, "Accept": {api.ContentJSON}}
-	jsonHeader   = http.Header{"Content-Type": {api.ContentJSON}, "Accept": {api.ContentJSON}}
-	acceptHeader = http.Header{"Accept": {api.ContentJSON}}
+	cborHeader   = http.Header{"Content-Type": {api.ContentCBOR}, "Accept": {api.ContentJSON}, "User-Agent": {""}}
+	jsonHeader   = http.Header{"Content-Type": {api.ContentJSON}, "Accept": {api.ContentJSON}, "User-Agent": {""}}
+	acceptHeader = http.Header{"Accept": {api.ContentJSON}, "User-Agent": {""}}
 )
+
+// newRequest returns the request for path with body (none if nil). A
+// submit's is built on the URL parsed once by NewWith; any other goes
+// through http.NewRequestWithContext. Either can be sent again by the
+// transport (GetBody) when a reused connection turns out closed before
+// anything was written on it.
+func (c *Client) newRequest(ctx context.Context, method, path string, body []byte) (*http.Request, error) {
+	if path != api.PathSubmit {
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(body)
+		}
+		return http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	}
+	req := &http.Request{Method: method, URL: c.submitURL, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Host: c.submitURL.Host, ContentLength: int64(len(body))}
+	// An empty body is http.NoBody, as NewRequestWithContext makes it: a
+	// length of 0 with another body would be sent chunked.
+	if len(body) > 0 {
+		req.Body = newBodyReader(body)
+		req.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }
+	} else {
+		req.Body = http.NoBody
+		req.GetBody = func() (io.ReadCloser, error) { return http.NoBody, nil }
+	}
+	return req.WithContext(ctx), nil
+}
+
+// bodyReader is a request body over bytes the caller keeps: one
+// allocation where bytes.NewReader and io.NopCloser made two.
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(b []byte) *bodyReader {
+	r := new(bodyReader)
+	r.Reset(b)
+	return r
+}
+
+// Close does nothing: the bytes are the caller's.
+func (*bodyReader) Close() error { return nil }
+
+// wroteTrace records whether a request's headers were written: a change
+// whose request was written may have been applied, whatever happens to
+// its answer. The flag and the trace share one allocation.
+type wroteTrace struct {
+	wrote atomic.Bool
+	trace httptrace.ClientTrace
+}
+
+func newWroteTrace() *wroteTrace {
+	t := new(wroteTrace)
+	t.trace.WroteHeaders = t.markWrote
+	return t
+}
+
+func (t *wroteTrace) markWrote() { t.wrote.Store(true) }
 
 // errorKey is the key of an error answer's object, quotes included.
 var errorKey = []byte(`"error"`)

@@ -46,6 +46,11 @@ type Authenticator interface {
 // ErrConnectionRevoked (and the handler closes the connection); with
 // Roots, so is one whose chain no longer verifies against the current
 // roots, after the server reloaded its client CA.
+//
+// With the server's ConnContext, the SPIFFE ID is read from a
+// connection's certificate once, at its first request, and kept with
+// that certificate; expiry, the roots and the trust domain are still
+// checked on every request.
 type SPIFFECertificate struct {
 	// Roots, when set, are the client CA the server verifies handshakes
 	// against, such as its Credentials. A connection is checked against
@@ -76,7 +81,47 @@ func (a SPIFFECertificate) Authenticate(r *http.Request) (string, error) {
 	if err := a.checkChain(r); err != nil {
 		return "", err
 	}
-	leaf := r.TLS.PeerCertificates[0]
+	id, err := connLeafIdentity(r, r.TLS.PeerCertificates[0])
+	if err != nil {
+		return "", err
+	}
+	if td := TrustDomainOf(id); a.TrustDomain != "" && td != a.TrustDomain {
+		return "", fmt.Errorf("%w: the client's SPIFFE ID is in trust domain %q, not %q", ErrUnauthenticated, td, a.TrustDomain)
+	}
+	return id, nil
+}
+
+// leafIdentity is what leafSPIFFEID found for one leaf certificate.
+type leafIdentity struct {
+	leaf *x509.Certificate
+	id   string
+	err  error
+}
+
+// connLeafIdentity returns leafSPIFFEID(leaf), computed once per
+// connection when the server sets ConnContext: a TLS connection's
+// certificate is fixed at its handshake, and reading and checking the
+// SPIFFE ID again was a share of what serving each call cost. The answer
+// is kept with the leaf it is of, and used only for that same leaf. What
+// can change while a connection lasts (expiry, the roots, the trust
+// domain admitted) is checked on every request all the same.
+func connLeafIdentity(r *http.Request, leaf *x509.Certificate) (string, error) {
+	ci := connInfoOf(r.Context())
+	if ci == nil {
+		return leafSPIFFEID(leaf)
+	}
+	if c := ci.identity.Load(); c != nil && c.leaf == leaf {
+		return c.id, c.err
+	}
+	id, err := leafSPIFFEID(leaf)
+	ci.identity.Store(&leafIdentity{leaf: leaf, id: id, err: err})
+	return id, err
+}
+
+// leafSPIFFEID returns the SPIFFE ID of a client certificate that may
+// stand for a workload: its one URI SAN, in the one spelling
+// ParseSPIFFEID accepts, of a leaf that is no CA.
+func leafSPIFFEID(leaf *x509.Certificate) (string, error) {
 	// The identity is read from the certificate's own bytes: the parsed
 	// leaf.URIs went through url.Parse, which lower-cases the scheme and
 	// drops an empty fragment, so two certificates with different names
@@ -100,9 +145,6 @@ func (a SPIFFECertificate) Authenticate(r *http.Request) (string, error) {
 	id, err := ParseSPIFFEID(uris[0])
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrUnauthenticated, err)
-	}
-	if td := TrustDomainOf(id); a.TrustDomain != "" && td != a.TrustDomain {
-		return "", fmt.Errorf("%w: the client's SPIFFE ID is in trust domain %q, not %q", ErrUnauthenticated, td, a.TrustDomain)
 	}
 	return id, nil
 }

@@ -29,12 +29,13 @@ type connKey struct{}
 // request whose connection is no longer trusted can close it; the peer
 // credentials, or why there are none, so that the authenticator can tell
 // "not a unix socket" from a failed lookup; and the last verdict on the
-// connection's client certificate.
+// connection's client certificate, and the identity read from it.
 type connInfo struct {
-	conn    net.Conn
-	cred    PeerCredentials
-	credErr error
-	verdict atomic.Pointer[chainVerdict]
+	conn     net.Conn
+	cred     PeerCredentials
+	credErr  error
+	verdict  atomic.Pointer[chainVerdict]
+	identity atomic.Pointer[leafIdentity]
 }
 
 // ConnContext is an http.Server ConnContext function, required for a unix
