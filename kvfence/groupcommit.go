@@ -405,14 +405,20 @@ func (r *Receiver) commitSplit(batch []*call, work *anchorWork) {
 
 // batchLimits sizes a batch within the engine's limits, ahead of the
 // commit, so that splits after an ErrTxnTooLarge stay rare: a call reads
-// and writes a few keys (its scope's control record, its grant, target,
-// receipt and audit entry), and a commit adds its checkpoint, head key,
-// state digest and high-water. A store without limits (bbolt) keeps the
+// its scope's control record, its grant, receipt and target, each
+// compared at the commit, and its audit key, which the head key's compare
+// guards (readAhead); it writes its receipt, target, audit entry and tree
+// record; a commit reads and compares the head key, the state digest and
+// the high-water, reads the tree's frontier (at most one record per bit of
+// the chain's length), and writes its checkpoint, head key, state digest
+// and high-water. The reads bound a batch too: the read-ahead is one
+// request of at most MaxOps reads, and each request more is a round trip
+// the whole batch waits for. A store without limits (bbolt) keeps the
 // batch limits of the queue.
 func batchLimits(lim engine.Limits) (calls, bytes int) {
 	calls, bytes = maxBatchCalls, maxBatchBytes
 	if lim.MaxOps > 0 {
-		calls = min(calls, max(1, (lim.MaxOps-opsPerCommit)/opsPerCall))
+		calls = min(calls, max(1, (lim.MaxOps-opsPerCommit)/opsPerCall), max(1, (lim.MaxOps-readsPerCommit)/readsPerCall))
 	}
 	if lim.MaxBytes > 0 {
 		// A call's input is written about twice (its target value and
@@ -422,10 +428,14 @@ func batchLimits(lim engine.Limits) (calls, bytes int) {
 	return calls, bytes
 }
 
-// What one call and one commit add to a transaction, for batchLimits.
+// What one call and one commit add to a transaction, for batchLimits:
+// compares or writes (whichever are more), and reads ahead, with a tree
+// frontier of up to 24 records (a chain of fewer than 16,777,216 entries).
 const (
-	opsPerCall     = 5
+	opsPerCall     = 4
 	opsPerCommit   = 8
+	readsPerCall   = 5
+	readsPerCommit = 3 + 24
 	bytesPerCommit = 8 << 10
 )
 
@@ -475,7 +485,7 @@ func (r *Receiver) reserve(batch []*call) []*call {
 func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 	var w *wtx
 	var sc audit.SignedCheckpoint
-	var ahead []engine.Key
+	var ahead *readAhead
 	committed := false
 	start := time.Now()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -553,7 +563,7 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 
 // update runs the batch's write transaction once; w, sc and ahead are
 // run's, which it sets.
-func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wtx, scp *audit.SignedCheckpoint, aheadp *[]engine.Key) error {
+func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wtx, scp *audit.SignedCheckpoint, aheadp **readAhead) error {
 	return r.eng.Update(context.Background(), func(tx engine.Tx) error {
 		w, sc, ahead := *wp, *scp, *aheadp
 		defer func() { *wp, *scp, *aheadp = w, sc, ahead }()
@@ -567,11 +577,12 @@ func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wt
 		// batch will read in one; the reads are compared at the commit as
 		// if each were made where the calls make them. bbolt reads its
 		// pages in place and is not asked.
-		if p, ok := tx.(engine.Prefetcher); ok {
+		if _, ok := tx.(engine.Prefetcher); ok {
 			if ahead == nil {
-				ahead = r.prefetchKeys(batch)
+				ra := r.prefetchKeys(batch)
+				ahead = &ra
 			}
-			if err := p.Prefetch(ahead...); err != nil {
+			if err := ahead.prefetch(tx); err != nil {
 				return err
 			}
 		}
