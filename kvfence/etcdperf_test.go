@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"math/bits"
 	"path/filepath"
 	"runtime/pprof"
 	"sync"
@@ -289,11 +290,13 @@ func benchEnvelope(ctx context.Context, admin *Admin, i int) ([]byte, error) {
 }
 
 // Ensure that a full batch of Submits on etcd is one commit of two
-// requests: one read-ahead of everything the batch reads, and one Txn. The
-// audit and tree records the batch reads are compared through the chain's
-// head key, not each, and the batch is sized so that its compares, its
-// writes and its read-ahead fit etcd's 128 operations; a batch sized
-// without them is split, each half a read and a commit of its own.
+// requests, with a tree frontier of eight records: one read-ahead of
+// everything the batch reads, and one Txn. The audit and tree records the
+// batch reads are compared through the chain's head key, not each, its
+// audit keys are read as one range, and the batch is sized so that its
+// compares, its writes and its read-ahead fit etcd's 128 operations; a
+// batch sized without them is split, each half a read and a commit of its
+// own.
 func TestSubmitEtcd_FullBatchOneCommit(t *testing.T) {
 	var n atomic.Int64
 	r, calls := etcdBenchFixture(t, sharedEtcd(t), &n, false, maxBatchCalls/16)
@@ -301,6 +304,13 @@ func TestSubmitEtcd_FullBatchOneCommit(t *testing.T) {
 		t.Fatalf("a batch on etcd holds %d calls, want 16 to %d", r.batchCalls, len(calls))
 	}
 	f := &fixture{t: t, ctx: t.Context(), r: r}
+	// A chain whose length has eight bits set has a tree frontier of
+	// eight records, which the batch's appends read.
+	for i := 0; bits.OnesCount64(r.Head().Seq) < 8; i++ {
+		if _, err := r.Admin().CreateScope(f.ctx, fmt.Sprintf("pad/%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	batch := make([]*gcCall, r.batchCalls)
 	for i := range batch {
 		batch[i] = &gcCall{caller: calls[i].caller, envelope: calls[i].envelope}

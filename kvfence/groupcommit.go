@@ -409,7 +409,8 @@ func (r *Receiver) commitSplit(batch []*call, work *anchorWork) {
 // compared at the commit, and its audit key, which the head key's compare
 // guards (readAhead); it writes its receipt, target, audit entry and tree
 // record; a commit reads and compares the head key, the state digest and
-// the high-water, reads the tree's frontier (at most one record per bit of
+// the high-water, reads the batch's audit keys (successive keys: one
+// range on etcd) and the tree's frontier (at most one record per bit of
 // the chain's length), and writes its checkpoint, head key, state digest
 // and high-water. The reads bound a batch too: the read-ahead is one
 // request of at most MaxOps reads, and each request more is a round trip
@@ -429,13 +430,15 @@ func batchLimits(lim engine.Limits) (calls, bytes int) {
 }
 
 // What one call and one commit add to a transaction, for batchLimits:
-// compares or writes (whichever are more), and reads ahead, with a tree
-// frontier of up to 24 records (a chain of fewer than 16,777,216 entries).
+// compares or writes (whichever are more), and reads ahead: a call's
+// four records, and a commit's three keys, one range of audit keys and a
+// tree frontier of up to 24 records (a chain of fewer than 16,777,216
+// entries).
 const (
 	opsPerCall     = 4
 	opsPerCommit   = 8
-	readsPerCall   = 5
-	readsPerCommit = 3 + 24
+	readsPerCall   = 4
+	readsPerCommit = 3 + 1 + 24
 	bytesPerCommit = 8 << 10
 )
 

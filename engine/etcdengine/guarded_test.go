@@ -3,6 +3,8 @@ package etcdengine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvfence/kvfence/engine"
@@ -126,5 +128,95 @@ func TestPrefetchGuardedLimits(t *testing.T) {
 				t.Fatalf("a = %q after Update: committed %v, want %v", a, committed, tc.want == nil)
 			}
 		})
+	}
+}
+
+// Ensure that successive guarded keys are read as one range, and what it
+// finds is exactly what point reads would: with --max-txn-ops 4, twelve
+// guarded keys k00…k11 (k03 and k07 present) and one compared key are
+// read in one request, each present key with its value and each absent
+// one absent. Keys no one named that lie in the range are not in the read
+// set (a change of one fails nothing); more of them than the range's
+// limit (the named keys' count) make its keys read again one by one, in
+// three requests of four.
+func TestPrefetchGuardedRuns(t *testing.T) {
+	var guarded []string
+	var unnamed []string
+	for i := range 12 {
+		guarded = append(guarded, fmt.Sprintf("k%02d", i))
+		unnamed = append(unnamed, fmt.Sprintf("k05x%02d", i))
+	}
+	for _, tc := range []struct {
+		name     string
+		extra    []string
+		requests int64
+	}{
+		{"nothing between", nil, 1},
+		{"an unnamed key between", []string{"k05x"}, 1},
+		{"more unnamed keys than named", unnamed, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, other := setup(t, append([]string{"g", "a", "k03", "k07"}, tc.extra...)...)
+			e.opts.MaxTxnOps = 4
+			if err := e.View(context.Background(), get("a")); err != nil {
+				t.Fatal(err)
+			}
+			var n atomic.Int64
+			e.kv = countingKV{KV: e.kv, n: &n}
+			runs := 0
+			err := e.Update(context.Background(), func(tx engine.Tx) error {
+				runs++
+				n.Store(0)
+				if err := prefetchGuarded([]string{"a"}, guarded...)(tx); err != nil {
+					return err
+				}
+				if got := n.Load(); runs == 1 && got != tc.requests {
+					t.Errorf("the prefetch sent %d requests, want %d", got, tc.requests)
+				}
+				for _, k := range guarded {
+					v, err := tx.Get(bk, []byte(k))
+					if err != nil {
+						return err
+					}
+					if want := (k == "k03" || k == "k07"); (v != nil) != want || want && string(v) != "v" {
+						t.Errorf("%s = %q, want present %v", k, v, want)
+					}
+				}
+				if got := n.Load(); runs == 1 && got != tc.requests {
+					t.Errorf("the Gets after the prefetch sent %d requests", got-tc.requests)
+				}
+				if runs == 1 && tc.extra != nil {
+					if err := other.Update(context.Background(), put(tc.extra[0])); err != nil {
+						return err
+					}
+				}
+				return tx.Put(bk, []byte("a"), []byte("x"))
+			})
+			if err != nil || runs != 1 {
+				t.Fatalf("Update = %v after %d runs, want nil after 1", err, runs)
+			}
+		})
+	}
+}
+
+// Ensure that successor finds exactly the next key of the same length, a
+// carry included.
+func TestSuccessor(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"\x00\x01", "\x00\x02", true},
+		{"\x00\xff", "\x01\x00", true},
+		{"\x00\xff", "\x00\x00", false},
+		{"\x00\x01", "\x00\x03", false},
+		{"\x00\x01", "\x00\x01", false},
+		{"\x01", "\x00\x02", false},
+		{"\xff", "\x00", false},
+		{"a", "b", true},
+	} {
+		if got := successor([]byte(tc.a), []byte(tc.b)); got != tc.want {
+			t.Errorf("successor(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
 	}
 }
