@@ -311,9 +311,10 @@ func TestSubmitEtcd_FullBatchOneCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	batch := make([]*gcCall, r.batchCalls)
-	for i := range batch {
-		batch[i] = &gcCall{caller: calls[i].caller, envelope: calls[i].envelope}
+	calls = calls[:r.batchCallsNow()]
+	batch := make([]*gcCall, len(calls))
+	for i, c := range calls {
+		batch[i] = &gcCall{caller: c.caller, envelope: c.envelope}
 	}
 	n.Store(0)
 	commits := inOneBatch(t, f, batch)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -190,7 +191,7 @@ func (r *Receiver) writeCall(size int, worker bool, sub *submission, fn func(w *
 // commit before.
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
-	batch := q.take(q.buffer(), r.batchCalls, r.batchBytes)
+	batch := q.take(q.buffer(), r.batchCallsNow(), r.batchBytes)
 	work := func() *anchorWork {
 		r.wmu.Lock()
 		defer r.wmu.Unlock()
@@ -409,17 +410,13 @@ func (r *Receiver) commitSplit(batch []*call, work *anchorWork) {
 // compared at the commit, and its audit key, which the head key's compare
 // guards (readAhead); it writes its receipt, target, audit entry and tree
 // record; a commit reads and compares the head key, the state digest and
-// the high-water, reads the batch's audit keys (successive keys: one
-// range on etcd) and the tree's frontier (at most one record per bit of
-// the chain's length), and writes its checkpoint, head key, state digest
-// and high-water. The reads bound a batch too: the read-ahead is one
-// request of at most MaxOps reads, and each request more is a round trip
-// the whole batch waits for. A store without limits (bbolt) keeps the
-// batch limits of the queue.
+// the high-water, and writes its checkpoint, head key, state digest and
+// high-water. The reads bound a batch too (batchCallsNow). A store
+// without limits (bbolt) keeps the batch limits of the queue.
 func batchLimits(lim engine.Limits) (calls, bytes int) {
 	calls, bytes = maxBatchCalls, maxBatchBytes
 	if lim.MaxOps > 0 {
-		calls = min(calls, max(1, (lim.MaxOps-opsPerCommit)/opsPerCall), max(1, (lim.MaxOps-readsPerCommit)/readsPerCall))
+		calls = min(calls, max(1, (lim.MaxOps-opsPerCommit)/opsPerCall))
 	}
 	if lim.MaxBytes > 0 {
 		// A call's input is written about twice (its target value and
@@ -429,16 +426,36 @@ func batchLimits(lim engine.Limits) (calls, bytes int) {
 	return calls, bytes
 }
 
-// What one call and one commit add to a transaction, for batchLimits:
-// compares or writes (whichever are more), and reads ahead: a call's
-// four records, and a commit's three keys, one range of audit keys and a
-// tree frontier of up to 24 records (a chain of fewer than 16,777,216
-// entries).
+// batchCallsNow is batchCalls, bounded on a store whose reads are bounded
+// per request (etcd) so that the batch's read-ahead is one request: each
+// request more is a round trip the whole batch waits for. A call reads
+// its four records; a commit reads three keys, one range of the batch's
+// audit keys (successive keys) and the tree's frontier, one record per
+// bit set in the chain's length, taken from this process's last commit
+// (another writer's commits since then make the read-ahead two requests
+// at worst, never a failure: the reads the audit and tree records add
+// are not compares), and as frontierBound records before the first.
+func (r *Receiver) batchCallsNow() int {
+	if r.maxReads <= 0 {
+		return r.batchCalls
+	}
+	frontier := frontierBound
+	if seq := r.committedSeq.Load(); seq != 0 {
+		frontier = bits.OnesCount64(seq)
+	}
+	return min(r.batchCalls, max(1, (r.maxReads-readsPerCommit-frontier)/readsPerCall))
+}
+
+// What one call and one commit add to a transaction, for batchLimits and
+// batchCallsNow: compares or writes (whichever are more), and reads ahead.
+// frontierBound is the tree frontier of a chain of fewer than 16,777,216
+// entries.
 const (
 	opsPerCall     = 4
 	opsPerCommit   = 8
 	readsPerCall   = 4
-	readsPerCommit = 3 + 1 + 24
+	readsPerCommit = 3 + 1
+	frontierBound  = 24
 	bytesPerCommit = 8 << 10
 )
 
@@ -546,6 +563,7 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 		r.anchorMu.Unlock()
 	}
 	r.head, r.state, r.stateSum, r.hw = w.chain.Head(), w.state, w.stateSum, w.hw
+	r.committedSeq.Store(r.head.Seq)
 	r.queue.commits.Add(1)
 	stats := r.commitStats(batch)
 	if r.opts.Anchor == nil {
