@@ -84,6 +84,31 @@ type Prefetcher interface {
 	Prefetch(keys ...Key) error
 }
 
+// GuardedPrefetcher is a Prefetcher that can also read keys whose change
+// another key's compare stands for. An optimistic engine (etcd) compares
+// every key a transaction read, and its commits are bounded in compares
+// (Limits.MaxOps); keys that are only ever written together with a guard
+// key need no compare of their own once the guard's is made.
+//
+// PrefetchGuarded reads keys as Prefetch does, and with them, in the same
+// round trip where the engine can, guard (as a key of keys) and guarded:
+// a key of guarded is read like the others but not compared itself, so
+// that a change of it by another writer makes the commit fail only
+// through the guard's compare. The caller must know that every writer of
+// those keys, in every process and every version, writes guard in the
+// same transaction; a writer that does not would have its change go
+// unseen. A guard that is absent guards nothing: guarded keys are then
+// compared as Prefetch's are (or left to Get where their compares would
+// break the limits). A key the transaction already read keeps its own
+// compare, and a key read as guarded keeps the guard's for the rest of the
+// transaction, also when Get asks for it again.
+type GuardedPrefetcher interface {
+	Prefetcher
+	// PrefetchGuarded reads keys and guard into the transaction's read
+	// set, and guarded, compared only through guard.
+	PrefetchGuarded(keys []Key, guard Key, guarded []Key) error
+}
+
 // Limits bound one Update. A zero field means no bound. An engine checks
 // them while fn runs, so an Update that breaks them writes nothing.
 type Limits struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"math/bits"
 	"path/filepath"
 	"runtime/pprof"
 	"sync"
@@ -219,7 +220,7 @@ func countingClient(b testing.TB, c *etcdtest.Cluster, rtt *atomic.Int64) *clien
 // anchor or one in memory, and n envelopes, each for its own scope, target and active
 // grant, so that every one of them applies. The setup runs from many
 // writers at once, so that it shares commits.
-func etcdBenchFixture(b *testing.B, c *etcdtest.Cluster, rtt *atomic.Int64, file bool, n int) (*Receiver, []benchCall) {
+func etcdBenchFixture(b testing.TB, c *etcdtest.Cluster, rtt *atomic.Int64, file bool, n int) (*Receiver, []benchCall) {
 	b.Helper()
 	e, err := etcdengine.New(countingClient(b, c, rtt), &etcdengine.Options{Prefix: fmt.Sprintf("/bench-%d/", prefixes.Add(1))})
 	if err != nil {
@@ -286,4 +287,48 @@ func benchEnvelope(ctx context.Context, admin *Admin, i int) ([]byte, error) {
 		return nil, err
 	}
 	return EncodeEnvelope(&Envelope{V: 1, Scope: scope, Epoch: g.Epoch, Grant: g.ID, Executor: caller, Claim: "claim", Request: req})
+}
+
+// Ensure that a full batch of Submits on etcd is one commit of two
+// requests, with a tree frontier of eight records: one read-ahead of
+// everything the batch reads, and one Txn. The audit and tree records the
+// batch reads are compared through the chain's head key, not each, its
+// audit keys are read as one range, and the batch is sized so that its
+// compares, its writes and its read-ahead fit etcd's 128 operations; a
+// batch sized without them is split, each half a read and a commit of its
+// own.
+func TestSubmitEtcd_FullBatchOneCommit(t *testing.T) {
+	var n atomic.Int64
+	r, calls := etcdBenchFixture(t, sharedEtcd(t), &n, false, maxBatchCalls/16)
+	if r.batchCalls < 16 || r.batchCalls > len(calls) {
+		t.Fatalf("a batch on etcd holds %d calls, want 16 to %d", r.batchCalls, len(calls))
+	}
+	f := &fixture{t: t, ctx: t.Context(), r: r}
+	// A chain whose length has eight bits set has a tree frontier of
+	// eight records, which the batch's appends read.
+	for i := 0; bits.OnesCount64(r.Head().Seq) < 8; i++ {
+		if _, err := r.Admin().CreateScope(f.ctx, fmt.Sprintf("pad/%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls = calls[:r.batchCallsNow()]
+	batch := make([]*gcCall, len(calls))
+	for i, c := range calls {
+		batch[i] = &gcCall{caller: c.caller, envelope: c.envelope}
+	}
+	n.Store(0)
+	commits := inOneBatch(t, f, batch)
+	if commits != 1 {
+		t.Errorf("%d calls took %d commits, want 1", len(batch), commits)
+	}
+	for i, c := range batch {
+		if got := outcome(c); got != "applied/" {
+			t.Errorf("call %d = %s %v, want applied", i, got, c.err)
+		}
+	}
+	// The blocking write that holds the batch back is a read and a
+	// commit of its own.
+	if got := n.Load(); got != 4 {
+		t.Errorf("%d requests to etcd, want 4 (a read and a commit for the blocking write, one of each for the batch)", got)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -237,20 +238,25 @@ func (r *Receiver) writeCall(size int, l lane, sub *submission, fn func(w *wtx) 
 // call (take), writes the anchor for it, wakes the batch's other callers,
 // and passes the lead to the call that heads the next batch, if any.
 //
-// On a database file, which this process alone writes, the next leader
-// starts its transaction while this one writes the anchor: the anchor's
-// fdatasync then overlaps the next batch's decisions instead of adding to
+// The next leader starts its transaction while this one writes the
+// anchor: the anchor's write (an fdatasync, or a round trip to another
+// cluster) then overlaps the next batch's decisions instead of adding to
 // them. Nothing is acknowledged earlier for it: a caller is woken only
 // once the anchor covers its commit. The anchor writes stay in commit
 // order because a leader takes amu before it lets go of wmu, and the next
 // transaction checks its checkpoint against an anchor that is at most one
 // commit older, which the rules of CheckAdvance make no weaker (seqs and
 // high-waters only grow along the chain). A store that other processes
-// write (etcd) reads the anchor before each batch (currentAnchor), so
-// there the lead passes only after the anchor write.
+// write (etcd) has each batch read the anchor before its transaction
+// (currentAnchor); that read may meet the anchor this process is writing,
+// either before or after the write: both are this chain's checkpoints at
+// or below the head the transaction reads, which already holds the
+// previous commit, so the check of the head against it holds either way,
+// and a restored store is caught as before, against the anchor of the
+// commit before.
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
-	batch := q.take(q.buffer(), self, r.batchCalls, r.batchBytes)
+	batch := q.take(q.buffer(), self, r.batchCallsNow(), r.batchBytes)
 	work := func() *anchorWork {
 		r.wmu.Lock()
 		defer r.wmu.Unlock()
@@ -260,9 +266,7 @@ func (r *Receiver) lead(self *call) {
 		}
 		return work
 	}()
-	if r.file {
-		q.handOff()
-	}
+	q.handOff()
 	if work != nil {
 		r.anchorCommits(work)
 		r.amu.Unlock()
@@ -277,9 +281,6 @@ func (r *Receiver) lead(self *call) {
 		}
 	}
 	q.release(batch)
-	if !r.file {
-		q.handOff()
-	}
 }
 
 // handOff passes the lead to the call that heads the next batch (next),
@@ -519,10 +520,13 @@ func (r *Receiver) commitSplit(batch []*call, work *anchorWork) {
 
 // batchLimits sizes a batch within the engine's limits, ahead of the
 // commit, so that splits after an ErrTxnTooLarge stay rare: a call reads
-// and writes a few keys (its scope's control record, its grant, target,
-// receipt and audit entry), and a commit adds its checkpoint, head key,
-// state digest and high-water. A store without limits (bbolt) keeps the
-// batch limits of the queue.
+// its scope's control record, its grant, receipt and target, each
+// compared at the commit, and its audit key, which the head key's compare
+// guards (readAhead); it writes its receipt, target, audit entry and tree
+// record; a commit reads and compares the head key, the state digest and
+// the high-water, and writes its checkpoint, head key, state digest and
+// high-water. The reads bound a batch too (batchCallsNow). A store
+// without limits (bbolt) keeps the batch limits of the queue.
 func batchLimits(lim engine.Limits) (calls, bytes int) {
 	calls, bytes = maxBatchCalls, maxBatchBytes
 	if lim.MaxOps > 0 {
@@ -536,10 +540,36 @@ func batchLimits(lim engine.Limits) (calls, bytes int) {
 	return calls, bytes
 }
 
-// What one call and one commit add to a transaction, for batchLimits.
+// batchCallsNow is batchCalls, bounded on a store whose reads are bounded
+// per request (etcd) so that the batch's read-ahead is one request: each
+// request more is a round trip the whole batch waits for. A call reads
+// its four records; a commit reads three keys, one range of the batch's
+// audit keys (successive keys) and the tree's frontier, one record per
+// bit set in the chain's length, taken from this process's last commit
+// (another writer's commits since then make the read-ahead two requests
+// at worst, never a failure: the reads the audit and tree records add
+// are not compares), and as frontierBound records before the first.
+func (r *Receiver) batchCallsNow() int {
+	if r.maxReads <= 0 {
+		return r.batchCalls
+	}
+	frontier := frontierBound
+	if seq := r.committedSeq.Load(); seq != 0 {
+		frontier = bits.OnesCount64(seq)
+	}
+	return min(r.batchCalls, max(1, (r.maxReads-readsPerCommit-frontier)/readsPerCall))
+}
+
+// What one call and one commit add to a transaction, for batchLimits and
+// batchCallsNow: compares or writes (whichever are more), and reads ahead.
+// frontierBound is the tree frontier of a chain of fewer than 16,777,216
+// entries.
 const (
-	opsPerCall     = 5
+	opsPerCall     = 4
 	opsPerCommit   = 8
+	readsPerCall   = 4
+	readsPerCommit = 3 + 1
+	frontierBound  = 24
 	bytesPerCommit = 8 << 10
 )
 
@@ -589,7 +619,7 @@ func (r *Receiver) reserve(batch []*call) []*call {
 func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 	var w *wtx
 	var sc audit.SignedCheckpoint
-	var ahead []engine.Key
+	var ahead *readAhead
 	committed := false
 	start := time.Now()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -647,6 +677,7 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 		r.anchorMu.Unlock()
 	}
 	r.head, r.state, r.stateSum, r.hw = w.chain.Head(), w.state, w.stateSum, w.hw
+	r.committedSeq.Store(r.head.Seq)
 	r.queue.commits.Add(1)
 	stats := r.commitStats(batch)
 	if r.opts.Anchor == nil {
@@ -667,7 +698,7 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 
 // update runs the batch's write transaction once; w, sc and ahead are
 // run's, which it sets.
-func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wtx, scp *audit.SignedCheckpoint, aheadp *[]engine.Key) error {
+func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wtx, scp *audit.SignedCheckpoint, aheadp **readAhead) error {
 	return r.eng.Update(context.Background(), func(tx engine.Tx) error {
 		w, sc, ahead := *wp, *scp, *aheadp
 		defer func() { *wp, *scp, *aheadp = w, sc, ahead }()
@@ -681,11 +712,12 @@ func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wt
 		// batch will read in one; the reads are compared at the commit as
 		// if each were made where the calls make them. bbolt reads its
 		// pages in place and is not asked.
-		if p, ok := tx.(engine.Prefetcher); ok {
+		if _, ok := tx.(engine.Prefetcher); ok {
 			if ahead == nil {
-				ahead = r.prefetchKeys(batch)
+				ra := r.prefetchKeys(batch)
+				ahead = &ra
 			}
-			if err := p.Prefetch(ahead...); err != nil {
+			if err := ahead.prefetch(tx); err != nil {
 				return err
 			}
 		}

@@ -183,6 +183,13 @@ type Receiver struct {
 	// at most batchCalls calls and batchBytes of input (batchLimits).
 	queue                  commitQueue
 	batchCalls, batchBytes int
+	// maxReads bounds the reads of one request of a batch's read-ahead
+	// (the engine's Limits().MaxOps; 0: no bound), and committedSeq is the
+	// chain's length after this process's last commit (0 before it), from
+	// which the leader sizes the next batch's read of the tree's frontier
+	// (batchCallsNow).
+	maxReads     int
+	committedSeq atomic.Uint64
 	// wmu is held by the leader of a batch while it runs the batch's write
 	// transaction. It guards head, the audit chain's newest entry, which a
 	// write transaction reads at its start and which is replaced only after
@@ -545,6 +552,7 @@ func openWith(e engine.Engine, path string, file bool, opts *Options, v defect.V
 	o.Effects = cloneEffects(o.Effects)
 	r = &Receiver{eng: e, path: path, file: file, opts: o, defect: v}
 	r.batchCalls, r.batchBytes = batchLimits(e.Limits())
+	r.maxReads = e.Limits().MaxOps
 	if err := r.load(); err != nil {
 		return nil, err
 	}

@@ -22,6 +22,11 @@
 //   - every key read with Get or Prefetch (or found by Last): its mod
 //     revision equals the one seen at R, 0 for an absent key. A write, a
 //     delete or a creation of that key after R fails the commit;
+//   - for the guarded keys of PrefetchGuarded, nothing of their own: the
+//     guard's compare above stands for them, while the guard was present
+//     at R and read from etcd. That holds only if every writer of such a
+//     key writes the guard in the same Txn (engine.GuardedPrefetcher); a
+//     guard that was absent leaves its keys compared one by one;
 //   - every range a Scan walked, from its start to the last key handed to
 //     the scan function (to the bucket's end if the scan ran out): every
 //     key in it has a mod revision at most R. A key created or changed in

@@ -19,6 +19,9 @@ type read struct {
 	// (a bucket marker checked for existence, which Deletes rewrite).
 	create   int64
 	byCreate bool
+	// guard is the key whose compare stands for this one's
+	// (PrefetchGuarded), or "" if the key is compared itself.
+	guard string
 }
 
 // write is one buffered write.
@@ -33,10 +36,13 @@ type tx struct {
 	e        *Engine
 	writable bool
 	// rev is the revision of every read, fixed by the first; 0 before it.
-	rev    int64
-	reads  map[string]*read
-	ranges []clientv3.Cmp
-	writes map[string]write
+	rev   int64
+	reads map[string]*read
+	// guarded counts the reads whose compare a guard's stands for: they
+	// are in reads, but not in the commit's compares.
+	guarded int
+	ranges  []clientv3.Cmp
+	writes  map[string]write
 	// bytes is the estimated size of the commit's request.
 	bytes int
 	// buckets are those seen to exist in this run (read, or created).
@@ -80,8 +86,11 @@ func (t *tx) chargeCompare(n int) error {
 		return t.tooLarge
 	}
 	t.bytes += n
-	return t.checkLimits(len(t.reads) + len(t.ranges) + 1)
+	return t.checkLimits(t.cmpCount() + 1)
 }
+
+// cmpCount is the number of compares the commit would make now.
+func (t *tx) cmpCount() int { return len(t.reads) - t.guarded + len(t.ranges) }
 
 // checkLimits fails the transaction if cmps compares or its writes break
 // the limits.
@@ -218,7 +227,7 @@ func (t *tx) put(k string, w write) error {
 	}
 	t.bytes += len(k) + len(w.val) + opOverhead
 	t.writes[k] = w
-	return t.checkLimits(len(t.reads) + len(t.ranges))
+	return t.checkLimits(t.cmpCount())
 }
 
 func (t *tx) Put(bucket, key, value []byte) error {
@@ -287,11 +296,18 @@ func (t *tx) HasBucket(bucket []byte) (bool, error) {
 	return false, err
 }
 
-// compares are the commit's conditions: every point read, then every
-// range walked.
+// compares are the commit's conditions: every point read that no guard
+// stands for, then every range walked.
 func (t *tx) compares() []clientv3.Cmp {
-	cmps := make([]clientv3.Cmp, 0, len(t.reads)+len(t.ranges))
+	cmps := make([]clientv3.Cmp, 0, t.cmpCount())
 	for k, r := range t.reads {
+		if r.guard != "" {
+			// PrefetchGuarded compared the guard when it read the key:
+			// kept out only while that holds.
+			if g, ok := t.reads[r.guard]; ok && g.guard == "" && g.mod != 0 && !g.byCreate {
+				continue
+			}
+		}
 		if r.byCreate {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", r.create))
 		} else {
