@@ -238,22 +238,21 @@ func (r *Receiver) writeCall(size int, l lane, sub *submission, fn func(w *wtx) 
 // call (take), writes the anchor for it, wakes the batch's other callers,
 // and passes the lead to the call that heads the next batch, if any.
 //
-// The next leader starts its transaction while this one writes the
-// anchor: the anchor's write (an fdatasync, or a round trip to another
-// cluster) then overlaps the next batch's decisions instead of adding to
+// On a database file, which this process alone writes, the next leader
+// starts its transaction while this one writes the anchor: the anchor's
+// fdatasync then overlaps the next batch's decisions instead of adding to
 // them. Nothing is acknowledged earlier for it: a caller is woken only
 // once the anchor covers its commit. The anchor writes stay in commit
 // order because a leader takes amu before it lets go of wmu, and the next
 // transaction checks its checkpoint against an anchor that is at most one
 // commit older, which the rules of CheckAdvance make no weaker (seqs and
 // high-waters only grow along the chain). A store that other processes
-// write (etcd) has each batch read the anchor before its transaction
-// (currentAnchor); that read may meet the anchor this process is writing,
-// either before or after the write: both are this chain's checkpoints at
-// or below the head the transaction reads, which already holds the
-// previous commit, so the check of the head against it holds either way,
-// and a restored store is caught as before, against the anchor of the
-// commit before.
+// write (etcd) reads the anchor before each batch (currentAnchor), so
+// there the lead passes only after the anchor write: a batch started
+// during the write could read the anchor being written, not yet durable,
+// and answer a repeated call (a hold retried with its ID) from it before
+// that write is known to have succeeded
+// (TestRedteamT_RepeatHoldNotAnsweredFromAnchorWriteInFlight).
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
 	batch := q.take(q.buffer(), self, r.batchCallsNow(), r.batchBytes)
@@ -266,7 +265,9 @@ func (r *Receiver) lead(self *call) {
 		}
 		return work
 	}()
-	q.handOff()
+	if r.file {
+		q.handOff()
+	}
 	if work != nil {
 		r.anchorCommits(work)
 		r.amu.Unlock()
@@ -281,6 +282,9 @@ func (r *Receiver) lead(self *call) {
 		}
 	}
 	q.release(batch)
+	if !r.file {
+		q.handOff()
+	}
 }
 
 // handOff passes the lead to the call that heads the next batch (next),

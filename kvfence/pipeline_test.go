@@ -55,18 +55,13 @@ func waitCommits(r *Receiver, n uint64) bool {
 	return false
 }
 
-// Ensure that on a database file and on etcd the next batch commits while
-// the anchor write of the one before it is still running, that no caller,
-// the leader's or another, is answered before the anchor covers its
-// commit, and that the anchor is written in commit order. When the held
-// write fails, its calls are not acknowledged, and the next commit's
-// anchor, which covers both, acknowledges its own. On etcd the next batch
-// reads the anchor before its transaction, the one before the held write.
+// Ensure that on a database file the next batch commits while the anchor
+// write of the one before it is still running, that no caller, the
+// leader's or another, is answered before the anchor covers its commit, and
+// that the anchor is written in commit order. When the held write fails,
+// its calls are not acknowledged, and the next commit's anchor, which
+// covers both, acknowledges its own.
 func TestGroupCommit_AnchorWriteOverlapsNextCommit(t *testing.T) {
-	forEngines(t, func(t *testing.T, s *store) { anchorWriteOverlapsNextCommit(t, s) })
-}
-
-func anchorWriteOverlapsNextCommit(t *testing.T, s *store) {
 	for _, tc := range []struct {
 		name  string
 		failA bool
@@ -75,7 +70,7 @@ func anchorWriteOverlapsNextCommit(t *testing.T, s *store) {
 		{"anchor write fails", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := gcFixtureOn(t, s.fresh(t), gcSeed)
+			f := gcFixture(t, gcSeed)
 			a, b := twoWorkers(t, f)
 			head := f.r.Head()
 			gate := &gatedAnchor{AnchorStore: f.anchor, after: head.Seq, entered: make(chan struct{}), release: make(chan error, 1)}
