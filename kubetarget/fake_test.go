@@ -68,7 +68,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.mu.Unlock()
 			<-r.Context().Done()
 			f.mu.Lock()
-			return
+			// No answer at all: returning would send an empty 200, which
+			// a client that has not yet seen its own deadline could read
+			// (a CI run did). The deferred unlock releases mu.
+			panic(http.ErrAbortHandler)
 		}
 		if n := len(f.puts) - 1; n < len(f.putAnswers) {
 			a := f.putAnswers[n]
