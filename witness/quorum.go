@@ -655,17 +655,7 @@ func (q *Quorum) Check(ctx context.Context, origin string, local checkpoint.Chec
 	case prove == nil:
 		return res, fmt.Errorf("check: no proof function")
 	}
-	res.Members = make([]MemberLatest, len(q.members))
-	var wg sync.WaitGroup
-	for i := range q.members {
-		m := &q.members[i]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res.Members[i] = m.latest(ctx, q.log, origin)
-		}()
-	}
-	wg.Wait()
+	res.Members = q.askLatest(ctx, origin)
 	var diverged []error
 	for i := range res.Members {
 		a := &res.Members[i]
@@ -685,17 +675,23 @@ func (q *Quorum) Check(ctx context.Context, origin string, local checkpoint.Chec
 	if len(diverged) > 0 {
 		return res, errors.Join(diverged...)
 	}
-	if res.Answers < res.Needed {
-		var fs []string
-		for _, a := range res.Members {
-			if !a.Answered {
-				fs = append(fs, fmt.Sprintf("%s: %v", a.Member, a.Err))
-			}
-		}
-		return res, fmt.Errorf("%w: %d of the %d needed (N-K+1+F with N=%d, K=%d, F=%d): %s",
-			ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, q.faults, strings.Join(fs, "; "))
+	return res, q.tooFew(res)
+}
+
+// tooFew returns ErrTooFewAnswers, naming the members that did not
+// answer and why, when res has fewer answers than N-K+1+F; else nil.
+func (q *Quorum) tooFew(res CheckResult) error {
+	if res.Answers >= res.Needed {
+		return nil
 	}
-	return res, nil
+	var fs []string
+	for _, a := range res.Members {
+		if !a.Answered {
+			fs = append(fs, fmt.Sprintf("%s: %v", a.Member, a.Err))
+		}
+	}
+	return fmt.Errorf("%w: %d of the %d needed (N-K+1+F with N=%d, K=%d, F=%d): %s",
+		ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, q.faults, strings.Join(fs, "; "))
 }
 
 // Readmit asks each member whose answer in res diverged (Check) to accept
@@ -748,11 +744,7 @@ func (q *Quorum) Readmit(ctx context.Context, signedNote []byte, prove ProveFunc
 	if len(left) > 0 {
 		return errors.Join(left...)
 	}
-	if res.Answers < res.Needed {
-		return fmt.Errorf("%w: %d of the %d needed (N-K+1+F with N=%d, K=%d, F=%d)",
-			ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, q.faults)
-	}
-	return nil
+	return q.tooFew(*res)
 }
 
 // member returns the member of that name, or nil.
@@ -770,30 +762,30 @@ func (q *Quorum) member(name string) *quorumMember {
 // witnesses hold, whatever it is. Fewer than N-K+1+F answers is
 // ErrTooFewAnswers, returned beside the result.
 func (q *Quorum) Latest(ctx context.Context, origin string) (CheckResult, error) {
-	res := CheckResult{Needed: q.needed(), Members: make([]MemberLatest, len(q.members))}
+	res := CheckResult{Needed: q.needed(), Members: q.askLatest(ctx, origin)}
+	for _, a := range res.Members {
+		if a.Answered {
+			res.Answers++
+		}
+	}
+	return res, q.tooFew(res)
+}
+
+// askLatest asks every member at once for its latest checkpoint of origin
+// and returns the answers in the quorum's order.
+func (q *Quorum) askLatest(ctx context.Context, origin string) []MemberLatest {
+	out := make([]MemberLatest, len(q.members))
 	var wg sync.WaitGroup
 	for i := range q.members {
 		m := &q.members[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res.Members[i] = m.latest(ctx, q.log, origin)
+			out[i] = m.latest(ctx, q.log, origin)
 		}()
 	}
 	wg.Wait()
-	var fs []string
-	for _, a := range res.Members {
-		if a.Answered {
-			res.Answers++
-		} else {
-			fs = append(fs, fmt.Sprintf("%s: %v", a.Member, a.Err))
-		}
-	}
-	if res.Answers < res.Needed {
-		return res, fmt.Errorf("%w: %d of the %d needed (N-K+1+F with N=%d, K=%d, F=%d): %s",
-			ErrTooFewAnswers, res.Answers, res.Needed, len(q.members), q.k, q.faults, strings.Join(fs, "; "))
-	}
-	return res, nil
+	return out
 }
 
 // latest asks one member and checks its answer's signatures.
