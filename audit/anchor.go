@@ -174,7 +174,12 @@ func decodeFixed(dst []byte, s string, decode func(string) ([]byte, error)) erro
 // overwrite each other.
 type AnchorStore interface {
 	// Load returns the stored anchor. If there is none, the error wraps
-	// ErrAnchorMissing, and Load creates nothing.
+	// ErrAnchorMissing, and Load creates nothing. What Load returns is
+	// durable: never a checkpoint whose Store is still under way or
+	// failed without taking effect, since another writer of the same
+	// chain may take it as cover for its own commits (a Store that
+	// failed after it took effect, an answer lost after a commit, does
+	// return it).
 	Load() (SignedCheckpoint, error)
 	// Store replaces the anchor old by next; a nil old means that there is
 	// no anchor yet. If the stored anchor is not old the error wraps

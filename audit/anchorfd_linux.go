@@ -121,6 +121,17 @@ func (a anchorFD) lock() error {
 	}
 }
 
+// lockShared takes a shared flock on the open file: readers take it
+// together, and each waits while a writer holds lock.
+func (a anchorFD) lockShared() error {
+	for {
+		err := syscall.Flock(a.fd, syscall.LOCK_SH)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
 // unlock releases lock's lock. Closing the descriptor would release it
 // too, but not while a child process forked meanwhile still holds a copy
 // of the descriptor; unlock releases it for every holder at once.
@@ -131,6 +142,11 @@ func (a anchorFD) unlock() { syscall.Flock(a.fd, syscall.LOCK_UN) }
 // modification time. FileAnchor writes only within the file's size, so
 // nothing else is needed.
 func (a anchorFD) datasync() error {
+	if anchorSyncFault != nil {
+		if err := anchorSyncFault(); err != nil {
+			return err
+		}
+	}
 	for {
 		err := unix.Fdatasync(a.fd)
 		if err != unix.EINTR {

@@ -65,8 +65,17 @@ func (a anchorFD) writeAt(_ string, b []byte, off int64) error {
 
 func (a anchorFD) lock() error { return lockFile(a.f) }
 
+func (a anchorFD) lockShared() error { return lockFileShared(a.f) }
+
 func (a anchorFD) unlock() { unlockFile(a.f) }
 
-func (a anchorFD) datasync() error { return datasync(a.f) }
+func (a anchorFD) datasync() error {
+	if anchorSyncFault != nil {
+		if err := anchorSyncFault(); err != nil {
+			return err
+		}
+	}
+	return datasync(a.f)
+}
 
 func (a anchorFD) close() { a.f.Close() }

@@ -93,6 +93,16 @@ func (f FileAnchor) Inspect() (AnchorFileReport, error) {
 		return AnchorFileReport{}, err
 	}
 	defer file.close()
+	// A writer holds its lock from its write to the end of its
+	// fdatasync, and puts the slot back if that fails (swap). Under a
+	// shared lock a reader therefore sees only slots whose write was made
+	// durable: a checkpoint found here is one a Store completed, which is
+	// what another process sharing the file may act on (chain.Advance
+	// takes an anchor found at or past its own checkpoint as cover).
+	if err := file.lockShared(); err != nil {
+		return AnchorFileReport{}, fmt.Errorf("audit: locking anchor: %w", err)
+	}
+	defer file.unlock()
 	buf := anchorBufs.Get().(*anchorBuf)
 	defer anchorBufs.Put(buf)
 	i, cur, damage, err := f.readSlots(file, buf, st.size, slotMemoFor(f.Path))
@@ -259,10 +269,23 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	// The other slot is the previous anchor or damage from an interrupted
 	// write, which the caller has seen through Inspect when it opened; the
 	// current one is not touched until the next write.
-	if err := file.writeAt(f.Path, slot, int64(1-i)*AnchorSlotSize); err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
+	off := int64(1-i) * AnchorSlotSize
+	err = file.writeAt(f.Path, slot, off)
+	if err == nil {
+		err = file.datasync()
 	}
-	if err := file.datasync(); err != nil {
+	if err != nil {
+		// The slot may now hold next in the page cache without anything
+		// saying it is durable, and Load would return it once the lock
+		// is released: to this process, which Advance then takes as
+		// written, and to another one sharing the file, which would take
+		// it as cover for its own commits. Put the slot's bytes back
+		// first. They need no sync: they were durable before the write,
+		// and if the failed write reached the disk after all, the
+		// checkpoint it left is one the caller signed after its commit.
+		if rerr := file.writeAt(f.Path, buf.file[off:off+AnchorSlotSize], off); rerr != nil {
+			return fmt.Errorf("audit: anchor: %w; putting the slot back failed too, and a reader may find the checkpoint of this write: %v", err, rerr)
+		}
 		return fmt.Errorf("audit: anchor: %w", err)
 	}
 	memo.remember(1-i, slot, anchorSlot{gen: cur.gen + 1, sc: next})
@@ -291,6 +314,10 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	memo.remember(i, again, anchorSlot{gen: cur.gen + 2, sc: next})
 	return nil
 }
+
+// anchorSyncFault, set by tests only, is called before each fdatasync of
+// an anchor file and, if it returns an error, fails that sync with it.
+var anchorSyncFault func() error
 
 // create writes a new anchor file holding next in slot 0 at generation 1.
 func (f FileAnchor) create(old *SignedCheckpoint, next SignedCheckpoint) error {

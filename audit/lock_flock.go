@@ -20,5 +20,17 @@ func lockFile(f *os.File) error {
 	}
 }
 
-// unlockFile releases lockFile's lock.
+// lockFileShared takes a shared flock on the open file, which lockFile's
+// lock excludes.
+func lockFileShared(f *os.File) error {
+	fd := int(f.Fd())
+	for {
+		err := syscall.Flock(fd, syscall.LOCK_SH)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
+// unlockFile releases lockFile's or lockFileShared's lock.
 func unlockFile(f *os.File) { syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }

@@ -16,4 +16,8 @@ func lockFile(*os.File) error {
 	return nil
 }
 
+// lockFileShared is lockFile: without flock, readers in this process
+// wait for each other too.
+func lockFileShared(f *os.File) error { return lockFile(f) }
+
 func unlockFile(*os.File) { fileLock.Unlock() }

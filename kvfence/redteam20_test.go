@@ -12,9 +12,9 @@ import (
 )
 
 // syncFailAnchor is an anchor store whose next Store writes the
-// checkpoint and then reports a failure, as a write whose fdatasync
-// failed after the data reached the file: the anchor then reads back the
-// checkpoint, but nothing says it is durable.
+// checkpoint and then reports a failure, as a write that took effect and
+// whose answer was lost (an etcd Txn that committed): the anchor then
+// reads back the checkpoint, but the writer was told it failed.
 type syncFailAnchor struct {
 	audit.AnchorStore
 	fail bool

@@ -291,9 +291,11 @@ func Advance(store audit.AnchorStore, cur *audit.SignedCheckpoint, sc audit.Sign
 		return nil
 	}
 	if !errors.Is(err, audit.ErrWriteConflict) && !errors.Is(err, audit.ErrAnchorRegression) {
-		// A store can fail after its write took effect (an fsync after
-		// the data reached the file). The anchor then holds sc: expect it
-		// next time, or every later write would conflict with it.
+		// A store can fail after its write took effect (an etcd Txn
+		// that committed and whose answer was lost; a FileAnchor whose
+		// fdatasync fails puts its slot back instead). The anchor then
+		// holds sc: expect it next time, or every later write would
+		// conflict with it.
 		if got, lerr := store.Load(); lerr == nil && got == sc {
 			*cur = sc
 		}

@@ -1,0 +1,114 @@
+//go:build !windows
+
+package audit
+
+import (
+	"errors"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// setSyncFault makes every anchor fdatasync call fault first, for the
+// rest of the test.
+func setSyncFault(t *testing.T, fault func() error) {
+	t.Helper()
+	anchorSyncFault = fault
+	t.Cleanup(func() { anchorSyncFault = nil })
+}
+
+// Ensure that a Store whose fdatasync fails leaves the anchor as it was:
+// the checkpoint it wrote is not durable, so no Load, by this process or
+// by another one sharing the file, may return it. Without putting the
+// slot back, Load returned the failed write's checkpoint from the page
+// cache, and a second receiver on the same store took it as cover for a
+// repeated hold.
+func TestFileAnchor_FailedSyncLeavesAnchor(t *testing.T) {
+	a, b, c := signedAt(t, 2), signedAt(t, 3), signedAt(t, 4)
+	for _, tc := range []struct {
+		name string
+		// before are stored first, so that the slot the failed write
+		// takes is empty (one) or holds an older anchor (two).
+		before []SignedCheckpoint
+	}{
+		{"slot empty", []SignedCheckpoint{a}},
+		{"slot holds older anchor", []SignedCheckpoint{a, b}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fa := storeAll(t, tc.before...)
+			cur := tc.before[len(tc.before)-1]
+			want := readAnchor(t, fa)
+			setSyncFault(t, func() error { return syscall.EIO })
+			if err := fa.Store(&cur, c); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("Store with a failing fdatasync = %v, want EIO", err)
+			}
+			anchorSyncFault = nil
+			for _, reader := range []FileAnchor{fa, {Path: fa.Path}} {
+				if got, err := reader.Load(); err != nil || got != cur {
+					t.Fatalf("Load after the failed write = seq %d (%v), want seq %d", got.Seq, err, cur.Seq)
+				}
+			}
+			if got := readAnchor(t, fa); string(got) != string(want) {
+				t.Fatalf("the anchor file changed after a failed write")
+			}
+			// The anchor goes on from where it was.
+			if err := fa.Store(&cur, c); err != nil {
+				t.Fatalf("Store after the failed write: %v", err)
+			}
+			if got, err := fa.Load(); err != nil || got != c {
+				t.Fatalf("Load = seq %d (%v), want %d", got.Seq, err, c.Seq)
+			}
+		})
+	}
+}
+
+// Ensure that a reader does not see a slot while its writer has not yet
+// made it durable: Load, from another FileAnchor on the file as another
+// process has, waits for the writer's fdatasync, and then returns the old
+// anchor if that failed and the new one if it succeeded.
+func TestFileAnchor_LoadWaitsForWriterSync(t *testing.T) {
+	for _, fail := range []bool{true, false} {
+		name := map[bool]string{true: "sync fails", false: "sync succeeds"}[fail]
+		t.Run(name, func(t *testing.T) {
+			a, b := signedAt(t, 2), signedAt(t, 3)
+			fa := storeAll(t, a)
+			entered, release := make(chan struct{}), make(chan error)
+			setSyncFault(t, func() error {
+				close(entered)
+				return <-release
+			})
+			stored := make(chan error, 1)
+			go func() { stored <- fa.Store(&a, b) }()
+			<-entered // b is written, its sync not yet done.
+
+			type loaded struct {
+				sc  SignedCheckpoint
+				err error
+			}
+			got := make(chan loaded, 1)
+			go func() {
+				sc, err := FileAnchor{Path: filepath.Clean(fa.Path)}.Load()
+				got <- loaded{sc, err}
+			}()
+			select {
+			case l := <-got:
+				t.Fatalf("Load returned seq %d (%v) while the write of seq %d was not yet durable", l.sc.Seq, l.err, b.Seq)
+			case <-time.After(200 * time.Millisecond):
+			}
+			var syncErr error
+			want := b
+			if fail {
+				syncErr, want = syscall.EIO, a
+			}
+			release <- syncErr
+			if err := <-stored; !errors.Is(err, syncErr) && (err != nil || syncErr != nil) {
+				t.Fatalf("Store = %v, want %v", err, syncErr)
+			}
+			l := <-got
+			if l.err != nil || l.sc != want {
+				t.Fatalf("Load after the sync = seq %d (%v), want seq %d", l.sc.Seq, l.err, want.Seq)
+			}
+		})
+	}
+}
