@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"unicode"
@@ -221,6 +222,36 @@ func ReceiverOrigin(receiverID string, pub ed25519.PublicKey) (string, error) {
 // never takes one's checkpoint for the other's.
 func LedgerOrigin(ledgerID string, pub ed25519.PublicKey) (string, error) {
 	return logOrigin("ledger", ledgerID, pub)
+}
+
+// ReceiverID returns the receiver id that origin names, if origin is
+// exactly ReceiverOrigin of that id and pub: the only spelling of the id
+// that ReceiverOrigin writes, and pub's fingerprint. Anything else is
+// ErrMalformed.
+func ReceiverID(origin string, pub ed25519.PublicKey) (string, error) {
+	return logID("receiver", origin, pub)
+}
+
+// logID is the inverse of logOrigin: the id that origin names, if
+// logOrigin writes origin for it and pub.
+func logID(kind, origin string, pub ed25519.PublicKey) (string, error) {
+	rest, ok := strings.CutPrefix(origin, "kvfence/"+kind+"/")
+	i := strings.LastIndexByte(rest, '/')
+	if !ok || i < 0 {
+		return "", fmt.Errorf("%w: origin %q is not a %s's", ErrMalformed, origin, kind)
+	}
+	id, err := url.PathUnescape(rest[:i])
+	if err != nil {
+		return "", fmt.Errorf("%w: origin %q: %v", ErrMalformed, origin, err)
+	}
+	want, err := logOrigin(kind, id, pub)
+	if err != nil {
+		return "", err
+	}
+	if want != origin {
+		return "", fmt.Errorf("%w: origin %q is not the %s origin of id %q and this key (%s)", ErrMalformed, origin, kind, id, want)
+	}
+	return id, nil
 }
 
 // logOrigin is kvfence/<kind>/<id, percent-encoded>/<hex fingerprint>.

@@ -131,6 +131,44 @@ func TestReceiverOrigin(t *testing.T) {
 	}
 }
 
+// Ensure that ReceiverID reads back every id ReceiverOrigin writes, and
+// refuses every other spelling: another key's fingerprint, a ledger's
+// origin, and an id escaped otherwise than ReceiverOrigin escapes it, which
+// would let one note name two ids.
+func TestReceiverID(t *testing.T) {
+	pub := key(1).Public().(ed25519.PublicKey)
+	for _, id := range []string{"r1", "a/b", "a b+c", "é", "%2F", "receiver-1"} {
+		o, err := checkpoint.ReceiverOrigin(id, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := checkpoint.ReceiverID(o, pub); err != nil || got != id {
+			t.Errorf("ReceiverID(%q) = %q, %v; want %q", o, got, err, id)
+		}
+	}
+	r1, _ := checkpoint.ReceiverOrigin("r1", pub)
+	fp := r1[len("kvfence/receiver/r1/"):]
+	other, _ := checkpoint.ReceiverOrigin("r1", key(2).Public().(ed25519.PublicKey))
+	ledger, _ := checkpoint.LedgerOrigin("r1", pub)
+	for _, origin := range []string{
+		other,
+		ledger,
+		"kvfence/receiver/r%31/" + fp,   // "r1" with a needless escape
+		"kvfence/receiver/a%2fb/" + fp,  // lower-case escape
+		"kvfence/receiver/a/b/" + fp,    // an unescaped "/"
+		"kvfence/receiver/r1/" + fp[1:], // a short fingerprint
+		"kvfence/receiver/%zz/" + fp,
+		"kvfence/receiver/" + fp,
+		"kvfence/receiver//" + fp,
+		"kvfence/receivers/r1/" + fp,
+		"",
+	} {
+		if id, err := checkpoint.ReceiverID(origin, pub); !errors.Is(err, checkpoint.ErrMalformed) {
+			t.Errorf("ReceiverID(%q) = %q, %v; want ErrMalformed", origin, id, err)
+		}
+	}
+}
+
 // Ensure that a ledger's origin escapes its id as a receiver's does, names
 // the key, and is never a receiver's origin for the same id and key.
 func TestLedgerOrigin(t *testing.T) {

@@ -151,6 +151,8 @@ func Parse(data []byte) (Proof, error) {
 type Verified struct {
 	// Checkpoint is the note's checkpoint, signed by the receiver key.
 	Checkpoint checkpoint.Checkpoint
+	// Receiver is the receiver id the note's origin names.
+	Receiver string
 	// State is the note's receiver extension lines.
 	State checkpoint.ReceiverState
 	// Entry is the proven audit entry.
@@ -159,10 +161,6 @@ type Verified struct {
 	// VerifyWith verified, in the order given; nil from Verify.
 	Witnesses []string
 }
-
-// receiverOriginPrefix starts every receiver's origin
-// (checkpoint.ReceiverOrigin).
-const receiverOriginPrefix = "kvfence/receiver/"
 
 // Verify checks p against the receiver's public key pub: the note is a
 // receiver's checkpoint whose origin names pub and which pub signed; the
@@ -181,6 +179,11 @@ func Verify(p Proof, pub ed25519.PublicKey) (Verified, error) {
 
 // VerifyOptions are what VerifyWith checks beyond Verify.
 type VerifyOptions struct {
+	// Receiver, if not empty, is the id of the receiver the verifier
+	// expects the receipt from: the note's origin must name it. Without
+	// it a receipt of any receiver that signs with the same key passes,
+	// since the key is all Verify is given.
+	Receiver string
 	// Witnesses are the cosignature verifiers of the witnesses the
 	// verifier trusts, each a distinct key.
 	Witnesses []*checkpoint.CosignatureVerifier
@@ -196,11 +199,17 @@ type VerifyOptions struct {
 // of them that does not verify is ErrBadCheckpoint.
 func VerifyWith(p Proof, pub ed25519.PublicKey, opts VerifyOptions) (Verified, error) {
 	v, err := verify(p, pub)
-	if err != nil || len(opts.Witnesses) == 0 && opts.Quorum == 0 {
+	if err != nil {
 		return v, err
 	}
 	fail := func(which error, format string, args ...any) (Verified, error) {
 		return Verified{}, fmt.Errorf("%w: %w: %s", ErrUnproven, which, fmt.Sprintf(format, args...))
+	}
+	if opts.Receiver != "" && opts.Receiver != v.Receiver {
+		return fail(ErrBadCheckpoint, "the checkpoint is receiver %q's, not %q's", v.Receiver, opts.Receiver)
+	}
+	if len(opts.Witnesses) == 0 && opts.Quorum == 0 {
+		return v, nil
 	}
 	if opts.Quorum < 1 || opts.Quorum > len(opts.Witnesses) {
 		return fail(ErrNotWitnessed, "a quorum of %d of %d witnesses", opts.Quorum, len(opts.Witnesses))
@@ -239,10 +248,11 @@ func verify(p Proof, pub ed25519.PublicKey) (Verified, error) {
 		return fail(ErrBadCheckpoint, "the receiver key is %d bytes, want %d", len(pub), ed25519.PublicKeySize)
 	}
 	origin, _, _ := strings.Cut(string(p.Checkpoint), "\n")
-	fp := audit.KeyFingerprint(pub)
-	if !strings.HasPrefix(origin, receiverOriginPrefix) || !strings.HasSuffix(origin, "/"+hex.EncodeToString(fp[:])) {
-		return fail(ErrBadCheckpoint, "origin %q is not a receiver origin naming this key", origin)
+	id, err := checkpoint.ReceiverID(origin, pub)
+	if err != nil {
+		return fail(ErrBadCheckpoint, "origin %q is not a receiver origin naming this key: %v", origin, err)
 	}
+	v.Receiver = id
 	verifier, err := checkpoint.NewVerifier(origin, pub)
 	if err != nil {
 		return fail(ErrBadCheckpoint, "%v", err)

@@ -5,9 +5,11 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/kvfence/kvfence/audit"
@@ -151,6 +153,50 @@ func TestVerify(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Ensure that a proof names the receiver whose note it carries, and that
+// VerifyWith with a Receiver refuses a note of another receiver signed by
+// the same key, and a note whose origin spells its id otherwise than the
+// receiver does (which would let one key's note pass for two ids).
+func TestVerifyReceiver(t *testing.T) {
+	pub := testKey.Public().(ed25519.PublicKey)
+	p := testProof(t, 7, 3, testKey)
+	v, err := VerifyWith(p, pub, VerifyOptions{Receiver: "r1"})
+	if err != nil || v.Receiver != "r1" {
+		t.Fatalf("VerifyWith(r1) = %q, %v; want r1", v.Receiver, err)
+	}
+	if _, err := VerifyWith(p, pub, VerifyOptions{Receiver: "r2"}); !errors.Is(err, ErrBadCheckpoint) || !errors.Is(err, ErrUnproven) {
+		t.Fatalf("VerifyWith(r2) of r1's note = %v, want ErrBadCheckpoint", err)
+	}
+	// The same checkpoint, signed under an origin that spells "r1" as
+	// "r%31": a valid note of this key, but not a receiver origin.
+	origin, _ := checkpoint.ReceiverOrigin("r1", pub)
+	odd := strings.Replace(origin, "/r1/", "/r%31/", 1)
+	signer, err := checkpoint.NewSigner(odd, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, _, err := checkpoint.Open(p.Checkpoint, mustVerifier(t, origin, pub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.Origin = odd
+	if p.Checkpoint, err = checkpoint.Sign(cp, signer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(p, pub); !errors.Is(err, ErrBadCheckpoint) {
+		t.Fatalf("Verify of a note under origin %q = %v, want ErrBadCheckpoint", odd, err)
+	}
+}
+
+func mustVerifier(t *testing.T, origin string, pub ed25519.PublicKey) note.Verifier {
+	t.Helper()
+	v, err := checkpoint.NewVerifier(origin, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // Ensure that Parse refuses what is not the one JSON form.

@@ -28,6 +28,8 @@ type verifyReceiptJSON struct {
 	Action   string `json:"action"`
 	AuditSeq uint64 `json:"audit_seq"`
 	Origin   string `json:"origin"`
+	// Receiver is the receiver id the checkpoint's origin names.
+	Receiver string `json:"receiver"`
 	TreeSize uint64 `json:"tree_size"`
 	Root     string `json:"root"`
 	// Witnesses are the witnesses whose cosignatures of the checkpoint
@@ -39,6 +41,7 @@ type verifyReceiptJSON struct {
 func (c *VerifyReceiptCommand) Run(ctx context.Context, args []string) error {
 	fs := newFlagSet("verify-receipt")
 	pubPath := fs.String("pub", "", "")
+	receiver := fs.String("receiver", "", "")
 	file := fs.String("file", "", "")
 	asJSON := fs.Bool("json", false, "")
 	pubs := namedValues{flag: "witness-pub", what: "FILE"}
@@ -51,7 +54,7 @@ func (c *VerifyReceiptCommand) Run(ctx context.Context, args []string) error {
 		return &usageError{msg: fmt.Sprintf("kvfence verify-receipt: --witness-quorum %d with %d --witness-pub", *quorum, len(pubs.names)),
 			hint: "--witness-pub NAME=FILE for each witness, and --witness-quorum K, 1 <= K <= N (default N)"}
 	}
-	var wopts receiptproof.VerifyOptions
+	wopts := receiptproof.VerifyOptions{Receiver: *receiver}
 	for _, name := range pubs.names {
 		wpub, err := keyfile.LoadPublic(pubs.values[name])
 		if err != nil {
@@ -98,7 +101,7 @@ func (c *VerifyReceiptCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("kvfence verify-receipt: %w", err)
 	}
 	out := verifyReceiptJSON{OK: true, Scope: p.Receipt.Scope, Action: p.Receipt.Action, AuditSeq: p.Receipt.AuditSeq,
-		Origin: v.Checkpoint.Origin, TreeSize: v.Checkpoint.Size, Root: hex.EncodeToString(v.Checkpoint.Root[:]), Witnesses: v.Witnesses}
+		Origin: v.Checkpoint.Origin, Receiver: v.Receiver, TreeSize: v.Checkpoint.Size, Root: hex.EncodeToString(v.Checkpoint.Root[:]), Witnesses: v.Witnesses}
 	if *asJSON {
 		return writeJSON(c.m.Stdout, out)
 	}
@@ -112,7 +115,7 @@ func (c *VerifyReceiptCommand) Run(ctx context.Context, args []string) error {
 
 // Usage prints the command's help.
 func (c *VerifyReceiptCommand) Usage() {
-	fmt.Fprint(c.m.Stderr, `usage: kvfence verify-receipt --pub RECEIVER.pub [--file F]
+	fmt.Fprint(c.m.Stderr, `usage: kvfence verify-receipt --pub RECEIVER.pub [--receiver ID] [--file F]
 	[--witness-pub NAME=FILE ... [--witness-quorum K]] [--json]
 
 Checks offline the proof of a receipt that "kvfence observe receipt
@@ -126,6 +129,9 @@ Arguments:
 
   --pub FILE
     The receiver's public key, as the operator holds it.
+  --receiver ID
+    The receiver's id: the checkpoint's origin must name it. Without it a
+    proof from any receiver that signs with this key passes.
   --file F
     The proof file; "-" or none reads stdin.
   --witness-pub NAME=FILE
@@ -135,7 +141,7 @@ Arguments:
   --witness-quorum K
     How many of them, 1 to N (default N).
   --json
-    Print {"ok","scope","action","audit_seq","origin","tree_size","root"},
+    Print {"ok","scope","action","audit_seq","origin","receiver","tree_size","root"},
     and "witnesses" (the names whose cosignatures verified) with
     --witness-pub.
 

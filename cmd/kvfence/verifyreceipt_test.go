@@ -108,6 +108,15 @@ func TestVerifyReceipt(t *testing.T) {
 			}
 		})
 	}
+	// --receiver: the note must be that receiver's.
+	f := write("receiver.json", nil)
+	if out := c.json(ExitOK, "verify-receipt", "--pub", pub, "--receiver", "lab-receiver", "--file", f, "--json"); out["receiver"] != "lab-receiver" {
+		t.Fatalf("verify-receipt --receiver lab-receiver = %v", out)
+	}
+	out := c.json(ExitIntegrity, "verify-receipt", "--pub", pub, "--receiver", "other-receiver", "--file", f, "--json")
+	if e, _ := out["error"].(map[string]any); e == nil || e["code"] != "receipt_unproven" {
+		t.Fatalf("verify-receipt --receiver other-receiver = %v, want receipt_unproven", out)
+	}
 	// The proof read from stdin, as a worker pipes it.
 	if r := c.runIn([]byte(good), "verify-receipt", "--pub", pub); r.code != ExitOK || !strings.HasPrefix(r.stdout, "ok: ") {
 		t.Fatalf("verify-receipt from stdin: %s", r)
