@@ -886,14 +886,11 @@ func (r *Receiver) checkRecoveryWitnesses(sa audit.SignedAdmission, opts Recover
 		// The witnesses will move to the recovered tree only from this
 		// root (a consistency proof from it), so it must be the tree
 		// the admitted head ends, and the recovered chain its extension.
-		var root tlog.Hash
-		if err := r.view(func(tx engine.Tx) (err error) {
-			root, err = auditChain.TreeHash(tx, sa.AdmittedHead.Seq)
-			return err
-		}); err != nil {
+		root, ok, err := r.admittedRoot(sa)
+		if err != nil {
 			return fmt.Errorf("the audit tree at the admitted seq %d: %w", sa.AdmittedHead.Seq, err)
 		}
-		if audit.Hash(root) != sa.AdmittedRoot {
+		if !ok {
 			return fmt.Errorf("%w: the admission admits tree root %v at seq %d, but the database's is %v",
 				audit.ErrAdmissionMismatch, tlog.Hash(sa.AdmittedRoot), sa.AdmittedHead.Seq, root)
 		}

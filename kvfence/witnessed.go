@@ -488,18 +488,25 @@ func (r *Receiver) checkAdmittedTree(sa audit.SignedAdmission, size uint64) erro
 		return fmt.Errorf("%w: the database's newest checkpoint (size %d) does not extend the admitted seq %d",
 			audit.ErrForkDetected, size, admitted)
 	}
-	var root tlog.Hash
-	if err := r.view(func(tx engine.Tx) (err error) {
-		root, err = auditChain.TreeHash(tx, admitted)
-		return err
-	}); err != nil {
+	root, ok, err := r.admittedRoot(sa)
+	if err != nil {
 		return err
 	}
-	if audit.Hash(root) != sa.AdmittedRoot {
+	if !ok {
 		return fmt.Errorf("%w: the database's tree at the admitted seq %d has root %v, not the admitted %v",
 			audit.ErrForkDetected, admitted, root, tlog.Hash(sa.AdmittedRoot))
 	}
 	return nil
+}
+
+// admittedRoot returns the root of the database's audit tree at sa's
+// admitted seq, and whether it is the root sa admits.
+func (r *Receiver) admittedRoot(sa audit.SignedAdmission) (root tlog.Hash, ok bool, err error) {
+	err = r.view(func(tx engine.Tx) (err error) {
+		root, err = auditChain.TreeHash(tx, sa.AdmittedHead.Seq)
+		return err
+	})
+	return root, err == nil && audit.Hash(root) == sa.AdmittedRoot, err
 }
 
 // cosignIdle acknowledges a batch that committed nothing (every call
