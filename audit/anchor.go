@@ -175,11 +175,11 @@ func decodeFixed(dst []byte, s string, decode func(string) ([]byte, error)) erro
 type AnchorStore interface {
 	// Load returns the stored anchor. If there is none, the error wraps
 	// ErrAnchorMissing, and Load creates nothing. What Load returns is
-	// durable: never a checkpoint whose Store is still under way or
-	// failed without taking effect, since another writer of the same
-	// chain may take it as cover for its own commits (a Store that
-	// failed after it took effect, an answer lost after a commit, does
-	// return it).
+	// durable, since another writer of the same chain may take it as
+	// cover for its own commits: never a checkpoint that a crash could
+	// still take back (a Store that took effect and whose answer was
+	// lost may be returned; so may one whose writer died after making it
+	// durable, or whose durability the reader itself completed).
 	Load() (SignedCheckpoint, error)
 	// Store replaces the anchor old by next; a nil old means that there is
 	// no anchor yet. If the stored anchor is not old the error wraps

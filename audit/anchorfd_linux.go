@@ -109,30 +109,28 @@ func (a anchorFD) writeAt(path string, b []byte, off int64) error {
 	return nil
 }
 
-// lock takes an exclusive flock on the open file. flock locks belong to
-// the open file description, so this excludes other processes and other
-// calls in this one alike.
-func (a anchorFD) lock() error {
+// tryLock takes a shared or an exclusive flock on the open file without
+// waiting, and reports whether it got it.
+func (a anchorFD) tryLock(shared bool) (bool, error) {
+	how := syscall.LOCK_EX
+	if shared {
+		how = syscall.LOCK_SH
+	}
 	for {
-		err := syscall.Flock(a.fd, syscall.LOCK_EX)
-		if err != syscall.EINTR {
-			return err
+		err := syscall.Flock(a.fd, how|syscall.LOCK_NB)
+		switch err {
+		case nil:
+			return true, nil
+		case syscall.EWOULDBLOCK:
+			return false, nil
+		case syscall.EINTR:
+			continue
 		}
+		return false, err
 	}
 }
 
-// lockShared takes a shared flock on the open file: readers take it
-// together, and each waits while a writer holds lock.
-func (a anchorFD) lockShared() error {
-	for {
-		err := syscall.Flock(a.fd, syscall.LOCK_SH)
-		if err != syscall.EINTR {
-			return err
-		}
-	}
-}
-
-// unlock releases lock's lock. Closing the descriptor would release it
+// unlock releases tryLock's lock. Closing the descriptor would release it
 // too, but not while a child process forked meanwhile still holds a copy
 // of the descriptor; unlock releases it for every holder at once.
 func (a anchorFD) unlock() { syscall.Flock(a.fd, syscall.LOCK_UN) }

@@ -63,9 +63,7 @@ func (a anchorFD) writeAt(_ string, b []byte, off int64) error {
 	return err
 }
 
-func (a anchorFD) lock() error { return lockFile(a.f) }
-
-func (a anchorFD) lockShared() error { return lockFileShared(a.f) }
+func (a anchorFD) tryLock(shared bool) (bool, error) { return tryLockFile(a.f, shared) }
 
 func (a anchorFD) unlock() { unlockFile(a.f) }
 

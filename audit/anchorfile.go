@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // FileAnchor is an AnchorStore in one file at an operator-given Path, in
@@ -60,6 +61,44 @@ type FileAnchor struct {
 	// Path is the anchor file. It comes from the operator's configuration,
 	// never from the database it anchors.
 	Path string
+	// LockTimeout is how long Load, Inspect and Store wait for another
+	// holder's lock on the file before they fail with ErrAnchorBusy. A
+	// writer holds it for one write and its fdatasync; anything that can
+	// read the file can hold it longer. Zero means
+	// DefaultAnchorLockTimeout.
+	LockTimeout time.Duration
+}
+
+// DefaultAnchorLockTimeout is FileAnchor.LockTimeout when it is zero.
+const DefaultAnchorLockTimeout = 5 * time.Second
+
+// lockTimeout returns f.LockTimeout, or its default.
+func (f FileAnchor) lockTimeout() time.Duration {
+	if f.LockTimeout > 0 {
+		return f.LockTimeout
+	}
+	return DefaultAnchorLockTimeout
+}
+
+// lockOrBusy takes file's lock (shared, or exclusive), waiting at most
+// the lock timeout; a lock still held by another then is ErrAnchorBusy.
+func (f FileAnchor) lockOrBusy(file anchorFD, shared bool) error {
+	deadline := time.Now().Add(f.lockTimeout())
+	wait := 100 * time.Microsecond
+	for {
+		ok, err := file.tryLock(shared)
+		if err != nil {
+			return fmt.Errorf("audit: locking anchor: %w", err)
+		}
+		if ok {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("%w: %s: locked by another holder for %v", ErrAnchorBusy, f.Path, f.lockTimeout())
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 10*time.Millisecond)
+	}
 }
 
 // Location returns the anchor file's absolute path (Locator).
@@ -88,26 +127,49 @@ func (f FileAnchor) Load() (SignedCheckpoint, error) {
 // report the damage, and judge it (SlotDamage.Check), before its next
 // write overwrites it. Inspect never creates or changes the file.
 func (f FileAnchor) Inspect() (AnchorFileReport, error) {
+	// What a reader returns, another process sharing the file may act on
+	// (chain.Advance takes an anchor found at or past its own checkpoint
+	// as cover), so it must be durable. A writer holds the lock from its
+	// write to the end of its fdatasync and puts the slot back if either
+	// fails (swap); a creator holds it until its file's directory entry
+	// is durable, and removes the file if that fails (create). Under a
+	// shared lock a reader therefore sees what a Store completed, or what
+	// a writer that died before its sync left in the page cache, which
+	// the reader's own fdatasync makes durable before it is returned.
+	for range 3 {
+		rep, err := f.inspect()
+		if !errors.Is(err, errAnchorReplaced) {
+			return rep, err
+		}
+	}
+	return AnchorFileReport{}, fmt.Errorf("%w: %s kept changing while it was being read", ErrAnchorBusy, f.Path)
+}
+
+// errAnchorReplaced means the path named another file, or none, by the
+// time inspect had its lock: a creation that failed and was undone.
+var errAnchorReplaced = errors.New("audit: anchor replaced while locking it")
+
+func (f FileAnchor) inspect() (AnchorFileReport, error) {
 	file, st, err := f.open(os.O_RDONLY)
 	if err != nil {
 		return AnchorFileReport{}, err
 	}
 	defer file.close()
-	// A writer holds its lock from its write to the end of its
-	// fdatasync, and puts the slot back if that fails (swap). Under a
-	// shared lock a reader therefore sees only slots whose write was made
-	// durable: a checkpoint found here is one a Store completed, which is
-	// what another process sharing the file may act on (chain.Advance
-	// takes an anchor found at or past its own checkpoint as cover).
-	if err := file.lockShared(); err != nil {
-		return AnchorFileReport{}, fmt.Errorf("audit: locking anchor: %w", err)
+	if err := f.lockOrBusy(file, true); err != nil {
+		return AnchorFileReport{}, err
 	}
 	defer file.unlock()
+	if now, err := lstatAnchor(f.Path); err != nil || !sameFile(now, st) {
+		return AnchorFileReport{}, errAnchorReplaced
+	}
 	buf := anchorBufs.Get().(*anchorBuf)
 	defer anchorBufs.Put(buf)
 	i, cur, damage, err := f.readSlots(file, buf, st.size, slotMemoFor(f.Path))
 	if err != nil {
 		return AnchorFileReport{}, err
+	}
+	if err := file.datasync(); err != nil {
+		return AnchorFileReport{}, fmt.Errorf("audit: anchor: making what was read durable: %w", err)
 	}
 	return AnchorFileReport{Current: cur.sc, Slot: i, Generation: cur.gen, Damage: damage}, nil
 }
@@ -224,8 +286,8 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	// The file is never replaced, so a lock on it makes read-compare-write
 	// one step for every FileAnchor on it, across processes where the
 	// platform allows.
-	if err := file.lock(); err != nil {
-		return fmt.Errorf("audit: locking anchor: %w", err)
+	if err := f.lockOrBusy(file, false); err != nil {
+		return err
 	}
 	defer file.unlock()
 	// Whoever held the lock before may have been an operator's tool that
@@ -329,28 +391,45 @@ func (f FileAnchor) create(old *SignedCheckpoint, next SignedCheckpoint) error {
 		return err
 	}
 	data = append(data, make([]byte, AnchorSlotSize)...)
-	// The file is written whole under a temporary name and then linked to
-	// its path, which fails if the path exists: a reader or a concurrent
-	// creator never sees a created but still empty anchor file, which
-	// would read as damaged. Where the file system has no hard links, the
-	// file is created in place with O_EXCL instead.
-	if err := f.createLinked(data); !errors.Is(err, errNoLinks) {
-		if err != nil {
-			return err
-		}
-	} else if err := f.createInPlace(data); err != nil {
+	// The file is written whole under a temporary name, locked, and then
+	// linked to its path, which fails if the path exists: a reader or a
+	// concurrent creator never sees a created but still empty anchor
+	// file, which would read as damaged, and a reader waits on the lock
+	// until the file's directory entry is durable too. Where the file
+	// system has no hard links, the file is created in place with O_EXCL
+	// instead.
+	file, err := f.createLinked(data)
+	if errors.Is(err, errNoLinks) {
+		file, err = f.createInPlace(data)
+	}
+	if err != nil {
 		return err
 	}
+	defer file.close()
+	defer file.unlock()
 	// A new file's directory entry is durable only once the directory is.
-	dir, err := os.Open(filepath.Dir(f.Path))
-	if err != nil {
-		return fmt.Errorf("audit: anchor directory: %w", err)
-	}
-	defer dir.Close()
-	if err := dir.Sync(); err != nil {
+	if err := syncDir(filepath.Dir(f.Path)); err != nil {
+		// Nothing says the entry is durable: take it away before the lock
+		// goes, if the path still names this file, so that no reader acts
+		// on a checkpoint a crash may lose.
+		if st, lerr := lstatAnchor(f.Path); lerr == nil {
+			if ost, serr := file.stat(f.Path); serr == nil && sameFile(st, ost) {
+				os.Remove(f.Path)
+			}
+		}
 		return fmt.Errorf("audit: anchor directory: %w", err)
 	}
 	return nil
+}
+
+// syncDir makes dir's entries durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // errNoLinks means the anchor's file system refused a hard link for a
@@ -358,48 +437,86 @@ func (f FileAnchor) create(old *SignedCheckpoint, next SignedCheckpoint) error {
 var errNoLinks = errors.New("audit: anchor: no hard links here")
 
 // createLinked writes data to a new temporary file beside the anchor,
-// syncs it, and links it to the anchor's path, never replacing a file.
-func (f FileAnchor) createLinked(data []byte) error {
+// syncs it, locks it, and links it to the anchor's path, never replacing
+// a file. It returns the file, open and locked.
+func (f FileAnchor) createLinked(data []byte) (anchorFD, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(f.Path), "."+filepath.Base(f.Path)+".new-*")
 	if err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
+		return anchorFD{}, fmt.Errorf("audit: anchor: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	if err := tmp.Chmod(0o600); err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
+		return anchorFD{}, fmt.Errorf("audit: anchor: %w", err)
 	}
 	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
+		return anchorFD{}, fmt.Errorf("audit: anchor: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
+		return anchorFD{}, fmt.Errorf("audit: anchor: %w", err)
+	}
+	file, err := openAnchorFD(tmp.Name(), os.O_RDWR)
+	if err != nil {
+		return anchorFD{}, fmt.Errorf("audit: anchor: %w", err)
+	}
+	if err := f.lockOrBusy(file, false); err != nil {
+		file.close()
+		return anchorFD{}, err
 	}
 	err = os.Link(tmp.Name(), f.Path)
+	if err != nil {
+		file.unlock()
+		file.close()
+	}
 	switch {
 	case errors.Is(err, fs.ErrExist):
-		return fmt.Errorf("%w: expected no anchor, but %s was created meanwhile", ErrWriteConflict, f.Path)
+		return anchorFD{}, fmt.Errorf("%w: expected no anchor, but %s was created meanwhile", ErrWriteConflict, f.Path)
 	case err != nil:
-		return fmt.Errorf("%w: %v", errNoLinks, err)
+		return anchorFD{}, fmt.Errorf("%w: %v", errNoLinks, err)
 	}
-	return nil
+	return file, nil
 }
 
-// createInPlace creates the anchor file with O_EXCL and writes data to it.
-func (f FileAnchor) createInPlace(data []byte) error {
-	file, err := os.OpenFile(f.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+// createInPlace creates the anchor file with O_EXCL, locks it, and writes
+// data to it. It returns the file, open and locked. A reader that opens
+// the file between its creation and the lock finds it empty, and refuses
+// it as damaged; only file systems without hard links take this way.
+func (f FileAnchor) createInPlace(data []byte) (anchorFD, error) {
+	created, err := os.OpenFile(f.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%w: expected no anchor, but %s was created meanwhile", ErrWriteConflict, f.Path)
+		return anchorFD{}, fmt.Errorf("%w: expected no anchor, but %s was created meanwhile", ErrWriteConflict, f.Path)
 	}
 	if err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
+		return anchorFD{}, fmt.Errorf("audit: anchor: %w", err)
 	}
-	defer file.Close()
-	if _, err := file.Write(data); err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
+	defer created.Close()
+	file, st, err := f.open(os.O_RDWR)
+	if err != nil {
+		return anchorFD{}, err
 	}
-	if err := file.Sync(); err != nil {
-		return fmt.Errorf("audit: anchor: %w", err)
+	fail := func(err error) (anchorFD, error) {
+		file.unlock()
+		file.close()
+		return anchorFD{}, err
 	}
-	return nil
+	if err := f.lockOrBusy(file, false); err != nil {
+		file.close()
+		return anchorFD{}, err
+	}
+	// The locked file must be the one created: the path names both.
+	cst, cerr := created.Stat()
+	pfi, perr := os.Lstat(f.Path)
+	now, nerr := lstatAnchor(f.Path)
+	if cerr != nil || perr != nil || nerr != nil || !os.SameFile(cst, pfi) || !sameFile(now, st) {
+		return fail(fmt.Errorf("%w: %s changed while it was being created", ErrAnchorNotRegular, f.Path))
+	}
+	if _, err := created.Write(data); err != nil {
+		os.Remove(f.Path)
+		return fail(fmt.Errorf("audit: anchor: %w", err))
+	}
+	if err := created.Sync(); err != nil {
+		os.Remove(f.Path)
+		return fail(fmt.Errorf("audit: anchor: %w", err))
+	}
+	return file, nil
 }

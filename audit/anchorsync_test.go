@@ -5,6 +5,7 @@ package audit
 import (
 	"errors"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -74,9 +75,16 @@ func TestFileAnchor_LoadWaitsForWriterSync(t *testing.T) {
 			a, b := signedAt(t, 2), signedAt(t, 3)
 			fa := storeAll(t, a)
 			entered, release := make(chan struct{}), make(chan error)
+			var first sync.Once
 			setSyncFault(t, func() error {
-				close(entered)
-				return <-release
+				// The writer's sync waits; the reader's own sync, after
+				// it, passes.
+				err := error(nil)
+				first.Do(func() {
+					close(entered)
+					err = <-release
+				})
+				return err
 			})
 			stored := make(chan error, 1)
 			go func() { stored <- fa.Store(&a, b) }()

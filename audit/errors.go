@@ -66,6 +66,10 @@ var (
 	// ErrAnchorMissing means there is no anchor; it is never a reason to
 	// create one.
 	ErrAnchorMissing = errors.New("audit: anchor missing")
+	// ErrAnchorBusy means another holder kept the anchor file's lock past
+	// FileAnchor.LockTimeout: a writer on a stalled disk, or anything that
+	// can open the file and holds a lock on it.
+	ErrAnchorBusy = errors.New("audit: anchor file busy")
 	// ErrAnchorV1 means the anchor is in the first format, whose
 	// checkpoints did not commit to the fence state. It is refused, never
 	// upgraded in place: its state cannot be vouched for after the fact.

@@ -7,30 +7,27 @@ import (
 	"syscall"
 )
 
-// lockFile takes an exclusive flock on the open file. flock locks belong
-// to the open file description, so this excludes other processes and
-// other calls in this one alike.
-func lockFile(f *os.File) error {
+// tryLockFile takes a shared or an exclusive flock on the open file
+// without waiting, and reports whether it got it.
+func tryLockFile(f *os.File, shared bool) (bool, error) {
+	how := syscall.LOCK_EX
+	if shared {
+		how = syscall.LOCK_SH
+	}
 	fd := int(f.Fd())
 	for {
-		err := syscall.Flock(fd, syscall.LOCK_EX)
-		if err != syscall.EINTR {
-			return err
+		err := syscall.Flock(fd, how|syscall.LOCK_NB)
+		switch err {
+		case nil:
+			return true, nil
+		case syscall.EWOULDBLOCK:
+			return false, nil
+		case syscall.EINTR:
+			continue
 		}
+		return false, err
 	}
 }
 
-// lockFileShared takes a shared flock on the open file, which lockFile's
-// lock excludes.
-func lockFileShared(f *os.File) error {
-	fd := int(f.Fd())
-	for {
-		err := syscall.Flock(fd, syscall.LOCK_SH)
-		if err != syscall.EINTR {
-			return err
-		}
-	}
-}
-
-// unlockFile releases lockFile's or lockFileShared's lock.
+// unlockFile releases tryLockFile's lock.
 func unlockFile(f *os.File) { syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }

@@ -11,13 +11,9 @@ import (
 // without flock; writers in other processes are not excluded there.
 var fileLock sync.Mutex
 
-func lockFile(*os.File) error {
-	fileLock.Lock()
-	return nil
-}
-
-// lockFileShared is lockFile: without flock, readers in this process
-// wait for each other too.
-func lockFileShared(f *os.File) error { return lockFile(f) }
+// tryLockFile takes the process-wide lock without waiting: without flock,
+// readers in this process exclude each other too, and other processes are
+// not excluded.
+func tryLockFile(_ *os.File, _ bool) (bool, error) { return fileLock.TryLock(), nil }
 
 func unlockFile(*os.File) { fileLock.Unlock() }

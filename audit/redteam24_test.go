@@ -118,12 +118,24 @@ func TestRedteamU_LoadUnderForeignLock(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := FileAnchor{Path: fa.Path}.Load()
+		_, err := FileAnchor{Path: fa.Path, LockTimeout: 200 * time.Millisecond}.Load()
 		done <- err
 	}()
 	select {
-	case <-done:
+	case err := <-done:
+		if !errors.Is(err, ErrAnchorBusy) {
+			t.Fatalf("Load under another holder's exclusive lock = %v, want ErrAnchorBusy", err)
+		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("Load still waits after 3 s on an exclusive flock that a reader of the anchor file holds")
+	}
+	// A writer gives up as a reader does, and the file is unchanged.
+	a := signedAt(t, 2)
+	if err := (FileAnchor{Path: fa.Path, LockTimeout: 200 * time.Millisecond}).Store(&a, signedAt(t, 3)); !errors.Is(err, ErrAnchorBusy) {
+		t.Fatalf("Store under another holder's exclusive lock = %v, want ErrAnchorBusy", err)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	if got, err := fa.Load(); err != nil || got != a {
+		t.Fatalf("Load after the lock was released = seq %d (%v), want %d", got.Seq, err, a.Seq)
 	}
 }
