@@ -37,6 +37,8 @@ type gcCall struct {
 	held  HoldResult
 	grant Grant
 	err   error
+	// anchored is the seq of the checkpoint that acknowledged a hold.
+	anchored uint64
 }
 
 // run makes the call on r and records its outcome.
@@ -44,6 +46,7 @@ func (c *gcCall) run(ctx context.Context, r *Receiver) {
 	switch {
 	case c.hold != nil:
 		c.held, c.err = r.Admin().Hold(ctx, *c.hold)
+		c.anchored = c.held.Checkpoint.Seq
 		c.held = heldModuloAnchor(c.held)
 	case c.activate != nil:
 		c.grant, c.err = r.Admin().Activate(ctx, *c.activate)
