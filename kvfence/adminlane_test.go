@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvfence/kvfence/audit"
 )
@@ -336,5 +337,51 @@ func TestAdminLane_RerunAcknowledgesAdminCallsFirst(t *testing.T) {
 			t.Errorf("hold %d acknowledged by the checkpoint at seq %d, which covers the submits run again (seq %d, %d)",
 				i, h.anchored, calls[1].seq(), calls[2].seq())
 		}
+	}
+}
+
+// Ensure that a batch with a hold passes the lead only once its anchor is
+// written, on a file too: while the hold's anchor write is under way, a
+// submit waits in the queue and no other batch commits. Without it, the
+// submit leads a batch of its own at once, which decides and commits
+// beside the hold's anchor write.
+func TestAdminLane_HoldAnchoredBeforeNextBatch(t *testing.T) {
+	f := gcFixture(t, gcSeed)
+	a, _ := twoWorkers(t, f)
+	third := thirdScope(t, f)
+	head := f.r.Head()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.r.opts.Anchor = &refusingAnchor{AnchorStore: f.anchor, fail: func(next audit.SignedCheckpoint) error {
+		if next.Seq > head.Seq {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+		return nil
+	}}
+	hold := &gcCall{hold: &HoldRequest{Scopes: []string{third}, Reason: "anchored first"}}
+	submit := &gcCall{caller: "worker-a", envelope: a.envelope}
+	var wg sync.WaitGroup
+	wg.Go(func() { hold.run(f.ctx, f.r) })
+	<-entered
+	commits := f.r.queue.commits.Load()
+	wg.Go(func() { submit.run(f.ctx, f.r) })
+	waiting := queued(f.r, 1)
+	// A batch the submit led would commit within this time; none may.
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if f.r.queue.commits.Load() != commits {
+			break
+		}
+	}
+	if got := f.r.queue.commits.Load(); got != commits || !waiting {
+		t.Errorf("while the hold's anchor was written, %d batches committed and the submit waited in the queue: %v; want none and true",
+			got-commits, waiting)
+	}
+	close(release)
+	wg.Wait()
+	if hold.err != nil || outcome(submit) != "applied/" || submit.seq() <= hold.seq() {
+		t.Fatalf("hold at %d (%v), submit %s at %d (%v)", hold.seq(), hold.err, outcome(submit), submit.seq(), submit.err)
 	}
 }

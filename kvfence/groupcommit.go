@@ -48,11 +48,14 @@ const (
 // submit, and brings along at most adminCompanions of the oldest submits
 // (or as many as it took admin calls, if more): during a flood, a hold
 // then waits for the batch being decided and for a small batch of its
-// own, not for a batch of every queued submit. A commit's fsyncs cost far
-// more than deciding a few calls, so the companions cost the hold little
-// and keep the submits moving. Submits cannot starve: a batch that takes
-// admin calls still takes at least one waiting submit whenever it has
-// room for two calls, and at most maxAdminBatches batches in a row may
+// own, not for a batch of every queued submit. A batch being decided when
+// an admin call arrives ends at the call it decides (cut), and a batch
+// with admin calls passes the lead only after its anchor write (lead).
+// A commit's fsyncs cost far more than deciding a few calls, so the
+// companions cost the hold little and keep the submits moving. Submits
+// cannot starve: a batch that takes admin calls still takes at least one
+// waiting submit whenever it has room for two calls, a cut batch keeps
+// the first of them, and at most maxAdminBatches batches in a row may
 // take no submit while submits wait (which only a batch limit of one call
 // allows); the next batch is then led by the oldest submit.
 const (
@@ -257,6 +260,12 @@ func (r *Receiver) writeCall(size int, l lane, sub *submission, fn func(w *wtx) 
 // and answer a repeated call (a hold retried with its ID) from it before
 // that write is known to have succeeded
 // (TestRedteamT_RepeatHoldNotAnsweredFromAnchorWriteInFlight).
+//
+// A batch with admin calls passes the lead only after its anchor write on
+// a file too: the next batch, often a flood's large one, would otherwise
+// decide on the same cores and fsync on the same disk while the hold
+// waits for its anchor, which then takes several times as long. The
+// flood waits for one anchor write per admin batch instead.
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
 	batch := q.take(q.buffer(), self, r.batchCallsNow(), r.batchBytes)
@@ -281,7 +290,8 @@ func (r *Receiver) lead(self *call) {
 		batch = without(batch, rest)
 		q.putBack(rest)
 	}
-	if r.file {
+	early := r.file && !batch[0].admin
+	if early {
 		q.handOff()
 	}
 	if work != nil {
@@ -298,7 +308,7 @@ func (r *Receiver) lead(self *call) {
 		}
 	}
 	q.release(batch)
-	if !r.file {
+	if !early {
 		q.handOff()
 	}
 }
