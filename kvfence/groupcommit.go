@@ -31,7 +31,9 @@ import (
 // order: they share the transaction and its audit chain, so each call sees
 // the effects of the calls before it. If any call fails, or the commit
 // does, the transaction rolls back and every call of the batch runs again
-// alone, so that one faulty call never fails its neighbours.
+// alone, so that one faulty call never fails its neighbours. An
+// administrator's call that arrives meanwhile ends the batch early (cut):
+// the calls not yet run go back to the head of the queue.
 
 // Batch limits. A batch holds at most maxBatchCalls calls and, unless its
 // first call alone is larger, at most maxBatchBytes of input: every call
@@ -565,28 +567,32 @@ func (r *Receiver) commit(batch []*call) (*anchorWork, []*call) {
 // did not run are returned.
 func (r *Receiver) commitSplit(batch []*call, work *anchorWork, cuts bool) []*call {
 	n, err := r.run(batch, work, cuts)
+	// The calls after a cut did not run, whatever became of the others:
+	// not even an unknown outcome is theirs.
+	all := batch
+	batch, rest := batch[:n], batch[n:]
 	switch {
 	case err == nil:
-		return batch[n:]
+		return rest
 	case errors.Is(err, engine.ErrTxnTooLarge) && len(batch) > 1:
 		mid := len(batch) / 2
 		r.commitSplit(batch[:mid], work, false)
 		r.commitSplit(batch[mid:], work, false)
-		return nil
+		return rest
 	case errors.Is(err, engine.ErrTxnTooLarge):
 		batch[0].err = fmt.Errorf("%w: %w", ErrTooLarge, err)
-		return nil
+		return rest
 	case len(batch) == 1 || errors.Is(err, ErrClosed) || errors.Is(err, ErrOutcomeUnknown) || r.faults.shareFault:
 		for _, c := range batch {
 			c.err = err
 		}
-		return nil
+		return rest
 	}
 	for i, c := range batch {
 		// Each call alone is a commit: a hold must not wait for all of
 		// them, whether it waits in the queue or ran first in this batch.
 		if cuts && r.queue.cut(batch, i, true) {
-			return batch[i:]
+			return all[i:]
 		}
 		// The batch may have failed because it filled the volume: each
 		// worker call retried alone is measured against the reserve
@@ -601,7 +607,7 @@ func (r *Receiver) commitSplit(batch []*call, work *anchorWork, cuts bool) []*ca
 			c.err = err
 		}
 	}
-	return nil
+	return rest
 }
 
 // batchLimits sizes a batch within the engine's limits, ahead of the
@@ -702,16 +708,25 @@ func (r *Receiver) reserve(batch []*call) []*call {
 // moves the cached head and adds the commit to work, whose anchor write
 // acknowledges it. With cuts allowed, the transaction may end after the
 // first n calls for an administrator's call (cut); it returns n, the
-// number of calls that ran. The error reports a transaction that did not
-// commit: then no call has a result.
+// number of calls it ran, whatever the outcome (set on return). The error
+// reports a transaction that did not commit: then no call has a result.
 func (r *Receiver) run(batch []*call, work *anchorWork, cuts bool) (n int, err error) {
 	var w *wtx
 	var sc audit.SignedCheckpoint
 	var ahead *readAhead
 	committed := false
 	start := time.Now()
+	limit := -1
+	if cuts {
+		limit = len(batch)
+	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
+		// Whatever the outcome, the calls after a cut did not run.
+		n = len(batch)
+		if limit >= 0 {
+			n = limit
+		}
 		if p := recover(); p != nil {
 			if !committed {
 				err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, r.path, p)
@@ -731,11 +746,6 @@ func (r *Receiver) run(batch []*call, work *anchorWork, cuts bool) (n int, err e
 	if err != nil {
 		return 0, err
 	}
-	n = len(batch)
-	limit := -1
-	if cuts {
-		limit = n
-	}
 	for resyncs := 0; ; resyncs++ {
 		err = r.update(batch, anchor, &w, &sc, &ahead, &limit)
 		if !errors.Is(err, errHeadMoved) {
@@ -749,18 +759,17 @@ func (r *Receiver) run(batch []*call, work *anchorWork, cuts bool) (n int, err e
 			break
 		}
 	}
-	if limit >= 0 {
-		n = limit
-	}
 	if errors.Is(err, errIdle) {
 		// Every call answered from what the store held: there is nothing
 		// to commit or anchor, and the results stand.
-		return n, nil
+		return 0, nil
 	}
 	if err != nil {
 		return 0, r.writeErr(err)
 	}
-	batch = batch[:n]
+	if limit >= 0 {
+		batch = batch[:limit]
+	}
 	committed = true
 	// Only a committed transaction's records are known: a run that
 	// rolled back, or was retried, left none behind.
@@ -782,7 +791,7 @@ func (r *Receiver) run(batch []*call, work *anchorWork, cuts bool) (n int, err e
 			c.anchored = &sc
 		}
 		r.observe(stats, start, nil)
-		return n, nil
+		return 0, nil
 	}
 	// Acknowledged only once the anchor covers the commit (lead).
 	work.sc = sc
@@ -790,7 +799,7 @@ func (r *Receiver) run(batch []*call, work *anchorWork, cuts bool) (n int, err e
 	if stats != nil {
 		work.commits = append(work.commits, commitReport{stats, start})
 	}
-	return n, nil
+	return 0, nil
 }
 
 // update runs the batch's write transaction once; w, sc and ahead are
