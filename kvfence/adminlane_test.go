@@ -1,9 +1,14 @@
 package kvfence
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/kvfence/kvfence/audit"
 )
 
 // laneQueue is a commit queue with submits calls waiting in the submit
@@ -223,5 +228,160 @@ func TestAdminLane_FenceOrder(t *testing.T) {
 		if rc, err := f.r.Receipt(scope, "write"); err == nil && rc.AuditSeq > hold.seq() {
 			t.Fatalf("round %d: receipt at seq %d, after the hold at %d", round, rc.AuditSeq, hold.seq())
 		}
+	}
+}
+
+// Ensure that a hold that arrives while a batch of submits is being
+// decided waits for the submits decided so far, not for the whole batch:
+// the batch ends at the call being decided, and its other submits go back
+// to the head of the queue, in their order, behind the hold. Without the
+// cut, the hold commits after every submit of the batch.
+func TestAdminLane_HoldCutsBatchShort(t *testing.T) {
+	f := gcFixture(t, gcSeed)
+	a, _ := twoWorkers(t, f)
+	// Worker A's grant is superseded: each of its submits is denied and
+	// recorded, one audit entry per call.
+	f.hold("supersede worker A")
+	third := thirdScope(t, f)
+	head := f.r.Head()
+	const flood, arriveAt = 40, 5
+	calls := make([]*gcCall, flood)
+	for i := range calls {
+		calls[i] = &gcCall{caller: "worker-a", envelope: a.envelope}
+	}
+	hold := &gcCall{hold: &HoldRequest{Scopes: []string{third}, Reason: "while a batch is decided"}}
+	var decided int
+	var wg sync.WaitGroup
+	// The hook runs in the batch's leader, as it writes each entry: the
+	// hold arrives during the arriveAt-th submit's decision.
+	f.r.faults.beforeAudit = func(e *audit.Entry) error {
+		if e.Kind != KindSubmit {
+			return nil
+		}
+		if decided++; decided == arriveAt {
+			wg.Go(func() { hold.run(f.ctx, f.r) })
+			if !queued(f.r, 1) {
+				t.Error("the hold did not queue")
+			}
+		}
+		return nil
+	}
+	inOneBatch(t, f, calls)
+	wg.Wait()
+	f.r.faults = faultHooks{}
+	if hold.err != nil {
+		t.Fatal(hold.err)
+	}
+	if want := head.Seq + arriveAt + 1; hold.seq() != want {
+		t.Errorf("the hold is at seq %d, want %d: it waited for %d submits of the batch, not %d",
+			hold.seq(), want, hold.seq()-head.Seq-1, arriveAt)
+	}
+	last := head.Seq
+	for i, c := range calls {
+		if c.err != nil || c.res.Outcome != Denied || c.res.Reason != ReasonReceiverHeld {
+			t.Fatalf("submit %d: %s %v, want denied %s", i, outcome(c), c.err, ReasonReceiverHeld)
+		}
+		// The submits keep their queue order, the hold between them.
+		want := last + 1
+		if c.seq() == hold.seq()+1 {
+			want = hold.seq() + 1
+		}
+		if c.seq() != want {
+			t.Fatalf("submit %d at seq %d, want %d (the hold at %d)", i, c.seq(), want, hold.seq())
+		}
+		last = c.seq()
+	}
+}
+
+// Ensure that when a batch with admin calls fails and its calls run again
+// one by one, the admin calls are acknowledged once they and the first
+// submit after them have committed again: the submits behind go back to
+// the queue and commit after the holds' acknowledgment, not before it.
+// Without the cut, the holds' anchor is written once, after every submit
+// of the batch.
+func TestAdminLane_RerunAcknowledgesAdminCallsFirst(t *testing.T) {
+	f := gcFixture(t, gcSeed)
+	a, b := twoWorkers(t, f)
+	third := thirdScope(t, f)
+	f.r.faults.beforeAudit = func(e *audit.Entry) error {
+		if e.Action == "act-b" && e.Kind == KindSubmit {
+			return errors.New("injected fault")
+		}
+		return nil
+	}
+	calls := []*gcCall{
+		{caller: "worker-b", envelope: b.envelope},
+		{caller: "worker-a", envelope: a.envelope},
+		{caller: "worker-a", envelope: a.envelope},
+	}
+	holds := make([]*gcCall, 3)
+	for i := range holds {
+		holds[i] = &gcCall{hold: &HoldRequest{Scopes: []string{third}, Reason: fmt.Sprintf("hold %d", i)}}
+	}
+	inOneBatch(t, f, append(slices.Clone(calls), holds...))
+	f.r.faults = faultHooks{}
+	if calls[0].err == nil {
+		t.Fatalf("the faulted submit: %s, want an error", outcome(calls[0]))
+	}
+	if outcome(calls[1]) != "applied/" || outcome(calls[2]) != "already_applied/" {
+		t.Fatalf("worker A's submits: %s %v, %s %v", outcome(calls[1]), calls[1].err, outcome(calls[2]), calls[2].err)
+	}
+	for i, h := range holds {
+		if h.err != nil {
+			t.Fatalf("hold %d: %v", i, h.err)
+		}
+		if h.seq() > calls[1].seq() {
+			t.Errorf("hold %d at seq %d, after the submit at %d", i, h.seq(), calls[1].seq())
+		}
+		if h.anchored >= calls[1].seq() {
+			t.Errorf("hold %d acknowledged by the checkpoint at seq %d, which covers the submits run again (seq %d, %d)",
+				i, h.anchored, calls[1].seq(), calls[2].seq())
+		}
+	}
+}
+
+// Ensure that a batch with a hold passes the lead only once its anchor is
+// written, on a file too: while the hold's anchor write is under way, a
+// submit waits in the queue and no other batch commits. Without it, the
+// submit leads a batch of its own at once, which decides and commits
+// beside the hold's anchor write.
+func TestAdminLane_HoldAnchoredBeforeNextBatch(t *testing.T) {
+	f := gcFixture(t, gcSeed)
+	a, _ := twoWorkers(t, f)
+	third := thirdScope(t, f)
+	head := f.r.Head()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.r.opts.Anchor = &refusingAnchor{AnchorStore: f.anchor, fail: func(next audit.SignedCheckpoint) error {
+		if next.Seq > head.Seq {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+		return nil
+	}}
+	hold := &gcCall{hold: &HoldRequest{Scopes: []string{third}, Reason: "anchored first"}}
+	submit := &gcCall{caller: "worker-a", envelope: a.envelope}
+	var wg sync.WaitGroup
+	wg.Go(func() { hold.run(f.ctx, f.r) })
+	<-entered
+	commits := f.r.queue.commits.Load()
+	wg.Go(func() { submit.run(f.ctx, f.r) })
+	waiting := queued(f.r, 1)
+	// A batch the submit led would commit within this time; none may.
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if f.r.queue.commits.Load() != commits {
+			break
+		}
+	}
+	if got := f.r.queue.commits.Load(); got != commits || !waiting {
+		t.Errorf("while the hold's anchor was written, %d batches committed and the submit waited in the queue: %v; want none and true",
+			got-commits, waiting)
+	}
+	close(release)
+	wg.Wait()
+	if hold.err != nil || outcome(submit) != "applied/" || submit.seq() <= hold.seq() {
+		t.Fatalf("hold at %d (%v), submit %s at %d (%v)", hold.seq(), hold.err, outcome(submit), submit.seq(), submit.err)
 	}
 }

@@ -31,7 +31,9 @@ import (
 // order: they share the transaction and its audit chain, so each call sees
 // the effects of the calls before it. If any call fails, or the commit
 // does, the transaction rolls back and every call of the batch runs again
-// alone, so that one faulty call never fails its neighbours.
+// alone, so that one faulty call never fails its neighbours. An
+// administrator's call that arrives meanwhile ends the batch early (cut):
+// the calls not yet run go back to the head of the queue.
 
 // Batch limits. A batch holds at most maxBatchCalls calls and, unless its
 // first call alone is larger, at most maxBatchBytes of input: every call
@@ -48,11 +50,14 @@ const (
 // submit, and brings along at most adminCompanions of the oldest submits
 // (or as many as it took admin calls, if more): during a flood, a hold
 // then waits for the batch being decided and for a small batch of its
-// own, not for a batch of every queued submit. A commit's fsyncs cost far
-// more than deciding a few calls, so the companions cost the hold little
-// and keep the submits moving. Submits cannot starve: a batch that takes
-// admin calls still takes at least one waiting submit whenever it has
-// room for two calls, and at most maxAdminBatches batches in a row may
+// own, not for a batch of every queued submit. A batch being decided when
+// an admin call arrives ends at the call it decides (cut), and a batch
+// with admin calls passes the lead only after its anchor write (lead).
+// A commit's fsyncs cost far more than deciding a few calls, so the
+// companions cost the hold little and keep the submits moving. Submits
+// cannot starve: a batch that takes admin calls still takes at least one
+// waiting submit whenever it has room for two calls, a cut batch keeps
+// the first of them, and at most maxAdminBatches batches in a row may
 // take no submit while submits wait (which only a batch limit of one call
 // allows); the next batch is then led by the oldest submit.
 const (
@@ -114,6 +119,9 @@ type commitQueue struct {
 	// the administrators' calls, taken first.
 	pending []*call
 	admin   []*call
+	// admins is len(admin), which a leader deciding its batch reads
+	// without mu (cut).
+	admins atomic.Int32
 	// adminRun counts the batches in a row that took no call of pending
 	// while some waited (maxAdminBatches).
 	adminRun int
@@ -217,6 +225,7 @@ func (r *Receiver) writeCall(size int, l lane, sub *submission, fn func(w *wtx) 
 	q.mu.Lock()
 	if c.admin {
 		q.admin = append(q.admin, c)
+		q.admins.Store(int32(len(q.admin)))
 	} else {
 		q.pending = append(q.pending, c)
 	}
@@ -253,19 +262,38 @@ func (r *Receiver) writeCall(size int, l lane, sub *submission, fn func(w *wtx) 
 // and answer a repeated call (a hold retried with its ID) from it before
 // that write is known to have succeeded
 // (TestRedteamT_RepeatHoldNotAnsweredFromAnchorWriteInFlight).
+//
+// A batch with admin calls passes the lead only after its anchor write on
+// a file too: the next batch, often a flood's large one, would otherwise
+// decide on the same cores and fsync on the same disk while the hold
+// waits for its anchor, which then takes several times as long. The
+// flood waits for one anchor write per admin batch instead.
 func (r *Receiver) lead(self *call) {
 	q := &r.queue
 	batch := q.take(q.buffer(), self, r.batchCallsNow(), r.batchBytes)
+	var rest []*call
 	work := func() *anchorWork {
 		r.wmu.Lock()
 		defer r.wmu.Unlock()
-		work := r.commit(batch)
+		var work *anchorWork
+		work, rest = r.commit(batch)
 		if work != nil {
 			r.amu.Lock()
 		}
 		return work
 	}()
-	if r.file {
+	if len(rest) > 0 {
+		// The calls the batch left go back to the queue before the lead
+		// passes, so that the next batch, led by the admin call that
+		// waits, finds them at the heads of their lanes. Their callers
+		// are woken by the batch that runs them.
+		// rest may share batch's array, which without clears.
+		rest = slices.Clone(rest)
+		batch = without(batch, rest)
+		q.putBack(rest)
+	}
+	early := r.file && !batch[0].admin
+	if early {
 		q.handOff()
 	}
 	if work != nil {
@@ -282,7 +310,7 @@ func (r *Receiver) lead(self *call) {
 		}
 	}
 	q.release(batch)
-	if !r.file {
+	if !early {
 		q.handOff()
 	}
 }
@@ -451,8 +479,55 @@ func (q *commitQueue) take(buf []*call, self *call, maxCalls, maxBytes int) []*c
 		q.adminRun = 0
 	}
 	q.admin = dequeue(q.admin, a)
+	q.admins.Store(int32(len(q.admin)))
 	q.pending = dequeue(q.pending, p)
 	return batch
+}
+
+// putBack returns the calls of rest, the end of a batch that a leader cut
+// (cut) and that did not run, to the heads of their lanes, ahead of every
+// call queued since: they were taken first, and keep their order.
+func (q *commitQueue) putBack(rest []*call) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	a := 0
+	for a < len(rest) && rest[a].admin {
+		a++
+	}
+	q.admin = slices.Insert(q.admin, 0, rest[:a]...)
+	q.admins.Store(int32(len(q.admin)))
+	q.pending = slices.Insert(q.pending, 0, rest[a:]...)
+}
+
+// cut reports whether a leader deciding batch should commit its first i
+// calls now and leave the rest to the next batch: an administrator's call
+// waits (or, for a failed batch rerun call by call, the batch held one),
+// and the batch already ran a call of the other lane after its own admin
+// calls, which come first. A hold that arrives while a large batch of
+// submits is decided then waits for that batch's commit, not for its
+// decisions too, and a hold whose batch failed is acknowledged without
+// waiting for the batch's submits to commit one by one. The call after
+// the admin calls is never left, so that a batch that took submits always
+// commits one (the lanes' bound on starvation holds), and the leader's own
+// call, an admin call or the first of the others, always runs.
+func (q *commitQueue) cut(batch []*call, i int, rerun bool) bool {
+	if i == 0 || i >= len(batch) || batch[i-1].admin {
+		return false
+	}
+	return q.admins.Load() > 0 || (rerun && batch[0].admin)
+}
+
+// without removes from batch the calls of rest, which appear in it in
+// the same order.
+func without(batch, rest []*call) []*call {
+	j := 0
+	return slices.DeleteFunc(batch, func(c *call) bool {
+		if j < len(rest) && c == rest[j] {
+			j++
+			return true
+		}
+		return false
+	})
 }
 
 // dequeue removes the first n calls of queue.
@@ -463,20 +538,21 @@ func dequeue(queue []*call, n int) []*call {
 }
 
 // commit runs a batch in one transaction, or, if that transaction does not
-// commit, each of its calls in a transaction of its own. It sets every
-// call's outcome, and returns the anchor write the commits still need
-// (nil if none committed, or the receiver has no anchor). The caller holds
-// wmu.
-func (r *Receiver) commit(batch []*call) *anchorWork {
+// commit, each of its calls in a transaction of its own. It sets the
+// outcome of every call it ran, and returns the anchor write the commits
+// still need (nil if none committed, or the receiver has no anchor) and
+// the end of the batch that it cut off for an administrator's call (cut),
+// whose calls did not run. The caller holds wmu.
+func (r *Receiver) commit(batch []*call) (*anchorWork, []*call) {
 	if batch = r.reserve(batch); len(batch) == 0 {
-		return nil
+		return nil, nil
 	}
 	var work anchorWork
-	r.commitSplit(batch, &work)
+	rest := r.commitSplit(batch, &work, true)
 	if len(work.calls) == 0 {
-		return nil
+		return nil, rest
 	}
-	return &work
+	return &work, rest
 }
 
 // commitSplit runs a batch in one transaction. A batch larger than the
@@ -486,40 +562,52 @@ func (r *Receiver) commit(batch []*call) *anchorWork {
 // calls may have been applied, and a call retried alone here would answer
 // already_applied, a verdict the caller must not get for it. Any other
 // failure makes every call run again alone. Commits that need an anchor
-// write are added to work.
-func (r *Receiver) commitSplit(batch []*call, work *anchorWork) {
-	err := r.run(batch, work)
+// write are added to work. With cuts allowed, the batch or its run call
+// by call may stop early for an administrator's call (cut); the calls it
+// did not run are returned.
+func (r *Receiver) commitSplit(batch []*call, work *anchorWork, cuts bool) []*call {
+	n, err := r.run(batch, work, cuts)
+	// The calls after a cut did not run, whatever became of the others:
+	// not even an unknown outcome is theirs.
+	all := batch
+	batch, rest := batch[:n], batch[n:]
 	switch {
 	case err == nil:
-		return
+		return rest
 	case errors.Is(err, engine.ErrTxnTooLarge) && len(batch) > 1:
 		mid := len(batch) / 2
-		r.commitSplit(batch[:mid], work)
-		r.commitSplit(batch[mid:], work)
-		return
+		r.commitSplit(batch[:mid], work, false)
+		r.commitSplit(batch[mid:], work, false)
+		return rest
 	case errors.Is(err, engine.ErrTxnTooLarge):
 		batch[0].err = fmt.Errorf("%w: %w", ErrTooLarge, err)
-		return
+		return rest
 	case len(batch) == 1 || errors.Is(err, ErrClosed) || errors.Is(err, ErrOutcomeUnknown) || r.faults.shareFault:
 		for _, c := range batch {
 			c.err = err
 		}
-		return
+		return rest
 	}
 	for i, c := range batch {
+		// Each call alone is a commit: a hold must not wait for all of
+		// them, whether it waits in the queue or ran first in this batch.
+		if cuts && r.queue.cut(batch, i, true) {
+			return all[i:]
+		}
 		// The batch may have failed because it filled the volume: each
 		// worker call retried alone is measured against the reserve
 		// again, so that the retries cannot eat the administrators' room.
 		if len(r.reserve(batch[i:i+1])) == 0 {
 			continue
 		}
-		if err := r.run(batch[i:i+1], work); err != nil {
+		if _, err := r.run(batch[i:i+1], work, false); err != nil {
 			if errors.Is(err, engine.ErrTxnTooLarge) {
 				err = fmt.Errorf("%w: %w", ErrTooLarge, err)
 			}
 			c.err = err
 		}
 	}
+	return rest
 }
 
 // batchLimits sizes a batch within the engine's limits, ahead of the
@@ -618,16 +706,27 @@ func (r *Receiver) reserve(batch []*call) []*call {
 
 // run executes the calls in one write transaction and, if it commits,
 // moves the cached head and adds the commit to work, whose anchor write
-// acknowledges it. The error reports a transaction that did not commit:
-// then no call has a result.
-func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
+// acknowledges it. With cuts allowed, the transaction may end after the
+// first n calls for an administrator's call (cut); it returns n, the
+// number of calls it ran, whatever the outcome (set on return). The error
+// reports a transaction that did not commit: then no call has a result.
+func (r *Receiver) run(batch []*call, work *anchorWork, cuts bool) (n int, err error) {
 	var w *wtx
 	var sc audit.SignedCheckpoint
 	var ahead *readAhead
 	committed := false
 	start := time.Now()
+	limit := -1
+	if cuts {
+		limit = len(batch)
+	}
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
+		// Whatever the outcome, the calls after a cut did not run.
+		n = len(batch)
+		if limit >= 0 {
+			n = limit
+		}
 		if p := recover(); p != nil {
 			if !committed {
 				err = fmt.Errorf("%w: %s: bbolt: %v", ErrBadFormat, r.path, p)
@@ -645,10 +744,10 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 	}()
 	anchor, err := r.currentAnchor()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for resyncs := 0; ; resyncs++ {
-		err = r.update(batch, anchor, &w, &sc, &ahead)
+		err = r.update(batch, anchor, &w, &sc, &ahead, &limit)
 		if !errors.Is(err, errHeadMoved) {
 			break
 		}
@@ -663,10 +762,13 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 	if errors.Is(err, errIdle) {
 		// Every call answered from what the store held: there is nothing
 		// to commit or anchor, and the results stand.
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return r.writeErr(err)
+		return 0, r.writeErr(err)
+	}
+	if limit >= 0 {
+		batch = batch[:limit]
 	}
 	committed = true
 	// Only a committed transaction's records are known: a run that
@@ -689,7 +791,7 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 			c.anchored = &sc
 		}
 		r.observe(stats, start, nil)
-		return nil
+		return 0, nil
 	}
 	// Acknowledged only once the anchor covers the commit (lead).
 	work.sc = sc
@@ -697,13 +799,20 @@ func (r *Receiver) run(batch []*call, work *anchorWork) (err error) {
 	if stats != nil {
 		work.commits = append(work.commits, commitReport{stats, start})
 	}
-	return nil
+	return 0, nil
 }
 
 // update runs the batch's write transaction once; w, sc and ahead are
-// run's, which it sets.
-func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wtx, scp *audit.SignedCheckpoint, aheadp **readAhead) error {
+// run's, which it sets. A limit of -1 runs every call; otherwise the
+// transaction runs the first *limit calls and may lower *limit to end
+// sooner (cut). A run of the function again (a conflict) keeps to the
+// calls of the first, which is what the read-ahead named.
+func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wtx, scp *audit.SignedCheckpoint, aheadp **readAhead, limit *int) error {
 	return r.eng.Update(context.Background(), func(tx engine.Tx) error {
+		batch := batch
+		if *limit >= 0 {
+			batch = batch[:*limit]
+		}
 		w, sc, ahead := *wp, *scp, *aheadp
 		defer func() { *wp, *scp, *aheadp = w, sc, ahead }()
 		// The function may run more than once: every run starts from the
@@ -751,7 +860,14 @@ func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wt
 				return fmt.Errorf("kvfence: %s: %w", r.path, err)
 			}
 		}
-		for _, c := range batch {
+		for i, c := range batch {
+			if *limit >= 0 && r.queue.cut(batch, i, false) {
+				// The calls not decided are left out of this
+				// transaction whole: none of them ran in it.
+				*limit = i
+				batch = batch[:i]
+				break
+			}
 			// Each call reads the clock, as it would alone: a grant's
 			// window is checked at the call's own decision.
 			w.now = r.opts.Now()
