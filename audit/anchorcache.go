@@ -24,11 +24,20 @@ var anchorBufs = sync.Pool{New: func() any { return new(anchorBuf) }}
 // by another process or damage, is parsed. What it saves is parsing and
 // checking, never reading: the compare-and-swap always compares against
 // the file as read under the lock.
+//
+// It also remembers whether those bytes were made durable in this file
+// (durable, file): by this process's write and fdatasync, or by a
+// reader's fdatasync after it read them. A reader that finds the same
+// bytes in the same file again needs no fdatasync to return them. The
+// bytes hold their slot's generation, which every write raises, so a
+// slot never holds them again once another write replaced them.
 type slotMemo struct {
-	mu    sync.Mutex
-	ok    [AnchorSlots]bool
-	data  [AnchorSlots][AnchorSlotSize]byte
-	slots [AnchorSlots]anchorSlot
+	mu      sync.Mutex
+	ok      [AnchorSlots]bool
+	data    [AnchorSlots][AnchorSlotSize]byte
+	slots   [AnchorSlots]anchorSlot
+	durable [AnchorSlots]bool
+	file    [AnchorSlots]anchorStat
 }
 
 // parse returns parseSlot(s) for s read from slot i.
@@ -62,6 +71,24 @@ func (m *slotMemo) remember(i int, s []byte, slot anchorSlot) {
 	m.ok[i] = len(s) == AnchorSlotSize
 	copy(m.data[i][:], s)
 	m.slots[i] = slot
+	m.durable[i] = false
+}
+
+// markDurable records that slot i of file holds s durably, if s is what
+// the memo holds for slot i.
+func (m *slotMemo) markDurable(i int, s []byte, file anchorStat) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ok[i] && bytes.Equal(s, m.data[i][:]) {
+		m.durable[i], m.file[i] = true, file
+	}
+}
+
+// isDurable reports whether slot i of file is known to hold s durably.
+func (m *slotMemo) isDurable(i int, s []byte, file anchorStat) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ok[i] && m.durable[i] && sameFile(m.file[i], file) && bytes.Equal(s, m.data[i][:])
 }
 
 // maxSlotMemos bounds the anchor files remembered, each about 8 KiB; a

@@ -164,12 +164,16 @@ func (f FileAnchor) inspect() (AnchorFileReport, error) {
 	}
 	buf := anchorBufs.Get().(*anchorBuf)
 	defer anchorBufs.Put(buf)
-	i, cur, damage, err := f.readSlots(file, buf, st.size, slotMemoFor(f.Path))
+	memo := slotMemoFor(f.Path)
+	i, cur, damage, err := f.readSlots(file, buf, st.size, memo)
 	if err != nil {
 		return AnchorFileReport{}, err
 	}
-	if err := file.datasync(); err != nil {
-		return AnchorFileReport{}, fmt.Errorf("audit: anchor: making what was read durable: %w", err)
+	if slot := buf.file[i*AnchorSlotSize : (i+1)*AnchorSlotSize]; !memo.isDurable(i, slot, st) {
+		if err := file.datasync(); err != nil {
+			return AnchorFileReport{}, fmt.Errorf("audit: anchor: making what was read durable: %w", err)
+		}
+		memo.markDurable(i, slot, st)
 	}
 	return AnchorFileReport{Current: cur.sc, Slot: i, Generation: cur.gen, Damage: damage}, nil
 }
@@ -351,6 +355,7 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 		return fmt.Errorf("audit: anchor: %w", err)
 	}
 	memo.remember(1-i, slot, anchorSlot{gen: cur.gen + 1, sc: next})
+	memo.markDurable(1-i, slot, ost)
 	if !supersede {
 		return nil
 	}
@@ -374,6 +379,7 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 		return fmt.Errorf("audit: anchor superseded, but its copy over the superseded slot failed: %w", err)
 	}
 	memo.remember(i, again, anchorSlot{gen: cur.gen + 2, sc: next})
+	memo.markDurable(i, again, ost)
 	return nil
 }
 

@@ -820,3 +820,25 @@ func replaceFile(dir, path string, data []byte) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// BenchmarkAnchorLoad measures a Load of an anchor file on disk, as every
+// batch on a shared store (etcd) and every conflict makes: the shared lock,
+// the read and the fdatasync of a file with nothing to write.
+func BenchmarkAnchorLoad(b *testing.B) {
+	dir, err := os.MkdirTemp(".", "bench-anchor-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	fa := FileAnchor{Path: filepath.Join(dir, "anchor")}
+	sc := signedAt(b, 2)
+	if err := fa.Store(nil, sc); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got, err := fa.Load(); err != nil || got != sc {
+			b.Fatal(got.Seq, err)
+		}
+	}
+}

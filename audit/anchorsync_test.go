@@ -4,6 +4,7 @@ package audit
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -118,5 +119,39 @@ func TestFileAnchor_LoadWaitsForWriterSync(t *testing.T) {
 				t.Fatalf("Load after the sync = seq %d (%v), want seq %d", l.sc.Seq, l.err, want.Seq)
 			}
 		})
+	}
+}
+
+// Ensure that a reader fdatasyncs only slots it does not know to be
+// durable: after this process's own write and sync, and after a reader's
+// sync of the same bytes, Load syncs nothing (it runs before every batch
+// on a shared store), while bytes it has not seen made durable, such as a
+// slot written by another process, are synced once.
+func TestFileAnchor_LoadSyncsOnlyWhatItDoesNotKnow(t *testing.T) {
+	a, b := signedAt(t, 2), signedAt(t, 3)
+	fa := storeAll(t, a, b)
+	syncs := 0
+	setSyncFault(t, func() error { syncs++; return nil })
+	for range 3 {
+		if got, err := fa.Load(); err != nil || got != b {
+			t.Fatalf("Load = seq %d (%v)", got.Seq, err)
+		}
+	}
+	if syncs != 0 {
+		t.Fatalf("%d fdatasyncs for Loads of a slot this process wrote and synced", syncs)
+	}
+	// The same bytes written into another file by someone else: not
+	// known durable there.
+	other := FileAnchor{Path: filepath.Join(t.TempDir(), "anchor")}
+	if err := os.WriteFile(other.Path, readAnchor(t, fa), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if got, err := other.Load(); err != nil || got != b {
+			t.Fatalf("Load of the copy = seq %d (%v)", got.Seq, err)
+		}
+	}
+	if syncs != 1 {
+		t.Fatalf("%d fdatasyncs for three Loads of a file written by another, want 1", syncs)
 	}
 }
