@@ -112,6 +112,7 @@ var cliCodes = []errorCodeEntry{
 	{"not_initialized", ledger.ErrNotInitialized},
 	{"already_initialized", ledger.ErrAlreadyInitialized},
 	{"storage_busy", ledger.ErrStorageBusy},
+	{"anchor_busy", audit.ErrAnchorBusy},
 	{"bad_format", ledger.ErrBadFormat},
 	{"no_anchor", ledger.ErrNoAnchor},
 	{"key_mismatch", ledger.ErrKeyMismatch},

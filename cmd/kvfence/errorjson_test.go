@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kvfence/kvfence/audit"
@@ -140,6 +141,19 @@ func TestErrorJSON(t *testing.T) {
 			hold(t, c)
 			return []string{"status", "--lock-timeout", "20ms", "--json"}
 		}, ExitBusy, "storage_busy", "storage busy"},
+		{"anchor busy", func(t *testing.T, c *cli) []string {
+			c.receiver()
+			// Anything that can open the anchor file can lock it.
+			f, err := os.Open(c.path("receiver.anchor"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"status", "--json"}
+		}, ExitBusy, "anchor_busy", "anchor file busy"},
 		{"wrong key", func(t *testing.T, c *cli) []string {
 			c.receiver()
 			c.must(0, "keygen", "--out", c.path("other.key"))

@@ -73,7 +73,8 @@ func exitCode(err error) int {
 		return ExitUsage
 	case errors.As(err, &de), kvfence.IsRefusal(err), ledger.IsRefusal(err), errors.Is(err, kvfence.ErrHoldIDConflict):
 		return ExitDenied
-	case errors.Is(err, kvfence.ErrStorageBusy), errors.Is(err, ledger.ErrStorageBusy), errors.Is(err, witness.ErrLocked):
+	case errors.Is(err, kvfence.ErrStorageBusy), errors.Is(err, ledger.ErrStorageBusy), errors.Is(err, witness.ErrLocked),
+		errors.Is(err, audit.ErrAnchorBusy):
 		return ExitBusy
 	default:
 		return ExitError
@@ -221,6 +222,9 @@ func hint(err error) string {
 	case errors.Is(err, kvfence.ErrStorageBusy):
 		return "wait for the other process to release the database, or raise --lock-timeout; on etcd, other " +
 			"writers kept conflicting: retry"
+	case errors.Is(err, audit.ErrAnchorBusy):
+		return "another process kept the anchor file locked for 5 s: a writer on a stalled disk, or any process " +
+			"that can open the file (find it with fuser or lsof on the anchor); nothing was decided without the anchor: retry"
 	case errors.Is(err, witness.ErrLocked):
 		return "kvfence witness serve holds the witness database: stop it, run the command, then start it again"
 	case errors.Is(err, kvfence.ErrWitnessAnswers):
