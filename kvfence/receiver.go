@@ -666,6 +666,10 @@ func (r *Receiver) load() error {
 			return fmt.Errorf("%w: %s: format version 3 predates checkpoints that sign the root of the tree over the audit "+
 				"entries, which open and verify-chain now compare with the stored tree; initialise a new receiver "+
 				"(export what you need with observe first)", ErrBadFormat, r.path)
+		} else if string(v) == "4" {
+			return fmt.Errorf("%w: %s: format version 4 predates the state digest of format 5, whose terms are expanded "+
+				"with BLAKE3 instead of SHAKE128: its stored digest and the state its checkpoints sign cannot be checked; "+
+				"initialise a new receiver (export what you need with observe first)", ErrBadFormat, r.path)
 		} else if string(v) != formatVersion {
 			return fmt.Errorf("%w: %s: format version %q, want %q", ErrBadFormat, r.path, v, formatVersion)
 		}

@@ -46,8 +46,11 @@ var (
 
 // formatVersion is the on-disk format this package reads and writes.
 // Format "3" added the Merkle tree over the audit entries (bucketTree);
-// format "4" signs its root in every checkpoint (audit.Checkpoint.Root).
-const formatVersion = "4"
+// format "4" signs its root in every checkpoint (audit.Checkpoint.Root);
+// format "5" expands the state digest's terms with BLAKE3 instead of
+// SHAKE128 (audit.StateHash, state/v2), so a format "4" database's stored
+// digest and the state its checkpoints sign are of the old construction.
+const formatVersion = "5"
 
 // Mode is a scope's mode: held (nothing is authorised) or open (the active
 // grant may be used).

@@ -333,8 +333,9 @@ func TestOpen_DamagedTree(t *testing.T) {
 
 // Ensure that a database of an earlier format is refused at Open with an
 // error that says what it is and what to do: format "2", without the
-// tree, and format "3", whose checkpoints do not sign its root; and that
-// a format this code does not know is refused too.
+// tree, format "3", whose checkpoints do not sign its root, and format
+// "4", whose state digest is of SHAKE128 terms; and that a format this
+// code does not know is refused too.
 func TestOpen_OldFormatsRefused(t *testing.T) {
 	for _, tc := range []struct {
 		format   string
@@ -344,7 +345,8 @@ func TestOpen_OldFormatsRefused(t *testing.T) {
 		{"1", true, []string{"format version 1 predates the state digest", "initialise a new receiver"}},
 		{"2", true, []string{"format version 2 predates the Merkle tree", "initialise a new receiver"}},
 		{"3", false, []string{"format version 3 predates checkpoints that sign the root", "initialise a new receiver"}},
-		{"5", false, []string{`format version "5", want "4"`}},
+		{"4", false, []string{"format version 4 predates the state digest of format 5", "BLAKE3", "initialise a new receiver"}},
+		{"6", false, []string{`format version "6", want "5"`}},
 	} {
 		t.Run(tc.format, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "r.db")
