@@ -236,8 +236,8 @@ func (t *termCache) add(s *audit.StateHash, bucket string, key, raw []byte) bool
 }
 
 // stateHasher moves a write transaction's digest on a second goroutine
-// while the transaction goes on deciding. A record's two SHAKE128
-// expansions are most of the CPU an applied Submit costs inside the
+// while the transaction goes on deciding. A record's two BLAKE3
+// expansions are a large part of the CPU an applied Submit costs inside the
 // commit leader's transaction, which runs one call after another, while
 // the other cores wait for it; the digest is a sum, so the order in which
 // its terms are added does not matter, and whoever takes a change adds it
@@ -396,7 +396,7 @@ func storedState(tx engine.Tx) (audit.StateHash, error) {
 }
 
 // computeState hashes every record of the state buckets, a bucket per
-// goroutine, each in a read transaction of its own: the work is the SHAKE
+// goroutine, each in a read transaction of its own: the work is the BLAKE3
 // expansion of each record, which spreads across cores.
 //
 // If known is not nil, every record's fingerprint is added to it as well
