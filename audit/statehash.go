@@ -50,7 +50,11 @@ var hasherPool = sync.Pool{New: func() any { return &stateScratch{h: blake3.New(
 type stateScratch struct {
 	h   *blake3.Hasher
 	out [StateHashSize]byte
-	len [2 * binary.MaxVarintLen64]byte
+	// head collects the framing before the value, so that it is one
+	// write: the hasher keeps what it is given, so every slice passed to
+	// it escapes, and a conversion of the prefix or the bucket name would
+	// allocate on every record.
+	head []byte
 }
 
 // chunkSize is BLAKE3's chunk, 1024 bytes. The hasher is fed and read at
@@ -68,13 +72,20 @@ const chunkSize = 1024
 func (sc *stateScratch) element(bucket string, key, value []byte) {
 	h := sc.h
 	h.Reset()
-	h.Write([]byte(statePrefix))
-	n := binary.PutUvarint(sc.len[:], uint64(len(bucket)))
-	h.Write(sc.len[:n])
-	writeChunks(h, []byte(bucket))
-	n = binary.PutUvarint(sc.len[:], uint64(len(key)))
-	h.Write(sc.len[:n])
-	writeChunks(h, key)
+	head := append(sc.head[:0], statePrefix...)
+	head = binary.AppendUvarint(head, uint64(len(bucket)))
+	head = append(head, bucket...)
+	head = binary.AppendUvarint(head, uint64(len(key)))
+	if len(head)+len(key) <= chunkSize {
+		head = append(head, key...)
+		writeChunks(h, head)
+	} else {
+		writeChunks(h, head)
+		writeChunks(h, key)
+	}
+	if cap(head) <= chunkSize {
+		sc.head = head
+	}
 	// The value is last and everything before it is length-prefixed, so
 	// distinct records are distinct inputs.
 	writeChunks(h, value)

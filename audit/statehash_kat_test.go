@@ -110,7 +110,9 @@ func laneSum(expansions ...[]byte) ([]byte, string) {
 // reference implementation), then sums the lanes and hashes them with
 // Python's hashlib. The records include an empty one, empty keys and
 // values, framings of exactly one and two BLAKE3 chunks and one byte past
-// a chunk, two-byte lengths, and values of 5,000, 65,536 and 100,003 bytes.
+// a chunk, two-byte lengths, values of 5,000, 65,536 and 100,003 bytes, a
+// key that does not fit in the first chunk after the framing and a bucket
+// name longer than a chunk.
 func TestStateHash_KnownAnswers(t *testing.T) {
 	recs, sums := readKAT(t)
 	var all StateHash

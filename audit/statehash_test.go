@@ -156,12 +156,12 @@ func TestStateHash_Binary(t *testing.T) {
 func BenchmarkStateElement(b *testing.B) {
 	for _, size := range []int{120, 8 << 10, 64 << 10} {
 		b.Run(fmt.Sprintf("value=%d", size), func(b *testing.B) {
-			value := make([]byte, size)
+			key, value := []byte("configmap/prod/backup-policy"), make([]byte, size)
 			var e StateElement
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			for b.Loop() {
-				e.SetRecord("targets", []byte("configmap/prod/backup-policy"), value)
+				e.SetRecord("targets", key, value)
 			}
 		})
 	}

@@ -101,6 +101,10 @@ records = [
     (b"b" * 200, 300, 5000),
     (b"holds", b"scope-a", 65536),
     (b"targets", b"big", 100003),
+    # A key that does not fit in the first chunk with the framing before
+    # it, and a bucket name longer than a chunk.
+    (b"control", 2000, b"v"),
+    (b"c" * 1100, b"k", 3000),
 ]
 
 check_lengths()
