@@ -234,9 +234,10 @@
 // too, so that a checkpoint's state names the construction of the lanes it
 // covers.
 //
-// Cost. BLAKE3 does what SHAKE128 did for about a sixth of the CPU here: a
-// record of a 120-byte value takes 0.6-0.7 µs against SHAKE128's 3.6-4.2 µs
-// (BenchmarkStateElement, 2-core VM with AVX-512), so a fenced write's three
+// Cost. BLAKE3 does what SHAKE128 did for several times less CPU: the term
+// of a record with a 120-byte value took 2.5 to 12 times less time in pairs
+// of runs on a loaded 2-core VM with AVX-512 (BenchmarkStateElement), 0.6 to
+// 0.9 µs against 3.6 to 4.2 µs in the quietest, so a fenced write's three
 // terms (a target and its receipt; a denial's control record counted twice,
 // removed and added) cost about 2 µs instead of 12. The output blocks are
 // independent compressions, computed side by side (16 at a time with
