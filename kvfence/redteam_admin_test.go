@@ -330,3 +330,57 @@ func TestRedteamAdmin_CutCallsGetNoUnknownOutcome(t *testing.T) {
 		}
 	})
 }
+
+// Ensure that a hold sent twice with one ID stays one hold when its batch
+// fails and is run again call by call and cut after the first submit: the
+// first call holds, the repeat answers Repeated at the same epoch and
+// entry, both are acknowledged by a checkpoint that covers the entry, and
+// the submits cut off run after them with outcomes of their own.
+func TestRedteamAdmin_RepeatedHoldAcrossRerunCut(t *testing.T) {
+	forEngines(t, func(t *testing.T, s *store) {
+		f := gcFixtureOn(t, s, gcSeed)
+		a, b := twoWorkers(t, f)
+		third := thirdScope(t, f)
+		boom := errors.New("injected fault")
+		f.r.faults.beforeAudit = func(e *audit.Entry) error {
+			if e.Action == "act-b" && e.Kind == KindSubmit {
+				return boom
+			}
+			return nil
+		}
+		req := HoldRequest{ID: "once", Scopes: []string{third}, Reason: "sent twice"}
+		h1, h2 := &gcCall{hold: &req}, &gcCall{hold: &req}
+		calls := []*gcCall{
+			{caller: "worker-a", envelope: a.envelope},
+			{caller: "worker-b", envelope: b.envelope},
+			{caller: "worker-a", envelope: a.envelope},
+			h1, h2,
+		}
+		inOneBatch(t, f, calls)
+		f.r.faults = faultHooks{}
+		if h1.err != nil || h2.err != nil {
+			t.Fatalf("holds: %v, %v", h1.err, h2.err)
+		}
+		if h1.held.Repeated || !h2.held.Repeated {
+			t.Errorf("repeated: %v, %v; want false, true", h1.held.Repeated, h2.held.Repeated)
+		}
+		if h1.seq() != h2.seq() || h1.held.Scopes[0].Epoch != h2.held.Scopes[0].Epoch {
+			t.Errorf("one ID held twice: epoch %d at seq %d, epoch %d at seq %d",
+				h1.held.Scopes[0].Epoch, h1.seq(), h2.held.Scopes[0].Epoch, h2.seq())
+		}
+		for i, h := range []*gcCall{h1, h2} {
+			if h.anchored < h.seq() {
+				t.Errorf("hold %d acknowledged by the checkpoint at %d, before its entry at %d", i, h.anchored, h.seq())
+			}
+		}
+		if !errors.Is(calls[1].err, boom) {
+			t.Errorf("the faulted submit: %s %v, want the injected fault", outcome(calls[1]), calls[1].err)
+		}
+		if outcome(calls[0]) != "applied/" || outcome(calls[2]) != "already_applied/" {
+			t.Errorf("worker A's submits: %s %v, %s %v", outcome(calls[0]), calls[0].err, outcome(calls[2]), calls[2].err)
+		}
+		if calls[2].seq() < h1.seq() {
+			t.Errorf("the submit cut off at seq %d, before the hold at %d", calls[2].seq(), h1.seq())
+		}
+	})
+}
