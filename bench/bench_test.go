@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -479,12 +480,24 @@ var etcdScaleSizes = []int{1_000, 10_000, 100_000}
 
 // TestScaleEtcdLarge runs Scale on one etcd member that syncs to disk, up
 // to 100,000 scopes, and logs its table. It takes minutes, so it runs
-// only with KVFENCE_BENCH_LARGE=1:
+// only with KVFENCE_BENCH_LARGE=1; KVFENCE_BENCH_ETCD_SIZES, a
+// comma-separated list, replaces the sizes:
 //
 //	KVFENCE_BENCH_LARGE=1 go test -run TestScaleEtcdLarge -v -timeout 2h ./bench/
 func TestScaleEtcdLarge(t *testing.T) {
 	if os.Getenv("KVFENCE_BENCH_LARGE") != "1" {
 		t.Skip("set KVFENCE_BENCH_LARGE=1 to build a receiver of 100,000 scopes on etcd")
+	}
+	sizes := etcdScaleSizes
+	if list := os.Getenv("KVFENCE_BENCH_ETCD_SIZES"); list != "" {
+		sizes = nil
+		for f := range strings.SplitSeq(list, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("KVFENCE_BENCH_ETCD_SIZES: %v", err)
+			}
+			sizes = append(sizes, n)
+		}
 	}
 	// Every revision stays until a compaction, which nothing here runs:
 	// the member may outgrow etcd's default quota of 2 GiB.
@@ -492,7 +505,7 @@ func TestScaleEtcdLarge(t *testing.T) {
 	newClient := func() (*clientv3.Client, error) {
 		return clientv3.New(clientv3.Config{Endpoints: ec.Endpoints(), DialTimeout: 5 * time.Second})
 	}
-	res, err := Scale(context.Background(), ScaleOptions{Dir: t.TempDir(), Sizes: etcdScaleSizes, NewEtcdClient: newClient,
+	res, err := Scale(context.Background(), ScaleOptions{Dir: t.TempDir(), Sizes: sizes, NewEtcdClient: newClient,
 		Progress: testWriter{t}})
 	if len(res) == 0 {
 		t.Fatal(err)
