@@ -159,6 +159,7 @@ func scale(ctx context.Context, s scaleStore, sizes []int, ops int, progress io.
 			return nil, err
 		}
 		res.PeakHeapSys, res.PeakRSS = mem.peakNow(), peakRSS()
+		progressf(progress, "scale: %d scopes: %+v\n", size, res)
 		out = append(out, res)
 	}
 	return out, nil
