@@ -366,6 +366,9 @@ func TestScaleEtcd(t *testing.T) {
 		return clientv3.New(clientv3.Config{Endpoints: ec.Endpoints(), DialTimeout: 5 * time.Second})
 	}
 	const ops = 40
+	// The prefix is deleted in many requests.
+	defer func(n int64) { etcdDeleteChunk = n }(etcdDeleteChunk)
+	etcdDeleteChunk = 50
 	res, err := Scale(context.Background(), ScaleOptions{Dir: t.TempDir(), Sizes: []int{ops, 2 * ops}, Ops: ops,
 		NewEtcdClient: newClient})
 	if err != nil {
