@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -342,10 +343,58 @@ func TestScale(t *testing.T) {
 			t.Errorf("%+v", r)
 		}
 	}
+	if _, err := Scale(context.Background(), ScaleOptions{Sizes: []int{10}, Ops: 20, NewEtcdClient: func() (*clientv3.Client, error) {
+		t.Fatal("an invalid scale connected to etcd")
+		return nil, nil
+	}}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("etcd with sizes below ops: err = %v", err)
+	}
 	for _, opts := range []ScaleOptions{{Sizes: []int{}}, {Sizes: []int{10}, Ops: 20}, {Sizes: []int{50, 40}, Ops: 5}} {
 		if _, err := Scale(context.Background(), opts); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%+v: err = %v", opts, err)
 		}
+	}
+}
+
+// Ensure that Scale on etcd builds and measures the receiver on the
+// cluster, one commit per timed Submit, with the member's database for
+// the bytes columns and no CPU-only column, and leaves nothing behind.
+func TestScaleEtcd(t *testing.T) {
+	ec := etcdtest.Start(t)
+	cli := ec.Client(t)
+	newClient := func() (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: ec.Endpoints(), DialTimeout: 5 * time.Second})
+	}
+	const ops = 40
+	// The prefix is deleted in many requests.
+	defer func(n int64) { etcdDeleteChunk = n }(etcdDeleteChunk)
+	etcdDeleteChunk = 50
+	res, err := Scale(context.Background(), ScaleOptions{Dir: t.TempDir(), Sizes: []int{ops, 2 * ops}, Ops: ops,
+		NewEtcdClient: newClient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 {
+		t.Fatalf("%d results", len(res))
+	}
+	st, err := cli.Status(context.Background(), ec.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.AuditEntries < uint64(4*r.Size) || r.OpsPerSec <= 0 || r.CPUP50Micros != 0 ||
+			r.BytesPerSubmit <= 0 || r.BytesPerAction <= r.BytesPerSubmit || r.FileBytes <= 0 || r.FileBytes > st.DbSize {
+			t.Errorf("%+v (the member's database: %d bytes)", r, st.DbSize)
+		}
+	}
+	left, err := cli.Get(context.Background(), EtcdPrefixRoot, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || left.Count != 0 {
+		t.Fatalf("keys left under %s: %v, %v", EtcdPrefixRoot, left, err)
+	}
+	// Each timed Submit, one at a time, is a commit of its own: a
+	// revision of the cluster.
+	if rev := left.Header.Revision; rev < int64(len(res)*ops) {
+		t.Fatalf("the etcd cluster is at revision %d after %d timed Submits", rev, len(res)*ops)
 	}
 }
 
@@ -377,7 +426,7 @@ func BenchmarkSubmitScale(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				before, err := s.dataBytes()
+				before, err := s.dataBytes(ctx)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -389,7 +438,7 @@ func BenchmarkSubmitScale(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				after, err := s.dataBytes()
+				after, err := s.dataBytes(ctx)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -427,6 +476,57 @@ func TestScaleLarge(t *testing.T) {
 			r.CPUP50Micros, r.AllocsPerOp, r.BytesPerSubmit, r.BytesPerAction, float64(r.PeakHeapSys)/(1<<20))
 	}
 	t.Logf("peak RSS %.1f MiB", float64(res[len(res)-1].PeakRSS)/(1<<20))
+}
+
+// etcdScaleSizes are the receiver sizes TestScaleEtcdLarge measures.
+var etcdScaleSizes = []int{1_000, 10_000, 100_000}
+
+// TestScaleEtcdLarge runs Scale on one etcd member that syncs to disk, up
+// to 100,000 scopes, and logs its table. It takes minutes, so it runs
+// only with KVFENCE_BENCH_LARGE=1; KVFENCE_BENCH_ETCD_SIZES, a
+// comma-separated list, replaces the sizes:
+//
+//	KVFENCE_BENCH_LARGE=1 go test -run TestScaleEtcdLarge -v -timeout 2h ./bench/
+func TestScaleEtcdLarge(t *testing.T) {
+	if os.Getenv("KVFENCE_BENCH_LARGE") != "1" {
+		t.Skip("set KVFENCE_BENCH_LARGE=1 to build a receiver of 100,000 scopes on etcd")
+	}
+	sizes := etcdScaleSizes
+	if list := os.Getenv("KVFENCE_BENCH_ETCD_SIZES"); list != "" {
+		sizes = nil
+		for f := range strings.SplitSeq(list, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("KVFENCE_BENCH_ETCD_SIZES: %v", err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	// Every revision stays until a compaction, which nothing here runs:
+	// the member may outgrow etcd's default quota of 2 GiB.
+	ec := etcdtest.NewCluster(t, etcdtest.Config{Fsync: true, QuotaBackendBytes: 8 << 30})
+	newClient := func() (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: ec.Endpoints(), DialTimeout: 5 * time.Second})
+	}
+	res, err := Scale(context.Background(), ScaleOptions{Dir: t.TempDir(), Sizes: sizes, NewEtcdClient: newClient,
+		Progress: testWriter{t}})
+	if len(res) == 0 {
+		t.Fatal(err)
+	}
+	// A failure to delete the prefix at the end still shows the table.
+	defer func() {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}()
+	t.Logf("%9s %13s %9s %8s %8s %8s %8s %8s %8s %8s %8s", "scopes", "audit entries", "db MiB", "build s",
+		"p50 µs", "p99 µs", "ops/s", "allocs", "B/submit", "B/action", "heap MiB")
+	for _, r := range res {
+		t.Logf("%9d %13d %9.1f %8.0f %8.0f %8.0f %8.0f %8.0f %8.0f %8.0f %8.1f", r.Size, r.AuditEntries,
+			float64(r.FileBytes)/(1<<20), r.BuildSeconds, r.SubmitP50Micros, r.SubmitP99Micros, r.OpsPerSec,
+			r.AllocsPerOp, r.BytesPerSubmit, r.BytesPerAction, float64(r.PeakHeapSys)/(1<<20))
+	}
+	t.Logf("peak RSS %.1f MiB (this process; the member runs in its own)", float64(res[len(res)-1].PeakRSS)/(1<<20))
 }
 
 // testWriter sends progress lines to the test log.

@@ -90,6 +90,12 @@
 // memory. BenchmarkSubmitScale and TestScaleLarge run it under go test; the
 // largest size only with KVFENCE_BENCH_LARGE=1, as it takes minutes.
 //
+// With ScaleOptions.NewEtcdClient it grows the receiver on etcd instead,
+// durably, since a member always syncs, with concurrent callers whose calls
+// group commit batches; the bytes columns are then the member's backend
+// database, every revision included. TestScaleEtcdLarge runs it to 100,000
+// scopes on one member that syncs, with KVFENCE_BENCH_LARGE=1.
+//
 // # Caveats
 //
 // The disk decides most of the durable rows: run on the disk a receiver

@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvfence/kvfence/kvfence"
 	bolt "go.etcd.io/bbolt"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvfence/kvfence/kvfence"
 )
 
 // DefaultScaleSizes are the receiver sizes Scale measures when
@@ -39,6 +41,16 @@ type ScaleOptions struct {
 	Ops int
 	// Progress, if set, receives a line per step.
 	Progress io.Writer
+	// NewEtcdClient, if set, builds the receiver on the etcd cluster it
+	// connects to instead of in a bbolt file: under a fresh prefix below
+	// EtcdPrefixRoot, deleted afterwards, with its file anchor in Dir.
+	// Each call must return a new client, as for Options.NewEtcdClient.
+	// A member always syncs, so the receiver is grown durably, by
+	// etcdSetupWorkers concurrent callers whose calls group commit
+	// batches, and CPUP50Micros is left zero; FileBytes and the bytes
+	// columns are the first endpoint's backend database instead (see
+	// ScaleResult).
+	NewEtcdClient func() (*clientv3.Client, error)
 }
 
 // ScaleResult is Submit measured on a receiver of one size. The JSON keys
@@ -49,10 +61,13 @@ type ScaleResult struct {
 	Size int `json:"size"`
 	// AuditEntries is the audit chain's length when the Submits were timed.
 	AuditEntries uint64 `json:"audit_entries"`
-	// FileBytes is the database file's size after the timed Submits.
+	// FileBytes is the database file's size after the timed Submits. On
+	// etcd it is the size of the backend database of the member at the
+	// first endpoint (Status's DbSize), which keeps every revision of
+	// every key until the cluster is compacted.
 	FileBytes int64 `json:"file_bytes"`
 	// BuildSeconds is the time spent growing the receiver to Size from the
-	// previous size, without fsync.
+	// previous size, without fsync on a bbolt file.
 	BuildSeconds float64 `json:"build_seconds"`
 	// Ops is the number of durable Submits timed, one at a time.
 	Ops int `json:"ops"`
@@ -64,13 +79,15 @@ type ScaleResult struct {
 	OpsPerSec float64 `json:"ops_per_s"`
 	// CPUP50Micros is the median of the same Submit on the receiver opened
 	// without fsync and with its anchor in memory: what the database's size
-	// can change, without the disk.
+	// can change, without the disk. Zero on etcd, which has no such mode.
 	CPUP50Micros float64 `json:"cpu_p50_us"`
 	// AllocsPerOp is heap allocations per durable Submit.
 	AllocsPerOp float64 `json:"allocs_per_op"`
 	// BytesPerSubmit is the growth of the bytes bbolt uses for data (pages'
 	// used parts, summed over the buckets) per applied Submit: its receipt
-	// and audit entry.
+	// and audit entry. On etcd it is the growth of the member's backend
+	// in use (Status's DbSizeInUse: its pages less the free ones), which
+	// includes the revisions that the writes superseded.
 	BytesPerSubmit float64 `json:"bytes_per_submit"`
 	// BytesPerAction is BytesPerSubmit plus the activation and the hold
 	// that a fenced write needs: its grant and their audit entries.
@@ -112,29 +129,61 @@ func Scale(ctx context.Context, opts ScaleOptions) ([]ScaleResult, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(sub)
-	s, err := newScaleReceiver(sub)
+	var s scaleStore
+	if opts.NewEtcdClient != nil {
+		s, err = newEtcdScale(sub, opts.NewEtcdClient)
+	} else {
+		s, err = newScaleReceiver(sub)
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer s.close()
+	out, err := scale(ctx, s, sizes, ops, opts.Progress)
+	return out, errors.Join(err, s.close())
+}
+
+// scale grows s through sizes and measures it at each.
+func scale(ctx context.Context, s scaleStore, sizes []int, ops int, progress io.Writer) ([]ScaleResult, error) {
 	mem := startMemSampler()
 	defer mem.stop()
 	var out []ScaleResult
 	for _, size := range sizes {
-		progressf(opts.Progress, "scale: building %d scopes\n", size)
+		progressf(progress, "scale: building %d scopes\n", size)
 		start := time.Now()
-		if err := s.grow(ctx, size, opts.Progress); err != nil {
+		if err := s.grow(ctx, size, progress); err != nil {
 			return nil, err
 		}
 		res := ScaleResult{Size: size, BuildSeconds: time.Since(start).Seconds(), Ops: ops}
-		progressf(opts.Progress, "scale: %d scopes built in %.0fs; timing %d Submits\n", size, res.BuildSeconds, ops)
-		if err := s.measure(ctx, &res); err != nil {
+		progressf(progress, "scale: %d scopes built in %.0fs; timing %d Submits\n", size, res.BuildSeconds, ops)
+		if err := measureScale(ctx, s, &res); err != nil {
 			return nil, err
 		}
 		res.PeakHeapSys, res.PeakRSS = mem.peakNow(), peakRSS()
+		progressf(progress, "scale: %d scopes: %+v\n", size, res)
 		out = append(out, res)
 	}
 	return out, nil
+}
+
+// scaleStore is a receiver that Scale grows and measures: in a bbolt
+// file (scaleReceiver) or on etcd (etcdScale).
+type scaleStore interface {
+	// grow adds units (a scope with a target and one applied write)
+	// until there are size.
+	grow(ctx context.Context, size int, progress io.Writer) error
+	// prepare activates n scopes, round-robin, for applied writes, and
+	// returns their envelopes.
+	prepare(ctx context.Context, n int) ([][]byte, error)
+	// timed returns the durable receiver and its fsync count.
+	timed() (*kvfence.Receiver, func() (float64, error))
+	// dataBytes is the bytes the store uses for data; sizeBytes its size.
+	dataBytes(ctx context.Context) (int64, error)
+	sizeBytes(ctx context.Context) (int64, error)
+	// cpuP50 times n applied Submits on the receiver without the disk
+	// and returns their median latency in nanoseconds; ok is false, and
+	// nothing done, where the store has no such mode.
+	cpuP50(ctx context.Context, n int) (p50 float64, ok bool, err error)
+	close() error
 }
 
 // scaleReceiver is a receiver whose scopes 0 to units-1 each have a
@@ -257,7 +306,7 @@ func (s *scaleReceiver) prepare(ctx context.Context, n int) ([][]byte, error) {
 
 // dataBytes returns the bytes bbolt uses for keys, values and page
 // headers, summed over every bucket. The receiver is closed meanwhile.
-func (s *scaleReceiver) dataBytes() (n int64, err error) {
+func (s *scaleReceiver) dataBytes(context.Context) (n int64, err error) {
 	err = s.offline(func() error {
 		db, err := bolt.Open(s.path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 		if err != nil {
@@ -275,11 +324,36 @@ func (s *scaleReceiver) dataBytes() (n int64, err error) {
 	return n, err
 }
 
-// measure times res.Ops durable Submits of applied writes, one at a time,
-// and the same number on the receiver opened without fsync, and measures
-// the database's growth.
-func (s *scaleReceiver) measure(ctx context.Context, res *ScaleResult) error {
-	bytes0, err := s.dataBytes()
+func (s *scaleReceiver) sizeBytes(context.Context) (int64, error) { return fileSize(s.path) }
+
+func (s *scaleReceiver) timed() (*kvfence.Receiver, func() (float64, error)) { return s.r, s.syncs }
+
+// cpuP50 prepares n writes and submits them on the receiver opened
+// without fsync and with its anchor in memory.
+func (s *scaleReceiver) cpuP50(ctx context.Context, n int) (p50 float64, ok bool, err error) {
+	envs, err := s.prepare(ctx, n)
+	if err != nil {
+		return 0, false, err
+	}
+	err = s.offline(func() error {
+		r, err := s.openFast()
+		if err != nil {
+			return err
+		}
+		c := &envCell{r: r, envs: envs, sync: func() (float64, error) { return 0, nil }}
+		m := &measurement{lat: make([][]int64, 1)}
+		err = drive(ctx, c, m, 0, int64(len(envs)), time.Time{})
+		p50 = percentiles(m.lat, 0.5)[0]
+		return errors.Join(err, r.Close())
+	})
+	return p50, true, err
+}
+
+// measureScale times res.Ops durable Submits of applied writes, one at a
+// time, and the same number without the disk where the store can, and
+// measures the store's growth.
+func measureScale(ctx context.Context, s scaleStore, res *ScaleResult) error {
+	bytes0, err := s.dataBytes(ctx)
 	if err != nil {
 		return err
 	}
@@ -287,17 +361,18 @@ func (s *scaleReceiver) measure(ctx context.Context, res *ScaleResult) error {
 	if err != nil {
 		return err
 	}
-	bytes1, err := s.dataBytes()
+	bytes1, err := s.dataBytes(ctx)
 	if err != nil {
 		return err
 	}
-	res.AuditEntries = s.r.Head().Seq
-	c := &envCell{r: s.r, envs: envs, sync: s.syncs}
+	r, syncs := s.timed()
+	res.AuditEntries = r.Head().Seq
+	c := &envCell{r: r, envs: envs, sync: syncs}
 	m := &measurement{lat: make([][]int64, 1)}
 	if err := drive(ctx, c, m, 0, int64(len(envs)), time.Time{}); err != nil {
 		return err
 	}
-	bytes2, err := s.dataBytes()
+	bytes2, err := s.dataBytes(ctx)
 	if err != nil {
 		return err
 	}
@@ -307,25 +382,13 @@ func (s *scaleReceiver) measure(ctx context.Context, res *ScaleResult) error {
 	res.AllocsPerOp = float64(m.mallocs) / float64(m.ops)
 	res.BytesPerSubmit = float64(bytes2-bytes1) / float64(m.ops)
 	res.BytesPerAction = float64(bytes2-bytes0) / float64(m.ops)
-	if res.FileBytes, err = fileSize(s.path); err != nil {
+	if res.FileBytes, err = s.sizeBytes(ctx); err != nil {
 		return err
 	}
-
 	// The same Submits without the disk.
-	if envs, err = s.prepare(ctx, res.Ops); err != nil {
-		return err
-	}
-	return s.offline(func() error {
-		r, err := s.openFast()
-		if err != nil {
-			return err
-		}
-		c := &envCell{r: r, envs: envs, sync: func() (float64, error) { return 0, nil }}
-		m := &measurement{lat: make([][]int64, 1)}
-		err = drive(ctx, c, m, 0, int64(len(envs)), time.Time{})
-		res.CPUP50Micros = percentiles(m.lat, 0.5)[0] / 1e3
-		return errors.Join(err, r.Close())
-	})
+	p50, _, err := s.cpuP50(ctx, res.Ops)
+	res.CPUP50Micros = p50 / 1e3
+	return err
 }
 
 // envCell submits prepared envelopes that must apply.

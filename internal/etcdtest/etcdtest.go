@@ -99,6 +99,10 @@ type Config struct {
 	Fsync bool
 	// MaxTxnOps is the members' --max-txn-ops; 0 means etcd's default.
 	MaxTxnOps uint
+	// QuotaBackendBytes is the members' --quota-backend-bytes, the size
+	// past which a member refuses writes; 0 means etcd's default (2 GiB),
+	// which a large benchmark outgrows.
+	QuotaBackendBytes int64
 }
 
 // launchAttempts bounds the launches of one NewCluster.
@@ -223,6 +227,9 @@ func Launch(dir string, config Config) (_ *Cluster, err error) {
 		}
 		if config.MaxTxnOps > 0 {
 			args = append(args, "--max-txn-ops", strconv.FormatUint(uint64(config.MaxTxnOps), 10))
+		}
+		if config.QuotaBackendBytes > 0 {
+			args = append(args, "--quota-backend-bytes", strconv.FormatInt(config.QuotaBackendBytes, 10))
 		}
 		if err := m.launch(bin, args); err != nil {
 			return nil, err

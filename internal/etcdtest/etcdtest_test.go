@@ -2,12 +2,15 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -33,6 +36,26 @@ func put(cli *clientv3.Client, key string, d time.Duration) error {
 	defer cancel()
 	_, err := cli.Put(ctx, key, "v")
 	return err
+}
+
+// Ensure that QuotaBackendBytes reaches the member: writes past it are
+// refused, where etcd's default would take them all.
+func TestQuotaBackendBytes(t *testing.T) {
+	c := NewCluster(t, Config{QuotaBackendBytes: 1 << 20})
+	cli := client(t, c, 0)
+	value := string(make([]byte, 512<<10))
+	for i := range 8 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := cli.Put(ctx, fmt.Sprint("k", i), value)
+		cancel()
+		if errors.Is(err, rpctypes.ErrNoSpace) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	t.Fatal("4 MiB written under a quota of 1 MiB")
 }
 
 // Ensure that a single member starts, serves a write and a read, and say
