@@ -111,24 +111,7 @@ func (a anchorFD) writeAt(path string, b []byte, off int64) error {
 
 // tryLock takes a shared or an exclusive flock on the open file without
 // waiting, and reports whether it got it.
-func (a anchorFD) tryLock(shared bool) (bool, error) {
-	how := syscall.LOCK_EX
-	if shared {
-		how = syscall.LOCK_SH
-	}
-	for {
-		err := syscall.Flock(a.fd, how|syscall.LOCK_NB)
-		switch err {
-		case nil:
-			return true, nil
-		case syscall.EWOULDBLOCK:
-			return false, nil
-		case syscall.EINTR:
-			continue
-		}
-		return false, err
-	}
-}
+func (a anchorFD) tryLock(shared bool) (bool, error) { return flockNB(a.fd, shared) }
 
 // unlock releases tryLock's lock. Closing the descriptor would release it
 // too, but not while a child process forked meanwhile still holds a copy
