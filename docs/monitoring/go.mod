@@ -10,7 +10,11 @@ require (
 	go.yaml.in/yaml/v2 v2.4.4
 )
 
-require golang.org/x/mod v0.43.0 // indirect
+require (
+	github.com/klauspost/cpuid/v2 v2.0.9 // indirect
+	golang.org/x/mod v0.43.0 // indirect
+	lukechampine.com/blake3 v1.4.1 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
