@@ -841,16 +841,6 @@ func (r *Receiver) update(batch []*call, anchor *audit.SignedCheckpoint, wp **wt
 		w.terms = &r.terms
 		start := w.chain.Head()
 		w.anchor = anchor
-		if len(batch) > 1 && r.file {
-			// A lone call has nothing to decide while its digest is
-			// hashed: a second goroutine would cost it more than it
-			// saves. On etcd a read can wait for a round trip, during
-			// which the goroutine would only spin. The hasher reads the
-			// engine's bytes, which are valid only until this function
-			// returns.
-			w.hasher = r.hasher.reset()
-			defer func() { _ = w.hasher.finish(&w.state) }()
-		}
 		if anchor != nil {
 			// A store put back under a running receiver (an etcd
 			// snapshot or the prefix's keys restored) ends before the

@@ -195,8 +195,6 @@ type Receiver struct {
 	// write transaction reads at its start and which is replaced only after
 	// its commit succeeded.
 	wmu sync.Mutex
-	// hasher is the state hasher of the write transaction that holds wmu.
-	hasher stateHasher
 	// terms keeps the digest terms of the records it writes most often.
 	terms termCache
 	// amu is held by a leader while it writes the anchor for its commits.
@@ -761,9 +759,6 @@ type wtx struct {
 	state      audit.StateHash
 	stateDirty bool
 	stateSum   audit.Hash
-	// hasher, when set, moves state on a second goroutine; whoever sets
-	// it finishes it before the transaction's function returns.
-	hasher *stateHasher
 	// terms, when set, keeps the digest terms of records written.
 	terms *termCache
 	// recs, when set, checks every state record the transaction reads

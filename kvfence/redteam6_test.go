@@ -64,7 +64,7 @@ func TestRedteam6_ObserverPanicDoesNotWedgeWrites(t *testing.T) {
 	}
 }
 
-// Guard: the state digest moved on the hasher goroutine counts every
+// Guard: the state digest moved by a batch counts every
 // change of a committed run exactly once and nothing of a run that rolled
 // back. A batch whose third call changes a state record and then fails
 // rolls back; its calls run again alone, the failing one failing again.

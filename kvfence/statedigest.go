@@ -4,10 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/kvfence/kvfence/internal/chain"
-	"runtime"
-	"runtime/debug"
 	"sync"
+
+	"github.com/kvfence/kvfence/internal/chain"
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
@@ -88,9 +87,7 @@ func (w *wtx) putState(bucket, key, raw []byte) error {
 	}
 	w.stateDirty = true
 	c := stateChange{bucket: stateBucketName(bucket), key: key, old: old, raw: raw, terms: w.terms}
-	if w.hasher == nil || !w.hasher.offer(c) {
-		c.apply(&w.state)
-	}
+	c.apply(&w.state)
 	return w.tx.Put(bucket, key, raw)
 }
 
@@ -132,9 +129,7 @@ func (w *wtx) deleteState(bucket, key []byte) error {
 	}
 	w.stateDirty = true
 	c := stateChange{bucket: stateBucketName(bucket), key: key, old: old, terms: w.terms}
-	if w.hasher == nil || !w.hasher.offer(c) {
-		c.apply(&w.state)
-	}
+	c.apply(&w.state)
 	return w.tx.Delete(bucket, key)
 }
 
@@ -235,142 +230,11 @@ func (t *termCache) add(s *audit.StateHash, bucket string, key, raw []byte) bool
 	return true
 }
 
-// stateHasher moves a write transaction's digest on a second goroutine
-// while the transaction goes on deciding. A record's two BLAKE3
-// expansions are a large part of the CPU an applied Submit costs inside the
-// commit leader's transaction, which runs one call after another, while
-// the other cores wait for it; the digest is a sum, so the order in which
-// its terms are added does not matter, and whoever takes a change adds it
-// to a sum of its own. The goroutine takes changes as they come; at the
-// end the leader takes what is left beside it.
-//
-// The bytes a change names (old is the engine's) are valid only until
-// the transaction's function returns: finish must run before it does, on
-// every path.
-type stateHasher struct {
-	mu sync.Mutex
-	// jobs are the changes offered, of which the first next are taken.
-	jobs []stateChange
-	next int
-	// closed says no more changes come.
-	closed bool
-	// done is closed when the goroutine ends.
-	done chan struct{}
-	// part is the goroutine's share of the digest, added to the
-	// transaction's by finish.
-	part     audit.StateHash
-	started  bool
-	finished bool
-	// err is a fault the goroutine met, set before done closes.
-	err error
-}
-
-// reset readies h, whose previous transaction finished, for the next one,
-// keeping its job buffer.
-func (h *stateHasher) reset() *stateHasher {
-	clear(h.jobs)
-	*h = stateHasher{jobs: h.jobs[:0]}
-	return h
-}
-
-// offer queues c for the hashing goroutine, starting it on first use.
-func (h *stateHasher) offer(c stateChange) bool {
-	if h.finished {
-		return false
-	}
-	h.mu.Lock()
-	h.jobs = append(h.jobs, c)
-	h.mu.Unlock()
-	if !h.started {
-		h.started = true
-		h.done = make(chan struct{})
-		go h.run()
-		// A goroutine started here waits in this thread's queue until
-		// this one blocks; yielding once lets another thread take one
-		// of the two.
-		runtime.Gosched()
-	}
-	return true
-}
-
-// take returns the next change not yet taken, if any, and whether the
-// hasher is closed.
-func (h *stateHasher) take() (c stateChange, ok, closed bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.next < len(h.jobs) {
-		c = h.jobs[h.next]
-		h.next++
-		return c, true, h.closed
-	}
-	return c, false, h.closed
-}
-
-func (h *stateHasher) run() {
-	defer close(h.done)
-	// The old bytes may be a database file's pages, read in place: a
-	// damaged page faults here as it would in the leader, which turns
-	// the fault into an error (Receiver.run); so does this goroutine.
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if p := recover(); p != nil {
-			h.err = fmt.Errorf("%w: hashing a record: %v", ErrBadFormat, p)
-		}
-	}()
-	for {
-		c, ok, closed := h.take()
-		switch {
-		case ok:
-			c.apply(&h.part)
-		case closed:
-			return
-		default:
-			// The next change is a call's decision away, far less than
-			// it takes to wake a sleeping thread, and the transaction
-			// ends soon: yield until it comes or finish closes.
-			runtime.Gosched()
-		}
-	}
-}
-
-// finish hashes what is still queued, beside the goroutine, waits for it
-// and adds its share to s. It may be called more than once. An error is a
-// fault the goroutine met: the digest is then incomplete, and the
-// transaction must not commit.
-func (h *stateHasher) finish(s *audit.StateHash) error {
-	if h.finished {
-		return h.err
-	}
-	h.finished = true
-	if !h.started {
-		return nil
-	}
-	h.mu.Lock()
-	h.closed = true
-	h.mu.Unlock()
-	for {
-		c, ok, _ := h.take()
-		if !ok {
-			break
-		}
-		c.apply(s)
-	}
-	<-h.done
-	s.Merge(&h.part)
-	clear(h.jobs)
-	return h.err
-}
-
 // storeState writes the transaction's state digest to the database if a
 // record changed, and returns the sum a checkpoint commits to. An unchanged
 // state keeps the sum it had, which spares a decision that changed no
 // record (an identical retry) the 2 KiB hash.
 func (w *wtx) storeState() (audit.Hash, error) {
-	if w.hasher != nil {
-		if err := w.hasher.finish(&w.state); err != nil {
-			return audit.Hash{}, err
-		}
-	}
 	if !w.stateDirty {
 		return w.stateSum, nil
 	}
