@@ -189,7 +189,9 @@ type AnchorStore interface {
 	Store(old *SignedCheckpoint, next SignedCheckpoint) error
 	// Supersede is Store without the regression check, for recovery only:
 	// the caller must first have verified a recovery admission that names
-	// old. It still refuses another receiver.
+	// old. It still refuses another receiver. Retried after next became
+	// the anchor, it succeeds, and finishes what the first call left
+	// undone.
 	Supersede(old, next SignedCheckpoint) error
 }
 
@@ -202,6 +204,11 @@ func checkSwap(cur, old *SignedCheckpoint, next *SignedCheckpoint, supersede boo
 		return err
 	}
 	switch {
+	case supersede && cur != nil && *cur == *next:
+		// A supersession retried after it wrote next but failed later
+		// (a file's copy of it, a lost answer): what it asked for holds,
+		// and the store finishes what the first call left undone.
+		return nil
 	case old == nil && cur != nil:
 		return fmt.Errorf("%w: expected no anchor, found seq %d (%x)", ErrWriteConflict, cur.Seq, cur.Head)
 	case old != nil && cur == nil:

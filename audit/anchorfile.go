@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/kvfence/kvfence/internal/dirsync"
 )
 
 // FileAnchor is an AnchorStore in one file at an operator-given Path, in
@@ -323,7 +325,17 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 		return err
 	}
 	if cur.sc == next {
-		return nil
+		if !supersede {
+			return nil
+		}
+		// A supersession retried after its copy failed: the other slot
+		// may still hold the superseded anchor, which the copy exists to
+		// overwrite.
+		other := 1 - i
+		if s, err := parseSlot(buf.file[other*AnchorSlotSize : (other+1)*AnchorSlotSize]); err == nil && s.sc == next {
+			return nil
+		}
+		return f.copySuperseding(file, buf, memo, ost, other, cur.gen, next)
 	}
 	if cur.gen == ^uint64(0) {
 		return fmt.Errorf("%w: %s: generation counter exhausted", ErrBadAnchor, f.Path)
@@ -359,16 +371,25 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	if !supersede {
 		return nil
 	}
-	// A supersession leaves no slot older than itself: the slot it left
-	// would hold the superseded anchor, which damage to the new slot would
-	// make current again, and against which the recovery's admission, or
-	// a copy of the database from before it, would pass once more. So the
-	// new anchor is written a second time, at the next generation, into
-	// the other slot, once the first write is durable.
-	if cur.gen+1 == ^uint64(0) {
+	return f.copySuperseding(file, buf, memo, ost, i, cur.gen+1, next)
+}
+
+// copySuperseding writes next, the anchor of a supersession already
+// durable at generation gen, a second time into slot i at gen+1.
+//
+// A supersession leaves no slot older than itself: the slot it left would
+// hold the superseded anchor, which damage to the new slot would make
+// current again, and against which the recovery's admission, or a copy of
+// the database from before it, would pass once more. So the new anchor is
+// written again into the other slot once its first write is durable. If
+// that copy fails, the supersession stands but the call fails; the same
+// Supersede retried makes the copy, and the next Store overwrites that
+// slot anyway.
+func (f FileAnchor) copySuperseding(file anchorFD, buf *anchorBuf, memo *slotMemo, ost anchorStat, i int, gen uint64, next SignedCheckpoint) error {
+	if gen == ^uint64(0) {
 		return fmt.Errorf("%w: %s: generation counter exhausted", ErrBadAnchor, f.Path)
 	}
-	again, err := appendSlot(buf.slot[:0], cur.gen+2, &next)
+	again, err := appendSlot(buf.slot[:0], gen+1, &next)
 	if err != nil {
 		return err
 	}
@@ -378,7 +399,7 @@ func (f FileAnchor) swap(old *SignedCheckpoint, next SignedCheckpoint, supersede
 	if err := file.datasync(); err != nil {
 		return fmt.Errorf("audit: anchor superseded, but its copy over the superseded slot failed: %w", err)
 	}
-	memo.remember(i, again, anchorSlot{gen: cur.gen + 2, sc: next})
+	memo.remember(i, again, anchorSlot{gen: gen + 1, sc: next})
 	memo.markDurable(i, again, ost)
 	return nil
 }
@@ -414,7 +435,7 @@ func (f FileAnchor) create(old *SignedCheckpoint, next SignedCheckpoint) error {
 	defer file.close()
 	defer file.unlock()
 	// A new file's directory entry is durable only once the directory is.
-	if err := syncDir(filepath.Dir(f.Path)); err != nil {
+	if err := dirsync.Sync(filepath.Dir(f.Path)); err != nil {
 		// Nothing says the entry is durable: take it away before the lock
 		// goes, if the path still names this file, so that no reader acts
 		// on a checkpoint a crash may lose.
@@ -426,16 +447,6 @@ func (f FileAnchor) create(old *SignedCheckpoint, next SignedCheckpoint) error {
 		return fmt.Errorf("audit: anchor directory: %w", err)
 	}
 	return nil
-}
-
-// syncDir makes dir's entries durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // errNoLinks means the anchor's file system refused a hard link for a

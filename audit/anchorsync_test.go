@@ -3,6 +3,7 @@
 package audit
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -153,5 +154,54 @@ func TestFileAnchor_LoadSyncsOnlyWhatItDoesNotKnow(t *testing.T) {
 	}
 	if syncs != 1 {
 		t.Fatalf("%d fdatasyncs for three Loads of a file written by another, want 1", syncs)
+	}
+}
+
+// Ensure that a Supersede whose copy over the superseded slot fails is
+// finished by the same Supersede retried: the first write stands, so the
+// retry finds the new anchor current, and without the copy the other slot
+// would keep the superseded anchor, which damage to the current slot
+// makes current again. The retry used to return at once because the
+// anchor already equalled its target.
+func TestFileAnchor_SupersedeRetryFinishesCopy(t *testing.T) {
+	recs, _ := testChain(t, 10)
+	at := func(seq uint64) SignedCheckpoint { return checkpointOf(t, receiverKey, testReceiver, recs, seq) }
+	fa := storeAll(t, at(5), at(8))
+	before := readAnchor(t, fa)
+	syncs := 0
+	setSyncFault(t, func() error {
+		if syncs++; syncs == 2 {
+			return syscall.EIO
+		}
+		return nil
+	})
+	if err := fa.Supersede(at(8), at(3)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Supersede with a failing copy = %v, want EIO", err)
+	}
+	anchorSyncFault = nil
+	// The copy's sync failed, so the disk may still hold the superseded
+	// anchor in slot 1, as here.
+	data := readAnchor(t, fa)
+	copy(data[AnchorSlotSize:], before[AnchorSlotSize:])
+	if err := os.WriteFile(fa.Path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fa.Load(); err != nil || got != at(3) {
+		t.Fatalf("Load after the failed copy = seq %d, %v; want seq 3", got.Seq, err)
+	}
+	if err := fa.Supersede(at(8), at(3)); err != nil {
+		t.Fatalf("Supersede retried: %v", err)
+	}
+	data = readAnchor(t, fa)
+	t3, _ := at(3).MarshalAnchor()
+	if !bytes.Equal(data, append(wantSlot(3, t3), wantSlot(4, t3)...)) {
+		t.Fatalf("file after the retried Supersede:\n%.300q", data)
+	}
+	// A retry with both slots written changes nothing.
+	if err := fa.Supersede(at(8), at(3)); err != nil {
+		t.Fatalf("Supersede repeated: %v", err)
+	}
+	if again := readAnchor(t, fa); !bytes.Equal(again, data) {
+		t.Fatal("a repeated Supersede rewrote the file")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/kvfence/kvfence/audit"
+	"github.com/kvfence/kvfence/internal/dirsync"
 	"github.com/kvfence/kvfence/kvfence"
 )
 
@@ -286,12 +287,7 @@ func publish(tmp, final string, overwrite bool) error {
 		}
 	}
 	dir := filepath.Dir(final)
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("backup: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := dirsync.Sync(dir); err != nil {
 		return fmt.Errorf("backup: syncing %s: %w", dir, err)
 	}
 	return nil

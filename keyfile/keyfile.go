@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/kvfence/kvfence/internal/dirsync"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -176,12 +177,7 @@ func syncDir(dir string) error {
 	if runtime.GOOS == "windows" {
 		return nil // directories cannot be opened for sync there
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return dirsync.Sync(dir)
 }
 
 func checkPrivate(priv ed25519.PrivateKey) error {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/engine"
+	"github.com/kvfence/kvfence/internal/dirsync"
 )
 
 // KindArchived is the audit kind of an archive's entry: the entries up to
@@ -299,12 +300,7 @@ func writeArchive(path string, st audit.SignedArchiveStatement, fromRaw []byte, 
 	if err := f.Close(); err != nil {
 		return err
 	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
+	return dirsync.Sync(filepath.Dir(path))
 }
 
 // checkBase is Open's cheap check of the base: the stored chain must begin

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvfence/kvfence/audit"
 	"github.com/kvfence/kvfence/checkpoint"
+	"github.com/kvfence/kvfence/internal/dirsync"
 	"github.com/kvfence/kvfence/internal/fixture"
 	"github.com/kvfence/kvfence/keyfile"
 	"github.com/kvfence/kvfence/kvfence"
@@ -625,12 +626,7 @@ func (wr *witnessedRun) restore(backup string) error {
 			return fmt.Errorf("%w: %s: %s differs from the backup after the restore", ErrPrecondition, wr.rep.Demonstration, f)
 		}
 	}
-	d, err := os.Open(wr.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := dirsync.Sync(wr.dir); err != nil {
 		return err
 	}
 	wr.record("operator", "restores the database and its anchor together from the backup", "")

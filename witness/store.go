@@ -14,6 +14,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/kvfence/kvfence/checkpoint"
+	"github.com/kvfence/kvfence/internal/dirsync"
 )
 
 // Errors of the store and the server.
@@ -169,22 +170,13 @@ func Create(path, id string, pub ed25519.PublicKey) error {
 		err = cerr
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(path))
+		err = dirsync.Sync(filepath.Dir(path))
 	}
 	if err != nil {
 		os.Remove(path)
 		return err
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // OpenStore opens an existing witness database; it never creates one.

@@ -15,6 +15,9 @@ import (
 // (Checkpoint.CheckSupersede). next has been validated by MarshalAnchor.
 func checkSwap(cur, old, next *audit.SignedCheckpoint, supersede bool) error {
 	switch {
+	case supersede && cur != nil && *cur == *next:
+		// A supersession retried after it wrote next: it holds.
+		return nil
 	case old == nil && cur != nil:
 		return fmt.Errorf("%w: expected no anchor, found seq %d (%x)", audit.ErrWriteConflict, cur.Seq, cur.Head[:])
 	case old != nil && cur == nil:

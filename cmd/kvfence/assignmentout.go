@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/kvfence/kvfence/client"
+	"github.com/kvfence/kvfence/internal/dirsync"
 )
 
 // assignmentFile is an --assignment-out file created before the grant it
@@ -43,12 +44,7 @@ func (o *assignmentFile) commit(a client.Assignment) error {
 		return err
 	}
 	o.f = nil
-	d, err := os.Open(filepath.Dir(o.path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := dirsync.Sync(filepath.Dir(o.path)); err != nil {
 		return err
 	}
 	o.done = true
