@@ -258,7 +258,7 @@ func TestKubeHoldRace(t *testing.T) {
 	for i := range schedules {
 		seed := uint64(2200 + i)
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			if v := kubeHoldRace(t, e, seed, false, tally); v != "" {
+			if v := kubeHoldRace(t, e.in(t), seed, false, tally); v != "" {
 				t.Fatal(v)
 			}
 		})

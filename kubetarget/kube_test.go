@@ -35,6 +35,11 @@ type kubeEnv struct {
 	s *kubeproc.Server
 }
 
+// in returns the environment as seen from the subtest t, so that its
+// failures stop t and not the test that started the server: FailNow
+// must be called from the goroutine of the test it fails.
+func (e *kubeEnv) in(t *testing.T) *kubeEnv { return &kubeEnv{t: t, s: e.s} }
+
 // startKube starts a server with the target namespace and the shipped
 // manifests (internal/kubetest), and gives the editor identity RBAC write
 // access to the namespace's ConfigMaps (so that what the editor is
@@ -184,6 +189,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("apply under the version read stamps the object", func(t *testing.T) {
+		e := e.in(t)
 		obj := e.create("apply", true)
 		before, err := recv.Read(ctx, obj)
 		if err != nil {
@@ -214,6 +220,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("a stale version is a conflict and changes nothing", func(t *testing.T) {
+		e := e.in(t)
 		obj := e.create("stale", true)
 		old, _ := recv.Read(ctx, obj)
 		if _, err := recv.Apply(ctx, kvfence.DispatchInput{Object: obj, UID: old.UID, Precondition: old.Version, Value: []byte(`{"retention_days":"45"}`), Stamp: stampA}); err != nil {
@@ -234,6 +241,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("another incarnation under the same name is refused", func(t *testing.T) {
+		e := e.in(t)
 		obj := e.create("reborn", true)
 		first, _ := recv.Read(ctx, obj)
 		// Only the receiver may unlabel a scoped object; then the
@@ -269,6 +277,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("fence makes an update in flight fail", func(t *testing.T) {
+		e := e.in(t)
 		obj := e.create("inflight", true)
 		before, _ := recv.Read(ctx, obj)
 		hold := newHoldPUT(nil)
@@ -303,6 +312,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("fence rereads after a change between its read and write", func(t *testing.T) {
+		e := e.in(t)
 		obj := e.create("racefence", true)
 		var once sync.Once
 		// Between the fence's read and its update, the receiver applies a
@@ -334,6 +344,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("other identities are refused through this package", func(t *testing.T) {
+		e := e.in(t)
 		obj := e.create("identities", true)
 		cur, _ := recv.Read(ctx, obj)
 		in := kvfence.DispatchInput{Object: obj, UID: cur.UID, Precondition: cur.Version, Value: []byte(`{"retention_days":"1"}`), Stamp: stampA}
@@ -368,6 +379,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("an unlabelled object is not written", func(t *testing.T) {
+		e := e.in(t)
 		obj := e.create("unguarded", false)
 		cur, err := recv.Read(ctx, obj)
 		if err != nil {
@@ -396,6 +408,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("from a kubeconfig file", func(t *testing.T) {
+		e := e.in(t)
 		obj := e.create("kubeconfig", true)
 		path := filepath.Join(t.TempDir(), "kubeconfig")
 		kc := map[string]any{
