@@ -157,8 +157,9 @@
 // a grant was active, with the live chain's entries copied into it, has the
 // anchored chain and the old state, and would let the superseded grant
 // write. So each checkpoint also commits to the fence state: the set of
-// records (bucket, key, value) of the receiver's control, grant, target and
-// receipt buckets, hashed by [StateHash].
+// records (bucket, key, value) of the receiver's control, grant, target,
+// receipt, hold and effect (application record) buckets, hashed by
+// [StateHash].
 //
 // [StateHash] is LtHash16: each record is expanded by BLAKE3, in its plain
 // hashing mode (no key, no context string), into the first 2048 bytes of its

@@ -141,9 +141,11 @@ func (w *wtx) deleteState(bucket, key []byte) error {
 // costs one expansion per denial instead of two. A term is used only for
 // exactly the bytes it was computed from, so the cache can make a digest
 // neither wrong nor stale; it only saves work. It holds at most
-// maxCachedTerms records (about 2.3 KiB each), replacing an arbitrary one
-// when full. It is safe for concurrent use: the leader and its hashing
-// goroutine share it.
+// maxCachedTerms records of at most maxCachedRecord bytes (a 2 KiB term
+// and the bytes beside it), replacing an arbitrary one when full: a
+// target's value may be a mebibyte, and keeping such records would let
+// workers pin a gibibyte of the receiver's heap. It is safe for
+// concurrent use.
 type termCache struct {
 	mu sync.Mutex
 	// control and targets map a record's key to its term.
@@ -155,8 +157,14 @@ type cachedTerm struct {
 	term audit.StateElement
 }
 
-// maxCachedTerms bounds the records whose terms a receiver keeps.
-const maxCachedTerms = 1024
+// maxCachedTerms bounds the records whose terms a receiver keeps, and
+// maxCachedRecord the size of each: a larger record's term costs more to
+// compare than to hash again only past a few KiB, and most control and
+// target records are a few hundred bytes.
+const (
+	maxCachedTerms  = 1024
+	maxCachedRecord = 4096
+)
 
 // bucket returns the map of bucket's terms (created if create), or nil
 // for a bucket whose terms are not kept: grants and receipts are written
@@ -206,6 +214,12 @@ func (t *termCache) add(s *audit.StateHash, bucket string, key, raw []byte) bool
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m := t.bucket(bucket, true)
+	if len(raw) > maxCachedRecord {
+		// The key's entry, if any, holds an older version: drop it with
+		// its buffer.
+		delete(m, string(key))
+		return true
+	}
 	c := m[string(key)]
 	if c == nil {
 		// Full: reuse an arbitrary entry of either bucket.
