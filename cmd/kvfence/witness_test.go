@@ -213,6 +213,17 @@ func TestWitnessServeSIGKILL(t *testing.T) {
 			})
 		}
 		time.Sleep(time.Duration(150+rand.IntN(250)) * time.Millisecond)
+		// A loaded machine may start the witness slower than the sleep:
+		// each round waits for a few cosignatures of its own (for at most
+		// 10 s), so that the kills land while it writes, not before.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			mu.Lock()
+			enough := len(cosigned) >= 3*(round+1)
+			mu.Unlock()
+			if enough {
+				break
+			}
+		}
 		if round == 3 {
 			stop()
 			wg.Wait()
