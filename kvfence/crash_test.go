@@ -324,8 +324,8 @@ func runCrashChild(t *testing.T, path, anchor string, seed uint64, i int, early 
 				t.Fatalf("run %d: child exited before it was ready: %s", i, stderr.String())
 			}
 			parse(line)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("run %d: child not ready after 10s", i)
+		case <-time.After(60 * time.Second):
+			t.Fatalf("run %d: child not ready after 60s", i)
 		}
 	}
 wait:
