@@ -27,8 +27,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// ReadyTimeout bounds how long a member or a cluster may take to be ready.
-const ReadyTimeout = 20 * time.Second
+// ReadyTimeout bounds how long a member or a cluster may take to be ready:
+// a three-member cluster on a machine at load 20 took more than 20 s to
+// publish its members.
+const ReadyTimeout = 60 * time.Second
 
 // errExited means a member's process ended while it was expected to run:
 // most often a port that another process took between its choice and the
