@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
@@ -131,16 +132,73 @@ func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (
 		decideOnce = r.submitCheckedBefore
 	}
 	res, err := decideOnce(s, len(envelope))
+	return r.submitAfter(ctx, s, len(envelope), decideOnce, res, err)
+}
+
+// submitAfter finishes a Submit after its first decision: res and err.
+func (r *Receiver) submitAfter(ctx context.Context, s *submission, size int, decideOnce func(*submission, int) (Result, error), res Result, err error) (Result, error) {
 	if err == nil && s.needRemote {
 		// The target is remote: its object is read outside any
 		// transaction, and the decision made again against what it holds.
 		r.readRemote(ctx, s)
-		res, err = decideOnce(s, len(envelope))
+		res, err = decideOnce(s, size)
 	}
 	if s.pending != nil {
 		return r.finishDispatch(s.pending, res, err)
 	}
 	return res, err
+}
+
+// SubmitAll decides envelopes from caller as as many concurrent calls of
+// Submit would, and returns each one's result or error at its index. Their
+// decisions join the commit queue together, in order, so that a leader
+// takes them all into one batch (within its limits): concurrent Submits
+// join it one at a time, and on an idle receiver the first of them leads
+// a commit of its own while the others queue behind it. A server that
+// receives many envelopes in one request decides them with it.
+func (r *Receiver) SubmitAll(ctx context.Context, caller string, envelopes [][]byte) ([]Result, []error) {
+	results, errs := make([]Result, len(envelopes)), make([]error, len(envelopes))
+	err := ctx.Err()
+	if cerr := checkName("caller", caller); cerr != nil {
+		err = fmt.Errorf("%w: %v", ErrInvalidArgument, cerr)
+	}
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return results, errs
+	}
+	var wg sync.WaitGroup
+	if r.opts.ReadOnly || (r.defect.CheckOutsideTransaction && defectsAllowed.Load()) {
+		// Nothing joins the queue (read-only), or the decision is made
+		// the defective way: Submit's own path serves each envelope.
+		for i, env := range envelopes {
+			wg.Go(func() { results[i], errs[i] = r.Submit(ctx, caller, env) })
+		}
+		wg.Wait()
+		return results, errs
+	}
+	subs := make([]*submission, len(envelopes))
+	calls := make([]*call, len(envelopes))
+	for i, env := range envelopes {
+		s := r.prepare(caller, env)
+		subs[i] = s
+		calls[i] = &call{fn: func(w *wtx) (any, error) { return r.decide(w, s) }, size: len(env), worker: true, sub: s,
+			wake: make(chan struct{}, 1)}
+	}
+	lead := r.queue.enqueue(calls...)
+	for i, c := range calls {
+		wg.Go(func() {
+			r.await(c, lead && i == 0)
+			s, res, err := subs[i], Result{}, c.err
+			if err == nil {
+				res = s.committed(c.res.(Result))
+			}
+			results[i], errs[i] = r.submitAfter(ctx, s, len(envelopes[i]), r.decideCall, res, err)
+		})
+	}
+	wg.Wait()
+	return results, errs
 }
 
 // decide runs checks 1-12 for one submission inside w.
