@@ -71,6 +71,11 @@ func (r *batchRequest) leave() {
 // submitBatched queues the envelope and waits for its answer, sending
 // queued envelopes itself whenever a slot is free.
 func (c *Client) submitBatched(ctx context.Context, env []byte) (kvfence.Result, error) {
+	// A context that already ended sends nothing, as a request made with
+	// it would not be sent.
+	if err := ctx.Err(); err != nil {
+		return kvfence.Result{}, fmt.Errorf("client: POST %s: %w", api.PathSubmit, err)
+	}
 	b := c.batch
 	p := &pendingSubmit{env: env, done: make(chan struct{})}
 	b.mu.Lock()

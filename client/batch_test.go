@@ -46,6 +46,16 @@ func (g *gate) wrap(h http.Handler) http.Handler {
 	})
 }
 
+// waitHeld waits until n requests are held.
+func (g *gate) waitHeld(t *testing.T, n int32) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); g.held.Load() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests held after 10 s, want %d", g.held.Load(), n)
+		}
+	}
+}
+
 // submitAll submits envs on c concurrently, the first two alone and held
 // by g, the rest while they are held, and returns each one's outcome.
 func submitAll(t *testing.T, c *client.Client, g *gate, envs [][]byte) ([]kvfence.Result, []error) {
@@ -55,10 +65,9 @@ func submitAll(t *testing.T, c *client.Client, g *gate, envs [][]byte) ([]kvfenc
 	var wg sync.WaitGroup
 	for i := range envs {
 		wg.Go(func() { res[i], errs[i] = c.Submit(ctx, envs[i]) })
-		if i == 1 {
-			for deadline := time.Now().Add(10 * time.Second); g.held.Load() < 2 && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
-			}
+		// The first two are sent one at a time, each alone.
+		if i < 2 {
+			g.waitHeld(t, int32(i+1))
 		}
 	}
 	// Time for the others to queue behind the two held requests.
@@ -317,4 +326,66 @@ func fakeBatchServer(t *testing.T, g *gate, answers map[string]api.BatchResult, 
 		b, _ := json.Marshal(out)
 		w.Write(b)
 	})), false)
+}
+
+// Ensure that a Submit whose context ends while it waits for a slot is
+// not sent and says so (the context's error, not an unknown outcome), and
+// that one whose request is in flight when its context ends is
+// ErrOutcomeUnknown, as a single request cut after it was sent is.
+func TestSubmit_BatchContextEnds(t *testing.T) {
+	g := newGate()
+	var mu sync.Mutex
+	var seen []string
+	c := unixServer(t, g.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		envs := [][]byte{body}
+		if r.URL.Path == api.PathSubmitBatch {
+			envs, _ = api.DecodeBatch(body, api.MaxBatchItems)
+		}
+		mu.Lock()
+		for _, e := range envs {
+			seen = append(seen, string(e))
+		}
+		mu.Unlock()
+		out := api.SubmitOf(kvfence.Result{Outcome: kvfence.Applied, Scope: "s", Epoch: 1, AuditSeq: 1})
+		if r.URL.Path == api.PathSubmit {
+			w.Write(out.AppendJSON(nil))
+			return
+		}
+		b := api.AppendBatchOpen(nil)
+		for i := range envs {
+			b = api.AppendBatchDecision(b, i, 200, &out)
+		}
+		w.Write(api.AppendBatchClose(b))
+	})), false)
+	ctx := context.Background()
+	held, cancelHeld := context.WithCancel(ctx)
+	errs := make(chan error, 2)
+	go func() { _, err := c.Submit(held, []byte("held")); errs <- err }()
+	g.waitHeld(t, 1)
+	go func() { _, err := c.Submit(ctx, []byte("held too")); errs <- err }()
+	g.waitHeld(t, 2)
+	queued, cancelQueued := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancelQueued()
+	if _, err := c.Submit(queued, []byte("queued")); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Errorf("a Submit whose context ended in the queue: %v, want DeadlineExceeded and not ErrOutcomeUnknown", err)
+	}
+	cancelHeld()
+	if err := <-errs; !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Errorf("a Submit whose context ended in flight: %v, want ErrOutcomeUnknown", err)
+	}
+	close(g.release)
+	if err := <-errs; err != nil {
+		t.Errorf("the other held Submit: %v", err)
+	}
+	if _, err := c.Submit(ctx, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range seen {
+		if s == "queued" {
+			t.Errorf("the Submit whose context ended in the queue was sent: %q", seen)
+		}
+	}
 }
