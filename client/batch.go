@@ -77,6 +77,21 @@ func (c *Client) submitBatched(ctx context.Context, env []byte) (kvfence.Result,
 		return kvfence.Result{}, fmt.Errorf("client: POST %s: %w", api.PathSubmit, err)
 	}
 	b := c.batch
+	// A Submit that finds a slot free and no Submit waiting is sent
+	// alone, from the caller's goroutine, as a Client without batches
+	// sends it. Those that queue meanwhile wait for the slot it frees.
+	select {
+	case b.slots <- struct{}{}:
+		b.mu.Lock()
+		idle := len(b.pending) == 0
+		b.mu.Unlock()
+		if idle {
+			defer func() { <-b.slots }()
+			return c.submitOne(ctx, env)
+		}
+		<-b.slots
+	default:
+	}
 	p := &pendingSubmit{env: env, done: make(chan struct{})}
 	b.mu.Lock()
 	b.pending = append(b.pending, p)
