@@ -2,11 +2,13 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvfence/kvfence/internal/api"
 	"github.com/kvfence/kvfence/kvfence"
@@ -19,6 +21,12 @@ import (
 // that arrive during a commit. Two let a batch reach the receiver while it
 // commits the one before, so that its queue always holds the next.
 const batchSlots = 2
+
+// batchOverflowAfter is how long a Submit waits for a slot before it
+// sends the Submits queued with it in a request of their own: a request in
+// flight may wait for a remote target's dispatch, up to the receiver's
+// dispatch timeout, and two such must not hold every other Submit back.
+const batchOverflowAfter = 250 * time.Millisecond
 
 // maxBatchedEnvelope is the largest envelope (with its CBOR head) a batch
 // carries; a larger one, which a receiver with the default limits refuses
@@ -96,10 +104,19 @@ func (c *Client) submitBatched(ctx context.Context, env []byte) (kvfence.Result,
 	b.mu.Lock()
 	b.pending = append(b.pending, p)
 	b.mu.Unlock()
+	overflow := time.NewTimer(batchOverflowAfter)
+	defer overflow.Stop()
 	for {
 		select {
 		case <-p.done:
 			return c.batchedResult(ctx, p)
+		case <-overflow.C:
+			if take, req := b.take(ctx); len(take) > 0 {
+				go func() {
+					c.sendBatch(req.ctx, take)
+					req.cancel()
+				}()
+			}
 		case b.slots <- struct{}{}:
 			// The request is sent from a goroutine of its own, so that
 			// this caller can stop waiting when its context ends.
@@ -234,17 +251,29 @@ func (c *Client) sendBatch(rctx context.Context, take []*pendingSubmit) {
 	}
 	if err == nil && status != http.StatusOK {
 		err = answerError(http.MethodPost, api.PathSubmitBatch, status, raw)
+		if status == http.StatusRequestEntityTooLarge && errors.Is(err, ErrTooLarge) {
+			// Over the receiver's batch limits, which may be lower than
+			// this client's: the batch was refused whole, before anything
+			// was decided, and each envelope goes alone.
+			for _, p := range take {
+				p.alone = true
+			}
+			return
+		}
 	}
 	var out api.Batch
 	if err == nil {
 		// An answer of decisions alone, in the receiver's own form, is
 		// read without reflection; any other goes to encoding/json.
 		var fast bool
-		if out, fast = api.ParseBatchJSON(raw); fast {
-			// Read.
-		} else if derr := api.DecodeAnswer(raw, &out); derr != nil {
-			err = fmt.Errorf("%w: POST %s: %v", ErrProtocol, api.PathSubmitBatch, derr)
-		} else if len(out.Results) != len(take) {
+		if out, fast = api.ParseBatchJSON(raw); !fast {
+			if derr := api.DecodeAnswer(raw, &out); derr != nil {
+				err = fmt.Errorf("%w: POST %s: %v", ErrProtocol, api.PathSubmitBatch, derr)
+			}
+		}
+		// Either reader: an answer with a result more or less than the
+		// envelopes sent is not this request's.
+		if err == nil && len(out.Results) != len(take) {
 			err = fmt.Errorf("%w: POST %s: %d envelopes sent, %d results answered", ErrProtocol, api.PathSubmitBatch, len(take), len(out.Results))
 		}
 	}

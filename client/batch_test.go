@@ -196,9 +196,11 @@ func TestSubmit_BatchFallbackOn404(t *testing.T) {
 	}
 }
 
-// Ensure that only a 404 sends a batch's envelopes again alone: any other
-// refusal of the whole batch is each of its Submits' error, and a server
-// error without the receiver's error object says the outcome is unknown.
+// Ensure that only a 404 or a 413 (over the receiver's batch limits,
+// TestSubmit_BatchOverReceiverLimit) sends a batch's envelopes again
+// alone: any other refusal of the whole batch is each of its Submits'
+// error, and a server error without the receiver's error object says the
+// outcome is unknown.
 func TestSubmit_BatchRefusedNoFallback(t *testing.T) {
 	for _, tc := range []struct {
 		status int
@@ -206,7 +208,6 @@ func TestSubmit_BatchRefusedNoFallback(t *testing.T) {
 		want   error
 	}{
 		{http.StatusBadRequest, `{"error":{"code":"bad_request","message":"no"}}`, client.ErrBadRequest},
-		{http.StatusRequestEntityTooLarge, `{"error":{"code":"too_large","message":"no"}}`, client.ErrTooLarge},
 		{http.StatusServiceUnavailable, `{"error":{"code":"storage_busy","message":"busy"}}`, kvfence.ErrStorageBusy},
 		{http.StatusBadGateway, `upstream gone`, client.ErrOutcomeUnknown},
 		{http.StatusMethodNotAllowed, `{"error":{"code":"method_not_allowed","message":"no"}}`, client.ErrBadRequest},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
@@ -158,6 +159,11 @@ func (r *Receiver) submitAfter(ctx context.Context, s *submission, size int, dec
 // receives many envelopes in one request decides them with it.
 func (r *Receiver) SubmitAll(ctx context.Context, caller string, envelopes [][]byte) ([]Result, []error) {
 	results, errs := make([]Result, len(envelopes)), make([]error, len(envelopes))
+	if len(envelopes) == 0 {
+		// An empty call would take the commit queue's lead with nothing
+		// to commit, and never pass it on.
+		return results, errs
+	}
 	err := ctx.Err()
 	if cerr := checkName("caller", caller); cerr != nil {
 		err = fmt.Errorf("%w: %v", ErrInvalidArgument, cerr)
@@ -168,12 +174,32 @@ func (r *Receiver) SubmitAll(ctx context.Context, caller string, envelopes [][]b
 		}
 		return results, errs
 	}
+	// Each envelope is decided on a goroutine of its own, where a panic
+	// (a dispatcher's, say) would end the process: it is carried to the
+	// caller's goroutine instead, as Submit would raise it there, once
+	// every other decision has finished.
 	var wg sync.WaitGroup
+	var panicked atomic.Pointer[any]
+	decide := func(f func()) {
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					panicked.CompareAndSwap(nil, &p)
+				}
+			}()
+			f()
+		})
+	}
+	defer func() {
+		if p := panicked.Load(); p != nil {
+			panic(*p)
+		}
+	}()
 	if r.opts.ReadOnly || (r.defect.CheckOutsideTransaction && defectsAllowed.Load()) {
 		// Nothing joins the queue (read-only), or the decision is made
 		// the defective way: Submit's own path serves each envelope.
 		for i, env := range envelopes {
-			wg.Go(func() { results[i], errs[i] = r.Submit(ctx, caller, env) })
+			decide(func() { results[i], errs[i] = r.Submit(ctx, caller, env) })
 		}
 		wg.Wait()
 		return results, errs
@@ -188,7 +214,7 @@ func (r *Receiver) SubmitAll(ctx context.Context, caller string, envelopes [][]b
 	}
 	lead := r.queue.enqueue(calls...)
 	for i, c := range calls {
-		wg.Go(func() {
+		decide(func() {
 			r.await(c, lead && i == 0)
 			s, res, err := subs[i], Result{}, c.err
 			if err == nil {

@@ -59,10 +59,18 @@ func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request, caller str
 
 	bp := batchAnswerPool.Get().(*[]byte)
 	b := api.AppendBatchOpen((*bp)[:0])
+	coded := false
 	for i := range items {
 		it := &items[i]
 		if it.err != nil {
 			he := h.errorAnswer(r, caller, it.err)
+			if !coded {
+				// The request is observed with its first refused
+				// envelope's code, so that what alerts on a code (the
+				// storage reserve's) sees refusals made in batches too.
+				setErrorCode(w, he.code)
+				coded = true
+			}
 			b = api.AppendBatchError(b, i, he.status, api.ErrorBody{Code: he.code, Message: he.message})
 			continue
 		}
