@@ -9,6 +9,11 @@ import (
 	"github.com/kvfence/kvfence/kvfence"
 )
 
+// DefaultMaxBatchesInFlight is Options.MaxBatchesInFlight's default: with
+// the default batch limits, at most 64 MiB of batch bodies and 16,384
+// decisions in flight, and room for 32 clients' two requests each.
+const DefaultMaxBatchesInFlight = 64
+
 // batchItem is one envelope's decision, or the error it was answered.
 type batchItem struct {
 	res kvfence.Result
@@ -25,6 +30,12 @@ type batchItem struct {
 func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request, caller string) error {
 	if err := checkMediaType(r, api.ContentCBOR); err != nil {
 		return err
+	}
+	select {
+	case h.batchTurns <- struct{}{}:
+		defer func() { <-h.batchTurns }()
+	case <-r.Context().Done():
+		return errorf(http.StatusServiceUnavailable, api.CodeCanceled, "waiting for a turn to decide the batch: %v", r.Context().Err())
 	}
 	body, err := readBody(r, h.maxBatchSize)
 	if err != nil {

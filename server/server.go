@@ -65,6 +65,13 @@ type Options struct {
 	// decided); each envelope in it is still bounded by MaxEnvelopeSize.
 	// Zero means api.DefaultMaxBatchSize.
 	MaxBatchSize int
+	// MaxBatchesInFlight bounds the batch requests read and decided at
+	// once; the others wait for a turn before their bodies are read, so
+	// that what batches hold is bounded (MaxBatchesInFlight times
+	// MaxBatchSize of bodies, and as many times MaxBatchItems decisions)
+	// however many connections and HTTP/2 streams send them. Zero means
+	// DefaultMaxBatchesInFlight.
+	MaxBatchesInFlight int
 	// Logger receives faults, refused callers and one line per committed
 	// administrative change. Nil means slog.Default().
 	Logger *slog.Logger
@@ -89,8 +96,11 @@ type Handler struct {
 	// MaxBatchSize, defaults applied.
 	maxBatchItems int
 	maxBatchSize  int
-	log           *slog.Logger
-	routes        map[string]route
+	// batchTurns holds a token for each batch request being read or
+	// decided (Options.MaxBatchesInFlight).
+	batchTurns chan struct{}
+	log        *slog.Logger
+	routes     map[string]route
 	// obs and logDecisions are Options.Requests and LogDecisions.
 	obs          RequestObserver
 	logDecisions bool
@@ -122,6 +132,11 @@ func New(opts Options) (*Handler, error) {
 	if h.maxBatchSize <= 0 {
 		h.maxBatchSize = api.DefaultMaxBatchSize
 	}
+	turns := opts.MaxBatchesInFlight
+	if turns <= 0 {
+		turns = DefaultMaxBatchesInFlight
+	}
+	h.batchTurns = make(chan struct{}, turns)
 	if h.maxEnv <= 0 {
 		h.maxEnv = kvfence.DefaultMaxEnvelopeSize
 	}
