@@ -119,7 +119,11 @@
 // more processors than cores let the leader run as soon as its fdatasync
 // returns. A deployment with the workers in other processes has the same
 // effect on the server's scheduler; this row, with both ends in one, is
-// the pessimistic case.
+// the pessimistic case. The row's workers share one client.Client, whose
+// Submits made while two of its requests are in flight go together in one
+// request (POST /v1/submit/batch): at 64 writers that work is then paid
+// once per batch rather than once per Submit, and at 1 writer, with
+// nothing to batch, it is what it was.
 //
 // kvfence_submit_witnessed runs its three witnesses in the bench process,
 // each the real witness (package witness) on its own loopback HTTPS server

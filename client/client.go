@@ -75,6 +75,12 @@ type Client struct {
 	// once per fenced write, and parsing its URL every time was a share
 	// of what the client spent on it. It is never modified.
 	submitURL *url.URL
+	// batch coalesces concurrent Submits; nil with
+	// Options.DisableBatching.
+	batch *batcher
+	// noBatch is set once the receiver answered a batch 404: it predates
+	// the endpoint, and every Submit then goes alone.
+	noBatch atomic.Bool
 }
 
 // Options configures NewWith.
@@ -90,6 +96,10 @@ type Options struct {
 	// ErrUntrustedServer. Empty means the caller's own uid and root. It is
 	// ignored for an https receiver, which its certificate identifies.
 	ServerUIDs []uint32
+	// DisableBatching sends every Submit in a request of its own, to
+	// POST /v1/submit, even while others are waiting: for a receiver
+	// behind something that must see each envelope in its own request.
+	DisableBatching bool
 }
 
 // New returns a client for the receiver at rawURL: "https://HOST:PORT",
@@ -149,6 +159,9 @@ func NewWith(rawURL string, opts Options) (*Client, error) {
 	if c.submitURL, err = url.Parse(c.base + api.PathSubmit); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
+	if !opts.DisableBatching {
+		c.batch = newBatcher()
+	}
 	return c, nil
 }
 
@@ -169,6 +182,47 @@ func (c *Client) call(ctx context.Context, method, path, ctype string, body []by
 // callStatus is call that also returns the status of an answer decoded
 // into out.
 func (c *Client) callStatus(ctx context.Context, method, path, ctype string, body []byte, out any, okStatus ...int) (int, error) {
+	status, raw, err := c.roundTrip(ctx, method, path, ctype, body)
+	if err != nil {
+		return 0, err
+	}
+	ok := status == http.StatusOK
+	for _, s := range okStatus {
+		ok = ok || status == s
+	}
+	if !ok {
+		return 0, answerError(method, path, status, raw)
+	}
+	var probe struct {
+		Error *api.ErrorBody `json:"error"`
+	}
+	// In valid JSON the bytes "error" with both quotes occur only as
+	// a key or as that exact string value (inside a longer string the
+	// quotes are escaped), so an answer without them carries no error
+	// object and is not decoded twice.
+	if bytes.Contains(raw, errorKey) && api.DecodeAnswer(raw, &probe) == nil && probe.Error != nil {
+		return 0, errorOf(status, *probe.Error)
+	}
+	// A submit answer in the receiver's own canonical form is read
+	// without reflection; any other form goes to encoding/json.
+	if sub, isSubmit := out.(*api.Submit); isSubmit {
+		if v, ok := api.ParseSubmitJSON(raw); ok {
+			*sub = v
+			return status, nil
+		}
+	}
+	// Strictly, but for members a newer receiver may add: a member
+	// given twice, or in another case, is read one way here and
+	// another way by encoding/json, a proxy or a log.
+	if err := api.DecodeAnswer(raw, out); err != nil {
+		return 0, fmt.Errorf("%w: %s %s: %v", ErrProtocol, method, path, err)
+	}
+	return status, nil
+}
+
+// roundTrip sends one request and returns the answer's status and body.
+// Its errors say whether a change may have been applied.
+func (c *Client) roundTrip(ctx context.Context, method, path, ctype string, body []byte) (int, []byte, error) {
 	// A change whose request was written and whose answer was then lost
 	// may have been applied: the receiver decides a request it has read
 	// whether or not its answer gets back. Only a change that was never
@@ -183,7 +237,7 @@ func (c *Client) callStatus(ctx context.Context, method, path, ctype string, bod
 	}
 	req, err := c.newRequest(ctx, method, path, body)
 	if err != nil {
-		return 0, fmt.Errorf("client: %w", err)
+		return 0, nil, fmt.Errorf("client: %w", err)
 	}
 	// The headers are one of a few shared, never-modified maps instead of
 	// a map filled per request: a RoundTripper only reads them, and on a
@@ -203,65 +257,39 @@ func (c *Client) callStatus(ctx context.Context, method, path, ctype string, bod
 	resp, err := c.tr.RoundTrip(req)
 	if err != nil {
 		if change && wrote.wrote.Load() && !errors.Is(err, ErrUntrustedServer) {
-			return 0, fmt.Errorf("%w: %s %s: the connection failed after the request was sent: %w", ErrOutcomeUnknown, method, path, err)
+			return 0, nil, fmt.Errorf("%w: %s %s: the connection failed after the request was sent: %w", ErrOutcomeUnknown, method, path, err)
 		}
-		return 0, fmt.Errorf("client: %s %s: %w", method, path, err)
+		return 0, nil, fmt.Errorf("client: %s %s: %w", method, path, err)
 	}
 	// The whole body is read so that the connection can be reused.
 	raw, err := readAnswer(resp)
 	resp.Body.Close()
 	if err != nil {
 		if change {
-			return 0, fmt.Errorf("%w: %s %s: reading the answer: %w", ErrOutcomeUnknown, method, path, err)
+			return 0, nil, fmt.Errorf("%w: %s %s: reading the answer: %w", ErrOutcomeUnknown, method, path, err)
 		}
-		return 0, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
+		return 0, nil, fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
 	}
 	if len(raw) > maxAnswer {
-		return 0, fmt.Errorf("%w: %s %s: answer over %d bytes", ErrProtocol, method, path, maxAnswer)
+		return 0, nil, fmt.Errorf("%w: %s %s: answer over %d bytes", ErrProtocol, method, path, maxAnswer)
 	}
-	ok := resp.StatusCode == http.StatusOK
-	for _, s := range okStatus {
-		ok = ok || resp.StatusCode == s
-	}
-	if ok {
-		var probe struct {
-			Error *api.ErrorBody `json:"error"`
-		}
-		// In valid JSON the bytes "error" with both quotes occur only as
-		// a key or as that exact string value (inside a longer string the
-		// quotes are escaped), so an answer without them carries no error
-		// object and is not decoded twice.
-		if bytes.Contains(raw, errorKey) && api.DecodeAnswer(raw, &probe) == nil && probe.Error != nil {
-			return 0, errorOf(resp.StatusCode, *probe.Error)
-		}
-		// A submit answer in the receiver's own canonical form is read
-		// without reflection; any other form goes to encoding/json.
-		if sub, isSubmit := out.(*api.Submit); isSubmit {
-			if v, ok := api.ParseSubmitJSON(raw); ok {
-				*sub = v
-				return resp.StatusCode, nil
-			}
-		}
-		// Strictly, but for members a newer receiver may add: a member
-		// given twice, or in another case, is read one way here and
-		// another way by encoding/json, a proxy or a log.
-		if err := api.DecodeAnswer(raw, out); err != nil {
-			return 0, fmt.Errorf("%w: %s %s: %v", ErrProtocol, method, path, err)
-		}
-		return resp.StatusCode, nil
-	}
+	return resp.StatusCode, raw, nil
+}
+
+// answerError is the error of an answer whose status is not a result's.
+func answerError(method, path string, status int, raw []byte) error {
 	var e api.Error
 	if err := api.DecodeAnswer(raw, &e); err != nil || e.Error.Code == "" {
-		cause := statusErr(resp.StatusCode)
+		cause := statusErr(status)
 		// The receiver answers every error with its error object: a
 		// server error without one came from something between (a proxy
 		// that gave up waiting), after which a change may have applied.
-		if change && resp.StatusCode >= 500 {
+		if method != http.MethodGet && method != http.MethodHead && status >= 500 {
 			cause = ErrOutcomeUnknown
 		}
-		return 0, &Error{Status: resp.StatusCode, Code: "", Message: strings.TrimSpace(string(raw)), err: cause}
+		return &Error{Status: status, Code: "", Message: strings.TrimSpace(string(raw)), err: cause}
 	}
-	return 0, errorOf(resp.StatusCode, e.Error)
+	return errorOf(status, e.Error)
 }
 
 // Request headers by body type, shared by every request and never
@@ -405,12 +433,31 @@ func (c *Client) postJSON(ctx context.Context, path string, in, out any) error {
 // decision committed unacknowledged, or (ErrOutcomeUnknown) that it may or
 // may not have been applied; retrying the same envelope is safe in every
 // case, as an applied one answers already_applied.
+//
+// Submits made on one Client while others are waiting for their answers
+// go to the receiver together, in one request (POST /v1/submit/batch),
+// unless Options.DisableBatching; each gets its own decision or error, as
+// if it had been sent alone. A receiver without that endpoint is then sent
+// every envelope alone.
 func (c *Client) Submit(ctx context.Context, envelope []byte) (kvfence.Result, error) {
+	if c.batch == nil || c.noBatch.Load() || api.BatchItemSize(len(envelope)) > maxBatchedEnvelope {
+		return c.submitOne(ctx, envelope)
+	}
+	return c.submitBatched(ctx, envelope)
+}
+
+// submitOne sends an envelope alone, to /v1/submit.
+func (c *Client) submitOne(ctx context.Context, envelope []byte) (kvfence.Result, error) {
 	var out api.Submit
 	status, err := c.callStatus(ctx, http.MethodPost, api.PathSubmit, api.ContentCBOR, envelope, &out, http.StatusForbidden)
 	if err != nil {
 		return kvfence.Result{}, err
 	}
+	return submitResult(status, out)
+}
+
+// submitResult is the decision of a submit answer with its status.
+func submitResult(status int, out api.Submit) (kvfence.Result, error) {
 	res, err := out.Result()
 	if err != nil {
 		return kvfence.Result{}, fmt.Errorf("%w: %v", ErrProtocol, err)

@@ -221,26 +221,41 @@ func (r *Receiver) writeCall(size int, l lane, sub *submission, fn func(w *wtx) 
 		return &call{err: ErrReadOnly}
 	}
 	c := &call{fn: fn, size: size, worker: l == laneWorker, admin: l == laneAdmin, sub: sub, wake: make(chan struct{}, 1)}
-	q := &r.queue
+	r.await(c, r.queue.enqueue(c))
+	return c
+}
+
+// enqueue queues calls, in their order and under one lock, so that no
+// leader can take the first before the last is queued. It reports whether
+// the first must lead a batch, because no commit is running.
+func (q *commitQueue) enqueue(calls ...*call) (lead bool) {
 	q.mu.Lock()
-	if c.admin {
-		q.admin = append(q.admin, c)
-		q.admins.Store(int32(len(q.admin)))
-	} else {
-		q.pending = append(q.pending, c)
+	defer q.mu.Unlock()
+	for _, c := range calls {
+		if c.admin {
+			q.admin = append(q.admin, c)
+			q.admins.Store(int32(len(q.admin)))
+		} else {
+			q.pending = append(q.pending, c)
+		}
 	}
 	if q.leading {
-		q.mu.Unlock()
+		return false
+	}
+	q.leading = true
+	return true
+}
+
+// await waits until c, queued, has its outcome, leading a batch when lead
+// says it must now or when the leader before hands it the lead.
+func (r *Receiver) await(c *call, lead bool) {
+	if !lead {
 		<-c.wake
 		if !c.lead {
-			return c
+			return
 		}
-	} else {
-		q.leading = true
-		q.mu.Unlock()
 	}
 	r.lead(c)
-	return c
 }
 
 // lead runs one batch from the head of the queue, which holds self's

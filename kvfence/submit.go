@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvfence/kvfence/audit"
@@ -131,16 +133,98 @@ func (r *Receiver) Submit(ctx context.Context, caller string, envelope []byte) (
 		decideOnce = r.submitCheckedBefore
 	}
 	res, err := decideOnce(s, len(envelope))
+	return r.submitAfter(ctx, s, len(envelope), decideOnce, res, err)
+}
+
+// submitAfter finishes a Submit after its first decision: res and err.
+func (r *Receiver) submitAfter(ctx context.Context, s *submission, size int, decideOnce func(*submission, int) (Result, error), res Result, err error) (Result, error) {
 	if err == nil && s.needRemote {
 		// The target is remote: its object is read outside any
 		// transaction, and the decision made again against what it holds.
 		r.readRemote(ctx, s)
-		res, err = decideOnce(s, len(envelope))
+		res, err = decideOnce(s, size)
 	}
 	if s.pending != nil {
 		return r.finishDispatch(s.pending, res, err)
 	}
 	return res, err
+}
+
+// SubmitAll decides envelopes from caller as as many concurrent calls of
+// Submit would, and returns each one's result or error at its index. Their
+// decisions join the commit queue together, in order, so that a leader
+// takes them all into one batch (within its limits): concurrent Submits
+// join it one at a time, and on an idle receiver the first of them leads
+// a commit of its own while the others queue behind it. A server that
+// receives many envelopes in one request decides them with it.
+func (r *Receiver) SubmitAll(ctx context.Context, caller string, envelopes [][]byte) ([]Result, []error) {
+	results, errs := make([]Result, len(envelopes)), make([]error, len(envelopes))
+	if len(envelopes) == 0 {
+		// An empty call would take the commit queue's lead with nothing
+		// to commit, and never pass it on.
+		return results, errs
+	}
+	err := ctx.Err()
+	if cerr := checkName("caller", caller); cerr != nil {
+		err = fmt.Errorf("%w: %v", ErrInvalidArgument, cerr)
+	}
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return results, errs
+	}
+	// Each envelope is decided on a goroutine of its own, where a panic
+	// (a dispatcher's, say) would end the process: it is carried to the
+	// caller's goroutine instead, as Submit would raise it there, once
+	// every other decision has finished.
+	var wg sync.WaitGroup
+	var panicked atomic.Pointer[any]
+	decide := func(f func()) {
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					panicked.CompareAndSwap(nil, &p)
+				}
+			}()
+			f()
+		})
+	}
+	defer func() {
+		if p := panicked.Load(); p != nil {
+			panic(*p)
+		}
+	}()
+	if r.opts.ReadOnly || (r.defect.CheckOutsideTransaction && defectsAllowed.Load()) {
+		// Nothing joins the queue (read-only), or the decision is made
+		// the defective way: Submit's own path serves each envelope.
+		for i, env := range envelopes {
+			decide(func() { results[i], errs[i] = r.Submit(ctx, caller, env) })
+		}
+		wg.Wait()
+		return results, errs
+	}
+	subs := make([]*submission, len(envelopes))
+	calls := make([]*call, len(envelopes))
+	for i, env := range envelopes {
+		s := r.prepare(caller, env)
+		subs[i] = s
+		calls[i] = &call{fn: func(w *wtx) (any, error) { return r.decide(w, s) }, size: len(env), worker: true, sub: s,
+			wake: make(chan struct{}, 1)}
+	}
+	lead := r.queue.enqueue(calls...)
+	for i, c := range calls {
+		decide(func() {
+			r.await(c, lead && i == 0)
+			s, res, err := subs[i], Result{}, c.err
+			if err == nil {
+				res = s.committed(c.res.(Result))
+			}
+			results[i], errs[i] = r.submitAfter(ctx, s, len(envelopes[i]), r.decideCall, res, err)
+		})
+	}
+	wg.Wait()
+	return results, errs
 }
 
 // decide runs checks 1-12 for one submission inside w.

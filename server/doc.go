@@ -25,6 +25,8 @@
 //
 //	POST /v1/submit    envelope bytes (application/cbor); 200 applied or
 //	                   already_applied, 403 denied, the decision in both
+//	POST /v1/submit/batch  a CBOR array of envelopes; 200 with each one's
+//	                   {"status","result"} or {"status","error"}, in order
 //	POST /v1/scopes    {"scope"[,"max_grant_ttl"]}                  admin
 //	POST /v1/targets   {"scope","target","value_b64"}               admin
 //	POST /v1/activate  {"scope","executor","claim","request_b64",

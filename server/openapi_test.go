@@ -663,6 +663,13 @@ func TestOpenAPI_Answers(t *testing.T) {
 	ok(workerBc, 403, http.MethodPost, api.PathSubmit, api.ContentCBOR, env)
 	ok(worker, 403, http.MethodPost, api.PathSubmit, api.ContentCBOR, []byte{0xa0})
 	call(worker, 415, http.MethodPost, api.PathSubmit, api.ContentJSON, env)
+	// A batch: a decision or an error per envelope, or refused whole.
+	oversized := bytes.Repeat([]byte{0xa0}, kvfence.DefaultMaxEnvelopeSize+1)
+	ok(worker, 200, http.MethodPost, api.PathSubmitBatch, api.ContentCBOR, api.AppendBatch(nil, [][]byte{env, {0xa0}, oversized}))
+	call(worker, 400, http.MethodPost, api.PathSubmitBatch, api.ContentCBOR, []byte{0x80})
+	call(worker, 400, http.MethodPost, api.PathSubmitBatch, api.ContentCBOR, env)
+	call(worker, 413, http.MethodPost, api.PathSubmitBatch, api.ContentCBOR, api.AppendBatch(nil, make([][]byte, api.MaxBatchItems+1)))
+	call(worker, 415, http.MethodPost, api.PathSubmitBatch, api.ContentJSON, api.AppendBatch(nil, [][]byte{env}))
 
 	// Extending the active grant: a later end, within the scope's maximum
 	// from activation; a grant that is not active or whose window is over
@@ -798,7 +805,7 @@ func TestOpenAPI_Answers(t *testing.T) {
 			other = http.MethodGet
 		}
 		call(admin, 405, other, path, "", nil)
-		if path != api.PathHealthz && path != api.PathSubmit {
+		if path != api.PathHealthz && path != api.PathSubmit && path != api.PathSubmitBatch {
 			call(worker, 403, methods[0], path, "", nil)
 		}
 	}
@@ -811,7 +818,7 @@ func TestOpenAPI_Answers(t *testing.T) {
 		method, path, _ := strings.Cut(k, " ")
 		for mt := range op.RequestBody.Value.Content {
 			hc := admin
-			if path == api.PathSubmit {
+			if path == api.PathSubmit || path == api.PathSubmitBatch {
 				hc = worker
 			}
 			if a := send(t, hc, e.srv.URL, listenerAPI, method, path, mt, []byte("{}")); a.status == http.StatusUnsupportedMediaType {
@@ -834,6 +841,12 @@ func TestOpenAPI_Answers(t *testing.T) {
 		c.check(a)
 	}
 	if a := send(t, worker, small.URL, listenerAPI, http.MethodPost, api.PathSubmit, api.ContentCBOR, env); a.status != 413 {
+		t.Errorf("%s: want 413", a)
+	} else {
+		c.check(a)
+	}
+	smallBatch := serveTLS(t, e, mustNew(t, server.Options{Receiver: e.r, Authenticator: server.SPIFFECertificate{}, MaxBatchSize: 64}))
+	if a := send(t, worker, smallBatch.URL, listenerAPI, http.MethodPost, api.PathSubmitBatch, api.ContentCBOR, api.AppendBatch(nil, [][]byte{env})); a.status != 413 {
 		t.Errorf("%s: want 413", a)
 	} else {
 		c.check(a)
@@ -916,6 +929,7 @@ func TestOpenAPI_Answers(t *testing.T) {
 		srv := serveTLS(t, e, h)
 		bodies := map[string][]byte{
 			api.PathSubmit:      env,
+			api.PathSubmitBatch: api.AppendBatch(nil, [][]byte{env}),
 			api.PathScopes:      jsonBody(t, api.ScopeCreateRequest{Scope: "s9"}),
 			api.PathTargets:     jsonBody(t, map[string]any{"scope": scope, "target": "t9", "value_b64": []byte("x")}),
 			api.PathActivate:    jsonBody(t, api.ActivateRequest{Scope: scope, Executor: workerA, Claim: "c", RequestB64: req}),
@@ -946,20 +960,23 @@ func TestOpenAPI_Answers(t *testing.T) {
 			if path == api.PathHealthz {
 				continue
 			}
-			ctype := api.ContentJSON
-			if path == api.PathSubmit {
-				ctype = api.ContentCBOR
-			}
-			hc := admin
-			if path == api.PathSubmit {
-				hc = worker
+			ctype, hc, want := api.ContentJSON, admin, 503
+			if path == api.PathSubmit || path == api.PathSubmitBatch {
+				ctype, hc = api.ContentCBOR, worker
 			}
 			if methods[0] == http.MethodGet {
 				ctype = ""
 			}
 			a := send(t, hc, srv.URL, listenerAPI, methods[0], path+queries[path], ctype, bodies[path])
-			if a.status != 503 {
-				t.Errorf("%s: want 503", a)
+			// A batch answers each envelope's 503 in its place.
+			if path == api.PathSubmitBatch {
+				want = 200
+				if !bytes.Contains(a.body, []byte(`{"status":503,"error":{"code":"closed"`)) {
+					t.Errorf("%s: want the envelope's 503 closed", a)
+				}
+			}
+			if a.status != want {
+				t.Errorf("%s: want %d", a, want)
 			}
 			c.check(a)
 		}

@@ -58,6 +58,20 @@ type Options struct {
 	// MaxBodySize bounds an administrative JSON body (413 beyond it). Zero
 	// means DefaultMaxBodySize.
 	MaxBodySize int
+	// MaxBatchItems bounds the envelopes of one POST /v1/submit/batch (413
+	// beyond it, nothing decided). Zero means api.MaxBatchItems.
+	MaxBatchItems int
+	// MaxBatchSize bounds a batch's body (413 beyond it, nothing
+	// decided); each envelope in it is still bounded by MaxEnvelopeSize.
+	// Zero means api.DefaultMaxBatchSize.
+	MaxBatchSize int
+	// MaxBatchesInFlight bounds the batch requests read and decided at
+	// once; the others wait for a turn before their bodies are read, so
+	// that what batches hold is bounded (MaxBatchesInFlight times
+	// MaxBatchSize of bodies, and as many times MaxBatchItems decisions)
+	// however many connections and HTTP/2 streams send them. Zero means
+	// DefaultMaxBatchesInFlight.
+	MaxBatchesInFlight int
 	// Logger receives faults, refused callers and one line per committed
 	// administrative change. Nil means slog.Default().
 	Logger *slog.Logger
@@ -78,8 +92,15 @@ type Handler struct {
 	admins  []string
 	maxEnv  int
 	maxBody int
-	log     *slog.Logger
-	routes  map[string]route
+	// maxBatchItems and maxBatchSize are Options.MaxBatchItems and
+	// MaxBatchSize, defaults applied.
+	maxBatchItems int
+	maxBatchSize  int
+	// batchTurns holds a token for each batch request being read or
+	// decided (Options.MaxBatchesInFlight).
+	batchTurns chan struct{}
+	log        *slog.Logger
+	routes     map[string]route
 	// obs and logDecisions are Options.Requests and LogDecisions.
 	obs          RequestObserver
 	logDecisions bool
@@ -103,7 +124,19 @@ func New(opts Options) (*Handler, error) {
 	}
 	h := &Handler{r: opts.Receiver, auth: opts.Authenticator, admins: slices.Clone(opts.Admins),
 		maxEnv: opts.MaxEnvelopeSize, maxBody: opts.MaxBodySize, log: opts.Logger,
-		obs: opts.Requests, logDecisions: opts.LogDecisions}
+		obs: opts.Requests, logDecisions: opts.LogDecisions,
+		maxBatchItems: opts.MaxBatchItems, maxBatchSize: opts.MaxBatchSize}
+	if h.maxBatchItems <= 0 {
+		h.maxBatchItems = api.MaxBatchItems
+	}
+	if h.maxBatchSize <= 0 {
+		h.maxBatchSize = api.DefaultMaxBatchSize
+	}
+	turns := opts.MaxBatchesInFlight
+	if turns <= 0 {
+		turns = DefaultMaxBatchesInFlight
+	}
+	h.batchTurns = make(chan struct{}, turns)
 	if h.maxEnv <= 0 {
 		h.maxEnv = kvfence.DefaultMaxEnvelopeSize
 	}
@@ -130,6 +163,7 @@ func New(opts Options) (*Handler, error) {
 	h.routes[api.PathVerifyChain] = route{http.MethodGet, true, h.verifyChain}
 	h.routes[api.PathBackup] = route{http.MethodGet, true, h.backup}
 	h.routes[api.PathGrantExtend] = route{http.MethodPost, true, h.extendGrant}
+	h.routes[api.PathSubmitBatch] = route{http.MethodPost, false, h.submitBatch}
 	return h, nil
 }
 
@@ -228,9 +262,17 @@ func (h *Handler) authError(r *http.Request, err error) error {
 	return fmt.Errorf("authenticating the caller: %w", err)
 }
 
-// writeError answers err. A receiver's sentinel keeps its code; any other
-// error is a fault: logged in full, answered 500 without its detail.
+// writeError answers err.
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, caller string, err error) {
+	he := h.errorAnswer(r, caller, err)
+	setErrorCode(w, he.code)
+	writeJSON(w, he.status, api.Error{Error: api.ErrorBody{Code: he.code, Message: he.message}})
+}
+
+// errorAnswer is the answer to err. A receiver's sentinel keeps its code;
+// any other error is a fault: logged in full, answered 500 without its
+// detail.
+func (h *Handler) errorAnswer(r *http.Request, caller string, err error) *httpError {
 	var he *httpError
 	switch s, ok := api.SentinelOf(err); {
 	case errors.As(err, &he):
@@ -248,8 +290,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, caller stri
 		h.log.Error("fault", "path", r.URL.Path, "caller", caller, "error", err)
 		he = &httpError{status: http.StatusInternalServerError, code: api.CodeInternal, message: "internal error; see the server's log"}
 	}
-	setErrorCode(w, he.code)
-	writeJSON(w, he.status, api.Error{Error: api.ErrorBody{Code: he.code, Message: he.message}})
+	return he
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -43,6 +43,9 @@ const (
 	// PathBackup is GET: a consistent snapshot of the receiver's storage
 	// with the signed checkpoint it matches (admin).
 	PathBackup = "/v1/backup"
+	// PathSubmitBatch is POST: several envelopes in one request, each
+	// decided as /v1/submit decides it, the answers in one body.
+	PathSubmitBatch = "/v1/submit/batch"
 )
 
 // Media types of request and response bodies.

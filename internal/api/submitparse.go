@@ -16,7 +16,50 @@ import (
 func ParseSubmitJSON(b []byte) (Submit, bool) {
 	var s Submit
 	p := submitParser{b: b}
-	ok := p.lit(`{"outcome":`) && p.str(&s.Outcome) &&
+	if !p.submit(&s) || !p.lit("\n") || len(p.b) != 0 {
+		return Submit{}, false
+	}
+	return s, true
+}
+
+// ParseBatchJSON decodes b when it is exactly what the AppendBatch
+// functions write for decisions alone (statuses 200 and 403), each as
+// ParseSubmitJSON reads it; it reports false for anything else, which the
+// caller then decodes with encoding/json.
+func ParseBatchJSON(b []byte) (Batch, bool) {
+	p := submitParser{b: b}
+	if !p.lit(`{"results":[`) {
+		return Batch{}, false
+	}
+	// Each element is at least 200 bytes; the estimate only sizes the
+	// slice.
+	out := Batch{Results: make([]BatchResult, 0, len(b)/200+1)}
+	subs := make([]Submit, 0, cap(out.Results))
+	for i := 0; !p.lit("]}\n"); i++ {
+		var status uint64
+		if i > 0 && !p.lit(",") {
+			return Batch{}, false
+		}
+		subs = append(subs, Submit{})
+		if !p.lit(`{"status":`) || !p.num(&status) || (status != 200 && status != 403) ||
+			!p.lit(`,"result":`) || !p.submit(&subs[i]) || !p.lit("}") {
+			return Batch{}, false
+		}
+		out.Results = append(out.Results, BatchResult{Status: int(status)})
+	}
+	if len(p.b) != 0 {
+		return Batch{}, false
+	}
+	for i := range out.Results {
+		out.Results[i].Result = &subs[i]
+	}
+	return out, true
+}
+
+// submit consumes a submit answer's object, as AppendJSON writes it
+// without its newline.
+func (p *submitParser) submit(s *Submit) bool {
+	return p.lit(`{"outcome":`) && p.str(&s.Outcome) &&
 		p.lit(`,"reason":`) && p.str(&s.Reason) &&
 		p.lit(`,"detail":`) && p.str(&s.Detail) &&
 		p.lit(`,"scope":`) && p.str(&s.Scope) &&
@@ -28,11 +71,7 @@ func ParseSubmitJSON(b []byte) (Submit, bool) {
 		p.lit(`,"audit_seq":`) && p.num(&s.AuditSeq) &&
 		// receipt_seq is omitted when 0, so a 0 is not AppendJSON's.
 		(!p.lit(`,"receipt_seq":`) || p.num(&s.ReceiptSeq) && s.ReceiptSeq != 0) &&
-		p.lit("}\n") && len(p.b) == 0
-	if !ok {
-		return Submit{}, false
-	}
-	return s, true
+		p.lit("}")
 }
 
 // submitParser consumes the canonical submit answer from the front of b.
