@@ -393,10 +393,19 @@ func (f FileAnchor) copySuperseding(file anchorFD, buf *anchorBuf, memo *slotMem
 	if err != nil {
 		return err
 	}
-	if err := file.writeAt(f.Path, again, int64(i)*AnchorSlotSize); err != nil {
-		return fmt.Errorf("audit: anchor superseded, but its copy over the superseded slot failed: %w", err)
+	off := int64(i) * AnchorSlotSize
+	err = file.writeAt(f.Path, again, off)
+	if err == nil {
+		err = file.datasync()
 	}
-	if err := file.datasync(); err != nil {
+	if err != nil {
+		// The copy may sit in the page cache while the disk keeps the
+		// superseded anchor: put the slot's bytes back, so that a retry
+		// finds the superseded anchor there and makes the copy again,
+		// rather than taking the cached copy as written.
+		if rerr := file.writeAt(f.Path, buf.file[off:off+AnchorSlotSize], off); rerr != nil {
+			return fmt.Errorf("audit: anchor superseded, but its copy over the superseded slot failed: %w; putting the slot back failed too: %v", err, rerr)
+		}
 		return fmt.Errorf("audit: anchor superseded, but its copy over the superseded slot failed: %w", err)
 	}
 	memo.remember(i, again, anchorSlot{gen: gen + 1, sc: next})

@@ -178,21 +178,25 @@ func TestFileAnchor_SupersedeRetryFinishesCopy(t *testing.T) {
 	if err := fa.Supersede(at(8), at(3)); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Supersede with a failing copy = %v, want EIO", err)
 	}
-	anchorSyncFault = nil
 	// The copy's sync failed, so the disk may still hold the superseded
-	// anchor in slot 1, as here.
-	data := readAnchor(t, fa)
-	copy(data[AnchorSlotSize:], before[AnchorSlotSize:])
-	if err := os.WriteFile(fa.Path, data, 0o600); err != nil {
-		t.Fatal(err)
+	// anchor in slot 1: the slot must read as it did, so that the retry
+	// writes and syncs the copy instead of taking the cached one.
+	if data := readAnchor(t, fa); !bytes.Equal(data[AnchorSlotSize:], before[AnchorSlotSize:]) {
+		t.Fatal("slot 1 after the failed copy is not the superseded slot's bytes")
 	}
 	if got, err := fa.Load(); err != nil || got != at(3) {
 		t.Fatalf("Load after the failed copy = seq %d, %v; want seq 3", got.Seq, err)
 	}
+	syncs = 0
+	setSyncFault(t, func() error { syncs++; return nil })
 	if err := fa.Supersede(at(8), at(3)); err != nil {
 		t.Fatalf("Supersede retried: %v", err)
 	}
-	data = readAnchor(t, fa)
+	if syncs == 0 {
+		t.Fatal("the retried Supersede synced nothing")
+	}
+	anchorSyncFault = nil
+	data := readAnchor(t, fa)
 	t3, _ := at(3).MarshalAnchor()
 	if !bytes.Equal(data, append(wantSlot(3, t3), wantSlot(4, t3)...)) {
 		t.Fatalf("file after the retried Supersede:\n%.300q", data)

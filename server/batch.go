@@ -31,15 +31,19 @@ func (h *Handler) submitBatch(w http.ResponseWriter, r *http.Request, caller str
 	if err := checkMediaType(r, api.ContentCBOR); err != nil {
 		return err
 	}
+	body, err := readBody(r, h.maxBatchSize)
+	if err != nil {
+		return err
+	}
+	// The turn is taken once the body is read: a caller that trickles
+	// its body holds no turn, and so cannot keep other callers' batches
+	// waiting. What a body being read holds is what its sender sent, as
+	// for a single submit.
 	select {
 	case h.batchTurns <- struct{}{}:
 		defer func() { <-h.batchTurns }()
 	case <-r.Context().Done():
 		return errorf(http.StatusServiceUnavailable, api.CodeCanceled, "waiting for a turn to decide the batch: %v", r.Context().Err())
-	}
-	body, err := readBody(r, h.maxBatchSize)
-	if err != nil {
-		return err
 	}
 	envs, err := api.DecodeBatch(body, h.maxBatchItems)
 	switch {

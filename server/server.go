@@ -65,12 +65,11 @@ type Options struct {
 	// decided); each envelope in it is still bounded by MaxEnvelopeSize.
 	// Zero means api.DefaultMaxBatchSize.
 	MaxBatchSize int
-	// MaxBatchesInFlight bounds the batch requests read and decided at
-	// once; the others wait for a turn before their bodies are read, so
-	// that what batches hold is bounded (MaxBatchesInFlight times
-	// MaxBatchSize of bodies, and as many times MaxBatchItems decisions)
-	// however many connections and HTTP/2 streams send them. Zero means
-	// DefaultMaxBatchesInFlight.
+	// MaxBatchesInFlight bounds the batch requests decided at once; the
+	// others, once their bodies are read, wait for a turn, so that the
+	// decisions batches hold (MaxBatchesInFlight times MaxBatchItems) are
+	// bounded however many connections and HTTP/2 streams send them. Zero
+	// means DefaultMaxBatchesInFlight.
 	MaxBatchesInFlight int
 	// Logger receives faults, refused callers and one line per committed
 	// administrative change. Nil means slog.Default().
